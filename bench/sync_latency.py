@@ -101,8 +101,11 @@ def main() -> None:
     parser.add_argument("--gap", type=float, default=0.0,
                         help="seconds between a step's spans and its sync (a model call); "
                              "0: back to back, the worst case")
+    parser.add_argument("--tree", help="the source tree the sidecar runs from (default: this "
+                                       "environment's)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as state, sidecar(state) as proc:
+    tree = str(Path(args.tree).resolve()) if args.tree else None
+    with tempfile.TemporaryDirectory() as state, sidecar(state, tree) as proc:
         ports = proc["ports"]
         context = multiprocessing.get_context("spawn")
         ready = context.Event()

@@ -58,7 +58,8 @@ INTEGRATION = frozenset({
     "test_model_runs", "test_model_trim_relays", "test_native", "test_native_fuzz",
     "test_otlp_grpc", "test_otlp_http", "test_persistence", "test_ports", "test_priority",
     "test_prometheus", "test_pydantic_ai_e2e", "test_rebatching", "test_rules_cli",
-    "test_rules_e2e", "test_scale_out", "test_session_e2e", "test_sessions", "test_startup",
+    "test_rules_e2e", "test_scale_out", "test_served_split", "test_session_e2e", "test_sessions",
+    "test_startup",
     "test_sync_api",
     "test_terminal_states", "test_tls_clients", "test_trace_links",
 })

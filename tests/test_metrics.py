@@ -20,12 +20,15 @@ from watchdog.core.runs.terminal import TerminalState
 from watchdog.shell.clock import ManualClock
 from watchdog.shell.config import Config
 from watchdog.shell.metrics import (
+    INGEST_LAG_BUCKETS,
     MAX_AGENTS,
     MAX_ERROR_TYPES_PER_AGENT,
     MAX_LABEL_CHARS,
+    MAX_PENDING_SERIES,
     MAX_TOOLS_PER_AGENT,
     OTHER,
     Metrics,
+    PlainHistogram,
     create_metrics_app,
 )
 from watchdog.shell.service import WatchdogService
@@ -317,6 +320,68 @@ def test_rule_and_directive_metrics(sidecar: Sidecar) -> None:
     metrics.set_stuck({("writer", "tool-cycle"): 3})
     assert sidecar.value("runs_stuck", agent="explorer", reason="idle-timeout") == 0
     assert sidecar.value("runs_stuck", agent="writer", reason="tool-cycle") == 3
+
+
+def test_a_plain_histogram_is_shown_as_prometheus_client_shows_one() -> None:
+    """``ingest_lag_seconds`` and ``rule_eval_duration_seconds`` are counted by
+    :class:`PlainHistogram`: the same values on a bound, between two, past the last, zero and
+    NaN give the exposition prometheus_client's ``Histogram`` gives, in both formats."""
+    from prometheus_client import CollectorRegistry, Histogram
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
+
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    plain = PlainHistogram("lag_seconds", "Lag.", INGEST_LAG_BUCKETS, ours)
+    reference = Histogram("lag_seconds", "Lag.", registry=theirs, buckets=INGEST_LAG_BUCKETS)
+    for value in (0.0, 0.05, 0.07, 1, 1.0000001, 6, 299.9, 300, 301, 1e9, 0.0, float("nan")):
+        plain.observe(value)
+        reference.observe(value)
+    assert generate_latest(ours) == generate_latest(theirs)
+    assert openmetrics(ours) == openmetrics(theirs)
+    assert ours.get_sample_value("lag_seconds_bucket", {"le": "1.0"}) == 5
+
+
+def test_decisions_are_counted_at_the_scrape_with_their_latest_trace(sidecar: Sidecar) -> None:
+    """``rule_fired`` adds up until the registry is collected: every decision counted, each
+    series' exemplar the latest trace among its decisions (one without a trace keeps the one
+    before), new agents past the cap still ``_other``."""
+    metrics = sidecar.metrics
+    first, latest = "a" * 32, "b" * 32
+    metrics.rule_fired("error-loop", "abort", "explorer", first)
+    metrics.rule_fired("error-loop", "abort", "explorer", latest)
+    metrics.rule_fired("error-loop", "abort", "explorer", None)
+    metrics.rule_fired("tool-cycle", "wind_down", "explorer", None)
+
+    def fired() -> dict[tuple[str, str], tuple[float, str]]:
+        body = metrics.render(PROMETHEUS_ACCEPT)[0].decode()
+        found = {}
+        for line in body.splitlines():
+            if line.startswith(P + "rule_fired_total{"):
+                sample, _, exemplar = line.partition(" # ")
+                labels = dict(LABEL.findall(sample))
+                found[(labels["rule"], labels["agent"])] = (float(sample.split()[-1]), exemplar)
+        return found
+
+    counted = fired()
+    assert counted[("error-loop", "explorer")][0] == 3
+    assert f'trace_id="{latest}"' in counted[("error-loop", "explorer")][1]
+    assert counted[("tool-cycle", "explorer")] == (1, "")
+    metrics.rule_fired("error-loop", "abort", "explorer", None)  # after the scrape
+    assert fired()[("error-loop", "explorer")][0] == 4
+    for index in range(MAX_AGENTS + 2):
+        metrics.rule_fired("error-loop", "abort", f"agent-{index}", None)
+    assert fired()[("error-loop", OTHER)][0] >= 2
+
+
+def test_decisions_waiting_for_a_scrape_are_bounded(sidecar: Sidecar) -> None:
+    """Past ``MAX_PENDING_SERIES`` label combinations waiting, the decisions go into their
+    series without a scrape: what waits never grows with the agents a scrape has not seen."""
+    metrics = sidecar.metrics
+    for index in range(MAX_PENDING_SERIES + 1):
+        metrics.rule_fired(f"rule-{index % 7}", "abort", f"agent-{index}", None)
+    assert metrics.pending_series() <= 1
+    assert sidecar.value("rule_fired_total", rule="rule-0", action="abort",
+                         agent="agent-0") == 1
 
 
 def test_a_run_told_to_stop_is_told_nothing_more(clock: ManualClock) -> None:

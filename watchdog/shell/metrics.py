@@ -9,8 +9,9 @@ Theory of operation
   finished run, from aggregates the core already computed — never once per span. The per-agent
   counters of applied spans (tool calls, tokens, errors) are only added up in plain dicts on
   the ingest path (``batch_applied``: once per ingest slice, a prometheus_client ``inc`` with
-  an exemplar costs ~5 µs) and moved into their series when the registry is collected (a
-  scrape), or when many label combinations are waiting (:data:`MAX_PENDING_SERIES`).
+  an exemplar costs ~5 µs), and so are the decisions (``rule_fired``), and moved into their
+  series when the registry is collected (a scrape), or when many label combinations are
+  waiting (:data:`MAX_PENDING_SERIES`).
 * Gauges about live runs (``runs_active``, ``run_idle_seconds_max``) are not kept up to date at
   all: :class:`LiveRunsCollector` computes them when Prometheus scrapes, from the plain values
   (agent, last progress) that the function given to :meth:`Metrics.read_live_runs` returns for
@@ -27,6 +28,7 @@ Theory of operation
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import Counter as Tally
@@ -44,10 +46,16 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from watchdog.core.rules.decision import Action
 
@@ -219,10 +227,10 @@ class Metrics:
         self.forwarded_total = counter(
             "forwarded_total", "OTLP export requests passed on to forward_endpoint, by outcome "
             "(sent, retried: one failed attempt, dropped_*: given up).", ["signal", "outcome"])
-        self.ingest_lag_seconds = histogram(
-            "ingest_lag_seconds",
+        self.ingest_lag_seconds = PlainHistogram(
+            PREFIX + "ingest_lag_seconds",
             "Seconds from the end of the oldest span of an export request to its ingestion.",
-            (), INGEST_LAG_BUCKETS)
+            INGEST_LAG_BUCKETS, registry)
         # runs
         self.tool_calls_total = counter(
             "tool_calls_total", "Tool executions.", ["agent", "tool"])
@@ -263,9 +271,9 @@ class Metrics:
         self.background_passes_total = counter(
             "background_passes_total", "Passes of the sidecar's timed loops (state_flush, "
             "evaluate, prune, rules_watch) by outcome (ok, failed).", ["task", "outcome"])
-        self.rule_eval_duration_seconds = histogram(
-            "rule_eval_duration_seconds", "Seconds one evaluation of all rules took.",
-            (), RULE_EVAL_BUCKETS)
+        self.rule_eval_duration_seconds = PlainHistogram(
+            PREFIX + "rule_eval_duration_seconds", "Seconds one evaluation of all rules took.",
+            RULE_EVAL_BUCKETS, registry)
         # the model endpoint (DESIGN §12)
         self.model_requests_total = counter(
             "model_requests_total", "Requests through the model endpoint, by API and outcome "
@@ -374,10 +382,14 @@ class Metrics:
             self._child(self.runs_evicted_total, self.agent(run.agent)).inc()
 
     def publish(self) -> None:
-        """Move the counts ``batch_applied`` added up into their series (with each agent's
-        latest trace id as the exemplar)."""
-        tool_calls, tokens, errors, cost, exemplars = self._pending.take()
+        """Move the counts ``batch_applied`` and ``rule_fired`` added up into their series
+        (with each agent's, or each rule's, action's and agent's, latest trace id as the
+        exemplar), in the order they first came (the label caps admit values so)."""
+        tool_calls, tokens, errors, cost, exemplars, fired = self._pending.take()
         child = self._child
+        for (rule, action, agent), (count, trace_id) in fired.items():
+            child(self.rule_fired_total, self._rules(rule), clip(action), self.agent(agent)).inc(
+                count, _exemplar(trace_id))
         for (agent, tool), count in tool_calls.items():
             label = self.agent(agent)
             child(self.tool_calls_total, label, self._tool(label, tool)).inc(
@@ -393,6 +405,10 @@ class Metrics:
             label = self.agent(agent)
             child(self.cost_usd_total, label, self._model(label, model)).inc(
                 dollars, _exemplar(exemplars.get(agent)))
+
+    def pending_series(self) -> int:
+        """Label combinations added up and not yet in their series."""
+        return self._pending.waiting()
 
     def runs_finished(self, runs: Iterable[RunView]) -> None:
         child = self._child
@@ -440,8 +456,10 @@ class Metrics:
     # -- rules engine and directives ----------------------------------------------------------
 
     def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None:
-        self._child(self.rule_fired_total, self._rules(rule), clip(action),
-                    self.agent(agent)).inc(1, _exemplar(trace_id))
+        """Added up until the next collection (a decision is made every few spans on a busy
+        loop; an ``inc`` with an exemplar costs ~5 µs), as ``batch_applied``'s counts are."""
+        if self._pending.fire(rule, action, agent, trace_id) > MAX_PENDING_SERIES:
+            self.publish()
 
     def rule_error(self, rule: str) -> None:
         self._child(self.rule_errors_total, self._rules(rule)).inc()
@@ -516,6 +534,17 @@ class Metrics:
 Key = tuple[str, str]
 
 
+Count = TypeVar("Count", int, float)
+
+
+def _add_up(into: dict[Key, Count], counts: Mapping[Key, Count]) -> None:
+    """``into += counts``, key by key (``Counter.update`` first asks whether ``counts`` is a
+    ``Mapping``, an ABC check that costs more than the few additions of a slice)."""
+    get = into.get
+    for key, count in counts.items():
+        into[key] = get(key, 0) + count
+
+
 class PendingCounts:
     """Per-agent counts of applied spans not yet in their series. The ingest path adds on the
     event loop; a collection may take them from another thread (a test reading the registry),
@@ -531,24 +560,82 @@ class PendingCounts:
         self.errors: Tally[Key] = Tally()
         self.cost: dict[Key, float] = {}
         self.exemplars: dict[str, str] = {}
+        # (rule, action, agent) -> decisions, and the latest trace id among them
+        self.fired: dict[tuple[str, str, str], tuple[int, str | None]] = {}
 
     def add(self, result: BatchResult) -> int:
         """Add ``result``'s counts; returns how many label combinations now wait."""
         with self._lock:
-            self.tool_calls.update(result.tool_calls)
-            self.tokens.update(result.tokens)
-            self.errors.update(result.errors)
-            for key, dollars in result.cost.items():
-                self.cost[key] = self.cost.get(key, 0.0) + dollars
+            _add_up(self.tool_calls, result.tool_calls)
+            _add_up(self.tokens, result.tokens)
+            _add_up(self.errors, result.errors)
+            _add_up(self.cost, result.cost)
             self.exemplars.update(result.exemplars)
-            return len(self.tool_calls) + len(self.tokens) + len(self.errors) + len(self.cost)
+            return self._waiting()
+
+    def waiting(self) -> int:
+        with self._lock:
+            return self._waiting()
+
+    def fire(self, rule: str, action: str, agent: str, trace_id: str | None) -> int:
+        """One decision of ``rule``; returns how many label combinations now wait."""
+        key = (rule, action, agent)
+        with self._lock:
+            count, latest = self.fired.get(key, (0, None))
+            self.fired[key] = (count + 1, trace_id or latest)
+            return self._waiting()
+
+    def _waiting(self) -> int:
+        return (len(self.tool_calls) + len(self.tokens) + len(self.errors) + len(self.cost)
+                + len(self.fired))
 
     def take(self) -> tuple[Tally[Key], Tally[Key], Tally[Key], dict[Key, float],
-                            dict[str, str]]:
+                            dict[str, str], dict[tuple[str, str, str], tuple[int, str | None]]]:
         with self._lock:
-            taken = self.tool_calls, self.tokens, self.errors, self.cost, self.exemplars
+            taken = (self.tool_calls, self.tokens, self.errors, self.cost, self.exemplars,
+                     self.fired)
             self._clear()
         return taken
+
+
+class PlainHistogram(Collector):
+    """A histogram without labels or exemplars, observed on the ingest path once per slice
+    (``ingest_lag_seconds``, ``rule_eval_duration_seconds``): a bisection and two additions
+    (~0.5 µs), where prometheus_client's ``observe`` walks the buckets and takes a lock per
+    value (~5 µs). Collected as prometheus_client's :class:`Histogram` shows one: the
+    cumulative ``_bucket`` series (``le`` as it writes it), ``_count``, ``_sum``."""
+
+    def __init__(self, name: str, documentation: str, buckets: Sequence[float],
+                 registry: CollectorRegistry) -> None:
+        self.name, self.documentation = name, documentation
+        self._bounds = tuple(float(bound) for bound in buckets)
+        self._les: list[str] = [floatToGoString(bound)  # type: ignore[no-untyped-call]
+                                for bound in (*self._bounds, float("inf"))]
+        self._counts = [0] * (len(self._bounds) + 1)  # per bucket, not cumulative
+        self._sum = 0.0
+        self._lock = threading.Lock()  # (a collection may come from another thread: a test)
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        index = bisect.bisect_left(self._bounds, value)  # the first bound >= value, as `le`
+        with self._lock:
+            if value == value:  # (NaN is in no bucket, but in the sum, as there)
+                self._counts[index] += 1
+            self._sum += value
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        family = HistogramMetricFamily(self.name, self.documentation)
+        cumulative, buckets = 0, []
+        for le, count in zip(self._les, counts, strict=True):
+            cumulative += count
+            buckets.append((le, float(cumulative)))
+        family.add_metric([], buckets, total)
+        yield family
 
 
 class _Publisher(Collector):
