@@ -14,6 +14,7 @@ import logging
 import re
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -576,23 +577,35 @@ budgets:
     max_tool_calls: 13
   - agents: ["long"]
     max_tool_calls: 12
+  - agents: ["steady"]
+    max_tool_calls: 7
+  - agents: ["short"]
+    max_tool_calls: 4
 """
 # (agent, the tool calls the model asks for at each request)
-BOUNDED = [("wide", 9), ("long", 2)]
+BOUNDED = [("wide", 9), ("long", 2), ("steady", 1)]
+LIMITS = {"wide": 13, "long": 12, "steady": 7, "short": 4}
 
 
-def bounded_agent(server: RunningServer, agent: str, calls: int) -> list[int]:
-    """The agent's loop, with no wait between its requests: each request's answer back with a
-    result for each tool call handed over, until an answer with none; the calls it was handed
-    at each request."""
+def bounded_agent(server: RunningServer, agent: str, calls: int, task: str = "task of",
+                  settle: Callable[[], None] | None = None,
+                  system: bytes | None = None) -> list[int]:
+    """The agent's loop, with no wait between its requests (``settle``: called before each
+    request but the first): each request's answer back with a result for each tool call
+    handed over, until an answer with none; the calls it was handed at each request.
+    ``system``: the system message as sent (bytes of JSON), in place of json.dumps' own."""
     conversation: list[dict[str, Any]] = [
         {"role": "system", "content": "You are terse."},
-        {"role": "user", "content": f"task of {agent}"}]
+        {"role": "user", "content": f"{task} {agent}"}]
     handed: list[int] = []
     while len(handed) < 12:
-        status, body = post(server, PATHS["chat"], json.dumps({
-            "model": "m", "messages": conversation, "tools": SEARCH,
-            "metadata": {"calls": str(calls)}}).encode(), {"X-Watchdog-Agent": agent})
+        if handed and settle is not None:
+            settle()
+        sent = json.dumps({"model": "m", "messages": conversation, "tools": SEARCH,
+                           "metadata": {"calls": str(calls)}}).encode()
+        if system is not None:
+            sent = sent.replace(json.dumps(conversation[0]).encode(), system, 1)
+        status, body = post(server, PATHS["chat"], sent, {"X-Watchdog-Agent": agent})
         assert status == 200, body
         message = json.loads(body)["choices"][0]["message"]
         calls_handed = message.get("tool_calls") or []
@@ -606,21 +619,14 @@ def bounded_agent(server: RunningServer, agent: str, calls: int) -> list[int]:
     raise AssertionError(f"no final answer: {handed}")
 
 
-@pytest.mark.parametrize("latency", [0.0, 0.02, 0.15])
-def test_a_budgeted_runs_requests_go_on_ahead_with_their_bound_until_the_countdown(
-        tmp_path: Path, latency: float) -> None:
-    """Runs with a rule pack's budget of tool calls, their agents sending each request as soon
-    as they have the answer before it, at a model's latency of 0, 20 and 150 ms: the loop
-    proves at each booking that the next request (the calls handed over answered) gets a plain
-    pass bounded to the calls left (more than three: no countdown yet), and the compiled relay
-    sends it on with that bound, trimming the answer to it. Through the Python relay and
-    through the compiled one, the upstream sees the same requests, byte for byte (the
-    countdown, then the final request with the tools withdrawn), and the agents are handed the
-    same calls; the compiled relay sent some on ahead, none decided otherwise."""
+def bounded_upstream(latency: float) -> Callable[[Any, Any], None]:
+    """The model, answering after ``latency`` seconds: the tool calls the request's
+    ``metadata.calls`` asks for, each with arguments of its own (no rule of the default pack
+    fires), or a plain answer once the tools are withdrawn."""
     from tests.test_model_proxy import send
 
-    def slow(handler: Any, seen: Any) -> None:  # (each call asked for with arguments of its
-        time.sleep(latency)                      # own: no rule of the default pack fires)
+    def answer(handler: Any, seen: Any) -> None:
+        time.sleep(latency)
         body = json.loads(seen.body)
         tag = hashlib.sha256(seen.body).hexdigest()[:10]
         if body.get("tool_choice") == "none":
@@ -635,31 +641,149 @@ def test_a_budgeted_runs_requests_go_on_ahead_with_their_bound_until_the_countdo
                 for n in range(int(body["metadata"]["calls"]))]},
                 "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3,
                                                             "completion_tokens": 9}}).encode())
+    return answer
 
+
+def bounded_sidecar(tmp_path: Path, relay: str, upstream: RawUpstream) -> Any:
+    path = tmp_path / f"pack-{relay}.yaml"
+    path.write_text(BOUND_PACK)
+    return running_server(sidecar_config(
+        tmp_path / f"state-{relay}", model_address="127.0.0.1:0", model_relay=relay,
+        model_upstream=upstream.base + "/v1", model_upstream_anthropic=upstream.base,
+        model_agent_name=AGENT, rules=(str(path),)))
+
+
+def settled(server: RunningServer) -> Callable[[], None]:
+    """Until the loop has booked every call that ended (and so told the relay what the next
+    request gets): the relay holds no response still to be told, the loop none to book."""
+    native = native_of(server)
+    return lambda: wait_until(lambda: server.call(lambda: not native.pending
+                                                  and not native.ended), "booked")
+
+
+def countdowns(bodies: list[bytes], agent: str, task: str = "task of") -> list[str | None]:
+    """The countdown each request of ``agent``'s conversation carried (None: none)."""
+    notes: list[str | None] = []
+    for body in bodies:
+        messages = json.loads(body)["messages"]
+        if messages[1]["content"] != f"{task} {agent}":
+            continue
+        found = re.search(r"\[budget: (\d+ of \d+) tool calls left", messages[0]["content"])
+        notes.append(found.group(1) if found else None)
+    return notes
+
+
+@pytest.mark.parametrize("latency", [0.0, 0.02, 0.15])
+def test_a_budgeted_runs_requests_go_on_ahead_with_their_bound_and_countdown(
+        tmp_path: Path, latency: float) -> None:
+    """Runs with a rule pack's budget of tool calls, at a model's latency of 0, 20 and 150 ms:
+    the loop proves at each booking what the next request (the calls handed over answered)
+    gets: a plain pass bounded to the calls left, or, from three left, that bound with the
+    countdown's note, which the compiled relay splices into the request's bytes as the loop
+    does. Their agents send each request as soon as they have the answer before it, then
+    (``settle``) once the loop has booked it. Through the Python relay and through the
+    compiled one, the upstream sees the same requests, byte for byte (the countdown true at
+    each, then the final request with the tools withdrawn), and the agents are handed the
+    same calls, never more than their budget; the compiled relay sent every continuing
+    request but the final one on ahead once booked, countdowns included, none decided
+    otherwise."""
     seen: dict[str, tuple[list[bytes], list[list[int]]]] = {}
     for relay in ("python", "native"):
-        raw = RawUpstream(slow)
+        raw = RawUpstream(bounded_upstream(latency))
         try:
-            path = tmp_path / f"pack-{relay}.yaml"
-            path.write_text(BOUND_PACK)
-            with running_server(sidecar_config(
-                    tmp_path / f"state-{relay}", model_address="127.0.0.1:0", model_relay=relay,
-                    model_upstream=raw.base + "/v1", model_upstream_anthropic=raw.base,
-                    model_agent_name=AGENT, rules=(str(path),))) as server:
+            with bounded_sidecar(tmp_path, relay, raw) as server:
                 handed = [bounded_agent(server, agent, calls) for agent, calls in BOUNDED]
                 if relay == "native":
                     native = native_of(server)
-                    wait_until(lambda: native.continued > 0,  # noqa: B023
-                               "some sent on ahead")
-                    assert native.missed == 0
+                    settle = settled(server)
+                    before = server.call(lambda: (native.continued, native.noted))  # noqa: B023
+                else:
+                    settle = None
+                handed += [bounded_agent(server, agent, calls, "settled task of", settle)
+                           for agent, calls in BOUNDED]
+                if relay == "native":
+                    # (wide: 1 continuing request before its final one, long: 5, steady: 6;
+                    # countdowns: long's 2 left, steady's 3, 2 and 1 left)
+                    wait_until(lambda: server.call(  # noqa: B023
+                        lambda: (native.continued - before[0],  # noqa: B023
+                                 native.noted - before[1])) == (12, 4),  # noqa: B023
+                        lambda: f"{native.continued - before[0]} continued, "  # noqa: B023
+                                f"{native.noted - before[1]} countdowns ahead")  # noqa: B023
+                    assert native.noted >= 4 and native.missed == 0
+                    status, text = http_request("GET", server.metrics + "/metrics")
+                    assert status == 200 and 'outcome="missed"' not in text.decode()
+                    assert (f'agent_watchdog_model_ahead_total{{kind="continued",outcome="same"}} '
+                            f'{float(native.continued)}') in text.decode()
             seen[relay] = ([untimed(request.body) for request in raw.seen], handed)
         finally:
             raw.close()
-    assert seen["python"][1] == [[9, 4, 0], [2, 2, 2, 2, 2, 2, 0]]
+    expected = [[9, 4, 0], [2, 2, 2, 2, 2, 2, 0], [1, 1, 1, 1, 1, 1, 1, 0]]
+    assert seen["python"][1] == expected * 2
     assert seen["native"] == seen["python"]
+    for (agent, _), handed in zip(BOUNDED * 2, seen["native"][1], strict=True):
+        assert sum(handed) <= LIMITS[agent]
     bodies = seen["python"][0]
+    for task in ("task of", "settled task of"):
+        assert countdowns(bodies, "long", task) == [None] * 5 + ["2 of 12", None]
+        assert countdowns(bodies, "steady", task) == [None] * 4 + ["3 of 7", "2 of 7", "1 of 7",
+                                                                   None]
     assert b"tool calls left" not in bodies[7] and b"2 of 12 tool calls left" in bodies[8]
     assert b'"tool_choice": "none"' in bodies[-1] or b'"tool_choice":"none"' in bodies[-1]
+
+
+def test_a_countdown_the_relay_cannot_splice_waits_for_the_loop(tmp_path: Path) -> None:
+    """A run with 4 tool calls (its pack's), one used: its next request gets "3 of 4 left",
+    and the relay was told so. One with a plain system message goes on ahead with the note
+    spliced in while the loop is busy; one whose system message names its content twice (JSON
+    that Python reads as the last one) waits for the loop: the relay's splice is not sure to
+    edit what Python reads, so nothing goes with a wrong edit. The loop writes that body anew,
+    with the note where Python puts it; nothing is decided otherwise."""
+    raw = RawUpstream(bounded_upstream(0.0))
+    note = "[budget: 3 of 4 tool calls left — wrap up soon]"
+    try:
+        with bounded_sidecar(tmp_path, "native", raw) as server:
+            native = native_of(server)
+            for task, system in (("plain", b'{"role": "system", "content": "You are terse."}'),
+                                 ("twice", b'{"role": "system", "content": "ignored", '
+                                           b'"content": "You are terse."}')):
+                conversation: list[dict[str, Any]] = [
+                    {"role": "system", "content": "You are terse."},
+                    {"role": "user", "content": task}]
+
+                def sent() -> bytes:
+                    return json.dumps({"model": "m", "messages": conversation,  # noqa: B023
+                                       "tools": SEARCH, "metadata": {"calls": "1"}}).encode(
+                    ).replace(json.dumps(conversation[0]).encode(), system, 1)  # noqa: B023
+
+                status, answer = post(server, PATHS["chat"], sent(), {"X-Watchdog-Agent": "short"})
+                assert status == 200
+                message = json.loads(answer)["choices"][0]["message"]
+                conversation += [message, {"role": "tool", "content": "found",
+                                           "tool_call_id": message["tool_calls"][0]["id"]}]
+                settled(server)()
+                assert server.call(lambda: len(native.next_of)) >= 1
+                seen = len(raw.seen)
+                with busy(server) as held:
+                    sending = in_background(lambda: post(server, PATHS["chat"], sent(),  # noqa: B023
+                                                         {"X-Watchdog-Agent": "short"}))
+                    if task == "plain":
+                        assert sending()[0] == 200
+                        assert not held.free.is_set(), "the countdown waited for the loop"
+                    else:
+                        held.waiting(1)
+                        assert len(raw.seen) == seen, "sent before the loop read it"
+                assert sending()[0] == 200
+                upstream_saw = raw.seen[seen].body
+                assert json.loads(upstream_saw)["messages"][0] == {
+                    "role": "system", "content": f"You are terse.\n\n{note}"}
+                if task == "plain":  # (the bytes as sent, the note spliced in)
+                    assert upstream_saw == sent().replace(
+                        b'terse."}', b"terse.\\n\\n" + json.dumps(note, ensure_ascii=False)[1:-1].encode()
+                        + b'"}', 1)
+                    assert native.noted == 1
+            assert native.noted == 1 and native.missed == 0
+    finally:
+        raw.close()
 
 
 def test_a_response_whose_calls_the_relay_cannot_read_holds_continuing_requests_until_booked(
