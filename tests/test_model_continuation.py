@@ -13,8 +13,8 @@ import json
 import logging
 import re
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -704,7 +704,7 @@ def test_a_budgeted_runs_requests_go_on_ahead_with_their_bound_and_countdown(
                 if relay == "native":
                     # (wide: 1 continuing request before its final one, long: 5, steady: 6;
                     # countdowns: long's 2 left, steady's 3, 2 and 1 left)
-                    wait_until(lambda: server.call(  # noqa: B023
+                    wait_until(lambda: server.call(
                         lambda: (native.continued - before[0],  # noqa: B023
                                  native.noted - before[1])) == (12, 4),  # noqa: B023
                         lambda: f"{native.continued - before[0]} continued, "  # noqa: B023
@@ -764,7 +764,7 @@ def test_a_countdown_the_relay_cannot_splice_waits_for_the_loop(tmp_path: Path) 
                 assert server.call(lambda: len(native.next_of)) >= 1
                 seen = len(raw.seen)
                 with busy(server) as held:
-                    sending = in_background(lambda: post(server, PATHS["chat"], sent(),  # noqa: B023
+                    sending = in_background(lambda: post(server, PATHS["chat"], sent(),
                                                          {"X-Watchdog-Agent": "short"}))
                     if task == "plain":
                         assert sending()[0] == 200
@@ -777,10 +777,10 @@ def test_a_countdown_the_relay_cannot_splice_waits_for_the_loop(tmp_path: Path) 
                 assert json.loads(upstream_saw)["messages"][0] == {
                     "role": "system", "content": f"You are terse.\n\n{note}"}
                 if task == "plain":  # (the bytes as sent, the note spliced in)
+                    escaped = json.dumps(note, ensure_ascii=False)[1:-1].encode()
                     assert upstream_saw == sent().replace(
-                        b'terse."}', b"terse.\\n\\n" + json.dumps(note, ensure_ascii=False)[1:-1].encode()
-                        + b'"}', 1)
-                    assert native.noted == 1
+                        b'terse."}', b"terse.\\n\\n" + escaped + b'"}', 1)
+                    wait_until(lambda: native.noted == 1, "the countdown read by the loop")
             assert native.noted == 1 and native.missed == 0
     finally:
         raw.close()
@@ -855,3 +855,158 @@ rules:
         waits(server, upstream, answering("checkpointed", ["found a"]), "found a")
         assert b"CHECKPOINTED: WIND DOWN" in upstream.seen[-1].body
         assert native.continued == 0 and native.missed == 0
+
+
+# -- the countdown's note, spliced into a request's bytes as Python writes it --------------------
+
+NOTE_TEXTS = ["[budget: 3 of 20 tool calls left — wrap up soon]",
+              "[budget: 1 of 7 tool calls left — finalize now]", "", 'a "quote" and a \\',
+              "tab\tline\ncr\r nul\x00 \x1f \x7f", "ünïcode ☃ \u2028 😀"]
+ODD_TEXTS = ['"', "\\", "\n", "é", "😀", "\u2028", "\x00", "]", "}", "{", ",", ":", "s", "system",
+             '"role":"system"', "[budget: "]
+
+
+class Writer:
+    """JSON written the ways clients write it: odd whitespace, strings escaped or not
+    (``\\u`` escapes of plain letters, surrogate pairs), now and then a member named twice
+    (a decoy first: Python reads the last); ``twice``: whether it wrote one."""
+
+    def __init__(self, rng: Any) -> None:
+        self.rng = rng
+        self.twice = False
+
+    def space(self) -> str:
+        return self.rng.choice(["", "", " ", "\n", "\t ", "\r\n  "])
+
+    def string(self, text: str) -> str:
+        out = []
+        for char in text:
+            if char in '"\\' or char < " " or self.rng.random() < 0.1:
+                out.append(json.dumps(char)[1:-1] if char in '"\\' or char < " "
+                           else json.dumps(char, ensure_ascii=True)[1:-1] if ord(char) > 0xFFFF
+                           else f"\\u{ord(char):04x}")
+            else:
+                out.append(char)
+        return '"' + "".join(out) + '"'
+
+    def value(self, value: Any) -> str:
+        space = self.space
+        if isinstance(value, str):
+            return self.string(value)
+        if isinstance(value, list):
+            return "[" + space() + ("," + space()).join(
+                self.value(item) for item in value) + space() + "]"
+        if isinstance(value, dict):
+            members = []
+            for key, item in value.items():
+                if self.rng.random() < 0.03:
+                    self.twice = True
+                    members.append(f"{self.string(key)}{space()}:{space()}"
+                                   f"{self.value('decoy')}")
+                members.append(f"{self.string(key)}{space()}:{space()}{self.value(item)}")
+            return "{" + space() + ("," + space()).join(members) + space() + "}"
+        return json.dumps(value)
+
+
+def a_request(rng: Any) -> dict[str, Any]:
+    """A Chat Completions request of any shape a client may send: instructions of every kind
+    (a string, empty, in parts, of another type, missing; system or developer; first, late,
+    or none), other messages and values around them that read like them."""
+    def text() -> str:
+        return "".join(rng.choice(ODD_TEXTS) for _ in range(rng.randrange(4)))
+
+    def message() -> object:
+        if rng.random() < 0.08:
+            return rng.choice(["system", 3, None, ["system"]])
+        out: dict[str, Any] = {}
+        if rng.random() < 0.3:
+            out["name"] = text()
+        out["role"] = rng.choice(["system", "developer", "user", "user", "assistant", "tool",
+                                  None, 5, ["system"], "System"])
+        kind = rng.randrange(8)
+        if kind < 3:
+            out["content"] = text()
+        elif kind == 3:
+            out["content"] = ""
+        elif kind == 4:
+            out["content"] = [{"type": "text", "text": text()}
+                              for _ in range(rng.randrange(3))]
+        elif kind == 5:
+            out["content"] = rng.choice([None, 3, True, {"text": text()}, 2.5])
+        if rng.random() < 0.3:
+            out["extra"] = {"messages": [text()], "role": "system"}
+        if rng.random() < 0.5 and "content" in out:  # (content before the role)
+            out = {"content": out.pop("content"), **out}
+        return out
+
+    body: dict[str, Any] = {}
+    keys = ["model", "messages", "tools", "metadata", "stream"]
+    rng.shuffle(keys)
+    for key in keys:
+        if key == "messages":
+            body["messages"] = [message() for _ in range(rng.randrange(5))]
+        elif rng.random() < 0.6:
+            body[key] = {"model": "m", "tools": SEARCH, "stream": rng.random() < 0.5,
+                         "metadata": {"messages": [{"role": "system", "content": text()}]}}[key]
+    return body
+
+
+def test_the_relays_note_splice_writes_what_add_note_writes() -> None:
+    """Over many requests as clients write them, and notes of every kind: where the compiled
+    relay's splice edits a body, the body it writes reads (parsed, members in order) as
+    ``ChatWire.add_note`` writes it, every byte before the note as it came; where it is not
+    sure (a member named twice, most of them), it says so, and Python writes the body anew."""
+    import random
+
+    from watchdog.core.bounds import load_json
+    from watchdog.core.model.chat import ChatWire
+    from watchdog.shell.model._relay import Relay
+
+    def ordered(raw: bytes | str) -> Any:
+        return json.loads(raw, object_pairs_hook=lambda pairs: pairs)
+
+    rng = random.Random(4)
+    spliced = unsure = 0
+    for _ in range(3000):
+        writer = Writer(rng)
+        raw = writer.value(a_request(rng)).encode()
+        note = rng.choice(NOTE_TEXTS)
+        out = Relay.splice_note(raw, note)
+        wanted = ChatWire().add_note(load_json(raw), note)
+        if out is None:
+            unsure += 1
+            continue
+        spliced += 1
+        assert load_json(out) == wanted, raw
+        if not writer.twice:
+            assert ordered(out) == ordered(json.dumps(wanted)), raw
+        # the note put in, nothing else changed but, at most, a content of another type
+        prefix = next((i for i, (a, b) in enumerate(zip(raw, out, strict=False)) if a != b),
+                      min(len(raw), len(out)))
+        suffix = next((i for i, (a, b) in enumerate(zip(raw[::-1], out[::-1], strict=False))
+                       if a != b), min(len(raw), len(out)))
+        if prefix + suffix < len(raw):
+            first = next(message for message in load_json(raw)["messages"]
+                         if isinstance(message, dict)
+                         and message.get("role") in ("system", "developer"))
+            assert not isinstance(first.get("content"), str | list), raw
+    assert spliced > 2000 and unsure > 30, (spliced, unsure)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"messages":[{"role":"system","content":"s"}],"messages":[]}',  # named twice
+    b'{"messages":{"role":"system"}}', b'{"messages":"s"}', b'{"model":"m"}', b'[]', b'"x"',
+    b'{"messages":[{"role":"user","role":"system","content":"s"}]}',
+    b'{"messages":[{"role":"system","content":"a","content":"b"}]}',
+    b'{"messages":[{"role":"system","content":"s"}]', b'{"messages":[NaN]}',
+    b'{"messages":[]} x', b'{"messages":["\xff"]}', b'{"messages":["\\ud800"]}',
+    b'{"deep":' + b"[" * 200 + b"]" * 200 + b',"messages":[]}',
+])
+def test_a_body_the_splice_cannot_be_sure_of_is_left_to_python(body: bytes) -> None:
+    """JSON the relay's splice cannot be sure to edit as Python reads it (a member that
+    decides where the note goes named twice, messages not a list, JSON Python may read
+    otherwise or not at all, nesting past serde_json's bounds): no edit, so the relay leaves
+    the request to the loop and the loop writes the body anew."""
+    from watchdog.shell.model._relay import Relay
+
+    assert Relay.splice_note(body, "[budget: 3 of 20 tool calls left — wrap up soon]") is None

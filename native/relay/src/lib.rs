@@ -692,7 +692,7 @@ async fn handle(shared: Arc<Shared>, client: Arc<Client>, request: Request<Incom
     let sent = match (&verdict, &body) {
         (Some(Verdict::Admitted(admitted)), Some(body)) => match &admitted.note {
             None => Some(body.clone()),
-            Some(note) => note::splice_note(body, note).map(Bytes::from),
+            Some(note) => note::splice_read(body, note).map(Bytes::from),  // (read: admit)
         },
         _ => None,
     };

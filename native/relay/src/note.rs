@@ -16,11 +16,15 @@
 //! `messages` named twice or not a list, a message before the one edited that names its role
 //! or content twice.
 
-use serde::de::IgnoredAny;
-
 /// The body with `note` written into its instructions as `add_note` writes it (None: not sure).
 pub fn splice_note(body: &[u8], note: &str) -> Option<Vec<u8>> {
-    serde_json::from_slice::<IgnoredAny>(body).ok()?;
+    serde_json::from_slice::<serde_json::Value>(body).ok()?;
+    splice_read(body, note)
+}
+
+/// [`splice_note`] of a body read already as JSON (`serde_json::Value`: UTF-8, escapes,
+/// nesting checked), as the relay's admission reads each request it sends on.
+pub fn splice_read(body: &[u8], note: &str) -> Option<Vec<u8>> {
     let mut scan = Scan { data: body, at: 0 };
     let (start, end) = scan.member_of_top("messages")?;
     if body[start] != b'[' {

@@ -78,8 +78,10 @@ of a run is booked, this process publishes (``admit_next``) what the next reques
 conversation gets, for a Chat Completions run keyed by its conversation (no trace, no run
 header, not the client SDK's), with no budget but a rule pack's of tool calls (none
 announced) and no directive, with no other request of it in flight, not stopped: a plain pass,
-with no bound or the bound of the tool calls left (more than three: no countdown, no final
-request, whatever the request says of tools; :meth:`_bound_next`), for a request that comes
+with no bound or the bound of the tool calls left, and from three left the countdown's note
+for a request that offers tools, which the relay splices into its bytes as this process's
+steering does (``Relay.splice_note``; not the final request; :meth:`_bound_next`), for a
+request that comes
 within ``NEXT_HOLD``, when the core proves it (:meth:`Core.quiet
 <watchdog.core.step.Core.quiet>`): its rules decide nothing, on the timer or at that request,
 and the timer does not end the run, up to ``NEXT_HOLD`` + ``NEXT_MARGIN`` from now (the margin
@@ -168,8 +170,8 @@ def built() -> bool:
 def countdown_or_pass(turn: Turn) -> bool:
     """Whether ``turn`` is a plain pass or the tool-call countdown's note and nothing else
     (what a request sent on ahead may get; its response's usage not asked)."""
-    return not turn.usage and (turn.act is Act.PASS or turn.act is Act.NOTE
-                               and turn.rule == "budget")
+    return not turn.usage and (turn.act is Act.PASS or (turn.act is Act.NOTE
+                               and turn.rule == "budget"))
 
 
 class Forwarded:
@@ -469,8 +471,8 @@ class NativeEndpoint:
             turn = exchange.turn if exchange is not None else None
             if turn is None or (plan.keep == keep and exchange is not None
                                 and exchange.unasked is None
-                                and (turn.act is Act.PASS and not note
-                                     or turn.act is Act.NOTE and turn.text == note != "")):
+                                and ((turn.act is Act.PASS and not note)
+                                     or (turn.act is Act.NOTE and turn.text == note != ""))):
                 plan.body = b""  # (the relay's, sent on already: not held here as well)
                 self.noted += bool(note)
                 self.pending[number] = plan
