@@ -132,7 +132,15 @@ from watchdog.core.handout import Step
 from watchdog.core.model.book import MAX_PENDING_CALLS, Caller, EndpointRun, Unbooked
 from watchdog.core.model.chat import LEGACY_CALL_ID
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
-from watchdog.core.model.steer import Act, Counts, Turn, answer_tools, decide
+from watchdog.core.model.steer import (
+    Act,
+    Board,
+    Counts,
+    Turn,
+    answer_tools,
+    decide,
+    is_budget,
+)
 from watchdog.core.model.wire import ObservedFields, Request, observation_of
 from watchdog.core.spans.record import KeySource
 from watchdog.shell.model.headers import TOKEN_HEADER, Refused, door
@@ -167,11 +175,20 @@ def built() -> bool:
     return missing_relay() is None
 
 
-def countdown_or_pass(turn: Turn) -> bool:
-    """Whether ``turn`` is a plain pass or the tool-call countdown's note and nothing else
-    (what a request sent on ahead may get; its response's usage not asked)."""
-    return not turn.usage and (turn.act is Act.PASS or (turn.act is Act.NOTE
-                               and turn.rule == "budget"))
+def budget_only(board: Board | None) -> bool:
+    """Whether a run's directives change nothing of what its requests get but the name of the
+    rule a countdown is told under: none, or only a wind-down of its budget's countdown (the
+    default pack's ``budget-countdown``, ``budget-last-call``: the note is the endpoint's own,
+    from the counts; no grace), no abort, no note to tell."""
+    return board is None or (board.abort is None and board.grace is None
+                             and board.notify is None
+                             and (board.wind_down is None or is_budget(board.wind_down)))
+
+
+def countdown_or_pass(turn: Turn, board: Board | None) -> bool:
+    """Whether ``turn`` of a run with ``board`` is a plain pass or the tool-call countdown's
+    note and nothing else (what a request sent on ahead may get; its usage not asked)."""
+    return not turn.usage and budget_only(board) and turn.act in (Act.PASS, Act.NOTE)
 
 
 class Forwarded:
@@ -519,7 +536,8 @@ class NativeEndpoint:
         if not self.ahead or exchange is None or plan.api != "chat":
             return None
         state, turn = exchange.state, exchange.turn
-        if state.conversation is None or state.traced or not countdown_or_pass(turn):
+        if state.conversation is None or state.traced or not countdown_or_pass(
+                turn, self.proxy.service.board(state.run_key or state.key)):
             return None
         return state.conversation[:24]
 
@@ -571,14 +589,14 @@ class NativeEndpoint:
                 or state.key_source is not KeySource.WATCHDOG
                 or state.asking or state.reserved or state.final_used or state.stop is not None
                 or state.answered == 0 or exchange.broke
-                or not countdown_or_pass(exchange.turn) or len(state.pending) > MAX_EXPECTED):
+                or len(state.pending) > MAX_EXPECTED):
             return None
         proxy = self.proxy
         book = proxy.book
         if book.latest(state.conversation or "") != state.key or state.run_key != state.key:
             return None
         service = proxy.service
-        if service.board(state.key) is not None:
+        if not countdown_or_pass(exchange.turn, service.board(state.key)):
             return None
         core = service.core
         until = service.now() + NEXT_HOLD + NEXT_MARGIN
@@ -631,7 +649,7 @@ class NativeEndpoint:
             return None
         if offered == plain:
             return plain.keep, None
-        if countdown_or_pass(offered) and offered.keep == plain.keep:
+        if offered.act is Act.NOTE and not offered.usage and offered.keep == plain.keep:
             return plain.keep, offered.text
         return None
 
