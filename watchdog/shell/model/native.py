@@ -485,11 +485,9 @@ class NativeEndpoint:
                 self.answered += any(handed_by(result.call_id) == key
                                      for result in exchange.request.results)
             self._publish(plan, None)
-            turn = exchange.turn if exchange is not None else None
-            if turn is None or (plan.keep == keep and exchange is not None
-                                and exchange.unasked is None
-                                and ((turn.act is Act.PASS and not note)
-                                     or (turn.act is Act.NOTE and turn.text == note != ""))):
+            if exchange is None or (plan.keep == keep and exchange.unasked is None and (
+                    (exchange.turn.act is Act.PASS and not note)
+                    or (exchange.turn.act is Act.NOTE and exchange.turn.text == note != ""))):
                 plan.body = b""  # (the relay's, sent on already: not held here as well)
                 self.noted += bool(note)
                 self.pending[number] = plan
