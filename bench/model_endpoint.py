@@ -319,6 +319,13 @@ def sidecar(state_dir: str, upstream_url: str, relay: str,
         wait_ready(f"http://127.0.0.1:{ports['model']}/v1/models", process, "its endpoint",
                    timeout)
         yield f"http://127.0.0.1:{ports['model']}/v1", process.pid
+        if PACK and callgrind is None:  # (which requests went on ahead, the countdowns' too)
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/metrics",
+                                        timeout=10) as response:
+                counted = [line for line in response.read().decode().splitlines()
+                           if line.startswith(("agent_watchdog_model_ahead_total",
+                                               "agent_watchdog_model_steered_total"))]
+            print(f"relay {relay} ({tree}): " + "; ".join(counted), file=sys.stderr)
     finally:
         process.terminate()
         process.wait(30)

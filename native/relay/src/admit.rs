@@ -870,6 +870,33 @@ mod tests {
     }
 
     #[test]
+    fn a_countdown_goes_to_a_request_that_offers_tools_only() {
+        let headers = HeaderMap::new();
+        let mut admission = Admission::new(settings());
+        let digest = read_chat(&body("")).unwrap().digest;
+        let note = "[budget: 3 of 9 tool calls left — wrap up soon]".to_owned();
+        let with = |tools: &str| {
+            let text = String::from_utf8(body(ANSWERED)).unwrap();
+            text.replacen(r#"{"model":"m","#, &format!(r#"{{"model":"m",{tools}"#), 1)
+                .into_bytes()
+        };
+        for (tools, wanted) in [(r#""tools":[{"type":"function"}],"#, Some(Some(&note))),
+                                (r#""tools":[],"functions":[{"name":"f"}],"#, Some(Some(&note))),
+                                (r#""tools":[],"#, Some(None)), ("", Some(None)),
+                                (r#""tools":null,"functions":{},"#, Some(None)),
+                                (r#""tools":0,"#, None)] {
+            admission.admit_next(digest, 3, Some(note.clone()), 2, "bot".into(), HOLD, None);
+            match admission.judge(read_chat(&with(tools)).unwrap(), &headers) {
+                Verdict::Admitted(admitted) => {
+                    assert_eq!(Some(admitted.note.as_ref()), wanted, "{tools}");
+                    assert_eq!(admitted.keep, 3);
+                }
+                _ => assert_eq!(wanted, None, "{tools}"),
+            }
+        }
+    }
+
+    #[test]
     fn the_ids_handed_over_are_remembered_in_two_generations() {
         let mut admission = Admission::new(settings());
         admission.handed(Some((0..MAX_HANDED / 2).map(|n| format!("id_{n}")).collect()));
@@ -931,7 +958,8 @@ mod tests {
         let good = handed_turn(&["a", "b"], &[("b", r#""two""#), ("a", r#""one""#)]);
         let tell = |admission: &mut Admission, seen: &[i64]| {
             admission.handed(Some(vec!["a".into(), "b".into()]));
-            admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, expect(&["a", "b"], seen));
+            admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD,
+                                 expect(&["a", "b"], seen));
         };
         tell(&mut admission, &[]);
         assert!(judged(&mut admission, &good), "its calls' results, in any order");
@@ -973,7 +1001,8 @@ mod tests {
         assert!(!judged(&mut admission, &good), "said before a call went upstream");
         // past its hold
         admission.handed(Some(vec!["a".into(), "b".into()]));
-        admission.admit_next(digest, -1, None, 2, "bot".into(), Duration::ZERO, expect(&["a", "b"], &[]));
+        admission.admit_next(digest, -1, None, 2, "bot".into(), Duration::ZERO,
+                             expect(&["a", "b"], &[]));
         assert!(!judged(&mut admission, &good), "too late");
     }
 }
