@@ -2,7 +2,8 @@
 upstream and through the sidecar's model endpoint (DESIGN §12), in one run.
 
     .venv/bin/python bench/model_endpoint.py [--streams 200] [--concurrency 50]
-        [--relay python,native] [--budget N] [--client go|python] [--upstream go|python]
+        [--relay python,native] [--budget N] [--budget-pack N] [--turns N]
+        [--client go|python] [--upstream go|python] [--baseline TREE]
 
 The upstream is a scripted model API in a process of its own (HTTP/1.1 keep-alive, each event
 one chunk of a chunked ``text/event-stream``, as hosted APIs serve them), streaming a chat
@@ -28,7 +29,10 @@ loop reads it when the loop has proved what it gets. ``--budget N`` gives
 every run a budget of N tool calls (``x-watchdog-budget-tool-calls``, which the direct side's
 upstream ignores): each request then carries the bound its response is trimmed to (N <= 3: and
 the countdown in its instructions), the path every request of a budgeted run but its final one
-takes.
+takes. ``--budget-pack N`` gives it instead through a rule pack (``max_tool_calls: N`` for the
+bench's agent): the budget the compiled relay's requests sent on ahead carry, their bound and,
+from three calls left, the countdown's note (with ``--turns 5 --budget-pack 5``, the third and
+fourth requests of each conversation carry it).
 
 ``--floor`` (on unless ``--no-floor``, or neither the client nor the upstream is Go) adds a
 side named ``floor``: a bare proxy (Go's ``net/http``, bench/loadgen: each read of the
@@ -302,6 +306,8 @@ def sidecar(state_dir: str, upstream_url: str, relay: str,
                WATCHDOG_MODEL_UPSTREAM=upstream_url, WATCHDOG_MODEL_AGENT_NAME="bench",
                WATCHDOG_MODEL_RELAY=relay,
                PYTHONPATH=f"{tree}{os.pathsep}{tree / 'client'}")
+    if PACK:
+        env["WATCHDOG_RULES"] = PACK["path"]
     command = [sys.executable, "-m", "watchdog", "serve"]
     if callgrind is not None:
         command = ["valgrind", "--tool=callgrind", "--quiet", f"--callgrind-out-file={callgrind}",
@@ -313,6 +319,13 @@ def sidecar(state_dir: str, upstream_url: str, relay: str,
         wait_ready(f"http://127.0.0.1:{ports['model']}/v1/models", process, "its endpoint",
                    timeout)
         yield f"http://127.0.0.1:{ports['model']}/v1", process.pid
+        if PACK and callgrind is None:  # (which requests went on ahead, the countdowns' too)
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/metrics",
+                                        timeout=10) as response:
+                counted = [line for line in response.read().decode().splitlines()
+                           if line.startswith(("agent_watchdog_model_ahead_total",
+                                               "agent_watchdog_model_steered_total"))]
+            print(f"relay {relay} ({tree}): " + "; ".join(counted), file=sys.stderr)
     finally:
         process.terminate()
         process.wait(30)
@@ -342,6 +355,7 @@ class Timings:
 
 
 BUDGET: dict[str, str] = {}  # --budget: the header that gives each run its budget
+PACK: dict[str, str] = {}  # --budget-pack: the rule pack's file (WATCHDOG_RULES)
 CONVERSATION = {"turns": 1}  # --turns: requests a conversation
 
 
@@ -632,6 +646,21 @@ def count_instructions(client: Client, state: str, up: str, trees: dict[str, Pat
     return lines
 
 
+def write_pack(state: Path, calls: int) -> str:
+    """``--budget-pack``: a rule pack giving the bench's agent a budget of ``calls`` tool
+    calls; its path."""
+    path = state / "budget-pack.yaml"
+    path.write_text(f"""\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: bench-budget
+budgets:
+  - agents: ["bench"]
+    max_tool_calls: {calls}
+""")
+    return str(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, default=200,
@@ -656,6 +685,9 @@ def main() -> None:
     parser.add_argument("--budget", type=int, metavar="N",
                         help="every run with a budget of N tool calls (its responses trimmed "
                              "to the calls left; default: no budget)")
+    parser.add_argument("--budget-pack", type=int, metavar="N",
+                        help="every run with a budget of N tool calls from a rule pack (the "
+                             "budget continuing requests sent on ahead carry; default: none)")
     parser.add_argument("--turns", type=int, default=1, metavar="N",
                         help="requests a conversation (default 1): each after the last's "
                              "answer, carrying a tool call and its result more, so all but "
@@ -692,6 +724,8 @@ def main() -> None:
         if not 0 < args.budget <= 1_000_000:
             parser.error("--budget: 1 to 1000000 tool calls")
         BUDGET["x-watchdog-budget-tool-calls"] = str(args.budget)
+    if args.budget_pack is not None and not 0 < args.budget_pack <= 1_000_000:
+        parser.error("--budget-pack: 1 to 1000000 tool calls")
     relays = list(dict.fromkeys(relay.strip() for relay in args.relay.split(",")))
     if not relays or any(relay not in ("python", "native") for relay in relays):
         parser.error("--relay: python, native or both, comma-separated")
@@ -707,6 +741,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as state, \
                 upstream(args.chunks, args.chunk_ms, args.upstream) as up, \
                 client_of(args.client, width) as client:
+            if args.budget_pack is not None:
+                PACK["path"] = write_pack(Path(state), args.budget_pack)
             lines = count_instructions(client, state, up, trees, args.streams, width)
         print(f"model endpoint under callgrind: streamed chat completions, {args.chunks} "
               f"events each")
@@ -715,6 +751,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as state, \
             upstream(args.chunks, args.chunk_ms, args.upstream) as up, ExitStack() as stack, \
             client_of(args.client, args.concurrency) as client:
+        if args.budget_pack is not None:
+            PACK["path"] = write_pack(Path(state), args.budget_pack)
         sidecars = {"floor": stack.enter_context(floor_proxy(up, args.concurrency))} \
             if args.floor or (args.floor is None and "go" in (args.client, args.upstream)) \
             else {}
@@ -723,6 +761,8 @@ def main() -> None:
                          for name, tree in trees.items()})
         lines = measure(client, up, sidecars, args.streams, args.concurrency, stream_seconds)
     budget = f", each run a budget of {args.budget} tool calls" if args.budget else ""
+    if args.budget_pack:
+        budget += f", each run a rule pack's budget of {args.budget_pack} tool calls"
     if args.turns > 1:
         budget += f", {args.turns} requests a conversation"
     print(f"model endpoint: streamed chat completions, {args.chunks} events "

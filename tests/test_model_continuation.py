@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -576,23 +577,35 @@ budgets:
     max_tool_calls: 13
   - agents: ["long"]
     max_tool_calls: 12
+  - agents: ["steady"]
+    max_tool_calls: 7
+  - agents: ["short"]
+    max_tool_calls: 4
 """
 # (agent, the tool calls the model asks for at each request)
-BOUNDED = [("wide", 9), ("long", 2)]
+BOUNDED = [("wide", 9), ("long", 2), ("steady", 1)]
+LIMITS = {"wide": 13, "long": 12, "steady": 7, "short": 4}
 
 
-def bounded_agent(server: RunningServer, agent: str, calls: int) -> list[int]:
-    """The agent's loop, with no wait between its requests: each request's answer back with a
-    result for each tool call handed over, until an answer with none; the calls it was handed
-    at each request."""
+def bounded_agent(server: RunningServer, agent: str, calls: int, task: str = "task of",
+                  settle: Callable[[], None] | None = None,
+                  system: bytes | None = None) -> list[int]:
+    """The agent's loop, with no wait between its requests (``settle``: called before each
+    request but the first): each request's answer back with a result for each tool call
+    handed over, until an answer with none; the calls it was handed at each request.
+    ``system``: the system message as sent (bytes of JSON), in place of json.dumps' own."""
     conversation: list[dict[str, Any]] = [
         {"role": "system", "content": "You are terse."},
-        {"role": "user", "content": f"task of {agent}"}]
+        {"role": "user", "content": f"{task} {agent}"}]
     handed: list[int] = []
     while len(handed) < 12:
-        status, body = post(server, PATHS["chat"], json.dumps({
-            "model": "m", "messages": conversation, "tools": SEARCH,
-            "metadata": {"calls": str(calls)}}).encode(), {"X-Watchdog-Agent": agent})
+        if handed and settle is not None:
+            settle()
+        sent = json.dumps({"model": "m", "messages": conversation, "tools": SEARCH,
+                           "metadata": {"calls": str(calls)}}).encode()
+        if system is not None:
+            sent = sent.replace(json.dumps(conversation[0]).encode(), system, 1)
+        status, body = post(server, PATHS["chat"], sent, {"X-Watchdog-Agent": agent})
         assert status == 200, body
         message = json.loads(body)["choices"][0]["message"]
         calls_handed = message.get("tool_calls") or []
@@ -606,21 +619,14 @@ def bounded_agent(server: RunningServer, agent: str, calls: int) -> list[int]:
     raise AssertionError(f"no final answer: {handed}")
 
 
-@pytest.mark.parametrize("latency", [0.0, 0.02, 0.15])
-def test_a_budgeted_runs_requests_go_on_ahead_with_their_bound_until_the_countdown(
-        tmp_path: Path, latency: float) -> None:
-    """Runs with a rule pack's budget of tool calls, their agents sending each request as soon
-    as they have the answer before it, at a model's latency of 0, 20 and 150 ms: the loop
-    proves at each booking that the next request (the calls handed over answered) gets a plain
-    pass bounded to the calls left (more than three: no countdown yet), and the compiled relay
-    sends it on with that bound, trimming the answer to it. Through the Python relay and
-    through the compiled one, the upstream sees the same requests, byte for byte (the
-    countdown, then the final request with the tools withdrawn), and the agents are handed the
-    same calls; the compiled relay sent some on ahead, none decided otherwise."""
+def bounded_upstream(latency: float) -> Callable[[Any, Any], None]:
+    """The model, answering after ``latency`` seconds: the tool calls the request's
+    ``metadata.calls`` asks for, each with arguments of its own (no rule of the default pack
+    fires), or a plain answer once the tools are withdrawn."""
     from tests.test_model_proxy import send
 
-    def slow(handler: Any, seen: Any) -> None:  # (each call asked for with arguments of its
-        time.sleep(latency)                      # own: no rule of the default pack fires)
+    def answer(handler: Any, seen: Any) -> None:
+        time.sleep(latency)
         body = json.loads(seen.body)
         tag = hashlib.sha256(seen.body).hexdigest()[:10]
         if body.get("tool_choice") == "none":
@@ -635,31 +641,149 @@ def test_a_budgeted_runs_requests_go_on_ahead_with_their_bound_until_the_countdo
                 for n in range(int(body["metadata"]["calls"]))]},
                 "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3,
                                                             "completion_tokens": 9}}).encode())
+    return answer
 
+
+def bounded_sidecar(tmp_path: Path, relay: str, upstream: RawUpstream) -> Any:
+    path = tmp_path / f"pack-{relay}.yaml"
+    path.write_text(BOUND_PACK)
+    return running_server(sidecar_config(
+        tmp_path / f"state-{relay}", model_address="127.0.0.1:0", model_relay=relay,
+        model_upstream=upstream.base + "/v1", model_upstream_anthropic=upstream.base,
+        model_agent_name=AGENT, rules=(str(path),)))
+
+
+def settled(server: RunningServer) -> Callable[[], None]:
+    """Until the loop has booked every call that ended (and so told the relay what the next
+    request gets): the relay holds no response still to be told, the loop none to book."""
+    native = native_of(server)
+    return lambda: wait_until(lambda: server.call(lambda: not native.pending
+                                                  and not native.ended), "booked")
+
+
+def countdowns(bodies: list[bytes], agent: str, task: str = "task of") -> list[str | None]:
+    """The countdown each request of ``agent``'s conversation carried (None: none)."""
+    notes: list[str | None] = []
+    for body in bodies:
+        messages = json.loads(body)["messages"]
+        if messages[1]["content"] != f"{task} {agent}":
+            continue
+        found = re.search(r"\[budget: (\d+ of \d+) tool calls left", messages[0]["content"])
+        notes.append(found.group(1) if found else None)
+    return notes
+
+
+@pytest.mark.parametrize("latency", [0.0, 0.02, 0.15])
+def test_a_budgeted_runs_requests_go_on_ahead_with_their_bound_and_countdown(
+        tmp_path: Path, latency: float) -> None:
+    """Runs with a rule pack's budget of tool calls, at a model's latency of 0, 20 and 150 ms:
+    the loop proves at each booking what the next request (the calls handed over answered)
+    gets: a plain pass bounded to the calls left, or, from three left, that bound with the
+    countdown's note, which the compiled relay splices into the request's bytes as the loop
+    does. Their agents send each request as soon as they have the answer before it, then
+    (``settle``) once the loop has booked it. Through the Python relay and through the
+    compiled one, the upstream sees the same requests, byte for byte (the countdown true at
+    each, then the final request with the tools withdrawn), and the agents are handed the
+    same calls, never more than their budget; the compiled relay sent every continuing
+    request but the final one on ahead once booked, countdowns included, none decided
+    otherwise."""
     seen: dict[str, tuple[list[bytes], list[list[int]]]] = {}
     for relay in ("python", "native"):
-        raw = RawUpstream(slow)
+        raw = RawUpstream(bounded_upstream(latency))
         try:
-            path = tmp_path / f"pack-{relay}.yaml"
-            path.write_text(BOUND_PACK)
-            with running_server(sidecar_config(
-                    tmp_path / f"state-{relay}", model_address="127.0.0.1:0", model_relay=relay,
-                    model_upstream=raw.base + "/v1", model_upstream_anthropic=raw.base,
-                    model_agent_name=AGENT, rules=(str(path),))) as server:
+            with bounded_sidecar(tmp_path, relay, raw) as server:
                 handed = [bounded_agent(server, agent, calls) for agent, calls in BOUNDED]
                 if relay == "native":
                     native = native_of(server)
-                    wait_until(lambda: native.continued > 0,  # noqa: B023
-                               "some sent on ahead")
-                    assert native.missed == 0
+                    settle = settled(server)
+                    before = server.call(lambda: (native.continued, native.noted))  # noqa: B023
+                else:
+                    settle = None
+                handed += [bounded_agent(server, agent, calls, "settled task of", settle)
+                           for agent, calls in BOUNDED]
+                if relay == "native":
+                    # (wide: 1 continuing request before its final one, long: 5, steady: 6;
+                    # countdowns: long's 2 left, steady's 3, 2 and 1 left)
+                    wait_until(lambda: server.call(
+                        lambda: (native.continued - before[0],  # noqa: B023
+                                 native.noted - before[1])) == (12, 4),  # noqa: B023
+                        lambda: f"{native.continued - before[0]} continued, "  # noqa: B023
+                                f"{native.noted - before[1]} countdowns ahead")  # noqa: B023
+                    assert native.noted >= 4 and native.missed == 0
+                    status, text = http_request("GET", server.metrics + "/metrics")
+                    assert status == 200 and 'outcome="missed"' not in text.decode()
+                    assert (f'agent_watchdog_model_ahead_total{{kind="continued",outcome="same"}} '
+                            f'{float(native.continued)}') in text.decode()
             seen[relay] = ([untimed(request.body) for request in raw.seen], handed)
         finally:
             raw.close()
-    assert seen["python"][1] == [[9, 4, 0], [2, 2, 2, 2, 2, 2, 0]]
+    expected = [[9, 4, 0], [2, 2, 2, 2, 2, 2, 0], [1, 1, 1, 1, 1, 1, 1, 0]]
+    assert seen["python"][1] == expected * 2
     assert seen["native"] == seen["python"]
+    for (agent, _), handed in zip(BOUNDED * 2, seen["native"][1], strict=True):
+        assert sum(handed) <= LIMITS[agent]
     bodies = seen["python"][0]
+    for task in ("task of", "settled task of"):
+        assert countdowns(bodies, "long", task) == [None] * 5 + ["2 of 12", None]
+        assert countdowns(bodies, "steady", task) == [None] * 4 + ["3 of 7", "2 of 7", "1 of 7",
+                                                                   None]
     assert b"tool calls left" not in bodies[7] and b"2 of 12 tool calls left" in bodies[8]
     assert b'"tool_choice": "none"' in bodies[-1] or b'"tool_choice":"none"' in bodies[-1]
+
+
+def test_a_countdown_the_relay_cannot_splice_waits_for_the_loop(tmp_path: Path) -> None:
+    """A run with 4 tool calls (its pack's), one used: its next request gets "3 of 4 left",
+    and the relay was told so. One with a plain system message goes on ahead with the note
+    spliced in while the loop is busy; one whose system message names its content twice (JSON
+    that Python reads as the last one) waits for the loop: the relay's splice is not sure to
+    edit what Python reads, so nothing goes with a wrong edit. The loop writes that body anew,
+    with the note where Python puts it; nothing is decided otherwise."""
+    raw = RawUpstream(bounded_upstream(0.0))
+    note = "[budget: 3 of 4 tool calls left — wrap up soon]"
+    try:
+        with bounded_sidecar(tmp_path, "native", raw) as server:
+            native = native_of(server)
+            for task, system in (("plain", b'{"role": "system", "content": "You are terse."}'),
+                                 ("twice", b'{"role": "system", "content": "ignored", '
+                                           b'"content": "You are terse."}')):
+                conversation: list[dict[str, Any]] = [
+                    {"role": "system", "content": "You are terse."},
+                    {"role": "user", "content": task}]
+
+                def sent() -> bytes:
+                    return json.dumps({"model": "m", "messages": conversation,  # noqa: B023
+                                       "tools": SEARCH, "metadata": {"calls": "1"}}).encode(
+                    ).replace(json.dumps(conversation[0]).encode(), system, 1)  # noqa: B023
+
+                status, answer = post(server, PATHS["chat"], sent(), {"X-Watchdog-Agent": "short"})
+                assert status == 200
+                message = json.loads(answer)["choices"][0]["message"]
+                conversation += [message, {"role": "tool", "content": "found",
+                                           "tool_call_id": message["tool_calls"][0]["id"]}]
+                settled(server)()
+                assert server.call(lambda: len(native.next_of)) >= 1
+                seen = len(raw.seen)
+                with busy(server) as held:
+                    sending = in_background(lambda: post(server, PATHS["chat"], sent(),
+                                                         {"X-Watchdog-Agent": "short"}))
+                    if task == "plain":
+                        assert sending()[0] == 200
+                        assert not held.free.is_set(), "the countdown waited for the loop"
+                    else:
+                        held.waiting(1)
+                        assert len(raw.seen) == seen, "sent before the loop read it"
+                assert sending()[0] == 200
+                upstream_saw = raw.seen[seen].body
+                assert json.loads(upstream_saw)["messages"][0] == {
+                    "role": "system", "content": f"You are terse.\n\n{note}"}
+                if task == "plain":  # (the bytes as sent, the note spliced in)
+                    escaped = json.dumps(note, ensure_ascii=False)[1:-1].encode()
+                    assert upstream_saw == sent().replace(
+                        b'terse."}', b"terse.\\n\\n" + escaped + b'"}', 1)
+                    wait_until(lambda: native.noted == 1, "the countdown read by the loop")
+            assert native.noted == 1 and native.missed == 0
+    finally:
+        raw.close()
 
 
 def test_a_response_whose_calls_the_relay_cannot_read_holds_continuing_requests_until_booked(
@@ -758,3 +882,158 @@ rules:
         waits(server, upstream, answering("checkpointed", ["found a"]), "found a")
         assert b"CHECKPOINTED: WIND DOWN" in upstream.seen[-1].body
         assert native.continued == 0 and native.missed == 0
+
+
+# -- the countdown's note, spliced into a request's bytes as Python writes it --------------------
+
+NOTE_TEXTS = ["[budget: 3 of 20 tool calls left — wrap up soon]",
+              "[budget: 1 of 7 tool calls left — finalize now]", "", 'a "quote" and a \\',
+              "tab\tline\ncr\r nul\x00 \x1f \x7f", "ünïcode ☃ \u2028 😀"]
+ODD_TEXTS = ['"', "\\", "\n", "é", "😀", "\u2028", "\x00", "]", "}", "{", ",", ":", "s", "system",
+             '"role":"system"', "[budget: "]
+
+
+class Writer:
+    """JSON written the ways clients write it: odd whitespace, strings escaped or not
+    (``\\u`` escapes of plain letters, surrogate pairs), now and then a member named twice
+    (a decoy first: Python reads the last); ``twice``: whether it wrote one."""
+
+    def __init__(self, rng: Any) -> None:
+        self.rng = rng
+        self.twice = False
+
+    def space(self) -> str:
+        return self.rng.choice(["", "", " ", "\n", "\t ", "\r\n  "])
+
+    def string(self, text: str) -> str:
+        out = []
+        for char in text:
+            if char in '"\\' or char < " " or self.rng.random() < 0.1:
+                out.append(json.dumps(char)[1:-1] if char in '"\\' or char < " "
+                           else json.dumps(char, ensure_ascii=True)[1:-1] if ord(char) > 0xFFFF
+                           else f"\\u{ord(char):04x}")
+            else:
+                out.append(char)
+        return '"' + "".join(out) + '"'
+
+    def value(self, value: Any) -> str:
+        space = self.space
+        if isinstance(value, str):
+            return self.string(value)
+        if isinstance(value, list):
+            return "[" + space() + ("," + space()).join(
+                self.value(item) for item in value) + space() + "]"
+        if isinstance(value, dict):
+            members = []
+            for key, item in value.items():
+                if self.rng.random() < 0.03:
+                    self.twice = True
+                    members.append(f"{self.string(key)}{space()}:{space()}"
+                                   f"{self.value('decoy')}")
+                members.append(f"{self.string(key)}{space()}:{space()}{self.value(item)}")
+            return "{" + space() + ("," + space()).join(members) + space() + "}"
+        return json.dumps(value)
+
+
+def a_request(rng: Any) -> dict[str, Any]:
+    """A Chat Completions request of any shape a client may send: instructions of every kind
+    (a string, empty, in parts, of another type, missing; system or developer; first, late,
+    or none), other messages and values around them that read like them."""
+    def text() -> str:
+        return "".join(rng.choice(ODD_TEXTS) for _ in range(rng.randrange(4)))
+
+    def message() -> object:
+        if rng.random() < 0.08:
+            return rng.choice(["system", 3, None, ["system"]])
+        out: dict[str, Any] = {}
+        if rng.random() < 0.3:
+            out["name"] = text()
+        out["role"] = rng.choice(["system", "developer", "user", "user", "assistant", "tool",
+                                  None, 5, ["system"], "System"])
+        kind = rng.randrange(8)
+        if kind < 3:
+            out["content"] = text()
+        elif kind == 3:
+            out["content"] = ""
+        elif kind == 4:
+            out["content"] = [{"type": "text", "text": text()}
+                              for _ in range(rng.randrange(3))]
+        elif kind == 5:
+            out["content"] = rng.choice([None, 3, True, {"text": text()}, 2.5])
+        if rng.random() < 0.3:
+            out["extra"] = {"messages": [text()], "role": "system"}
+        if rng.random() < 0.5 and "content" in out:  # (content before the role)
+            out = {"content": out.pop("content"), **out}
+        return out
+
+    body: dict[str, Any] = {}
+    keys = ["model", "messages", "tools", "metadata", "stream"]
+    rng.shuffle(keys)
+    for key in keys:
+        if key == "messages":
+            body["messages"] = [message() for _ in range(rng.randrange(5))]
+        elif rng.random() < 0.6:
+            body[key] = {"model": "m", "tools": SEARCH, "stream": rng.random() < 0.5,
+                         "metadata": {"messages": [{"role": "system", "content": text()}]}}[key]
+    return body
+
+
+def test_the_relays_note_splice_writes_what_add_note_writes() -> None:
+    """Over many requests as clients write them, and notes of every kind: where the compiled
+    relay's splice edits a body, the body it writes reads (parsed, members in order) as
+    ``ChatWire.add_note`` writes it, every byte before the note as it came; where it is not
+    sure (a member named twice, most of them), it says so, and Python writes the body anew."""
+    import random
+
+    from watchdog.core.bounds import load_json
+    from watchdog.core.model.chat import ChatWire
+    from watchdog.shell.model._relay import Relay
+
+    def ordered(raw: bytes | str) -> Any:
+        return json.loads(raw, object_pairs_hook=lambda pairs: pairs)
+
+    rng = random.Random(4)
+    spliced = unsure = 0
+    for _ in range(3000):
+        writer = Writer(rng)
+        raw = writer.value(a_request(rng)).encode()
+        note = rng.choice(NOTE_TEXTS)
+        out = Relay.splice_note(raw, note)
+        wanted = ChatWire().add_note(load_json(raw), note)
+        if out is None:
+            unsure += 1
+            continue
+        spliced += 1
+        assert load_json(out) == wanted, raw
+        if not writer.twice:
+            assert ordered(out) == ordered(json.dumps(wanted)), raw
+        # the note put in, nothing else changed but, at most, a content of another type
+        prefix = next((i for i, (a, b) in enumerate(zip(raw, out, strict=False)) if a != b),
+                      min(len(raw), len(out)))
+        suffix = next((i for i, (a, b) in enumerate(zip(raw[::-1], out[::-1], strict=False))
+                       if a != b), min(len(raw), len(out)))
+        if prefix + suffix < len(raw):
+            first = next(message for message in load_json(raw)["messages"]
+                         if isinstance(message, dict)
+                         and message.get("role") in ("system", "developer"))
+            assert not isinstance(first.get("content"), str | list), raw
+    assert spliced > 2000 and unsure > 30, (spliced, unsure)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"messages":[{"role":"system","content":"s"}],"messages":[]}',  # named twice
+    b'{"messages":{"role":"system"}}', b'{"messages":"s"}', b'{"model":"m"}', b'[]', b'"x"',
+    b'{"messages":[{"role":"user","role":"system","content":"s"}]}',
+    b'{"messages":[{"role":"system","content":"a","content":"b"}]}',
+    b'{"messages":[{"role":"system","content":"s"}]', b'{"messages":[NaN]}',
+    b'{"messages":[]} x', b'{"messages":["\xff"]}', b'{"messages":["\\ud800"]}',
+    b'{"deep":' + b"[" * 200 + b"]" * 200 + b',"messages":[]}',
+])
+def test_a_body_the_splice_cannot_be_sure_of_is_left_to_python(body: bytes) -> None:
+    """JSON the relay's splice cannot be sure to edit as Python reads it (a member that
+    decides where the note goes named twice, messages not a list, JSON Python may read
+    otherwise or not at all, nesting past serde_json's bounds): no edit, so the relay leaves
+    the request to the loop and the loop writes the body anew."""
+    from watchdog.shell.model._relay import Relay
+
+    assert Relay.splice_note(body, "[budget: 3 of 20 tool calls left — wrap up soon]") is None

@@ -44,7 +44,7 @@ from watchdog.core.cycles import CycleBook, Entry, Trail
 from watchdog.core.fleet import FLEET_SLICE, Fleet, ToTell
 from watchdog.core.handout import Failure, Step
 from watchdog.core.reads import CoreReads
-from watchdog.core.rules.decision import Action, Decided, Decision, forced_state
+from watchdog.core.rules.decision import Action, Decided, Decision, counts_down, forced_state
 from watchdog.core.rules.engine import MAX_ENDED_STATES, FiredRecord, RuleEngine
 from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.changes import Snapshot, changed_signals, snapshot
@@ -353,8 +353,10 @@ class Core(CoreReads):
         it is now (when it moves, the shell takes back what it said on it), and none of the
         records' tools may be failing (a success could end its outage). Not for a run with a
         budget (its own or its pack's), but its pack's of tool calls alone with ``tool_budget``
-        (the rules read it as they read any signal, on the copy; what the request gets of it is
-        the caller's to work out: :func:`watchdog.core.model.steer.decide`); never one the
+        (the rules read it as they read any signal, on the copy, and may only count it down
+        there: :func:`~watchdog.core.rules.decision.counts_down`, a directive that changes
+        nothing of what a request gets; what the request gets of it is the caller's to work
+        out: :func:`watchdog.core.model.steer.decide`); never one the
         agent counts itself (``budget_used``), nor one it announced (a header on each request,
         which the relay does not send on ahead: not worth the proof)."""
         run = self.tracker.get(key)
@@ -386,9 +388,11 @@ class Core(CoreReads):
         after = run.copy()
         for record in records:
             after.apply(record, until)
-        changed = changed_signals(snapshot(run), after, False)
+        # (the signals as the request's step reads them: the budget's too, with its pack's)
+        changed = changed_signals(snapshot(run), after, bool(pack))
         return not changed or not engine.decides(after, until, partial(self._session_of, after),
-                                                 changed=changed, fleet=cel_fleet)
+                                                 changed=changed, fleet=cel_fleet,
+                                                 harmless=counts_down)
 
     def result_hashes(self, key: str) -> list[int]:
         """The hashes of the distinct results the run ``key``'s tools gave (bounded by

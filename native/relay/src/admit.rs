@@ -106,6 +106,8 @@ pub struct Admission {
 /// the call booked handed tool calls over, the results it is to carry.
 struct Next {
     keep: i64,
+    /// The countdown's note a request that offers tools gets (module `note`), None: none.
+    note: Option<String>,
     messages: usize,
     agent: String,
     until: Instant,
@@ -134,6 +136,9 @@ pub struct Continues {
     last_answer: usize,
     calls: Option<Vec<String>>,
     texts: Vec<Option<String>>,
+    /// Whether it offers tools, as Python reads it (`tools` or `functions` not empty); None:
+    /// this cannot be sure (a number there).
+    tools: Option<bool>,
 }
 
 impl Continues {
@@ -197,6 +202,8 @@ pub struct Admitted {
     pub headers: Headers,
     pub api: Api,
     pub keep: i64,
+    /// The note to write into it (module `note`), for a countdown's request.
+    pub note: Option<String>,
     pub target: &'static str,
     pub named: Option<String>,
     /// It continues its conversation (not a new conversation's first request).
@@ -223,9 +230,11 @@ impl Admission {
     /// The next request of the conversation `digest` gets the bound `keep` (-1: none) if it
     /// comes within `hold`: with `expect`, if it carries just that after the `messages`
     /// decided ([`Expect`]); without, if it is longer than `messages` and answers no call
-    /// handed over.
-    pub fn admit_next(&mut self, digest: Digest, keep: i64, messages: usize, agent: String,
-                      hold: Duration, expect: Option<Expect>) {
+    /// handed over. With `note`, such a request that offers tools gets that note too (the
+    /// countdown), one that offers none gets none.
+    #[allow(clippy::too_many_arguments)]
+    pub fn admit_next(&mut self, digest: Digest, keep: i64, note: Option<String>,
+                      messages: usize, agent: String, hold: Duration, expect: Option<Expect>) {
         self.booking.remove(&digest);
         self.take(&digest);
         if self.next.len() >= MAX_NEXT
@@ -238,8 +247,8 @@ impl Admission {
                 self.expecting.insert(id.clone(), digest);
             }
         }
-        self.next.insert(digest, Next { keep, messages, agent, until: Instant::now() + hold,
-                                        expect });
+        self.next.insert(digest, Next { keep, note, messages, agent,
+                                        until: Instant::now() + hold, expect });
     }
 
     /// Takes what the next request of `digest` gets (and the calls it was to answer).
@@ -376,13 +385,17 @@ impl Admission {
     pub fn judge(&mut self, first: First, headers: &HeaderMap) -> Verdict {
         // (any request of a conversation takes what its next one gets: it is used once)
         let next = if self.next.is_empty() { None } else { self.take(&first.digest) };
-        let keep = if let Some(continues) = &first.continues {
+        let (keep, note) = if let Some(continues) = &first.continues {
             match next {
                 Some(next) if self.sighted() && Instant::now() < next.until && match &next.expect {
                     Some(expect) => continues.carries(next.messages, expect),
                     None => continues.messages > next.messages
                         && !continues.answers.iter().any(|id| self.was_handed(id)),
-                } => next.keep,
+                } => match (next.note, continues.tools) {
+                    (None, _) | (Some(_), Some(false)) => (next.keep, None),
+                    (Some(note), Some(true)) => (next.keep, Some(note)),
+                    (Some(_), None) => return Verdict::No,
+                },
                 _ => return Verdict::No,
             }
         } else {
@@ -395,7 +408,7 @@ impl Admission {
             if !self.know(first.digest) {
                 return Verdict::No;
             }
-            keep
+            (keep, None)
         };
         let settings = &self.settings;
         let target = api_path(first.api);
@@ -404,7 +417,7 @@ impl Admission {
             _ => format!("{}{}", settings.openai, &target[3..]),
         };
         Verdict::Admitted(Admitted { url, headers: sent_headers(headers), api: first.api, keep,
-                                     target, named: first.named,
+                                     note, target, named: first.named,
                                      continued: first.continues.is_some(),
                                      digest: first.digest })
     }
@@ -575,7 +588,8 @@ pub fn read(settings: &Settings, method: &str, target: &str, headers: &HeaderMap
     let (anchor, continues) = match first_request(api, &body) {
         Some(anchor) => (anchor, None),
         None if api == Api::Chat => {
-            let (anchor, continues) = continuing(body.get("messages")?.as_array()?)?;
+            let (anchor, mut continues) = continuing(body.get("messages")?.as_array()?)?;
+            continues.tools = offers_tools(&body);
             (anchor, Some(continues))
         }
         None => return None,
@@ -618,7 +632,26 @@ fn continuing(messages: &[Value]) -> Option<(&str, Continues)> {
     // (tool results last: a new user message may start the conversation's next run)
     (!answers.is_empty()).then_some(())?;
     Some((anchor?, Continues { messages: messages.len(), answers, last_answer,
-                               calls: answer_calls(&messages[last_answer]), texts }))
+                               calls: answer_calls(&messages[last_answer]), texts,
+                               tools: None }))
+}
+
+/// Whether a Chat Completions request offers tools as Python's `read_request` reads it
+/// (`bool(tools) or bool(functions)`); None when this cannot be sure (a number: Python's
+/// truth of `0.0e5` is not worth a twin).
+fn offers_tools(body: &Map<String, Value>) -> Option<bool> {
+    let truth = |key: &str| match body.get(key) {
+        None | Some(Value::Null) => Some(false),
+        Some(Value::Bool(value)) => Some(*value),
+        Some(Value::String(text)) => Some(!text.is_empty()),
+        Some(Value::Array(items)) => Some(!items.is_empty()),
+        Some(Value::Object(members)) => Some(!members.is_empty()),
+        Some(Value::Number(_)) => None,
+    };
+    if truth("tools")? {
+        return Some(true);
+    }
+    truth("functions")
 }
 
 /// The ids of the tool calls a model's answer carries, in order, when it plainly carries
@@ -838,27 +871,27 @@ mod tests {
             matches!(admission.judge(read_chat(body).unwrap(), &headers), Verdict::Admitted(_))
         };
         assert!(!judged(&mut admission, &body(ANSWERED)), "not told");
-        admission.admit_next(digest, -1, 4, "bot".into(), HOLD, None);
+        admission.admit_next(digest, -1, None, 4, "bot".into(), HOLD, None);
         assert!(!judged(&mut admission, &body(ANSWERED)), "not longer");
-        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
         assert!(judged(&mut admission, &body(ANSWERED)));
         assert!(!judged(&mut admission, &body(ANSWERED)), "once");
         admission.handed(Some(vec!["own_1".into()]));
-        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
         assert!(!judged(&mut admission, &body(ANSWERED)), "a call handed over");
-        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
         admission.unread(Some("other".into()));
         admission.handed(Some(vec![]));
         let other = body(r#",{"role":"assistant","content":"d"},
                             {"role":"tool","tool_call_id":"own_2","content":"r"}"#);
         assert!(judged(&mut admission, &other), "another agent's unread request");
-        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
         admission.unread(Some("bot".into()));
         assert!(!judged(&mut admission, &other), "its agent's unread request");
-        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
         admission.handed(None);
         assert!(!admission.sighted());
-        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
         assert!(!judged(&mut admission, &other), "a response it could not read");
         // Python booked it and said which calls it handed over: sighted again
         admission.handed(None);
@@ -866,11 +899,11 @@ mod tests {
         assert!(!admission.sighted(), "one of two told");
         admission.sight(vec!["own_2".into()]);
         assert!(admission.sighted());
-        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
         assert!(!judged(&mut admission, &other), "its call, as Python read it");
         let third = body(r#",{"role":"assistant","content":"d"},
                             {"role":"tool","tool_call_id":"own_3","content":"r"}"#);
-        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
+        admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
         assert!(judged(&mut admission, &third), "a call no response handed over");
     }
 
@@ -906,10 +939,37 @@ mod tests {
         let other = read_chat(br#"{"messages":[{"role":"system","content":"s"},
                                      {"role":"user","content":"another task"}]}"#)
             .unwrap().digest;
-        admission.admit_next(digest, -1, 2, "bot".into(), HOLD, None);
-        admission.admit_next(other, -1, 2, "bot".into(), HOLD, None);
+        admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
+        admission.admit_next(other, -1, None, 2, "bot".into(), HOLD, None);
         admission.unread_conversation(&digest);
         assert!(admission.take(&digest).is_none() && admission.take(&other).is_some());
+    }
+
+    #[test]
+    fn a_countdown_goes_to_a_request_that_offers_tools_only() {
+        let headers = HeaderMap::new();
+        let mut admission = Admission::new(settings());
+        let digest = read_chat(&body("")).unwrap().digest;
+        let note = "[budget: 3 of 9 tool calls left — wrap up soon]".to_owned();
+        let with = |tools: &str| {
+            let text = String::from_utf8(body(ANSWERED)).unwrap();
+            text.replacen(r#"{"model":"m","#, &format!(r#"{{"model":"m",{tools}"#), 1)
+                .into_bytes()
+        };
+        for (tools, wanted) in [(r#""tools":[{"type":"function"}],"#, Some(Some(&note))),
+                                (r#""tools":[],"functions":[{"name":"f"}],"#, Some(Some(&note))),
+                                (r#""tools":[],"#, Some(None)), ("", Some(None)),
+                                (r#""tools":null,"functions":{},"#, Some(None)),
+                                (r#""tools":0,"#, None)] {
+            admission.admit_next(digest, 3, Some(note.clone()), 2, "bot".into(), HOLD, None);
+            match admission.judge(read_chat(&with(tools)).unwrap(), &headers) {
+                Verdict::Admitted(admitted) => {
+                    assert_eq!(Some(admitted.note.as_ref()), wanted, "{tools}");
+                    assert_eq!(admitted.keep, 3);
+                }
+                _ => assert_eq!(wanted, None, "{tools}"),
+            }
+        }
     }
 
     #[test]
@@ -974,7 +1034,8 @@ mod tests {
         let good = handed_turn(&["a", "b"], &[("b", r#""two""#), ("a", r#""one""#)]);
         let tell = |admission: &mut Admission, seen: &[i64]| {
             admission.handed(Some(vec!["a".into(), "b".into()]));
-            admission.admit_next(digest, -1, 2, "bot".into(), HOLD, expect(&["a", "b"], seen));
+            admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD,
+                                 expect(&["a", "b"], seen));
         };
         tell(&mut admission, &[]);
         assert!(judged(&mut admission, &good), "its calls' results, in any order");
@@ -1016,7 +1077,8 @@ mod tests {
         assert!(!judged(&mut admission, &good), "said before a call went upstream");
         // past its hold
         admission.handed(Some(vec!["a".into(), "b".into()]));
-        admission.admit_next(digest, -1, 2, "bot".into(), Duration::ZERO, expect(&["a", "b"], &[]));
+        admission.admit_next(digest, -1, None, 2, "bot".into(), Duration::ZERO,
+                             expect(&["a", "b"], &[]));
         assert!(!judged(&mut admission, &good), "too late");
     }
 }

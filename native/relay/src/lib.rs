@@ -41,6 +41,7 @@ use tokio::sync::{oneshot, Notify};
 mod admit;
 mod failed;
 mod inflate;
+mod note;
 mod observe;
 mod trim;
 use admit::{Admission, Settings, Verdict};
@@ -69,8 +70,9 @@ enum Event {
               arrived: Instant },
     /// A new conversation's first request, sent on at once with the bound `keep` (-1: none)
     /// that its agent's new runs get (`admit`): Python reads it as a request it forwarded.
+    /// `note`: the note written into it (the countdown; "" none).
     Taken { id: u64, method: String, target: String, headers: Headers, body: Bytes,
-            in_flight: usize, keep: i64, arrived: Instant, continued: bool },
+            in_flight: usize, keep: i64, arrived: Instant, continued: bool, note: String },
     /// A forward failed before the client's answer began: no head in time ("timeout"), none
     /// at all ("unreachable"), its body stopped ("stalled") or broke off ("broken") while it
     /// was read whole, or a response a bound cannot judge ("unjudged", `detail` what): Python
@@ -691,8 +693,20 @@ async fn handle(shared: Arc<Shared>, client: Arc<Client>, request: Request<Incom
             None
         }
     };
-    let mut reply = match (verdict, body) {
-        (Some(Verdict::Admitted(admitted)), Some(body)) => {
+    // (a countdown's note written into the body: if this cannot, the request is Python's)
+    let sent = match (&verdict, &body) {
+        (Some(Verdict::Admitted(admitted)), Some(body)) => match &admitted.note {
+            None => Some(body.clone()),
+            Some(note) => note::splice_read(body, note).map(Bytes::from),  // (read: admit)
+        },
+        _ => None,
+    };
+    let verdict = match (verdict, &sent) {
+        (Some(Verdict::Admitted(_)), None) => Some(Verdict::No),
+        (verdict, _) => verdict,
+    };
+    let mut reply = match (verdict, body, sent) {
+        (Some(Verdict::Admitted(admitted)), Some(body), Some(sent)) => {
             let keep = admitted.keep;
             let mut headers = headers;
             if let Some(named) = admitted.named {  // (Python reads it as the header's)
@@ -701,16 +715,18 @@ async fn handle(shared: Arc<Shared>, client: Arc<Client>, request: Request<Incom
             shared.push(Event::Taken { id, method, target: admitted.target.to_owned(), headers,
                                        body: body.clone(), in_flight: in_flight - 1, keep,
                                        arrived: ticket.started,
-                                       continued: admitted.continued });
+                                       continued: admitted.continued,
+                                       note: admitted.note.unwrap_or_default() });
             Reply::Forward {
-                method: "POST".to_owned(), url: admitted.url, headers: admitted.headers, body,
+                method: "POST".to_owned(), url: admitted.url, headers: admitted.headers,
+                body: sent,
                 observe: true, notify: true, direct: false,
                 trim: usize::try_from(keep).ok().map(|keep| Trim {
                     api: admitted.api, keep: Some(keep), hide_usage: false }),
                 watch: (keep < 0).then_some(admitted.api), unasked: None,
                 ahead: (admitted.api == Api::Chat).then_some(admitted.digest) }
         }
-        (verdict, body) => {
+        (verdict, body, _) => {
             if let Some(Verdict::Learn(agent)) = verdict {
                 learn = Some(agent);
             }
@@ -1109,8 +1125,9 @@ impl Relay {
 
     /// The queued events, oldest first, as tuples:
     /// ``("request", id, method, target, headers, body, refusal, in_flight, learn, waited)``,
-    /// ``("taken", id, method, target, headers, body, in_flight, keep, waited)``
-    /// (``waited``: seconds since the request's head came),
+    /// ``("taken", id, method, target, headers, body, in_flight, keep, waited, continued,
+    /// note)`` (``waited``: seconds since the request's head came; ``body`` as it came,
+    /// ``note`` the one written into what went upstream, "" none),
     /// ``("failed", id, kind, detail)``,
     /// ``("done", id, status, outcome, body, content_type, seconds, changed, seen, unread)``:
     /// ``seen`` what a successful stream of a known API said, as ``Relay.observed`` gives it
@@ -1130,9 +1147,9 @@ impl Relay {
                 ("request", id, method, target, headers, bytes(body), refusal, in_flight, learn,
                  arrived.elapsed().as_secs_f64()).into_pyobject(py)?.into_any(),
             Event::Taken { id, method, target, headers, body, in_flight, keep, arrived,
-                           continued } =>
+                           continued, note } =>
                 ("taken", id, method, target, headers, PyBytes::new(py, &body), in_flight, keep,
-                 arrived.elapsed().as_secs_f64(), continued).into_pyobject(py)?.into_any(),
+                 arrived.elapsed().as_secs_f64(), continued, note).into_pyobject(py)?.into_any(),
             Event::Failed { id, kind, detail } =>
                 ("failed", id, kind, detail).into_pyobject(py)?.into_any(),
             Event::Done { id, status, outcome, body, content_type, seconds, changed, seen,
@@ -1233,6 +1250,14 @@ impl Relay {
         Ok(Some((PyBytes::new(py, &out), trim.changed)))
     }
 
+    /// ``body`` (a Chat Completions request's) with ``note`` written into its instructions
+    /// where ``ChatWire.add_note`` puts it, every other byte as it came (module `note`); None
+    /// when this cannot be sure to edit what Python reads (Python then writes the body anew).
+    #[staticmethod]
+    fn splice_note<'py>(py: Python<'py>, body: &[u8], note: &str) -> Option<Bound<'py, PyBytes>> {
+        note::splice_note(body, note).map(|out| PyBytes::new(py, &out))
+    }
+
     /// What a stream of ``api`` that ended with these bytes said, read as the relay reads it
     /// for a ``done`` event: (response_id, input_tokens, output_tokens, cache_read_tokens,
     /// cache_write_tokens, model, finish_reason, [(call_id, name, arguments)], text,
@@ -1270,11 +1295,14 @@ impl Relay {
     /// their results, none a failure, none with a hash in ``seen`` (the run's results so far)
     /// or another's; without, if it is longer than ``messages`` and answers no tool call
     /// handed over (module `admit`); once.
-    #[pyo3(signature = (session, keep, messages, agent, seconds=60.0, calls=None, seen=None))]
+    /// With ``note``, such a request that offers tools gets that note too, written into its
+    /// instructions (``splice_note``): the countdown.
+    #[pyo3(signature = (session, keep, messages, agent, seconds=60.0, calls=None, seen=None,
+                        note=None))]
     #[allow(clippy::too_many_arguments)]
     fn admit_next(&self, session: &str, keep: i64, messages: usize, agent: String,
-                  seconds: f64, calls: Option<Vec<(String, String)>>, seen: Option<Vec<i64>>)
-                  -> PyResult<()> {
+                  seconds: f64, calls: Option<Vec<(String, String)>>, seen: Option<Vec<i64>>,
+                  note: Option<String>) -> PyResult<()> {
         let digest = admit::parse_digest(session).ok_or_else(
             || PyValueError::new_err(format!("not a session digest: {session:?}")))?;
         let hold = std::time::Duration::try_from_secs_f64(seconds).map_err(
@@ -1282,7 +1310,7 @@ impl Relay {
         let expect = calls.map(|calls| admit::Expect {
             calls, seen: seen.unwrap_or_default().into_iter().collect() });
         if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
-            admission.admit_next(digest, keep, messages, agent, hold, expect);
+            admission.admit_next(digest, keep, note, messages, agent, hold, expect);
         }
         self.shared.told.notify_waiters();
         Ok(())

@@ -43,6 +43,14 @@ BUDGET_MESSAGE_PREFIX = "[budget"  # how a directive that tells the run's budget
 WITHDRAWN_MESSAGE = ""
 
 
+def counts_down(decision: Decision) -> bool:
+    """A wind_down that tells the run its budget (the default pack's ``budget-countdown`` and
+    ``budget-last-call``), with no grace: the model endpoint writes the countdown from the
+    run's counts, so such a directive changes nothing of what a request gets."""
+    return decision.action is Action.WIND_DOWN and not decision.grace and (
+        "budget" in decision.rule or decision.message.startswith(BUDGET_MESSAGE_PREFIX))
+
+
 def withdraws(action: str, message: str) -> bool:
     """A directive that withdraws its rule's note rather than giving one."""
     return action == Action.NOTIFY.value and message == WITHDRAWN_MESSAGE

@@ -381,17 +381,19 @@ class RuleEngine:
 
     def decides(self, run: RunState, now: float, session: Session = None,
                 timed_only: bool = False, changed: AbstractSet[str] | None = None,
-                fleet: dict[str, Any] | None = None) -> bool:
-        """Whether :meth:`evaluate` would decide anything, with the engine left as it was (the
-        run's rule state evaluated on a copy, no error counted): ``run`` may be a run as it
-        would be, not the tracker's."""
+                fleet: dict[str, Any] | None = None,
+                harmless: Callable[[Decision], bool] | None = None) -> bool:
+        """Whether :meth:`evaluate` would decide anything (but decisions ``harmless`` says
+        are), with the engine left as it was (the run's rule state evaluated on a copy, no
+        error counted): ``run`` may be a run as it would be, not the tracker's."""
         runs, errors, last_errors = self._runs, self.errors, self.last_errors
         state = runs.get(run.key)
         self._runs = OrderedDict() if state is None else OrderedDict(
             {run.key: copy.deepcopy(state)})
         self.errors, self.last_errors = Counter(), {}
         try:
-            return bool(self.evaluate(run, now, session, timed_only, changed, fleet))
+            decisions = self.evaluate(run, now, session, timed_only, changed, fleet)
+            return any(harmless is None or not harmless(decision) for decision in decisions)
         finally:
             self._runs, self.errors, self.last_errors = runs, errors, last_errors
 

@@ -78,8 +78,10 @@ of a run is booked, this process publishes (``admit_next``) what the next reques
 conversation gets, for a Chat Completions run keyed by its conversation (no trace, no run
 header, not the client SDK's), with no budget but a rule pack's of tool calls (none
 announced) and no directive, with no other request of it in flight, not stopped: a plain pass,
-with no bound or the bound of the tool calls left (more than three: no countdown, no final
-request, whatever the request says of tools; :meth:`_bound_next`), for a request that comes
+with no bound or the bound of the tool calls left, and from three left the countdown's note
+for a request that offers tools, which the relay splices into its bytes as this process's
+steering does (``Relay.splice_note``; not the final request; :meth:`_bound_next`), for a
+request that comes
 within ``NEXT_HOLD``, when the core proves it (:meth:`Core.quiet
 <watchdog.core.step.Core.quiet>`): its rules decide nothing, on the timer or at that request,
 and the timer does not end the run, up to ``NEXT_HOLD`` + ``NEXT_MARGIN`` from now (the margin
@@ -130,7 +132,15 @@ from watchdog.core.handout import Step
 from watchdog.core.model.book import MAX_PENDING_CALLS, Caller, EndpointRun, Unbooked
 from watchdog.core.model.chat import LEGACY_CALL_ID
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
-from watchdog.core.model.steer import Act, Counts, answer_tools, decide
+from watchdog.core.model.steer import (
+    Act,
+    Board,
+    Counts,
+    Turn,
+    answer_tools,
+    decide,
+    is_budget,
+)
 from watchdog.core.model.wire import ObservedFields, Request, observation_of
 from watchdog.core.spans.record import KeySource
 from watchdog.shell.model.headers import TOKEN_HEADER, Refused, door
@@ -163,6 +173,22 @@ def missing_relay() -> str | None:
 def built() -> bool:
     """Whether the compiled relay is built (``model_relay`` unset: it serves when it is)."""
     return missing_relay() is None
+
+
+def budget_only(board: Board | None) -> bool:
+    """Whether a run's directives change nothing of what its requests get but the name of the
+    rule a countdown is told under: none, or only a wind-down of its budget's countdown (the
+    default pack's ``budget-countdown``, ``budget-last-call``: the note is the endpoint's own,
+    from the counts; no grace), no abort, no note to tell."""
+    return board is None or (board.abort is None and board.grace is None
+                             and board.notify is None
+                             and (board.wind_down is None or is_budget(board.wind_down)))
+
+
+def countdown_or_pass(turn: Turn, board: Board | None) -> bool:
+    """Whether ``turn`` of a run with ``board`` is a plain pass or the tool-call countdown's
+    note and nothing else (what a request sent on ahead may get; its usage not asked)."""
+    return not turn.usage and budget_only(board) and turn.act in (Act.PASS, Act.NOTE)
 
 
 class Forwarded:
@@ -206,6 +232,7 @@ class NativeEndpoint:
         self.missed = 0  # of those, decided otherwise here once read
         self.continued = 0  # of those, requests that continue a run (admit_next)
         self.answered = 0  # of those, requests carrying the results of the calls handed over
+        self.noted = 0  # of those, countdowns: the note spliced in by the relay
         self.unread = 0  # responses whose tool calls the relay could not read
         self.to_sight: dict[int, Plan] = {}  # of those, the ones still to book (by id(plan))
         self.ahead = True  # continuing requests may go on ahead (False: the loop decides all)
@@ -435,11 +462,11 @@ class NativeEndpoint:
 
     def _taken(self, number: int, method: str, target: str, raw_headers: list[tuple[str, str]],
                body: bytes, in_flight: int, keep: int, waited: float,
-               continued: bool = False) -> None:
+               continued: bool = False, note: str = "") -> None:
         """A new conversation's first request (``continued``: a request that continues a run)
-        the relay sent on with the bound ``keep`` (-1: none): read, given its run, and booked
-        when its response ends, as if decided here; a miss if it is not what this process
-        decides now."""
+        the relay sent on with the bound ``keep`` (-1: none) and the note ``note`` spliced
+        into it ("": none; the countdown): read, given its run, and booked when its response
+        ends, as if decided here; a miss if it is not what this process decides now."""
         proxy = self.proxy
         wire = proxy.wire_of(method, target)
         headers: CIMultiDict[str] = CIMultiDict(raw_headers)
@@ -458,9 +485,11 @@ class NativeEndpoint:
                 self.answered += any(handed_by(result.call_id) == key
                                      for result in exchange.request.results)
             self._publish(plan, None)
-            if exchange is None or (exchange.turn.act is Act.PASS and plan.keep == keep
-                                    and exchange.unasked is None):
+            if exchange is None or (plan.keep == keep and exchange.unasked is None and (
+                    (exchange.turn.act is Act.PASS and not note)
+                    or (exchange.turn.act is Act.NOTE and exchange.turn.text == note != ""))):
                 plan.body = b""  # (the relay's, sent on already: not held here as well)
+                self.noted += bool(note)
                 self.pending[number] = plan
                 self._asking(number, plan)
                 if metrics is not None:
@@ -505,7 +534,8 @@ class NativeEndpoint:
         if not self.ahead or exchange is None or plan.api != "chat":
             return None
         state, turn = exchange.state, exchange.turn
-        if state.conversation is None or state.traced or turn.act is not Act.PASS or turn.usage:
+        if state.conversation is None or state.traced or not countdown_or_pass(
+                turn, self.proxy.service.board(state.run_key or state.key)):
             return None
         return state.conversation[:24]
 
@@ -528,26 +558,28 @@ class NativeEndpoint:
             self.next_of.pop(state.key, None)
             relay.admit_next_clear(session)  # (the relay holds its next request no more)
             return
-        calls, seen, keep = proved
+        calls, seen, keep, note = proved
         self.next_of[state.key] = session
         self.next_of.move_to_end(state.key)
         while len(self.next_of) > MAX_NEXT:
             _, gone = self.next_of.popitem(last=False)
             relay.admit_next_clear(gone)
         relay.admit_next(session, keep, state.messages, state.agent or "", NEXT_HOLD, calls,
-                         seen)
+                         seen, note)
 
     def _proved_next(self, plan: Plan, answered: bool
-                     ) -> tuple[list[tuple[str, str]] | None, list[int] | None, int] | None:
+                     ) -> tuple[list[tuple[str, str]] | None, list[int] | None, int,
+                                str | None] | None:
         """What the relay is told the next request of the booked call's run must carry to get
         a plain pass (the calls handed over, as id and tool name, and the result hashes the
-        run had; None, None: nothing of the calls it answers, as none is pending), and the
-        bound it gets (-1: none), when this process proves that it gets that: the run has no
+        run had; None, None: nothing of the calls it answers, as none is pending), the bound
+        it gets (-1: none) and, when it offers tools, the countdown's note (None: none; one
+        that offers none gets none), when this process proves that it gets that: the run has no
         budget but its rule pack's of tool calls, no directive, nothing asked or reserved, and
         the core proves its rules decide nothing and the timer leaves it running up to
         ``NEXT_HOLD`` + ``NEXT_MARGIN`` from now, with the records such a request makes
-        (:meth:`Core.quiet`); with a budget of tool calls, the request gets a plain pass with
-        its bound whether it offers tools or not (:meth:`_bound_next`). None when it cannot."""
+        (:meth:`Core.quiet`); with a budget of tool calls, the request gets its bound whether
+        it offers tools or not (:meth:`_bound_next`). None when it cannot."""
         exchange = plan.exchange
         assert exchange is not None
         state = exchange.state
@@ -555,7 +587,6 @@ class NativeEndpoint:
                 or state.key_source is not KeySource.WATCHDOG
                 or state.asking or state.reserved or state.final_used or state.stop is not None
                 or state.answered == 0 or exchange.broke
-                or exchange.turn.act is not Act.PASS or exchange.turn.usage
                 or len(state.pending) > MAX_EXPECTED):
             return None
         proxy = self.proxy
@@ -563,7 +594,7 @@ class NativeEndpoint:
         if book.latest(state.conversation or "") != state.key or state.run_key != state.key:
             return None
         service = proxy.service
-        if service.board(state.key) is not None:
+        if not countdown_or_pass(exchange.turn, service.board(state.key)):
             return None
         core = service.core
         until = service.now() + NEXT_HOLD + NEXT_MARGIN
@@ -584,21 +615,23 @@ class NativeEndpoint:
                      for call in state.pending.values()]
         if not core.quiet(state.key, records, until, tool_budget=True):
             return None
-        keep = self._bound_next(state, len(records))
-        if keep is None:
+        bound = self._bound_next(state, len(records))
+        if bound is None:
             return None
         self.check_basis()
         if self._basis is None:
             return None
-        return calls, seen, keep
+        return calls, seen, *bound
 
-    def _bound_next(self, state: EndpointRun, answers: int) -> int | None:
-        """The bound the next request of ``state``'s run gets (-1: none) when it is a plain
-        pass whatever it says of tools (offered or not) and its instructions (none of the
-        client SDK's: the relay checks), ``answers`` results of the calls handed over folded
-        in (each one tool call more, and one result more): the run's counts then, decided as
-        :meth:`ModelProxy._observe_request` decides them (:func:`decide`); None when it is
-        not (a countdown, a final turn)."""
+    def _bound_next(self, state: EndpointRun, answers: int) -> tuple[int, str | None] | None:
+        """The bound the next request of ``state``'s run gets (-1: none) whatever its
+        instructions (none of the client SDK's: the relay checks), and the note it gets when
+        it offers tools (None: none), ``answers`` results of the calls handed over folded in
+        (each one tool call more, and one result more): the run's counts then, decided as
+        :meth:`ModelProxy._observe_request` decides them (:func:`decide`). A plain pass with
+        that bound, whether it offers tools or not; or, once three or fewer calls are left,
+        the countdown's note with it to one that offers tools, a plain pass to one that
+        offers none. None for anything else (a final turn)."""
         core = self.proxy.service.core
         run = core.tracker.get(state.key)
         if run is None:
@@ -606,16 +639,17 @@ class NativeEndpoint:
         pack = core.engine.agent_budget(run.agent_name) if core.engine is not None else {}
         limit = run.budget.get("max_tool_calls", pack.get("max_tool_calls"))
         if limit is None:
-            return -1 if not run.budget and not pack else None
+            return (-1, None) if not run.budget and not pack else None
         counts = Counts(used=max(run.tool_calls + answers, state.results + answers),
                         handed=state.handed, budget={"max_tool_calls": limit})
-        turns = {decide(counts, None, "", offers) for offers in (True, False)}
-        if len(turns) != 1:
+        plain, offered = (decide(counts, None, "", offers) for offers in (False, True))
+        if plain.act is not Act.PASS or plain.usage or plain.keep is None:
             return None
-        turn = turns.pop()
-        if turn.act is not Act.PASS or turn.usage or turn.keep is None:
-            return None
-        return turn.keep
+        if offered == plain:
+            return plain.keep, None
+        if offered.act is Act.NOTE and not offered.usage and offered.keep == plain.keep:
+            return plain.keep, offered.text
+        return None
 
     def _stepped(self, step: Step) -> None:
         """After a step of the core: what the relay learned holds while what it was learned

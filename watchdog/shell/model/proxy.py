@@ -125,6 +125,17 @@ UPSTREAM_FAILURES: dict[str, tuple[int, str, str, str]] = {
 }
 
 
+def note_splicer() -> Callable[[bytes, str], bytes | None] | None:
+    """The compiled relay's splice of a note into a Chat Completions body
+    (``Relay.splice_note``: ``native/relay/src/note.rs``), None when it is not built."""
+    try:
+        from watchdog.shell.model._relay import Relay
+    except ImportError:
+        return None
+    splice: Callable[[bytes, str], bytes | None] = Relay.splice_note
+    return splice
+
+
 def gone(exchange: Exchange | None) -> str:
     """How a request whose client went away is counted: cancelled, unless its stream's last
     event had come (it had its answer)."""
@@ -188,6 +199,10 @@ class ModelProxy:
         # compiled relay's: native.Forwarded), to let one go whose client sent it again
         # (_let_go_resent)
         self.asking: dict[Exchange, Asking] = {}
+        # a note written into a Chat Completions body as a splice of its bytes, as the
+        # compiled relay writes the countdown of a request it sends on ahead (None: it is not
+        # built; the body is written anew)
+        self.splice_note = note_splicer()
 
     async def start(self) -> None:
         self.proxies = {base: proxy_for(base) for base in (self.openai, self.anthropic)}
@@ -392,7 +407,9 @@ class ModelProxy:
                 if asked is not None:  # (sent instead if the upstream refuses the ask)
                     unasked = raw if turn.act is Act.PASS and coding in IDENTITY \
                         else dumps(body)
-                raw = dumps(body if asked is None else asked)
+                spliced = self._spliced(wire, decoded, turn) if asked is None else None
+                raw = spliced if spliced is not None else dumps(body if asked is None
+                                                                else asked)
                 headers.popall("Content-Encoding", None)  # the new body goes as it is
             if turn.act is not Act.PASS:
                 self.steered(agent_label, turn.act.value)
@@ -408,6 +425,18 @@ class ModelProxy:
             self.book.settle(state)
             raise
         return Plan(method, wire.api, url, headers, raw, exchange)
+
+    def _spliced(self, wire: Wire, decoded: bytes, turn: Turn) -> bytes | None:
+        """A Chat Completions request's body with the note of ``turn`` spliced into its bytes
+        (the compiled relay's ``splice_note``, which writes it where :meth:`ChatWire.add_note`
+        does), when that is all it gets; None: written anew (no note, not built, or a body the
+        splice cannot be sure of)."""
+        if turn.act is not Act.NOTE or wire.api != "chat" or self.splice_note is None:
+            return None
+        try:
+            return self.splice_note(decoded, turn.text)
+        except ValueError:  # (a note Rust cannot take: an unpaired surrogate)
+            return None
 
     def _decoded(self, raw: bytes, coding: str) -> bytes:
         """The request body as the upstream will read it: inflated from gzip or deflate (at
