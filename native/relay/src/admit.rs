@@ -636,9 +636,10 @@ fn continuing(messages: &[Value]) -> Option<(&str, Continues)> {
                                tools: None }))
 }
 
-/// Whether a Chat Completions request offers tools as Python's `read_request` reads it
-/// (`bool(tools) or bool(functions)`); None when this cannot be sure (a number: Python's
-/// truth of `0.0e5` is not worth a twin).
+/// Whether a Chat Completions request can call tools as Python's `read_request` reads it
+/// (`can_call(tools, tool_choice) or can_call(functions, function_call)`: offered, and not
+/// withdrawn by a choice `"none"` or `{"type": "none"}`); None when this cannot be sure (a
+/// number: Python's truth of `0.0e5` is not worth a twin).
 fn offers_tools(body: &Map<String, Value>) -> Option<bool> {
     let truth = |key: &str| match body.get(key) {
         None | Some(Value::Null) => Some(false),
@@ -648,10 +649,15 @@ fn offers_tools(body: &Map<String, Value>) -> Option<bool> {
         Some(Value::Object(members)) => Some(!members.is_empty()),
         Some(Value::Number(_)) => None,
     };
-    if truth("tools")? {
+    let withdrawn = |key: &str| match body.get(key) {
+        Some(Value::String(choice)) => choice == "none",
+        Some(Value::Object(choice)) => choice.get("type").and_then(Value::as_str) == Some("none"),
+        _ => false,
+    };
+    if truth("tools")? && !withdrawn("tool_choice") {
         return Some(true);
     }
-    truth("functions")
+    Some(truth("functions")? && !withdrawn("function_call"))
 }
 
 /// The ids of the tool calls a model's answer carries, in order, when it plainly carries
@@ -960,7 +966,15 @@ mod tests {
                                 (r#""tools":[],"functions":[{"name":"f"}],"#, Some(Some(&note))),
                                 (r#""tools":[],"#, Some(None)), ("", Some(None)),
                                 (r#""tools":null,"functions":{},"#, Some(None)),
-                                (r#""tools":0,"#, None)] {
+                                (r#""tools":0,"#, None),
+                                (r#""tools":[{"type":"function"}],"tool_choice":"none","#,
+                                 Some(None)),
+                                (r#""tools":[{"type":"function"}],"tool_choice":{"type":"none"},"#,
+                                 Some(None)),
+                                (r#""tools":[{"type":"function"}],"tool_choice":"auto","#,
+                                 Some(Some(&note))),
+                                (r#""tools":[],"functions":[{"name":"f"}],"function_call":"none","#,
+                                 Some(None))] {
             admission.admit_next(digest, 3, Some(note.clone()), 2, "bot".into(), HOLD, None);
             match admission.judge(read_chat(&with(tools)).unwrap(), &headers) {
                 Verdict::Admitted(admitted) => {
