@@ -136,6 +136,15 @@ struct Error<'py> {
 }
 
 impl Failure<'_> {
+    /// Whether it fails the record, and whether it stops it at a limit.
+    pub fn failed(&self) -> bool {
+        self.error.is_some()
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.limit_stop.is_some()
+    }
+
     pub fn set(self, py: Python<'_>, record: &Bound<'_, PyAny>) -> PyResult<()> {
         if let Some(error) = self.error {
             record.setattr(intern!(py, "error"), true)?;

@@ -18,3 +18,6 @@ mod model_calls;
 
 #[cfg(feature = "python")]
 mod failures;
+
+#[cfg(feature = "python")]
+mod answers;

@@ -13,6 +13,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
+use crate::answers::{self, Output};
 use crate::kernels::Json;
 use crate::wire;
 
@@ -42,6 +43,9 @@ struct Places {
     prompt: usize,
     outcome: usize,
     messages_delta: usize,
+    llm_input: usize,
+    answer_text: usize,
+    prompt_text: usize,
 }
 
 /// The tables a model call's facts are read by, handed over once
@@ -71,6 +75,27 @@ pub struct ModelCalls {
     asked_flat: Vec<AskedFlat>,
     max_asked: usize,
     reports_delta: bool,
+    answers: Answers,
+}
+
+/// What an answer's facts are read by (``outcome.fill_model_outcome``, ``_fill_llm``'s
+/// answer text and ``prompt_limit``).
+struct Answers {
+    /// ``ANSWER_FINISH_REASONS`` (lower case)
+    reasons: Vec<String>,
+    /// the attributes of ``OUTPUT_ENVELOPES``: one holding an object is Python's
+    envelope_keys: Vec<Py<PyString>>,
+    /// ``HIDDEN_CONTENT``, ``HIDDEN_CONTENT_CHARS``
+    hidden: Vec<String>,
+    hidden_chars: usize,
+    /// ``redact.brief``, ``MAX_BRIEF_CHARS``
+    brief: Py<PyAny>,
+    max_brief_chars: usize,
+    /// ``LIMIT_PROMPTS``' texts (found in a prompt's tail: Python's), ``LIMIT_SYSTEM_PROMPTS``,
+    /// ``PROMPT_TAIL_CHARS``
+    last_prompts: Vec<String>,
+    system_prompts: Vec<(String, String)>,
+    prompt_chars: usize,
 }
 
 #[pymethods]
@@ -78,7 +103,7 @@ impl ModelCalls {
     #[new]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        places: [usize; 16],
+        places: [usize; 19],
         tool_reasons: Vec<String>,
         limit_reasons: Vec<String>,
         usage_keys: &Bound<'_, PyAny>,
@@ -94,9 +119,31 @@ impl ModelCalls {
         asked_flat: Vec<(String, String, String, String)>,
         max_asked: usize,
         reports_delta: bool,
+        answers: (
+            Vec<String>,
+            Bound<'_, PyAny>,
+            Vec<String>,
+            usize,
+            Py<PyAny>,
+            usize,
+            Vec<String>,
+            Vec<(String, String)>,
+            usize,
+        ),
     ) -> PyResult<Self> {
-        let [finish, output_messages, llm_output, messages, input_tokens, output_tokens, total_tokens, reported_cost, cache_read, cache_write, model, provider, response_id, prompt, outcome, messages_delta] =
+        let [finish, output_messages, llm_output, messages, input_tokens, output_tokens, total_tokens, reported_cost, cache_read, cache_write, model, provider, response_id, prompt, outcome, messages_delta, llm_input, answer_text, prompt_text] =
             places;
+        let (
+            reasons,
+            envelope_keys,
+            hidden,
+            hidden_chars,
+            brief,
+            max_brief_chars,
+            last_prompts,
+            system_prompts,
+            prompt_chars,
+        ) = answers;
         let usage_keys = usage_keys
             .try_iter()?
             .map(|item| Ok(item?.cast_into::<PyString>()?.unbind()))
@@ -119,6 +166,9 @@ impl ModelCalls {
                 prompt,
                 outcome,
                 messages_delta,
+                llm_input,
+                answer_text,
+                prompt_text,
             },
             tool_reasons,
             limit_reasons,
@@ -142,6 +192,17 @@ impl ModelCalls {
                 .collect(),
             max_asked,
             reports_delta,
+            answers: Answers {
+                reasons,
+                envelope_keys: crate::normalise::py_strings(&envelope_keys)?,
+                hidden,
+                hidden_chars,
+                brief,
+                max_brief_chars,
+                last_prompts,
+                system_prompts,
+                prompt_chars,
+            },
         })
     }
 }
@@ -156,10 +217,14 @@ pub struct LlmFacts<'py> {
     cache_write: i64,
     model: Option<Bound<'py, PyAny>>,
     provider: Option<Bound<'py, PyAny>>,
-    finish_reason: Bound<'py, PyAny>,
-    /// the limit the finish reason names; else the call asked for these tools
-    limit: bool,
+    finish_reason: Option<Bound<'py, PyAny>>,
+    /// the limit its finish reason or its prompt names
+    limit_stop: Option<Bound<'py, PyAny>>,
+    /// it asked for tools (these, where read); it answered (this text, where it has one)
+    requested_tools: bool,
     asked: Option<Bound<'py, PyTuple>>,
+    final_answer: bool,
+    final_output: Option<Bound<'py, PyAny>>,
     messages: i64,
     messages_delta: i64,
     prompt: Bound<'py, PyAny>,
@@ -191,14 +256,23 @@ impl LlmFacts<'_> {
         if let Some(provider) = self.provider {
             record.setattr(intern!(py, "provider"), provider)?;
         }
-        record.setattr(intern!(py, "finish_reason"), &self.finish_reason)?;
-        if self.limit {
-            record.setattr(intern!(py, "limit_stop"), self.finish_reason)?;
-        } else {
+        if let Some(finish_reason) = self.finish_reason {
+            record.setattr(intern!(py, "finish_reason"), finish_reason)?;
+        }
+        if let Some(limit) = self.limit_stop {
+            record.setattr(intern!(py, "limit_stop"), limit)?;
+        }
+        if self.requested_tools {
             record.setattr(intern!(py, "requested_tools"), true)?;
             if let Some(asked) = self.asked {
                 record.setattr(intern!(py, "asked_tools"), asked)?;
             }
+        }
+        if self.final_answer {
+            record.setattr(intern!(py, "final_answer"), true)?;
+        }
+        if let Some(text) = self.final_output {
+            record.setattr(intern!(py, "final_output"), text)?;
         }
         if self.messages != 0 {
             record.setattr(intern!(py, "messages"), self.messages)?;
@@ -377,8 +451,22 @@ fn cut(text: &str, chars: usize) -> &str {
     }
 }
 
+/// What a call's finish reason says.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Said {
+    Limit,
+    Tools,
+    Answer,
+    /// a reason no table names
+    Other,
+    /// no finish reason: the output tells
+    Nothing,
+}
+
 /// The facts of a model call, or None where Python reads them (see the module's comment);
-/// `events`: the span has events (an output only an event carries is Python's).
+/// `events`: the span has events (an output only an event carries is Python's); `failed`,
+/// `stopped`: its status fails it, stops it at a limit.
+#[allow(clippy::too_many_arguments)]
 pub fn facts<'py>(
     py: Python<'py>,
     calls: &ModelCalls,
@@ -387,10 +475,18 @@ pub fn facts<'py>(
     firsts: &Bound<'py, PyTuple>,
     events: bool,
     keys: &Keys<'_>,
+    (failed, stopped): (bool, bool),
 ) -> PyResult<Option<LlmFacts<'py>>> {
-    Ok(read(py, calls, json, attrs, firsts, events, keys)?.ok())
+    Ok(read(py, calls, json, attrs, firsts, events, keys, failed, stopped)?.ok())
 }
 
+/// ``outcome.answer_text`` of a text, Unsure where Python must read it.
+fn answer_of(text: &Bound<'_, PyString>) -> Result<Option<String>, Unsure> {
+    let plain = text.to_str().map_err(|_| Unsure)?;
+    Ok(Output::read(plain).map_err(|_| Unsure)?.answer_text())
+}
+
+#[allow(clippy::too_many_arguments)]
 fn read<'py>(
     py: Python<'py>,
     calls: &ModelCalls,
@@ -399,29 +495,50 @@ fn read<'py>(
     firsts: &Bound<'py, PyTuple>,
     events: bool,
     keys: &Keys<'_>,
+    failed: bool,
+    stopped: bool,
 ) -> PyResult<Result<LlmFacts<'py>, Unsure>> {
     let at = &calls.places;
+    let answers = &calls.answers;
     if events && firsts.get_item(at.outcome)?.is_none() {
         return Ok(Err(Unsure)); // (its outcome may be an event's: _with_events)
     }
     let finish = firsts.get_item(at.finish)?;
-    if finish.is_none() {
-        return Ok(Err(Unsure));
-    }
-    let finish = match reason(py, &finish, calls.max_reason_chars) {
-        Ok(Some(finish)) => finish,
-        _ => return Ok(Err(Unsure)), // (an empty list: the output's reason, Python's)
+    let (finish, said) = if finish.is_none() {
+        (None, Said::Nothing)
+    } else {
+        let finish = match reason(py, &finish, calls.max_reason_chars) {
+            Ok(Some(finish)) => finish,
+            _ => return Ok(Err(Unsure)), // (an empty list: the output's reason, Python's)
+        };
+        let finish_text = finish.cast::<PyString>()?.to_str()?.to_owned();
+        if !finish_text.is_ascii() {
+            return Ok(Err(Unsure)); // (str.lower of Unicode)
+        }
+        let lowered = finish_text.to_ascii_lowercase();
+        let said = if calls.limit_reasons.contains(&lowered) {
+            Said::Limit
+        } else if calls.tool_reasons.contains(&lowered) {
+            Said::Tools
+        } else if answers.reasons.contains(&lowered) {
+            Said::Answer
+        } else {
+            Said::Other
+        };
+        (Some(finish), said)
     };
-    let finish_text = finish.cast::<PyString>()?.to_str()?.to_owned();
-    if !finish_text.is_ascii() {
-        return Ok(Err(Unsure)); // (str.lower of Unicode)
-    }
-    let lowered = finish_text.to_ascii_lowercase();
-    let limit = calls.limit_reasons.contains(&lowered);
-    if !limit && !calls.tool_reasons.contains(&lowered) {
-        return Ok(Err(Unsure)); // (an answer, or another reason: Python reads the output)
-    }
     let output_messages = firsts.get_item(at.output_messages)?;
+    if said == Said::Nothing && output_messages.is_none() {
+        for key in &answers.envelope_keys {
+            if let Some(value) = attrs.get_item(key.bind(py))? {
+                if let Ok(text) = value.cast::<PyString>() {
+                    if text.to_str().map_or(true, |text| text.starts_with('{')) {
+                        return Ok(Err(Unsure)); // (a framework's message objects: enveloped_output)
+                    }
+                }
+            }
+        }
+    }
     let Ok(mut messages) = count_messages(&firsts.get_item(at.messages)?) else {
         return Ok(Err(Unsure));
     };
@@ -450,24 +567,60 @@ fn read<'py>(
         return Ok(Err(Unsure));
     };
     messages = counted;
-    if limit && flat_tools {
+    if said == Said::Limit && flat_tools {
         return Ok(Err(Unsure)); // (its flattened output asks for tools all the same)
     }
-    let mut asked = None;
-    if !limit {
-        let output = if output_messages.is_none() {
-            firsts.get_item(at.llm_output)?
-        } else {
-            output_messages.clone()
-        };
-        if let (Some(scan), Ok(text)) = (&calls.answer_tool_scan, output.cast::<PyString>()) {
-            if text
-                .to_str()
-                .map_or(true, |text| text.contains(scan.as_str()))
-            {
+    let output = if output_messages.is_none() {
+        firsts.get_item(at.llm_output)?
+    } else {
+        output_messages.clone()
+    };
+    let output_text = output.cast::<PyString>().ok().cloned();
+    // (an output the finish reason leaves unread; else one read as text, or none)
+    let read_output = matches!(said, Said::Answer | Said::Nothing);
+    if read_output && output_text.is_none() && !output.is_none() {
+        return Ok(Err(Unsure)); // (a list, a log event's structured output: Python's)
+    }
+    let plain = match &output_text {
+        Some(text) => match text.to_str() {
+            Ok(plain) => Some(plain),
+            Err(_) => return Ok(Err(Unsure)), // (a lone surrogate)
+        },
+        None => None,
+    };
+    if said == Said::Nothing && plain.is_some_and(|plain| plain.contains("\"finish_reason\"")) {
+        return Ok(Err(Unsure)); // (its output names its finish reason: output_finish_reason)
+    }
+    let parsed = match plain.filter(|_| read_output).map(Output::read) {
+        Some(Ok(parsed)) => Some(parsed),
+        Some(Err(_)) => return Ok(Err(Unsure)),
+        None => None,
+    };
+    let requests = parsed.as_ref().is_some_and(Output::requests_tools);
+    let (mut requested, mut final_answer) = match said {
+        Said::Limit | Said::Other => (false, false),
+        Said::Tools => (true, false),
+        Said::Answer => (requests, !requests),
+        Said::Nothing => match &parsed {
+            Some(parsed) => (requests, !requests && parsed.has_text()),
+            None => (false, false),
+        },
+    };
+    if requested {
+        if let (Some(scan), Some(plain)) = (&calls.answer_tool_scan, plain) {
+            if plain.contains(scan.as_str()) {
                 return Ok(Err(Unsure)); // (it may ask only for an answer tool)
             }
         }
+    }
+    if flat_tools && !requested {
+        // (no finish reason, and an output that hides its tool requests: the flattened
+        // output messages still say the model asked for tools)
+        requested = true;
+        final_answer = false;
+    }
+    let mut asked = None;
+    if requested {
         let text = if output_messages.is_none() {
             None
         } else {
@@ -487,6 +640,41 @@ fn read<'py>(
             None => asked_flat(py, calls, keys)?, // (no JSON tool calls: the flattened keys)
         });
     }
+    let mut final_output = None;
+    if final_answer {
+        // its text: the answer attribute's where it has one, else the output's
+        let answer = firsts.get_item(at.answer_text)?;
+        let text = if answer.is_none() {
+            None
+        } else if let Ok(answer) = answer.cast::<PyString>() {
+            if answer.is_empty()? {
+                None
+            } else {
+                match answer_of(answer) {
+                    Ok(text) => Some(text),
+                    Err(unsure) => return Ok(Err(unsure)),
+                }
+            }
+        } else {
+            return Ok(Err(Unsure)); // (no text: Python's)
+        };
+        let text = match text {
+            Some(text) => text,
+            None => parsed.as_ref().and_then(Output::answer_text),
+        };
+        if let Some(text) = text {
+            let hidden = text.chars().count() <= answers.hidden_chars
+                && answers.hidden.iter().any(|hidden| hidden == answers::strip(&text));
+            if !hidden {
+                final_output = Some(
+                    answers
+                        .brief
+                        .bind(py)
+                        .call1((text, answers.max_brief_chars))?,
+                );
+            }
+        }
+    }
     let input = firsts.get_item(at.input_tokens)?;
     let output = firsts.get_item(at.output_tokens)?;
     if input.is_none() && output.is_none() {
@@ -494,6 +682,16 @@ fn read<'py>(
             if attrs.contains(key.bind(py))? {
                 return Ok(Err(Unsure)); // (a usage object: _usage)
             }
+        }
+        if said == Said::Nothing
+            && output_messages.is_none()
+            && messages == 0
+            && flat_out == 0
+            && !failed
+            && firsts.get_item(at.total_tokens)?.is_none()
+            && !firsts.get_item(at.llm_input)?.is_none()
+        {
+            return Ok(Err(Unsure)); // (its input, nothing a model call carries: maybe none)
         }
     }
     let read = || -> Result<_, Unsure> {
@@ -570,6 +768,33 @@ fn read<'py>(
             Err(unsure) => return Ok(Err(unsure)),
         }
     }
+    let limit_stop = if said == Said::Limit {
+        finish.clone()
+    } else if stopped || requested {
+        None
+    } else {
+        // (a framework's "give your final answer" request offers no tools: never asks for any)
+        let prompt = firsts.get_item(at.prompt_text)?;
+        if prompt.is_none() {
+            None
+        } else {
+            let Ok(prompt) = prompt.cast::<PyString>() else {
+                return Ok(Err(Unsure));
+            };
+            let Ok(prompt) = prompt.to_str() else {
+                return Ok(Err(Unsure));
+            };
+            match answers::prompt_limit(
+                prompt,
+                &answers.last_prompts,
+                &answers.system_prompts,
+                answers.prompt_chars,
+            ) {
+                Ok(limit) => limit.map(|limit| PyString::new(py, limit).into_any()),
+                Err(_) => return Ok(Err(Unsure)),
+            }
+        }
+    };
     cache_read = cache_read.min(input_tokens);
     cache_write = cache_write.min(input_tokens - cache_read);
     Ok(Ok(LlmFacts {
@@ -582,8 +807,11 @@ fn read<'py>(
         model,
         provider,
         finish_reason: finish,
-        limit,
+        limit_stop,
+        requested_tools: requested,
         asked,
+        final_answer,
+        final_output,
         messages,
         messages_delta,
         prompt: firsts.get_item(at.prompt)?,

@@ -324,6 +324,9 @@ pub fn record<'py>(
             firsts,
             events,
             &keys,
+            failure
+                .as_ref()
+                .map_or((false, false), |failure| (failure.failed(), failure.stopped())),
         )?
         .map(RoleFacts::Llm)
     } else {

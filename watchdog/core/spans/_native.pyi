@@ -181,7 +181,10 @@ class ModelCalls:
                  max_tokens: int, max_cost: float, flat_inputs: Iterable[str],
                  flat_outputs: Iterable[str], flat_tool_calls: str,
                  asked_flat: Iterable[tuple[str, str, str, str]], max_asked: int,
-                 reports_delta: bool) -> None: ...
+                 reports_delta: bool,
+                 answers: tuple[list[str], Iterable[str], list[str], int,
+                                Callable[[str, int], str], int, list[str],
+                                list[tuple[str, str]], int]) -> None: ...
 
 class Failures:
     """The tables a failure is read by (``native/otlp/src/failures.rs``)."""

@@ -135,13 +135,18 @@ def _normaliser(phrases: Any, status: Any, json: Any) -> Any:
         (a.F_FINISH_REASON, a.F_OUTPUT_MESSAGES, a.F_LLM_OUTPUT, a.F_MESSAGES, a.F_INPUT_TOKENS,
          a.F_OUTPUT_TOKENS, a.F_TOTAL_TOKENS, a.F_REPORTED_COST, a.F_CACHE_READ,
          a.F_CACHE_WRITE, a.F_MODEL, a.F_PROVIDER, a.F_RESPONSE_ID, a.F_PROMPT, a.F_OUTCOME,
-         a.F_MESSAGES_DELTA),
+         a.F_MESSAGES_DELTA, a.F_LLM_INPUT, a.F_ANSWER_TEXT, a.F_PROMPT_TEXT),
         sorted(outcome.TOOL_FINISH_REASONS), sorted(outcome.LIMIT_FINISH_REASONS),
         [key for key, _, _ in a.USAGE_JSON], bool(a.REPORTED_COST_KEYS),
         outcome.ANSWER_TOOL_SCAN if outcome.ANSWER_TOOL_MARKERS else None,
         outcome.MAX_REASON_CHARS, values.MAX_NAME_CHARS, MAX_TOKENS_PER_CALL, MAX_REPORTED_COST,
         a.FLAT_INPUT_PREFIXES, a.FLAT_OUTPUT_PREFIXES, a.FLAT_TOOL_CALLS,
-        model_calls_tables.ASKED_TOOL_FLAT, MAX_ASKED_TOOLS, bool(a.MESSAGES_DELTA_KEYS))
+        model_calls_tables.ASKED_TOOL_FLAT, MAX_ASKED_TOOLS, bool(a.MESSAGES_DELTA_KEYS),
+        (sorted(outcome.ANSWER_FINISH_REASONS),
+         [rule.attribute for rule in outcome.OUTPUT_ENVELOPES], sorted(a.HIDDEN_CONTENT),
+         a.HIDDEN_CONTENT_CHARS, brief, values.MAX_BRIEF_CHARS,
+         [text for text, _ in outcome.LIMIT_PROMPTS], list(outcome.LIMIT_SYSTEM_PROMPTS),
+         outcome.PROMPT_TAIL_CHARS))
     failures = _native.Failures(
         sorted(a.WRAPPED_EXCEPTION_TYPES), status, [limit for _, limit in outcome.LIMIT_STATUS],
         phrases, [limit for _, limit in outcome.LIMIT_PHRASES], sorted(outcome.LIMIT_EXCEPTIONS),
