@@ -152,9 +152,37 @@ pub fn parsed(text: &str) -> Result<Option<Doc>, Unsure> {
             return Err(Unsure);
         }
     }
-    // (serde_json refuses what Python's json may read: NaN, 1e400, a lone surrogate, deeper
-    // than 128; and a key written twice, refused above)
-    serde_json::from_str(text).map(Some).map_err(|_| Unsure)
+    match serde_json::from_str(text) {
+        Ok(doc) => Ok(Some(doc)),
+        Err(error) if no_json(text, &error) => Ok(None),
+        // (serde_json refuses what Python's json may read: NaN, 1e400, a lone surrogate,
+        // deeper than 128; and a key written twice, refused above)
+        Err(_) => Err(Unsure),
+    }
+}
+
+/// Whether a text serde_json refuses is no JSON to Python's json either: a syntax error, in a
+/// text without the literals, escapes and numbers only Python's reads.
+fn no_json(text: &str, error: &serde_json::Error) -> bool {
+    use serde_json::error::Category;
+    if !matches!(error.classify(), Category::Syntax | Category::Eof) {
+        return false; // (a key written twice)
+    }
+    let message = error.to_string();
+    if message.starts_with("number out of range") || message.starts_with("recursion limit") {
+        return false;
+    }
+    if text.contains("NaN") || text.contains("Infinity") {
+        return false;
+    }
+    // (an escaped surrogate, \uD800 to \uDFFF, may stand alone: Python reads it)
+    let bytes = text.as_bytes();
+    !bytes.windows(4).any(|four| {
+        four[0] == b'\\'
+            && four[1] == b'u'
+            && matches!(four[2], b'd' | b'D')
+            && matches!(four[3], b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
+    })
 }
 
 /// ``outcome.MAX_JSON_DEPTH``, ``MAX_ANSWER_PARTS``; the keys and types the readers look for.
@@ -196,6 +224,40 @@ impl<'a> Output<'a> {
             text,
             doc: parsed(text)?,
         })
+    }
+
+    /// ``outcome.output_finish_reason``: the finish reason of the last message (of a list, or
+    /// the one object) that has one.
+    pub fn finish_reason(&self) -> Option<&Doc> {
+        let doc = self.doc.as_ref()?;
+        let messages = match doc {
+            Doc::Object(_) => std::slice::from_ref(doc),
+            Doc::List(items) => items.as_slice(),
+            _ => return None,
+        };
+        messages.iter().rev().find_map(|message| {
+            message
+                .get("finish_reason")
+                .filter(|reason| reason.truthy())
+        })
+    }
+
+    /// ``_asks_answer_tools_only`` of an output whose text names one of the answer tools:
+    /// whether every tool it asks for is one (``ANSWER_TOOLS``, ``ANSWER_TOOL_PREFIXES``).
+    pub fn asks_answer_tools_only(&self, tools: &[String], prefixes: &[String]) -> bool {
+        let Some(doc) = &self.doc else {
+            return false;
+        };
+        let mut names: Vec<Option<&Doc>> = Vec::new();
+        tool_request_names(doc, 0, &mut names);
+        !names.is_empty()
+            && names.iter().all(|name| match name {
+                Some(Doc::Text(name)) => {
+                    tools.contains(name)
+                        || prefixes.iter().any(|prefix| name.starts_with(prefix.as_str()))
+                }
+                _ => false,
+            })
     }
 
     /// ``_requests_tools``
@@ -262,6 +324,51 @@ fn has_tool_request(value: &Doc, depth: usize) -> bool {
     }
 }
 
+/// ``_tool_request_names``: None for a request whose name is not there.
+fn tool_request_names<'d>(value: &'d Doc, depth: usize, names: &mut Vec<Option<&'d Doc>>) {
+    if depth > MAX_JSON_DEPTH {
+        return;
+    }
+    match value {
+        Doc::Object(entries) => {
+            if value.typed(&TOOL_REQUEST_TYPES) {
+                names.push(call_name(value));
+                return;
+            }
+            for (key, item) in entries {
+                if TOOL_REQUEST_KEYS.contains(&key.as_str()) && item.truthy() {
+                    match item {
+                        Doc::List(calls) => names.extend(calls.iter().map(call_name)),
+                        _ => names.push(call_name(item)),
+                    }
+                } else if item.container() {
+                    tool_request_names(item, depth + 1, names);
+                }
+            }
+        }
+        Doc::List(items) => {
+            for item in items {
+                tool_request_names(item, depth + 1, names);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// ``_call_name``: ``name``, or OpenAI's ``function.name``; None for none (or null).
+fn call_name(call: &Doc) -> Option<&Doc> {
+    let Doc::Object(_) = call else {
+        return None;
+    };
+    match call.get("name") {
+        None | Some(Doc::Null) => match call.get("function") {
+            Some(function @ Doc::Object(_)) => function.get("name").filter(|name| !matches!(name, Doc::Null)),
+            _ => None,
+        },
+        name => name,
+    }
+}
+
 fn text_in(value: &Doc, depth: usize) -> bool {
     if depth > MAX_JSON_DEPTH {
         return false;
@@ -321,18 +428,74 @@ fn tail(text: &str, chars: usize) -> &str {
     }
 }
 
-/// ``outcome.prompt_limit``: the limit of the first of `system` (prompt, limit) found in the
-/// first `chars` characters; Unsure where one of `last` (``LIMIT_PROMPTS``' texts) is in the
-/// last `chars` (Python parses the last message for it).
+/// Whether a text is found in a value's JSON (``json.dumps(value, ensure_ascii=False)``) by
+/// looking in its strings alone: it has none of the characters JSON escapes and at least one
+/// that no number, literal or separator between strings is written with.
+pub fn found_in_strings_alone(needle: &str) -> bool {
+    !needle
+        .chars()
+        .any(|c| c == '"' || c == '\\' || (c as u32) < 0x20)
+        && needle
+            .chars()
+            .any(|c| !"{}[],: 0123456789.eE+-truefalsn".contains(c))
+}
+
+/// Whether one of a value's strings (an object's keys too) contains `needle`.
+fn in_strings(value: &Doc, needle: &str) -> bool {
+    match value {
+        Doc::Text(text) => text.contains(needle),
+        Doc::List(items) => items.iter().any(|item| in_strings(item, needle)),
+        Doc::Object(entries) => entries
+            .iter()
+            .any(|(key, item)| key.contains(needle) || in_strings(item, needle)),
+        _ => false,
+    }
+}
+
+/// ``outcome.prompt_limit``: the limit of the first of `last` (``LIMIT_PROMPTS``) found in the
+/// last message of a prompt (a JSON message list, or an object holding one as ``messages``;
+/// else the text from its tail's last ``"role"`` key on), else of the first of `system` found
+/// in its first `chars` characters. Unsure where Python might read the prompt otherwise: a
+/// JSON list serde_json does not read, a text of `last` that the message's JSON writes
+/// otherwise (`found_in_strings_alone`).
 pub fn prompt_limit<'t>(
     text: &str,
-    last: &[String],
+    last: &'t [(String, String)],
     system: &'t [(String, String)],
     chars: usize,
 ) -> Result<Option<&'t str>, Unsure> {
     let end = tail(text, chars);
-    if last.iter().any(|needle| end.contains(needle.as_str())) {
-        return Err(Unsure);
+    if last.iter().any(|(needle, _)| end.contains(needle.as_str())) {
+        // (the common case: none there, and nothing is parsed)
+        let doc = parsed(text)?;
+        let messages = match &doc {
+            Some(object @ Doc::Object(_)) => object.get("messages"),
+            other => other.as_ref(),
+        };
+        let message = match messages {
+            Some(Doc::List(items)) => items.last().filter(|last| matches!(last, Doc::Object(_))),
+            _ => None,
+        };
+        for (needle, limit) in last {
+            if !end.contains(needle.as_str()) {
+                continue;
+            }
+            let found = match message {
+                Some(message) => {
+                    if !found_in_strings_alone(needle) {
+                        return Err(Unsure);
+                    }
+                    in_strings(message, needle)
+                }
+                None => {
+                    let from = end.rfind("\"role\"").unwrap_or(0);
+                    end[from..].contains(needle.as_str())
+                }
+            };
+            if found {
+                return Ok(Some(limit));
+            }
+        }
     }
     if system.is_empty() {
         return Ok(None);
@@ -361,6 +524,8 @@ mod tests {
         assert!(Output::read(r#"{"a": 1, "a": 2}"#).is_err());
         assert!(Output::read("[NaN]").is_err());
         assert!(Output::read("not [json").ok().unwrap().has_text());
+        assert!(Output::read("[[ ## thought ## ]]").ok().unwrap().has_text());
+        assert!(Output::read("[NaN").is_err() && Output::read(r#"["\udc00"#).is_err());
     }
 
     #[test]
@@ -371,6 +536,12 @@ mod tests {
         let system = [("stuck".to_owned(), "max_steps".to_owned())];
         assert!(matches!(prompt_limit("é stuck", &[], &system, 7), Ok(Some("max_steps"))));
         assert!(matches!(prompt_limit("é stuck", &[], &system, 3), Ok(None)));
-        assert!(prompt_limit("x final", &["final".to_owned()], &system, 9).is_err());
+        let last = [("MUST answer".to_owned(), "max_iter".to_owned())];
+        let prompt = r#"[{"role": "user", "content": "MUST answer"}, {"role": "a", "content": "x"}]"#;
+        assert!(matches!(prompt_limit(prompt, &last, &system, 2048), Ok(None)));
+        let prompt = r#"{"messages": [{"content": "now MUST answer", "role": "user"}]}"#;
+        assert!(matches!(prompt_limit(prompt, &last, &system, 2048), Ok(Some("max_iter"))));
+        assert!(matches!(prompt_limit("MUST answer \"role\" x", &last, &system, 2048), Ok(None)));
+        assert!(prompt_limit("[NaN, \"MUST answer\"]", &last, &system, 2048).is_err());
     }
 }

@@ -13,7 +13,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::answers::{self, Output};
+use crate::answers::{self, Doc, Output};
 use crate::kernels::Json;
 use crate::wire;
 
@@ -91,11 +91,18 @@ struct Answers {
     /// ``redact.brief``, ``MAX_BRIEF_CHARS``
     brief: Py<PyAny>,
     max_brief_chars: usize,
-    /// ``LIMIT_PROMPTS``' texts (found in a prompt's tail: Python's), ``LIMIT_SYSTEM_PROMPTS``,
-    /// ``PROMPT_TAIL_CHARS``
-    last_prompts: Vec<String>,
+    /// ``LIMIT_PROMPTS``, ``LIMIT_SYSTEM_PROMPTS``, ``PROMPT_TAIL_CHARS``
+    last_prompts: Vec<(String, String)>,
     system_prompts: Vec<(String, String)>,
     prompt_chars: usize,
+    /// ``LLM_SPAN_SUFFIXES``; ``SpanKind.OTHER``: a call that carries only its input is none
+    call_suffixes: Vec<String>,
+    other_kind: Py<PyAny>,
+    /// ``ANSWER_TOOLS``, ``ANSWER_TOOL_PREFIXES``, ``ANSWER_TOOL_MARKERS``: a request for
+    /// these alone is the answer
+    tools: Vec<String>,
+    tool_prefixes: Vec<String>,
+    tool_markers: Vec<String>,
 }
 
 #[pymethods]
@@ -126,9 +133,12 @@ impl ModelCalls {
             usize,
             Py<PyAny>,
             usize,
-            Vec<String>,
+            Vec<(String, String)>,
             Vec<(String, String)>,
             usize,
+            Vec<String>,
+            Py<PyAny>,
+            (Vec<String>, Vec<String>, Vec<String>),
         ),
     ) -> PyResult<Self> {
         let [finish, output_messages, llm_output, messages, input_tokens, output_tokens, total_tokens, reported_cost, cache_read, cache_write, model, provider, response_id, prompt, outcome, messages_delta, llm_input, answer_text, prompt_text] =
@@ -143,6 +153,9 @@ impl ModelCalls {
             last_prompts,
             system_prompts,
             prompt_chars,
+            call_suffixes,
+            other_kind,
+            (tools, tool_prefixes, tool_markers),
         ) = answers;
         let usage_keys = usage_keys
             .try_iter()?
@@ -202,6 +215,11 @@ impl ModelCalls {
                 last_prompts,
                 system_prompts,
                 prompt_chars,
+                call_suffixes,
+                other_kind,
+                tools,
+                tool_prefixes,
+                tool_markers,
             },
         })
     }
@@ -209,6 +227,8 @@ impl ModelCalls {
 
 /// A model call's facts, made before any is set.
 pub struct LlmFacts<'py> {
+    /// ``SpanKind.OTHER`` where the call is none (nothing else set but its response id)
+    kind: Option<Bound<'py, PyAny>>,
     response_id: Option<Bound<'py, PyAny>>,
     input_tokens: i64,
     output_tokens: i64,
@@ -232,6 +252,9 @@ pub struct LlmFacts<'py> {
 
 impl LlmFacts<'_> {
     pub fn set(self, py: Python<'_>, record: &Bound<'_, PyAny>) -> PyResult<()> {
+        if let Some(kind) = self.kind {
+            record.setattr(intern!(py, "kind"), kind)?;
+        }
         if let Some(response_id) = self.response_id {
             record.setattr(intern!(py, "response_id"), response_id)?;
         }
@@ -357,6 +380,7 @@ fn reason<'py>(
     value: &Bound<'py, PyAny>,
     chars: usize,
 ) -> Result<Option<Bound<'py, PyAny>>, Unsure> {
+    let from_list = value.is_instance_of::<PyList>();
     let value = if let Ok(list) = value.cast::<PyList>() {
         let Some(last) = list.iter().last() else {
             return Ok(None);
@@ -366,10 +390,39 @@ fn reason<'py>(
         value.clone()
     };
     let text = value.cast::<PyString>().map_err(|_| Unsure)?;
-    if text.to_str().map_err(|_| Unsure)?.starts_with('[') {
-        return Err(Unsure); // (a list written as JSON: Python parses it)
+    let plain = text.to_str().map_err(|_| Unsure)?;
+    if plain.starts_with('[') && !from_list {
+        // a list written as JSON text (Microsoft Agent Framework: '["tool_calls"]'): its last
+        // item where every item is text
+        match answers::parsed(plain).map_err(|_| Unsure)? {
+            Some(Doc::List(items)) if items.iter().all(|item| matches!(item, Doc::Text(_))) => {
+                let Some(Doc::Text(last)) = items.last() else {
+                    return Ok(None);
+                };
+                return Ok(Some(PyString::new(py, cut(last, chars)).into_any()));
+            }
+            _ => {}
+        }
+    } else if plain.starts_with('[') {
+        return Err(Unsure); // (an array's last item written as a list: Python's)
     }
     name(py, &value, chars).map(|found| found.or_else(|| Some(PyString::new(py, "").into_any())))
+}
+
+/// ``outcome.output_finish_reason`` of a parsed output, then ``finish_reason`` of it: the
+/// last message's that has one, as text; None where none has; Unsure where it is no text.
+fn output_reason<'py>(
+    py: Python<'py>,
+    output: &Output<'_>,
+    chars: usize,
+) -> Result<Option<Bound<'py, PyAny>>, Unsure> {
+    match output.finish_reason() {
+        None => Ok(None),
+        Some(Doc::Text(text)) if !text.starts_with('[') => {
+            Ok(Some(PyString::new(py, cut(text, chars)).into_any()))
+        }
+        Some(_) => Err(Unsure),
+    }
 }
 
 /// The span's attribute keys and values as the decode holds them (``span.attributes``: a
@@ -463,6 +516,25 @@ enum Said {
     Nothing,
 }
 
+/// What a finish reason (text) says, as ``fill_model_outcome`` reads it.
+fn said_by(calls: &ModelCalls, finish: &Bound<'_, PyAny>) -> Result<Said, Unsure> {
+    let text = finish.cast::<PyString>().map_err(|_| Unsure)?;
+    let text = text.to_str().map_err(|_| Unsure)?;
+    if !text.is_ascii() {
+        return Err(Unsure); // (str.lower of Unicode)
+    }
+    let lowered = text.to_ascii_lowercase();
+    Ok(if calls.limit_reasons.contains(&lowered) {
+        Said::Limit
+    } else if calls.tool_reasons.contains(&lowered) {
+        Said::Tools
+    } else if calls.answers.reasons.contains(&lowered) {
+        Said::Answer
+    } else {
+        Said::Other
+    })
+}
+
 /// The facts of a model call, or None where Python reads them (see the module's comment);
 /// `events`: the span has events (an output only an event carries is Python's); `failed`,
 /// `stopped`: its status fails it, stops it at a limit.
@@ -475,9 +547,10 @@ pub fn facts<'py>(
     firsts: &Bound<'py, PyTuple>,
     events: bool,
     keys: &Keys<'_>,
+    span_name: &str,
     (failed, stopped): (bool, bool),
 ) -> PyResult<Option<LlmFacts<'py>>> {
-    Ok(read(py, calls, json, attrs, firsts, events, keys, failed, stopped)?.ok())
+    Ok(read(py, calls, json, attrs, firsts, events, keys, span_name, failed, stopped)?.ok())
 }
 
 /// ``outcome.answer_text`` of a text, Unsure where Python must read it.
@@ -495,6 +568,7 @@ fn read<'py>(
     firsts: &Bound<'py, PyTuple>,
     events: bool,
     keys: &Keys<'_>,
+    span_name: &str,
     failed: bool,
     stopped: bool,
 ) -> PyResult<Result<LlmFacts<'py>, Unsure>> {
@@ -504,26 +578,16 @@ fn read<'py>(
         return Ok(Err(Unsure)); // (its outcome may be an event's: _with_events)
     }
     let finish = firsts.get_item(at.finish)?;
-    let (finish, said) = if finish.is_none() {
+    let unnamed = finish.is_none(); // (no finish reason of its own)
+    let (mut finish, mut said) = if finish.is_none() {
         (None, Said::Nothing)
     } else {
         let finish = match reason(py, &finish, calls.max_reason_chars) {
             Ok(Some(finish)) => finish,
             _ => return Ok(Err(Unsure)), // (an empty list: the output's reason, Python's)
         };
-        let finish_text = finish.cast::<PyString>()?.to_str()?.to_owned();
-        if !finish_text.is_ascii() {
-            return Ok(Err(Unsure)); // (str.lower of Unicode)
-        }
-        let lowered = finish_text.to_ascii_lowercase();
-        let said = if calls.limit_reasons.contains(&lowered) {
-            Said::Limit
-        } else if calls.tool_reasons.contains(&lowered) {
-            Said::Tools
-        } else if answers.reasons.contains(&lowered) {
-            Said::Answer
-        } else {
-            Said::Other
+        let Ok(said) = said_by(calls, &finish) else {
+            return Ok(Err(Unsure));
         };
         (Some(finish), said)
     };
@@ -588,14 +652,28 @@ fn read<'py>(
         },
         None => None,
     };
-    if said == Said::Nothing && plain.is_some_and(|plain| plain.contains("\"finish_reason\"")) {
-        return Ok(Err(Unsure)); // (its output names its finish reason: output_finish_reason)
-    }
-    let parsed = match plain.filter(|_| read_output).map(Output::read) {
+    let mut parsed = match plain.filter(|_| read_output).map(Output::read) {
         Some(Ok(parsed)) => Some(parsed),
         Some(Err(_)) => return Ok(Err(Unsure)),
         None => None,
     };
+    if said == Said::Nothing && plain.is_some_and(|plain| plain.contains("\"finish_reason\"")) {
+        // its output names its finish reason (the last message's that has one)
+        let found = match parsed.as_ref() {
+            Some(parsed) => output_reason(py, parsed, calls.max_reason_chars),
+            None => Ok(None),
+        };
+        match found {
+            Ok(Some(found)) => {
+                let Ok(found_said) = said_by(calls, &found) else {
+                    return Ok(Err(Unsure));
+                };
+                (finish, said) = (Some(found), found_said);
+            }
+            Ok(None) => {}
+            Err(_) => return Ok(Err(Unsure)),
+        }
+    }
     let requests = parsed.as_ref().is_some_and(Output::requests_tools);
     let (mut requested, mut final_answer) = match said {
         Said::Limit | Said::Other => (false, false),
@@ -608,8 +686,25 @@ fn read<'py>(
     };
     if requested {
         if let (Some(scan), Some(plain)) = (&calls.answer_tool_scan, plain) {
-            if plain.contains(scan.as_str()) {
-                return Ok(Err(Unsure)); // (it may ask only for an answer tool)
+            if plain.contains(scan.as_str())
+                && answers
+                    .tool_markers
+                    .iter()
+                    .any(|marker| plain.contains(marker.as_str()))
+            {
+                // the model may have answered through the framework's output tool
+                if parsed.is_none() {
+                    match Output::read(plain) {
+                        Ok(read) => parsed = Some(read),
+                        Err(_) => return Ok(Err(Unsure)),
+                    }
+                }
+                if parsed.as_ref().is_some_and(|parsed| {
+                    parsed.asks_answer_tools_only(&answers.tools, &answers.tool_prefixes)
+                }) {
+                    requested = false;
+                    final_answer = true;
+                }
             }
         }
     }
@@ -683,15 +778,47 @@ fn read<'py>(
                 return Ok(Err(Unsure)); // (a usage object: _usage)
             }
         }
-        if said == Said::Nothing
+        if unnamed
             && output_messages.is_none()
             && messages == 0
             && flat_out == 0
             && !failed
             && firsts.get_item(at.total_tokens)?.is_none()
             && !firsts.get_item(at.llm_input)?.is_none()
+            && !answers
+                .call_suffixes
+                .iter()
+                .any(|suffix| span_name.ends_with(suffix.as_str()))
         {
-            return Ok(Err(Unsure)); // (its input, nothing a model call carries: maybe none)
+            // Its input recorded, yet nothing a model call carries: a traced method of a model
+            // object that called none (OpenInference's LlamaIndex), no model call
+            let Ok(response_id) = firsts
+                .get_item(at.response_id)
+                .map_err(|_| Unsure)
+                .and_then(|id| name(py, &id, calls.max_name_chars))
+            else {
+                return Ok(Err(Unsure));
+            };
+            return Ok(Ok(LlmFacts {
+                kind: Some(answers.other_kind.bind(py).clone()),
+                response_id,
+                input_tokens: 0,
+                output_tokens: 0,
+                reported_cost: None,
+                cache_read: 0,
+                cache_write: 0,
+                model: None,
+                provider: None,
+                finish_reason: None,
+                limit_stop: None,
+                requested_tools: false,
+                asked: None,
+                final_answer: false,
+                final_output: None,
+                messages: 0,
+                messages_delta: 0,
+                prompt: py.None().into_bound(py),
+            }));
         }
     }
     let read = || -> Result<_, Unsure> {
@@ -798,6 +925,7 @@ fn read<'py>(
     cache_read = cache_read.min(input_tokens);
     cache_write = cache_write.min(input_tokens - cache_read);
     Ok(Ok(LlmFacts {
+        kind: None,
         response_id,
         input_tokens,
         output_tokens,

@@ -324,6 +324,7 @@ pub fn record<'py>(
             firsts,
             events,
             &keys,
+            head.name,
             failure
                 .as_ref()
                 .map_or((false, false), |failure| (failure.failed(), failure.stopped())),

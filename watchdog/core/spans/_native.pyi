@@ -183,8 +183,10 @@ class ModelCalls:
                  asked_flat: Iterable[tuple[str, str, str, str]], max_asked: int,
                  reports_delta: bool,
                  answers: tuple[list[str], Iterable[str], list[str], int,
-                                Callable[[str, int], str], int, list[str],
-                                list[tuple[str, str]], int]) -> None: ...
+                                Callable[[str, int], str], int, list[tuple[str, str]],
+                                list[tuple[str, str]], int, Iterable[str], object,
+                                tuple[list[str], list[str], list[str]]]
+                 ) -> None: ...
 
 class Failures:
     """The tables a failure is read by (``native/otlp/src/failures.rs``)."""

@@ -145,8 +145,10 @@ def _normaliser(phrases: Any, status: Any, json: Any) -> Any:
         (sorted(outcome.ANSWER_FINISH_REASONS),
          [rule.attribute for rule in outcome.OUTPUT_ENVELOPES], sorted(a.HIDDEN_CONTENT),
          a.HIDDEN_CONTENT_CHARS, brief, values.MAX_BRIEF_CHARS,
-         [text for text, _ in outcome.LIMIT_PROMPTS], list(outcome.LIMIT_SYSTEM_PROMPTS),
-         outcome.PROMPT_TAIL_CHARS))
+         list(outcome.LIMIT_PROMPTS), list(outcome.LIMIT_SYSTEM_PROMPTS),
+         outcome.PROMPT_TAIL_CHARS, a.LLM_SPAN_SUFFIXES, SpanKind.OTHER,
+         (sorted(outcome.ANSWER_TOOLS), list(outcome.ANSWER_TOOL_PREFIXES),
+          list(outcome.ANSWER_TOOL_MARKERS))))
     failures = _native.Failures(
         sorted(a.WRAPPED_EXCEPTION_TYPES), status, [limit for _, limit in outcome.LIMIT_STATUS],
         phrases, [limit for _, limit in outcome.LIMIT_PHRASES], sorted(outcome.LIMIT_EXCEPTIONS),
