@@ -550,9 +550,9 @@ FAILED_TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "rea
 
 
 def proto_span(index: int, facts: dict[str, object], status: tuple[int, str] = (0, ""),
-               exception: tuple[str, str] | None = None) -> ProtoSpan:
+               exception: tuple[str, str] | None = None, name: str = "chat gpt-4o") -> ProtoSpan:
     span = ProtoSpan(trace_id=bytes(range(1, 17)), span_id=(index + 1).to_bytes(8, "big"),
-                     parent_span_id=b"\7" * 8, name="chat gpt-4o",
+                     parent_span_id=b"\7" * 8, name=name,
                      start_time_unix_nano=1_700_000_000_000_000_000,
                      end_time_unix_nano=1_700_000_001_000_000_000)
     for key, value in facts.items():
@@ -670,6 +670,121 @@ def test_odd_model_calls_and_failures_read_as_normalise_does() -> None:
         else:
             left += 1
     assert filled > 300 and left > 300, (filled, left)  # (both ways are taken)
+
+
+# A model call's answer (native/otlp/src/answers.rs): its text, whether it asked for tools,
+# the limit its prompt names, read whole where Python's json and str would read them alike.
+
+ANSWER = {
+    "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+    "gen_ai.usage.input_tokens": 900, "gen_ai.usage.output_tokens": 40,
+    "gen_ai.response.finish_reasons": ["stop"],
+    "gen_ai.input.messages": '[{"role": "user", "parts": [{"type": "text", "content": "fix"}]}]',
+    "gen_ai.output.messages": '[{"role": "assistant", "parts": [{"type": "reasoning", "content":'
+                              ' "hm"}, {"type": "text", "content": "Done: a.py fixed."}]}]',
+}
+ODD_OUTPUTS = [
+    "plain answer", "  \u3000\x1c ", "__REDACTED__", " __REDACTED__\n", "[[ ## thought ## ]]",
+    "{not json", "[NaN]", '["\\udc00"]', '{"a": 1, "a": 2}', "[" * 200 + "]" * 200, "é" * 400,
+    '[{"role": "assistant", "parts": [{"type": "text", "content": "ok"}]}]',
+    '[{"role": "assistant", "parts": [{"type": "text", "content": " "}]}]',
+    '[{"role": "assistant", "content": [{"type": "text", "text": "a"}, {"text": "b"}], '
+    '"finish_reason": "stop"}]',
+    '[{"role": "assistant", "parts": [{"type": "tool_call", "id": "c", "name": "t"}]}]',
+    '[{"role": "assistant", "parts": [{"type": "tool_call", "id": "c", "name": "final_result", '
+    '"arguments": {"x": 1}}]}]',
+    '[{"role": "assistant", "parts": [{"type": "tool_call", "name": "final_result"}, '
+    '{"type": "tool_call", "name": "t"}]}]',
+    '{"role": "assistant", "tool_calls": [{"function": {"name": "final_answer"}}]}',
+    '{"choices": [{"finish_reason": "length", "message": {"content": "cut"}}]}',
+    '[{"finish_reason": "tool_calls", "content": "x"}, {"finish_reason": "", "text": "y"}]',
+    '[{"finish_reason": ["stop"]}]', '{"finish_reason": "stop", "content": 5}',
+    '{"output": [{"content": [{"text": "resp"}]}], "usage": {"text": "no"}}',
+    '[{"role": "a"}, 3]', '[{"role": "a", "content": ["x"]}]', "[]", "{}", "[1e400]",
+    '{"toolUse": {}}', '{"tool_use": [{"name": "final_answer"}]}', '"quoted"',
+    '[{"role": "assistant", "id": {"text": "an id"}, "input": [{"content": "in"}], '
+    '"arguments": {"text": "args"}, "content": [{"type": "thinking", "text": "hm"}, '
+    '{"type": "output_text", "text": "said"}]}]',
+]
+ODD_PROMPTS = [
+    '[{"role": "user", "content": "go"}]',
+    '[{"role": "system", "content": "An agent tried to answer a user query but it got stuck and '
+    'failed"}, {"role": "user", "content": "x"}]',
+    '[{"role": "user", "content": "Now it\'s time you MUST give your absolute best final '
+    'answer"}]',
+    '[{"role": "user", "content": "Now it\'s time you MUST give your absolute best final '
+    'answer"}, {"role": "assistant", "content": "ok"}]',
+    '{"messages": [{"content": "Tool call limit reached. Tool call x", "role": "tool"}]}',
+    'prose: "role" Tool call limit reached. Tool call ', "é" * 3000 + "Tool call limit reached. "
+    "Tool call ", "[NaN, \"You have reached the maximum number of iterations (\"]",
+    # (the system prompt is looked for in the first 2,048 characters, the last message's texts
+    # in the last 2,048)
+    '[{"role": "system", "content": "An agent tried to answer a user query but it got stuck and '
+    'failed"}, {"role": "user", "content": "' + "é" * 3000 + '"}]',
+    '[{"role": "user", "content": "' + "é" * 3000 + '"}, {"role": "system", "content": "An agent '
+    'tried to answer a user query but it got stuck and failed"}]',
+]
+ODD_ANSWER_VALUES: list[dict[str, Any]] = [
+    {"string_value": text} for text in (
+        *ODD_OUTPUTS, *ODD_PROMPTS, "stop", "STOP", "end_turn", "length", '["stop"]',
+        '["tool_calls"]', '["stop", 1]', "[]", "[x", "é", "tool_calls", "limit_turns")
+] + [{"array_value": {"values": [{"string_value": text} for text in texts]}}
+     for texts in ((), ("stop",), ("tool_calls", "stop"), ('["stop"]',))
+     ] + [{"int_value": 3}] + ODD_VALUES
+ODD_ANSWER_KEYS = sorted({
+    "gen_ai.response.finish_reasons", "gen_ai.output.messages", "gen_ai.input.messages",
+    "output.value", "input.value", "llm.output_messages.0.message.content",
+    "gen_ai.completion.0.content", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+    "gen_ai.usage.total_tokens", "gen_ai.response.id", "gen_ai.completion", "mlflow.spanOutputs",
+    "llm.output_messages.0.message.tool_calls.0.tool_call.function.name",
+    "llm.input_messages.0.message.role", "llm.finish_reason"})
+
+
+def test_answers_are_read_whole_by_the_compiled_normalise() -> None:
+    spans = [proto_span(0, ANSWER),
+             proto_span(1, {key: value for key, value in ANSWER.items()
+                            if key != "gen_ai.response.finish_reasons"}),
+             proto_span(2, {**ANSWER, "gen_ai.response.finish_reasons": '["stop"]',
+                            "gen_ai.input.messages": ODD_PROMPTS[3]}),
+             proto_span(3, {**ANSWER, "gen_ai.input.messages": ODD_PROMPTS[2]}),
+             proto_span(4, {**ANSWER, "gen_ai.output.messages": ODD_OUTPUTS[15]}),
+             proto_span(5, {"openinference.span.kind": "LLM", "input.value": "hi"})]
+    read = list(filled_both_ways(spans))
+    for left, ours, reference in read:
+        assert left == 0, reference
+        assert ours == reference
+    assert "final_answer=True" in read[0][2] and "final_output='Done: a.py fixed.'" in read[0][2]
+    assert "final_output='Done: a.py fixed.'" in read[1][2] and "finish_reason=None" in read[1][2]
+    assert "finish_reason='stop'" in read[2][2] and "limit_stop=None" in read[2][2]
+    assert "limit_stop='max_iter'" in read[3][2]
+    assert "final_answer=True" in read[4][2] and "requested_tools=False" in read[4][2]
+    assert "kind=<SpanKind.OTHER" in read[5][2]
+
+
+def test_odd_answers_read_as_normalise_does() -> None:
+    rng = random.Random(20)
+    spans = []
+    for index in range(1500):
+        facts: dict[str, object] = {"gen_ai.operation.name": "chat"}
+        if rng.random() < 0.6:
+            facts.update(ANSWER)
+        for _ in range(rng.randint(1, 5)):
+            facts[rng.choice(ODD_ANSWER_KEYS)] = rng.choice(ODD_ANSWER_VALUES)
+        spans.append(proto_span(index, facts, rng.choice(ODD_STATUSES[:5]),
+                                rng.choice(ODD_EXCEPTIONS[:2]),
+                                rng.choice(["chat gpt-4o", "lookup.acall", "Agent.__call__"])))
+    filled = left = 0
+    kinds = set()
+    for made, ours, reference in filled_both_ways(spans):
+        assert ours == reference
+        if made == 0:
+            filled += 1
+            kinds.add(reference.split("kind=", 1)[1].split(",", 1)[0])
+            assert made == 0
+        else:
+            left += 1
+    assert filled > 500 and left > 200, (filled, left)  # (both ways are taken)
+    assert "<SpanKind.OTHER: 'other'>" in kinds, kinds
 
 
 def test_the_switch_chooses_the_normalise() -> None:
