@@ -705,6 +705,10 @@ ODD_OUTPUTS = [
     '[{"role": "assistant", "id": {"text": "an id"}, "input": [{"content": "in"}], '
     '"arguments": {"text": "args"}, "content": [{"type": "thinking", "text": "hm"}, '
     '{"type": "output_text", "text": "said"}]}]',
+    # (a key written twice: its first place, its last value; text nine and ten objects deep)
+    '[{"role": "assistant", "content": "first", "text": "t", "content": "second"}]',
+    '{"a": ' * 9 + '{"text": "nine deep"}' + "}" * 9,
+    '[{"a": ' * 8 + '{"content": "ten"}' + "}]" * 8,
 ]
 ODD_PROMPTS = [
     '[{"role": "user", "content": "go"}]',
@@ -727,7 +731,8 @@ ODD_PROMPTS = [
 ODD_ANSWER_VALUES: list[dict[str, Any]] = [
     {"string_value": text} for text in (
         *ODD_OUTPUTS, *ODD_PROMPTS, "stop", "STOP", "end_turn", "length", '["stop"]',
-        '["tool_calls"]', '["stop", 1]', "[]", "[x", "é", "tool_calls", "limit_turns")
+        '["tool_calls"]', '["stop", 1]', '["tool_calls", "stop"]', '["stop", "tool_calls"]', "[]",
+        "[x", "é", "tool_calls", "limit_turns")
 ] + [{"array_value": {"values": [{"string_value": text} for text in texts]}}
      for texts in ((), ("stop",), ("tool_calls", "stop"), ('["stop"]',))
      ] + [{"int_value": 3}] + ODD_VALUES
@@ -792,3 +797,72 @@ def test_the_switch_chooses_the_normalise() -> None:
         assert values.compiled_normaliser is None
     with decoding(compiled=True):
         assert values.compiled_normaliser is not None
+
+
+# An agent's facts (native/otlp/src/agents.rs): its answer, finish reason and limit, read whole
+# where they are table reads; a table's regex or an error's JSON asked of the Python function.
+
+AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "coder",
+         "gen_ai.input.messages": '[{"role": "user", "content": "fix"}]',
+         "gen_ai.output.messages": '[{"role": "assistant", "parts": [{"type": "text", '
+                                   '"content": "Fixed a.py."}]}]'}
+ODD_AGENT_VALUES: list[dict[str, Any]] = [
+    {"string_value": text} for text in (
+        *ODD_OUTPUTS[:12], "<coroutine object Agent.run at 0x7f1e2d>",
+        "<generator object é at 0x1>", "<coroutine object Agent.<locals>.run at 0xa0>",
+        "<coroutine object run at 0xA0>",
+        '""', " null ", "Function invocation limit reached before a final answer could be "
+        "produced", '[{"role": "assistant", "content": "Function invocation limit reached before '
+        'a final answer could be produced"}]', '{"response": "None", "sources": []}',
+        '{"error": "Max turns (3) exceeded"}', "max_turns", "MAX_TURNS_exceeded", "limit_turns",
+        "stop", '["limit_turns"]', "max_iterations_reached", "caller-agent",
+        '{"finish_reason": "limit_turns", "content": "x"}', '{"trajectory": {"thought_0": "a"}}',
+        '{"expected_output": "x", "messages": [{"role": "assistant"}]}', "é" * 300)
+] + [{"int_value": n} for n in (0, 3, 50)] + ODD_VALUES[:20]
+ODD_AGENT_KEYS = sorted({
+    "gen_ai.output.messages", "output.value", "final_result", "gen_ai.response.finish_reasons",
+    "watchdog.limit_reached", "gen_ai.agent.invocation.end_reason", "hermes.turn_exit_reason",
+    "smolagents.max_steps", "task_key", "gen_ai.framework.error.message", "gen_ai.input.messages",
+    "gen_ai.agent.turn.count", "gen_ai.caller.name", "haystack.agent.steps_taken",
+    "haystack.agent.max_steps", "expected_output"})
+
+
+def test_agents_are_read_whole_by_the_compiled_normalise() -> None:
+    spans = [proto_span(0, AGENT, name="invoke_agent coder"),
+             proto_span(1, {**AGENT, "gen_ai.response.finish_reasons": ["limit_turns"]},
+                        name="invoke_agent coder"),
+             proto_span(2, {**AGENT, "gen_ai.agent.invocation.end_reason": "max_turns"},
+                        name="invoke_agent coder"),
+             proto_span(3, {**AGENT, "gen_ai.output.messages": ODD_AGENT_VALUES[12]
+                            ["string_value"]}, name="invoke_agent coder")]
+    read = list(filled_both_ways(spans))
+    for left, ours, reference in read:
+        assert left == 0, reference
+        assert ours == reference
+    assert "final_output='Fixed a.py.'" in read[0][2] and "messages=1" in read[0][2]
+    assert "limit_stop='limit_turns'" in read[1][2] and "final_answer=False" in read[1][2]
+    assert "limit_stop='max_turns'" in read[2][2] and "final_answer=True" in read[2][2]
+    assert "final_answer=False" in read[3][2]  # (an unawaited coroutine's repr)
+
+
+def test_odd_agents_read_as_normalise_does() -> None:
+    rng = random.Random(20)
+    spans = []
+    for index in range(1500):
+        facts: dict[str, object] = {"gen_ai.operation.name": "invoke_agent",
+                                    "gen_ai.agent.name": "coder"}
+        if rng.random() < 0.5:
+            facts.update(AGENT)
+        for _ in range(rng.randint(1, 5)):
+            facts[rng.choice(ODD_AGENT_KEYS)] = rng.choice(ODD_AGENT_VALUES)
+        spans.append(proto_span(index, facts, rng.choice(ODD_STATUSES[:5]),
+                                rng.choice(ODD_EXCEPTIONS[:2]),
+                                rng.choice(["invoke_agent coder", "ReAct.forward", "coder"])))
+    filled = left = 0
+    for made, ours, reference in filled_both_ways(spans):
+        assert ours == reference
+        if made == 0:
+            filled += 1
+        else:
+            left += 1
+    assert filled > 500 and left > 200, (filled, left)  # (both ways are taken)

@@ -8,7 +8,7 @@
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-/// Why a value is left to Python.
+/// Why a value is left to Python (its reader answers None, none set).
 pub struct Unsure;
 
 /// ``str.isspace`` of one character: Unicode's White_Space and the four separators
@@ -188,7 +188,12 @@ fn no_json(text: &str, error: &serde_json::Error) -> bool {
 /// ``outcome.MAX_JSON_DEPTH``, ``MAX_ANSWER_PARTS``; the keys and types the readers look for.
 const MAX_JSON_DEPTH: usize = 8;
 const MAX_ANSWER_PARTS: usize = 64;
-const TOOL_REQUEST_MARKERS: [&str; 4] = ["\"tool_call", "\"toolUse\"", "\"function_call\"", "\"tool_use\""];
+const TOOL_REQUEST_MARKERS: [&str; 4] = [
+    "\"tool_call",
+    "\"toolUse\"",
+    "\"function_call\"",
+    "\"tool_use\"",
+];
 const TOOL_REQUEST_KEYS: [&str; 4] = ["tool_calls", "toolUse", "function_call", "tool_use"];
 const TOOL_REQUEST_TYPES: [&str; 3] = ["tool_call", "function_call", "tool_use"];
 const ANSWER_SKIP_TYPES: [&str; 6] = [
@@ -254,7 +259,9 @@ impl<'a> Output<'a> {
             && names.iter().all(|name| match name {
                 Some(Doc::Text(name)) => {
                     tools.contains(name)
-                        || prefixes.iter().any(|prefix| name.starts_with(prefix.as_str()))
+                        || prefixes
+                            .iter()
+                            .any(|prefix| name.starts_with(prefix.as_str()))
                 }
                 _ => false,
             })
@@ -279,9 +286,9 @@ impl<'a> Output<'a> {
             None => !blank(self.text),
             Some(Doc::List(items))
                 if !items.is_empty()
-                    && items
-                        .iter()
-                        .all(|item| matches!(item, Doc::Object(_)) && item.get("role").is_some()) =>
+                    && items.iter().all(|item| {
+                        matches!(item, Doc::Object(_)) && item.get("role").is_some()
+                    }) =>
             {
                 items.iter().any(|item| text_in(item, 1))
             }
@@ -362,7 +369,9 @@ fn call_name(call: &Doc) -> Option<&Doc> {
     };
     match call.get("name") {
         None | Some(Doc::Null) => match call.get("function") {
-            Some(function @ Doc::Object(_)) => function.get("name").filter(|name| !matches!(name, Doc::Null)),
+            Some(function @ Doc::Object(_)) => function
+                .get("name")
+                .filter(|name| !matches!(name, Doc::Null)),
             _ => None,
         },
         name => name,
@@ -422,7 +431,10 @@ fn head(text: &str, chars: usize) -> &str {
 }
 
 fn tail(text: &str, chars: usize) -> &str {
-    match chars.checked_sub(1).and_then(|skip| text.char_indices().rev().nth(skip)) {
+    match chars
+        .checked_sub(1)
+        .and_then(|skip| text.char_indices().rev().nth(skip))
+    {
         Some((start, _)) => &text[start..],
         None => text,
     }
@@ -519,7 +531,9 @@ mod tests {
 
     #[test]
     fn answers_keep_the_documents_order_and_leave_twice_written_keys_to_python() {
-        let output = Output::read(r#"[{"role": "a", "content": "x", "text": "y"}]"#).ok().unwrap();
+        let output = Output::read(r#"[{"role": "a", "content": "x", "text": "y"}]"#)
+            .ok()
+            .unwrap();
         assert_eq!(output.answer_text().as_deref(), Some("x\ny"));
         assert!(Output::read(r#"{"a": 1, "a": 2}"#).is_err());
         assert!(Output::read("[NaN]").is_err());
@@ -534,14 +548,27 @@ mod tests {
         assert_eq!(head("éab", 2), "éa");
         assert_eq!(tail("ab", 5), "ab");
         let system = [("stuck".to_owned(), "max_steps".to_owned())];
-        assert!(matches!(prompt_limit("é stuck", &[], &system, 7), Ok(Some("max_steps"))));
+        assert!(matches!(
+            prompt_limit("é stuck", &[], &system, 7),
+            Ok(Some("max_steps"))
+        ));
         assert!(matches!(prompt_limit("é stuck", &[], &system, 3), Ok(None)));
         let last = [("MUST answer".to_owned(), "max_iter".to_owned())];
-        let prompt = r#"[{"role": "user", "content": "MUST answer"}, {"role": "a", "content": "x"}]"#;
-        assert!(matches!(prompt_limit(prompt, &last, &system, 2048), Ok(None)));
+        let prompt =
+            r#"[{"role": "user", "content": "MUST answer"}, {"role": "a", "content": "x"}]"#;
+        assert!(matches!(
+            prompt_limit(prompt, &last, &system, 2048),
+            Ok(None)
+        ));
         let prompt = r#"{"messages": [{"content": "now MUST answer", "role": "user"}]}"#;
-        assert!(matches!(prompt_limit(prompt, &last, &system, 2048), Ok(Some("max_iter"))));
-        assert!(matches!(prompt_limit("MUST answer \"role\" x", &last, &system, 2048), Ok(None)));
+        assert!(matches!(
+            prompt_limit(prompt, &last, &system, 2048),
+            Ok(Some("max_iter"))
+        ));
+        assert!(matches!(
+            prompt_limit("MUST answer \"role\" x", &last, &system, 2048),
+            Ok(None)
+        ));
         assert!(prompt_limit("[NaN, \"MUST answer\"]", &last, &system, 2048).is_err());
     }
 }

@@ -21,3 +21,6 @@ mod failures;
 
 #[cfg(feature = "python")]
 mod answers;
+
+#[cfg(feature = "python")]
+mod agents;

@@ -13,7 +13,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::answers::{self, Doc, Output};
+use crate::answers::{self, Doc, Output, Unsure};
 use crate::kernels::Json;
 use crate::wire;
 
@@ -78,6 +78,25 @@ pub struct ModelCalls {
     answers: Answers,
 }
 
+/// ``Answers``' tables as handed over: (``ANSWER_FINISH_REASONS``, ``OUTPUT_ENVELOPES``'
+/// attributes, ``HIDDEN_CONTENT``, ``HIDDEN_CONTENT_CHARS``, ``brief``, ``MAX_BRIEF_CHARS``,
+/// ``LIMIT_PROMPTS``, ``LIMIT_SYSTEM_PROMPTS``, ``PROMPT_TAIL_CHARS``, ``LLM_SPAN_SUFFIXES``,
+/// ``SpanKind.OTHER``, (``ANSWER_TOOLS``, ``ANSWER_TOOL_PREFIXES``, ``ANSWER_TOOL_MARKERS``)).
+type AnswerTables<'py> = (
+    Vec<String>,
+    Bound<'py, PyAny>,
+    Vec<String>,
+    usize,
+    Py<PyAny>,
+    usize,
+    Vec<(String, String)>,
+    Vec<(String, String)>,
+    usize,
+    Vec<String>,
+    Py<PyAny>,
+    (Vec<String>, Vec<String>, Vec<String>),
+);
+
 /// What an answer's facts are read by (``outcome.fill_model_outcome``, ``_fill_llm``'s
 /// answer text and ``prompt_limit``).
 struct Answers {
@@ -126,20 +145,7 @@ impl ModelCalls {
         asked_flat: Vec<(String, String, String, String)>,
         max_asked: usize,
         reports_delta: bool,
-        answers: (
-            Vec<String>,
-            Bound<'_, PyAny>,
-            Vec<String>,
-            usize,
-            Py<PyAny>,
-            usize,
-            Vec<(String, String)>,
-            Vec<(String, String)>,
-            usize,
-            Vec<String>,
-            Py<PyAny>,
-            (Vec<String>, Vec<String>, Vec<String>),
-        ),
+        answers: AnswerTables<'_>,
     ) -> PyResult<Self> {
         let [finish, output_messages, llm_output, messages, input_tokens, output_tokens, total_tokens, reported_cost, cache_read, cache_write, model, provider, response_id, prompt, outcome, messages_delta, llm_input, answer_text, prompt_text] =
             places;
@@ -310,11 +316,8 @@ impl LlmFacts<'_> {
     }
 }
 
-/// Why a fact is left to Python.
-struct Unsure;
-
 /// ``bounds.token_count`` of a value that is an int, a flag or None.
-fn tokens(value: &Bound<'_, PyAny>, most: i64) -> Result<i64, Unsure> {
+pub(crate) fn tokens(value: &Bound<'_, PyAny>, most: i64) -> Result<i64, Unsure> {
     if value.is_none() || value.is_instance_of::<PyBool>() {
         return Ok(0);
     }
@@ -343,7 +346,7 @@ fn cost(value: &Bound<'_, PyAny>, most: f64) -> Result<Option<f64>, Unsure> {
 }
 
 /// A text fact (``str`` or None) cut to `chars`, where it is not empty.
-fn name<'py>(
+pub(crate) fn name<'py>(
     py: Python<'py>,
     value: &Bound<'py, PyAny>,
     chars: usize,
@@ -363,7 +366,7 @@ fn name<'py>(
 }
 
 /// ``values._count_messages`` of a JSON text or a list.
-fn count_messages(value: &Bound<'_, PyAny>) -> Result<i64, Unsure> {
+pub(crate) fn count_messages(value: &Bound<'_, PyAny>) -> Result<i64, Unsure> {
     if let Ok(text) = value.cast::<PyString>() {
         let text = text.to_str().map_err(|_| Unsure)?;
         return Ok(text.matches("\"role\"").count() as i64);
@@ -375,7 +378,7 @@ fn count_messages(value: &Bound<'_, PyAny>) -> Result<i64, Unsure> {
 }
 
 /// ``outcome.finish_reason`` of a string that is no JSON list, or a list of strings.
-fn reason<'py>(
+pub(crate) fn reason<'py>(
     py: Python<'py>,
     value: &Bound<'py, PyAny>,
     chars: usize,
@@ -497,7 +500,7 @@ fn asked_flat<'py>(
     PyTuple::new(py, asked)
 }
 
-fn cut(text: &str, chars: usize) -> &str {
+pub(crate) fn cut(text: &str, chars: usize) -> &str {
     match text.char_indices().nth(chars) {
         Some((end, _)) => &text[..end],
         None => text,
@@ -550,7 +553,10 @@ pub fn facts<'py>(
     span_name: &str,
     (failed, stopped): (bool, bool),
 ) -> PyResult<Option<LlmFacts<'py>>> {
-    Ok(read(py, calls, json, attrs, firsts, events, keys, span_name, failed, stopped)?.ok())
+    Ok(read(
+        py, calls, json, attrs, firsts, events, keys, span_name, failed, stopped,
+    )?
+    .ok())
 }
 
 /// ``outcome.answer_text`` of a text, Unsure where Python must read it.
@@ -759,7 +765,10 @@ fn read<'py>(
         };
         if let Some(text) = text {
             let hidden = text.chars().count() <= answers.hidden_chars
-                && answers.hidden.iter().any(|hidden| hidden == answers::strip(&text));
+                && answers
+                    .hidden
+                    .iter()
+                    .any(|hidden| hidden == answers::strip(&text));
             if !hidden {
                 final_output = Some(
                     answers
