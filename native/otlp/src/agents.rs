@@ -14,7 +14,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyString, PyTuple};
 
-use crate::answers::{self, Doc, Output, Unsure};
+use crate::answers::{self, Doc, Ending, Output, Unsure};
 use crate::kernels::Phrases;
 use crate::model_calls::{count_messages, cut, name, reason, tokens};
 use crate::normalise::py_strings;
@@ -126,35 +126,17 @@ impl Agents {
 
 /// An agent's facts, made before any is set.
 pub struct AgentFacts<'py> {
-    finish_reason: Option<Bound<'py, PyAny>>,
-    limit_stop: Option<Bound<'py, PyAny>>,
+    ending: Ending<'py>,
     cap_request: Option<String>,
-    final_answer: bool,
-    final_output: Option<Bound<'py, PyAny>>,
-    messages: i64,
     model_calls: i64,
     caller: Option<Bound<'py, PyAny>>,
 }
 
 impl AgentFacts<'_> {
     pub fn set(self, py: Python<'_>, record: &Bound<'_, PyAny>) -> PyResult<()> {
-        if let Some(finish) = self.finish_reason {
-            record.setattr(intern!(py, "finish_reason"), finish)?;
-        }
-        if let Some(limit) = self.limit_stop {
-            record.setattr(intern!(py, "limit_stop"), limit)?;
-        }
+        self.ending.set(py, record)?;
         if let Some(cap) = self.cap_request {
             record.setattr(intern!(py, "cap_request"), cap)?;
-        }
-        if self.final_answer {
-            record.setattr(intern!(py, "final_answer"), true)?;
-        }
-        if let Some(text) = self.final_output {
-            record.setattr(intern!(py, "final_output"), text)?;
-        }
-        if self.messages != 0 {
-            record.setattr(intern!(py, "messages"), self.messages)?;
         }
         if self.model_calls != 0 {
             record.setattr(intern!(py, "model_calls"), self.model_calls)?;
@@ -434,12 +416,14 @@ fn read<'py>(
         None
     };
     Ok(Ok(AgentFacts {
-        finish_reason,
-        limit_stop,
+        ending: Ending {
+            finish_reason,
+            limit_stop,
+            final_answer,
+            final_output,
+            messages,
+        },
         cap_request,
-        final_answer,
-        final_output,
-        messages,
         model_calls,
         caller,
     }))

@@ -6,7 +6,42 @@
 //! NaN, a lone surrogate, a number too long; a key written twice; a prompt whose last message
 //! Python parses) the answer is `Unsure` and Python reads the output.
 
+use pyo3::intern;
+use pyo3::prelude::*;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+
+/// How a model call or an agent's run ended, as its record holds it (set where not the default).
+#[derive(Default)]
+pub struct Ending<'py> {
+    pub finish_reason: Option<Bound<'py, PyAny>>,
+    /// the limit it stopped at
+    pub limit_stop: Option<Bound<'py, PyAny>>,
+    /// it answered (this text, where it has one)
+    pub final_answer: bool,
+    pub final_output: Option<Bound<'py, PyAny>>,
+    pub messages: i64,
+}
+
+impl Ending<'_> {
+    pub fn set(self, py: Python<'_>, record: &Bound<'_, PyAny>) -> PyResult<()> {
+        if let Some(finish) = self.finish_reason {
+            record.setattr(intern!(py, "finish_reason"), finish)?;
+        }
+        if let Some(limit) = self.limit_stop {
+            record.setattr(intern!(py, "limit_stop"), limit)?;
+        }
+        if self.final_answer {
+            record.setattr(intern!(py, "final_answer"), true)?;
+        }
+        if let Some(text) = self.final_output {
+            record.setattr(intern!(py, "final_output"), text)?;
+        }
+        if self.messages != 0 {
+            record.setattr(intern!(py, "messages"), self.messages)?;
+        }
+        Ok(())
+    }
+}
 
 /// Why a value is left to Python (its reader answers None, none set).
 pub struct Unsure;

@@ -13,7 +13,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::answers::{self, Doc, Output, Unsure};
+use crate::answers::{self, Doc, Ending, Output, Unsure};
 use crate::kernels::Json;
 use crate::wire;
 
@@ -243,15 +243,11 @@ pub struct LlmFacts<'py> {
     cache_write: i64,
     model: Option<Bound<'py, PyAny>>,
     provider: Option<Bound<'py, PyAny>>,
-    finish_reason: Option<Bound<'py, PyAny>>,
-    /// the limit its finish reason or its prompt names
-    limit_stop: Option<Bound<'py, PyAny>>,
-    /// it asked for tools (these, where read); it answered (this text, where it has one)
+    /// its finish reason, the limit it or its prompt names, its answer, its message count
+    ending: Ending<'py>,
+    /// it asked for tools (these, where read)
     requested_tools: bool,
     asked: Option<Bound<'py, PyTuple>>,
-    final_answer: bool,
-    final_output: Option<Bound<'py, PyAny>>,
-    messages: i64,
     messages_delta: i64,
     prompt: Bound<'py, PyAny>,
 }
@@ -285,26 +281,12 @@ impl LlmFacts<'_> {
         if let Some(provider) = self.provider {
             record.setattr(intern!(py, "provider"), provider)?;
         }
-        if let Some(finish_reason) = self.finish_reason {
-            record.setattr(intern!(py, "finish_reason"), finish_reason)?;
-        }
-        if let Some(limit) = self.limit_stop {
-            record.setattr(intern!(py, "limit_stop"), limit)?;
-        }
+        self.ending.set(py, record)?;
         if self.requested_tools {
             record.setattr(intern!(py, "requested_tools"), true)?;
             if let Some(asked) = self.asked {
                 record.setattr(intern!(py, "asked_tools"), asked)?;
             }
-        }
-        if self.final_answer {
-            record.setattr(intern!(py, "final_answer"), true)?;
-        }
-        if let Some(text) = self.final_output {
-            record.setattr(intern!(py, "final_output"), text)?;
-        }
-        if self.messages != 0 {
-            record.setattr(intern!(py, "messages"), self.messages)?;
         }
         if self.messages_delta != 0 {
             record.setattr(intern!(py, "messages_delta"), self.messages_delta)?;
@@ -818,13 +800,9 @@ fn read<'py>(
                 cache_write: 0,
                 model: None,
                 provider: None,
-                finish_reason: None,
-                limit_stop: None,
+                ending: Ending::default(),
                 requested_tools: false,
                 asked: None,
-                final_answer: false,
-                final_output: None,
-                messages: 0,
                 messages_delta: 0,
                 prompt: py.None().into_bound(py),
             }));
@@ -943,13 +921,15 @@ fn read<'py>(
         cache_write,
         model,
         provider,
-        finish_reason: finish,
-        limit_stop,
+        ending: Ending {
+            finish_reason: finish,
+            limit_stop,
+            final_answer,
+            final_output,
+            messages,
+        },
         requested_tools: requested,
         asked,
-        final_answer,
-        final_output,
-        messages,
         messages_delta,
         prompt: firsts.get_item(at.prompt)?,
     }))
