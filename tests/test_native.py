@@ -592,6 +592,15 @@ def filled_both_ways(spans: list[ProtoSpan]) -> Iterator[tuple[int | None, str, 
                    repr(conventions.normalise(span, attrs, resource, firsts)))
 
 
+def read_whole(spans: list[ProtoSpan]) -> list[tuple[int | None, str, str]]:
+    """``filled_both_ways`` of spans the compiled normalise fills whole, each read alike."""
+    read = list(filled_both_ways(spans))
+    for left, ours, reference in read:
+        assert left == 0, reference
+        assert ours == reference
+    return read
+
+
 def test_model_calls_and_failures_are_read_whole_by_the_compiled_normalise() -> None:
     limit = {**MODEL_CALL, "gen_ai.response.finish_reasons": ["limit_turns"]}
     spans = [proto_span(0, MODEL_CALL), proto_span(1, limit),
@@ -605,10 +614,7 @@ def test_model_calls_and_failures_are_read_whole_by_the_compiled_normalise() -> 
                             "llm.input_messages.1.message.role": "assistant",
                             "gen_ai.completion.0.tool_calls.0.name": "read_file",
                             "gen_ai.completion.0.tool_calls.0.id": "c2"})]
-    read = list(filled_both_ways(spans))
-    for left, ours, reference in read:
-        assert left == 0, reference
-        assert ours == reference
+    read = read_whole(spans)
     assert "requested_tools=True" in read[0][2] and "('read_file', 'c1')" in read[0][2]
     assert "limit_stop='limit_turns'" in read[1][2]
     assert "error_type='RuntimeError'" in read[2][2]
@@ -754,10 +760,7 @@ def test_answers_are_read_whole_by_the_compiled_normalise() -> None:
              proto_span(3, {**ANSWER, "gen_ai.input.messages": ODD_PROMPTS[2]}),
              proto_span(4, {**ANSWER, "gen_ai.output.messages": ODD_OUTPUTS[15]}),
              proto_span(5, {"openinference.span.kind": "LLM", "input.value": "hi"})]
-    read = list(filled_both_ways(spans))
-    for left, ours, reference in read:
-        assert left == 0, reference
-        assert ours == reference
+    read = read_whole(spans)
     assert "final_answer=True" in read[0][2] and "final_output='Done: a.py fixed.'" in read[0][2]
     assert "final_output='Done: a.py fixed.'" in read[1][2] and "finish_reason=None" in read[1][2]
     assert "finish_reason='stop'" in read[2][2] and "limit_stop=None" in read[2][2]
@@ -847,10 +850,7 @@ def test_agents_are_read_whole_by_the_compiled_normalise() -> None:
                             ["string_value"]}, name="invoke_agent coder"),
              proto_span(4, {**AGENT, "gen_ai.output.messages": "__REDACTED__", "task_key": "t"},
                         name="invoke_agent coder")]
-    read = list(filled_both_ways(spans))
-    for left, ours, reference in read:
-        assert left == 0, reference
-        assert ours == reference
+    read = read_whole(spans)
     assert "final_output='Fixed a.py.'" in read[0][2] and "messages=1" in read[0][2]
     assert "limit_stop='limit_turns'" in read[1][2] and "final_answer=False" in read[1][2]
     assert "limit_stop='max_turns'" in read[2][2] and "final_answer=True" in read[2][2]

@@ -15,9 +15,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyString, PyTuple};
 
 use crate::answers::{self, Doc, Ending, Output, Unsure};
-use crate::kernels::Phrases;
+use crate::kernels::{py_strings, Phrases};
 use crate::model_calls::{count_messages, cut, name, reason, tokens};
-use crate::normalise::py_strings;
 
 /// The tables an agent's facts are read by, handed over once (``watchdog.core.spans.native``).
 #[pyclass(frozen, module = "watchdog.core.spans._native")]

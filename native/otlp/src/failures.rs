@@ -10,8 +10,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
-use crate::kernels::{hash_text, Phrases};
-use crate::normalise::py_strings;
+use crate::kernels::{hash_text, py_strings, Phrases};
 use crate::wire;
 
 const STATUS_CODE_ERROR: i32 = 2;

@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::answers::{self, Doc, Ending, Output, Unsure};
-use crate::kernels::Json;
+use crate::kernels::{py_strings, Json};
 use crate::wire;
 
 /// ``model_calls.ASKED_TOOL_FLAT``: <prefix>{i}<infix>{j}<name or id suffix>.
@@ -163,10 +163,6 @@ impl ModelCalls {
             other_kind,
             (tools, tool_prefixes, tool_markers),
         ) = answers;
-        let usage_keys = usage_keys
-            .try_iter()?
-            .map(|item| Ok(item?.cast_into::<PyString>()?.unbind()))
-            .collect::<PyResult<_>>()?;
         Ok(ModelCalls {
             places: Places {
                 finish,
@@ -191,7 +187,7 @@ impl ModelCalls {
             },
             tool_reasons,
             limit_reasons,
-            usage_keys,
+            usage_keys: py_strings(usage_keys)?,
             reports_cost,
             answer_tool_scan,
             max_reason_chars,
@@ -213,7 +209,7 @@ impl ModelCalls {
             reports_delta,
             answers: Answers {
                 reasons,
-                envelope_keys: crate::normalise::py_strings(&envelope_keys)?,
+                envelope_keys: py_strings(&envelope_keys)?,
                 hidden,
                 hidden_chars,
                 brief,

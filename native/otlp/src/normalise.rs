@@ -18,7 +18,7 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 
 use crate::agents::{self, Agents};
 use crate::failures::{self, Failures, Status};
-use crate::kernels::{canonical_text, hash_text, Json};
+use crate::kernels::{canonical_text, hash_text, py_strings, Json};
 use crate::model_calls::{self, ModelCalls};
 
 /// The dispatch's places (`conventions.normalise`) and the tool readers' (`tool_calls`), by
@@ -90,13 +90,6 @@ pub struct Normaliser {
 
 fn strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     value.try_iter()?.map(|item| item?.extract()).collect()
-}
-
-pub(crate) fn py_strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyString>>> {
-    value
-        .try_iter()?
-        .map(|item| Ok(item?.cast_into::<PyString>()?.unbind()))
-        .collect()
 }
 
 #[pymethods]
