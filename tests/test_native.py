@@ -682,10 +682,7 @@ def test_odd_model_calls_and_failures_read_as_normalise_does() -> None:
 # the limit its prompt names, read whole where Python's json and str would read them alike.
 
 ANSWER = {
-    "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
-    "gen_ai.usage.input_tokens": 900, "gen_ai.usage.output_tokens": 40,
-    "gen_ai.response.finish_reasons": ["stop"],
-    "gen_ai.input.messages": '[{"role": "user", "parts": [{"type": "text", "content": "fix"}]}]',
+    **MODEL_CALL, "gen_ai.response.finish_reasons": ["stop"],
     "gen_ai.output.messages": '[{"role": "assistant", "parts": [{"type": "reasoning", "content":'
                               ' "hm"}, {"type": "text", "content": "Done: a.py fixed."}]}]',
 }
