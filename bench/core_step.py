@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -88,13 +89,11 @@ def main() -> None:
         sys.exit(subprocess.run(command, env=env, check=False).returncode)
     if tree == str(HERE):
         sys.path.insert(0, str(HERE))
-    import bench.workload
-    from bench.workload import WORKLOADS, batches
-
-    bench.workload.time = SimpleNamespace(time_ns=lambda: CLOCK_NS)  # type: ignore[attr-defined,assignment]
-
-    if args.workload not in WORKLOADS:
-        parser.error(f"--workload: one of {', '.join(WORKLOADS)}")
+    workload = _this_workload()
+    workload.time = SimpleNamespace(time_ns=lambda: CLOCK_NS)
+    batches = workload.batches
+    if args.workload not in workload.ALL_WORKLOADS:
+        parser.error(f"--workload: one of {', '.join(workload.ALL_WORKLOADS)}")
     parts = modules()
     import watchdog
 
@@ -130,6 +129,16 @@ def main() -> None:
     print(f"{args.workload}{what}: {best * 1e6 / spans:.2f} CPU µs per span "
           f"(best of {args.repeat}), "
           f"{spans} spans, {decisions} decisions")
+
+
+def _this_workload() -> Any:
+    """This bench's workload (``bench/workload.py`` beside this file), whichever tree runs: two
+    trees compared read the same spans."""
+    spec = importlib.util.spec_from_file_location("bench_workload", HERE / "bench" / "workload.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 CONTENT = frozenset({"gen_ai.input.messages", "gen_ai.output.messages"})

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.workload import WORKLOADS, batches
+from bench.workload import ALL_WORKLOADS, batches
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans import native
 from watchdog.core.spans.decode import parse_protobuf
@@ -48,7 +48,7 @@ def with_tracker(bodies: list[bytes]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--workload", choices=WORKLOADS, action="append")
+    parser.add_argument("--workload", choices=ALL_WORKLOADS, action="append")
     parser.add_argument("--spans", type=int, default=30_720)
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--runs", type=int, default=1000)

@@ -13,7 +13,10 @@ Workloads (:data:`WORKLOADS`) vary what real traffic varies:
   and again, so the default rules fire on every run and directives (with report prompts) are
   written — the case the watchdog exists for; with trigger words too;
 * ``trace-keyed`` — no run ids on the spans (OpenInference/OpenLLMetry style): runs are told
-  apart by trace, and a sub-agent in every other run becomes a child run.
+  apart by trace, and a sub-agent in every other run becomes a child run;
+* ``answers`` — short runs (one to three tool steps) whose last model call answers in text
+  (finish reason ``stop``, the answer as a text part, as pydantic-ai's recordings have it):
+  a model call's answer and an agent's are a third of the spans.
 """
 
 from __future__ import annotations
@@ -55,7 +58,9 @@ def _kv(key: str, value: object) -> KeyValue:
     return KeyValue(key=key, value=AnyValue(string_value=str(value)))
 
 
+# (the benches run the first four by default)
 WORKLOADS = ("clean", "trigger-words", "rules-firing", "trace-keyed")
+ALL_WORKLOADS = (*WORKLOADS, "answers")
 TRIGGER_RESULT = ("# auth settings: see docs/auth.md; the api key and the token come from the "
                   "vault, never from the password file\nAuthorization is checked by middleware "
                   "(key rotation: weekly; token ttl: 1h)\n")
@@ -83,7 +88,8 @@ class RunScript:
             {"role": "user", "parts": [{"type": "text", "content": f"Fix issue #{index}"}]},
         ]
         self.t = (start_ns or time.time_ns()) + (index % 1000) * 1_000_000
-        self.steps = rng.randint(6, 14)
+        self.answers = workload == "answers"  # its last model call answers
+        self.steps = rng.randint(1, 3) if self.answers else rng.randint(6, 14)
         self.sub_steps = self.steps - 3  # the sub-agent's three steps come first
         self.with_root = with_root
         self.done = False
@@ -107,6 +113,24 @@ class RunScript:
                 _kv("exception.type", "RuntimeError"), _kv("exception.message", error)])
         return span
 
+    def _answer(self) -> Span:
+        """The model call that answers: its text, no tool asked for."""
+        output = [{"role": "assistant", "parts": [{"type": "text", "content": (
+            f"Fixed issue #{self.index}: patched src/pkg/module.py, the tests pass.")}],
+            "finish_reason": "stop"}]
+        return self._span("chat gpt-4o", [
+            _kv("gen_ai.operation.name", "chat"), _kv("gen_ai.system", "openai"),
+            _kv("gen_ai.request.model", "gpt-4o"), _kv("gen_ai.response.model", "gpt-4o"),
+            _kv("gen_ai.response.id", f"chatcmpl-{self.index}"),
+            _kv("gen_ai.usage.input_tokens", 800 + 150 * len(self.messages)),
+            _kv("gen_ai.usage.output_tokens", self.rng.randint(20, 400)),
+            _kv("gen_ai.response.finish_reasons", ["stop"]),
+            _kv("gen_ai.input.messages", json.dumps(self.messages)),
+            _kv("gen_ai.tool.definitions", TOOL_DEFINITIONS),
+            _kv("model_request_parameters", REQUEST_PARAMETERS),
+            _kv("logfire.json_schema", JSON_SCHEMA),
+            _kv("gen_ai.output.messages", json.dumps(output))])
+
     def next_spans(self) -> list[Span]:
         """The spans that end in the next step of the loop."""
         rng = self.rng
@@ -117,6 +141,9 @@ class RunScript:
                 _kv("gen_ai.agent.name", "researcher"), _kv("final_result", "found it")])
             sub.span_id = self.sub_id
             return [sub]
+        if self.steps == 0 and self.answers:
+            self.answers = False
+            return [self._answer()]
         if self.steps == 0:
             self.done = True
             if not self.with_root:

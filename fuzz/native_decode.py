@@ -46,12 +46,23 @@ CALL_FACTS = ("gen_ai.tool.name", "gen_ai.tool.call.arguments", "gen_ai.tool.cal
               "gen_ai.tool.call.id", "gen_ai.agent.name", "gen_ai.agent.call.id",
               "gen_ai.usage.input_tokens", "gen_ai.output.messages", "gen_ai.input.messages",
               "gen_ai.response.finish_reasons", "gen_ai.request.model", "gen_ai.response.id",
-              "error.type")
+              "error.type", "output.value", "input.value", "llm.output_messages.0.message.content",
+              "gen_ai.agent.turn.count", "gen_ai.caller.name")
 CALL_TEXTS = ["read_file", "final_result", "finish", "[REDACTED]", '{"path": "a", "n": 1}',
               '{"x": 1.5}', '{"k": "[REDACTED]"}', "not json", "agent-0", "é" * 250,
               "content='no' name='t' status='error'", '[{"role": "user", "content": "hi"}]',
               "tool_calls", "limit_turns", "stop", '["tool_call"]', "RuntimeError",
-              '[{"role": "assistant", "parts": [{"type": "tool_call", "id": "c", "name": "t"}]}]']
+              '[{"role": "assistant", "parts": [{"type": "tool_call", "id": "c", "name": "t"}]}]',
+              # an answer (answers.rs): its text parts, JSON the two parsers may read otherwise,
+              # the answer tool, Python's spaces, a prompt naming a limit, an agent's stand-in
+              '[{"role": "assistant", "parts": [{"type": "text", "content": "done"}], '
+              '"finish_reason": "stop"}]', '["stop"]', '[{"role": "a", "content": [" ", "x"]}]',
+              '{"a": 1, "a": [NaN]}', '["\\ud800"]', "[[ ## thought ## ]]", " \x1c\u3000",
+              "__REDACTED__", '[{"parts": [{"type": "tool_call", "name": "final_result"}]}]',
+              '[{"role": "user", "content": "Now it\'s time you MUST give your absolute best '
+              'final answer"}]', "<coroutine object Agent.run at 0x7f1e>", '""',
+              "Function invocation limit reached before a final answer could be produced",
+              '{"response": "None", "sources": []}', "end_turn"]
 # a span's status and its exception (failures.rs): the limits and errors they may name
 STATUS_TEXTS = ["", "boom", "Max turns exceeded: 3", "UsageLimitExceeded: 5", "é",
                 "RuntimeError: locked", "recursion limit of 25 reached"]

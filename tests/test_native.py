@@ -550,9 +550,9 @@ FAILED_TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "rea
 
 
 def proto_span(index: int, facts: dict[str, object], status: tuple[int, str] = (0, ""),
-               exception: tuple[str, str] | None = None) -> ProtoSpan:
+               exception: tuple[str, str] | None = None, name: str = "chat gpt-4o") -> ProtoSpan:
     span = ProtoSpan(trace_id=bytes(range(1, 17)), span_id=(index + 1).to_bytes(8, "big"),
-                     parent_span_id=b"\7" * 8, name="chat gpt-4o",
+                     parent_span_id=b"\7" * 8, name=name,
                      start_time_unix_nano=1_700_000_000_000_000_000,
                      end_time_unix_nano=1_700_000_001_000_000_000)
     for key, value in facts.items():
@@ -592,6 +592,15 @@ def filled_both_ways(spans: list[ProtoSpan]) -> Iterator[tuple[int | None, str, 
                    repr(conventions.normalise(span, attrs, resource, firsts)))
 
 
+def read_whole(spans: list[ProtoSpan]) -> list[tuple[int | None, str, str]]:
+    """``filled_both_ways`` of spans the compiled normalise fills whole, each read alike."""
+    read = list(filled_both_ways(spans))
+    for left, ours, reference in read:
+        assert left == 0, reference
+        assert ours == reference
+    return read
+
+
 def test_model_calls_and_failures_are_read_whole_by_the_compiled_normalise() -> None:
     limit = {**MODEL_CALL, "gen_ai.response.finish_reasons": ["limit_turns"]}
     spans = [proto_span(0, MODEL_CALL), proto_span(1, limit),
@@ -605,10 +614,7 @@ def test_model_calls_and_failures_are_read_whole_by_the_compiled_normalise() -> 
                             "llm.input_messages.1.message.role": "assistant",
                             "gen_ai.completion.0.tool_calls.0.name": "read_file",
                             "gen_ai.completion.0.tool_calls.0.id": "c2"})]
-    read = list(filled_both_ways(spans))
-    for left, ours, reference in read:
-        assert left == 0, reference
-        assert ours == reference
+    read = read_whole(spans)
     assert "requested_tools=True" in read[0][2] and "('read_file', 'c1')" in read[0][2]
     assert "limit_stop='limit_turns'" in read[1][2]
     assert "error_type='RuntimeError'" in read[2][2]
@@ -672,8 +678,185 @@ def test_odd_model_calls_and_failures_read_as_normalise_does() -> None:
     assert filled > 300 and left > 300, (filled, left)  # (both ways are taken)
 
 
+# A model call's answer (native/otlp/src/answers.rs): its text, whether it asked for tools,
+# the limit its prompt names, read whole where Python's json and str would read them alike.
+
+ANSWER = {
+    **MODEL_CALL, "gen_ai.response.finish_reasons": ["stop"],
+    "gen_ai.output.messages": '[{"role": "assistant", "parts": [{"type": "reasoning", "content":'
+                              ' "hm"}, {"type": "text", "content": "Done: a.py fixed."}]}]',
+}
+ODD_OUTPUTS = [
+    "plain answer", "  \u3000\x1c ", "__REDACTED__", " __REDACTED__\n", "[[ ## thought ## ]]",
+    "{not json", "[NaN]", '["\\udc00"]', '{"a": 1, "a": 2}', "[" * 200 + "]" * 200, "é" * 400,
+    '[{"role": "assistant", "parts": [{"type": "text", "content": "ok"}]}]',
+    '[{"role": "assistant", "parts": [{"type": "text", "content": " "}]}]',
+    '[{"role": "assistant", "content": [{"type": "text", "text": "a"}, {"text": "b"}], '
+    '"finish_reason": "stop"}]',
+    '[{"role": "assistant", "parts": [{"type": "tool_call", "id": "c", "name": "t"}]}]',
+    '[{"role": "assistant", "parts": [{"type": "tool_call", "id": "c", "name": "final_result", '
+    '"arguments": {"x": 1}}]}]',
+    '[{"role": "assistant", "parts": [{"type": "tool_call", "name": "final_result"}, '
+    '{"type": "tool_call", "name": "t"}]}]',
+    '{"role": "assistant", "tool_calls": [{"function": {"name": "final_answer"}}]}',
+    '{"choices": [{"finish_reason": "length", "message": {"content": "cut"}}]}',
+    '[{"finish_reason": "tool_calls", "content": "x"}, {"finish_reason": "", "text": "y"}]',
+    '[{"finish_reason": ["stop"]}]', '{"finish_reason": "stop", "content": 5}',
+    '{"output": [{"content": [{"text": "resp"}]}], "usage": {"text": "no"}}',
+    '[{"role": "a"}, 3]', '[{"role": "a", "content": ["x"]}]', "[]", "{}", "[1e400]",
+    '{"toolUse": {}}', '{"tool_use": [{"name": "final_answer"}]}', '"quoted"',
+    '[{"role": "assistant", "id": {"text": "an id"}, "input": [{"content": "in"}], '
+    '"arguments": {"text": "args"}, "content": [{"type": "thinking", "text": "hm"}, '
+    '{"type": "output_text", "text": "said"}]}]',
+    # (a key written twice: its first place, its last value; text nine and ten objects deep)
+    '[{"role": "assistant", "content": "first", "text": "t", "content": "second"}]',
+    '{"a": ' * 9 + '{"text": "nine deep"}' + "}" * 9,
+    '[{"a": ' * 8 + '{"content": "ten"}' + "}]" * 8,
+]
+ODD_PROMPTS = [
+    '[{"role": "user", "content": "go"}]',
+    '[{"role": "system", "content": "An agent tried to answer a user query but it got stuck and '
+    'failed"}, {"role": "user", "content": "x"}]',
+    '[{"role": "user", "content": "Now it\'s time you MUST give your absolute best final '
+    'answer"}]',
+    '[{"role": "user", "content": "Now it\'s time you MUST give your absolute best final '
+    'answer"}, {"role": "assistant", "content": "ok"}]',
+    '{"messages": [{"content": "Tool call limit reached. Tool call x", "role": "tool"}]}',
+    'prose: "role" Tool call limit reached. Tool call ', "é" * 3000 + "Tool call limit reached. "
+    "Tool call ", "[NaN, \"You have reached the maximum number of iterations (\"]",
+    # (the system prompt is looked for in the first 2,048 characters, the last message's texts
+    # in the last 2,048)
+    '[{"role": "system", "content": "An agent tried to answer a user query but it got stuck and '
+    'failed"}, {"role": "user", "content": "' + "é" * 3000 + '"}]',
+    '[{"role": "user", "content": "' + "é" * 3000 + '"}, {"role": "system", "content": "An agent '
+    'tried to answer a user query but it got stuck and failed"}]',
+]
+ODD_ANSWER_VALUES: list[dict[str, Any]] = [
+    {"string_value": text} for text in (
+        *ODD_OUTPUTS, *ODD_PROMPTS, "stop", "STOP", "end_turn", "length", '["stop"]',
+        '["tool_calls"]', '["stop", 1]', '["tool_calls", "stop"]', '["stop", "tool_calls"]', "[]",
+        "[x", "é", "tool_calls", "limit_turns")
+] + [{"array_value": {"values": [{"string_value": text} for text in texts]}}
+     for texts in ((), ("stop",), ("tool_calls", "stop"), ('["stop"]',))
+     ] + [{"int_value": 3}] + ODD_VALUES
+ODD_ANSWER_KEYS = sorted({
+    "gen_ai.response.finish_reasons", "gen_ai.output.messages", "gen_ai.input.messages",
+    "output.value", "input.value", "llm.output_messages.0.message.content",
+    "gen_ai.completion.0.content", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+    "gen_ai.usage.total_tokens", "gen_ai.response.id", "gen_ai.completion", "mlflow.spanOutputs",
+    "llm.output_messages.0.message.tool_calls.0.tool_call.function.name",
+    "llm.input_messages.0.message.role", "llm.finish_reason"})
+
+
+def test_answers_are_read_whole_by_the_compiled_normalise() -> None:
+    spans = [proto_span(0, ANSWER),
+             proto_span(1, {key: value for key, value in ANSWER.items()
+                            if key != "gen_ai.response.finish_reasons"}),
+             proto_span(2, {**ANSWER, "gen_ai.response.finish_reasons": '["stop"]',
+                            "gen_ai.input.messages": ODD_PROMPTS[3]}),
+             proto_span(3, {**ANSWER, "gen_ai.input.messages": ODD_PROMPTS[2]}),
+             proto_span(4, {**ANSWER, "gen_ai.output.messages": ODD_OUTPUTS[15]}),
+             proto_span(5, {"openinference.span.kind": "LLM", "input.value": "hi"})]
+    read = read_whole(spans)
+    assert "final_answer=True" in read[0][2] and "final_output='Done: a.py fixed.'" in read[0][2]
+    assert "final_output='Done: a.py fixed.'" in read[1][2] and "finish_reason=None" in read[1][2]
+    assert "finish_reason='stop'" in read[2][2] and "limit_stop=None" in read[2][2]
+    assert "limit_stop='max_iter'" in read[3][2]
+    assert "final_answer=True" in read[4][2] and "requested_tools=False" in read[4][2]
+    assert "kind=<SpanKind.OTHER" in read[5][2]
+
+
+def odd_spans_read_alike(call: dict[str, object], whole: dict[str, object], share: float,
+                         keys: list[str], odd: list[dict[str, Any]],
+                         names: list[str]) -> tuple[int, int, set[str]]:
+    """1,500 spans of ``call``'s facts, ``whole``'s on ``share`` of them, one to five odd facts
+    each, read by the compiled normalise as ``normalise`` reads them: how many it filled whole,
+    how many it left, the kinds it filled."""
+    rng = random.Random(20)
+    spans = []
+    for index in range(1500):
+        facts = dict(call)
+        if rng.random() < share:
+            facts.update(whole)
+        for _ in range(rng.randint(1, 5)):
+            facts[rng.choice(keys)] = rng.choice(odd)
+        spans.append(proto_span(index, facts, rng.choice(ODD_STATUSES[:5]),
+                                rng.choice(ODD_EXCEPTIONS[:2]), rng.choice(names)))
+    filled = left = 0
+    kinds = set()
+    for made, ours, reference in filled_both_ways(spans):
+        assert ours == reference
+        if made == 0:
+            filled += 1
+            kinds.add(reference.split("kind=", 1)[1].split(",", 1)[0])
+        else:
+            left += 1
+    return filled, left, kinds
+
+
+def test_odd_answers_read_as_normalise_does() -> None:
+    filled, left, kinds = odd_spans_read_alike(
+        {"gen_ai.operation.name": "chat"}, ANSWER, 0.6, ODD_ANSWER_KEYS, ODD_ANSWER_VALUES,
+        ["chat gpt-4o", "lookup.acall", "Agent.__call__"])
+    assert filled > 500 and left > 200, (filled, left)  # (both ways are taken)
+    assert "<SpanKind.OTHER: 'other'>" in kinds, kinds
+
+
 def test_the_switch_chooses_the_normalise() -> None:
     with decoding(compiled=False):
         assert values.compiled_normaliser is None
     with decoding(compiled=True):
         assert values.compiled_normaliser is not None
+
+
+# An agent's facts (native/otlp/src/agents.rs): its answer, finish reason and limit, read whole
+# where they are table reads; a table's regex or an error's JSON asked of the Python function.
+
+AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "coder",
+         "gen_ai.input.messages": '[{"role": "user", "content": "fix"}]',
+         "gen_ai.output.messages": '[{"role": "assistant", "parts": [{"type": "text", '
+                                   '"content": "Fixed a.py."}]}]'}
+ODD_AGENT_VALUES: list[dict[str, Any]] = [
+    {"string_value": text} for text in (
+        *ODD_OUTPUTS[:12], "<coroutine object Agent.run at 0x7f1e2d>",
+        "<generator object é at 0x1>", "<coroutine object Agent.<locals>.run at 0xa0>",
+        "<coroutine object run at 0xA0>",
+        '""', " null ", "Function invocation limit reached before a final answer could be "
+        "produced", '[{"role": "assistant", "content": "Function invocation limit reached before '
+        'a final answer could be produced"}]', '{"response": "None", "sources": []}',
+        '{"error": "Max turns (3) exceeded"}', "max_turns", "MAX_TURNS_exceeded", "limit_turns",
+        "stop", '["limit_turns"]', "max_iterations_reached", "caller-agent",
+        '{"finish_reason": "limit_turns", "content": "x"}', '{"trajectory": {"thought_0": "a"}}',
+        '{"expected_output": "x", "messages": [{"role": "assistant"}]}', "é" * 300)
+] + [{"int_value": n} for n in (0, 3, 50)] + ODD_VALUES[:20]
+ODD_AGENT_KEYS = sorted({
+    "gen_ai.output.messages", "output.value", "final_result", "gen_ai.response.finish_reasons",
+    "watchdog.limit_reached", "gen_ai.agent.invocation.end_reason", "hermes.turn_exit_reason",
+    "smolagents.max_steps", "task_key", "gen_ai.framework.error.message", "gen_ai.input.messages",
+    "gen_ai.agent.turn.count", "gen_ai.caller.name", "haystack.agent.steps_taken",
+    "haystack.agent.max_steps", "expected_output"})
+
+
+def test_agents_are_read_whole_by_the_compiled_normalise() -> None:
+    spans = [proto_span(0, AGENT, name="invoke_agent coder"),
+             proto_span(1, {**AGENT, "gen_ai.response.finish_reasons": ["limit_turns"]},
+                        name="invoke_agent coder"),
+             proto_span(2, {**AGENT, "gen_ai.agent.invocation.end_reason": "max_turns"},
+                        name="invoke_agent coder"),
+             proto_span(3, {**AGENT, "gen_ai.output.messages": ODD_AGENT_VALUES[12]
+                            ["string_value"]}, name="invoke_agent coder"),
+             proto_span(4, {**AGENT, "gen_ai.output.messages": "__REDACTED__", "task_key": "t"},
+                        name="invoke_agent coder")]
+    read = read_whole(spans)
+    assert "final_output='Fixed a.py.'" in read[0][2] and "messages=1" in read[0][2]
+    assert "limit_stop='limit_turns'" in read[1][2] and "final_answer=False" in read[1][2]
+    assert "limit_stop='max_turns'" in read[2][2] and "final_answer=True" in read[2][2]
+    assert "final_answer=False" in read[3][2]  # (an unawaited coroutine's repr)
+    assert "final_answer=True" in read[4][2]  # (a hidden output that ends OK only answered)
+
+
+def test_odd_agents_read_as_normalise_does() -> None:
+    filled, left, _ = odd_spans_read_alike(
+        {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "coder"}, AGENT, 0.5,
+        ODD_AGENT_KEYS, ODD_AGENT_VALUES, ["invoke_agent coder", "ReAct.forward", "coder"])
+    assert filled > 500 and left > 200, (filled, left)  # (both ways are taken)

@@ -10,8 +10,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
-use crate::kernels::{hash_text, Phrases};
-use crate::normalise::py_strings;
+use crate::kernels::{hash_text, py_strings, Phrases};
 use crate::wire;
 
 const STATUS_CODE_ERROR: i32 = 2;
@@ -136,6 +135,15 @@ struct Error<'py> {
 }
 
 impl Failure<'_> {
+    /// Whether it fails the record, and whether it stops it at a limit.
+    pub fn failed(&self) -> bool {
+        self.error.is_some()
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.limit_stop.is_some()
+    }
+
     pub fn set(self, py: Python<'_>, record: &Bound<'_, PyAny>) -> PyResult<()> {
         if let Some(error) = self.error {
             record.setattr(intern!(py, "error"), true)?;

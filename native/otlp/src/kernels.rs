@@ -65,6 +65,14 @@ impl Phrases {
     }
 }
 
+/// A table's attribute names as Python strings (looked up in a span's attributes as they are).
+pub(crate) fn py_strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyString>>> {
+    value
+        .try_iter()?
+        .map(|item| Ok(item?.cast_into::<PyString>()?.unbind()))
+        .collect()
+}
+
 #[derive(Clone)]
 enum Step {
     Key(String),

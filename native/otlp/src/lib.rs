@@ -18,3 +18,9 @@ mod model_calls;
 
 #[cfg(feature = "python")]
 mod failures;
+
+#[cfg(feature = "python")]
+mod answers;
+
+#[cfg(feature = "python")]
+mod agents;

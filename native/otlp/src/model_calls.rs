@@ -13,7 +13,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::kernels::Json;
+use crate::answers::{self, Doc, Ending, Output, Unsure};
+use crate::kernels::{py_strings, Json};
 use crate::wire;
 
 /// ``model_calls.ASKED_TOOL_FLAT``: <prefix>{i}<infix>{j}<name or id suffix>.
@@ -42,6 +43,9 @@ struct Places {
     prompt: usize,
     outcome: usize,
     messages_delta: usize,
+    llm_input: usize,
+    answer_text: usize,
+    prompt_text: usize,
 }
 
 /// The tables a model call's facts are read by, handed over once
@@ -71,6 +75,53 @@ pub struct ModelCalls {
     asked_flat: Vec<AskedFlat>,
     max_asked: usize,
     reports_delta: bool,
+    answers: Answers,
+}
+
+/// ``Answers``' tables as handed over: (``ANSWER_FINISH_REASONS``, ``OUTPUT_ENVELOPES``'
+/// attributes, ``HIDDEN_CONTENT``, ``HIDDEN_CONTENT_CHARS``, ``brief``, ``MAX_BRIEF_CHARS``,
+/// ``LIMIT_PROMPTS``, ``LIMIT_SYSTEM_PROMPTS``, ``PROMPT_TAIL_CHARS``, ``LLM_SPAN_SUFFIXES``,
+/// ``SpanKind.OTHER``, (``ANSWER_TOOLS``, ``ANSWER_TOOL_PREFIXES``, ``ANSWER_TOOL_MARKERS``)).
+type AnswerTables<'py> = (
+    Vec<String>,
+    Bound<'py, PyAny>,
+    Vec<String>,
+    usize,
+    Py<PyAny>,
+    usize,
+    Vec<(String, String)>,
+    Vec<(String, String)>,
+    usize,
+    Vec<String>,
+    Py<PyAny>,
+    (Vec<String>, Vec<String>, Vec<String>),
+);
+
+/// What an answer's facts are read by (``outcome.fill_model_outcome``, ``_fill_llm``'s
+/// answer text and ``prompt_limit``).
+struct Answers {
+    /// ``ANSWER_FINISH_REASONS`` (lower case)
+    reasons: Vec<String>,
+    /// the attributes of ``OUTPUT_ENVELOPES``: one holding an object is Python's
+    envelope_keys: Vec<Py<PyString>>,
+    /// ``HIDDEN_CONTENT``, ``HIDDEN_CONTENT_CHARS``
+    hidden: Vec<String>,
+    hidden_chars: usize,
+    /// ``redact.brief``, ``MAX_BRIEF_CHARS``
+    brief: Py<PyAny>,
+    max_brief_chars: usize,
+    /// ``LIMIT_PROMPTS``, ``LIMIT_SYSTEM_PROMPTS``, ``PROMPT_TAIL_CHARS``
+    last_prompts: Vec<(String, String)>,
+    system_prompts: Vec<(String, String)>,
+    prompt_chars: usize,
+    /// ``LLM_SPAN_SUFFIXES``; ``SpanKind.OTHER``: a call that carries only its input is none
+    call_suffixes: Vec<String>,
+    other_kind: Py<PyAny>,
+    /// ``ANSWER_TOOLS``, ``ANSWER_TOOL_PREFIXES``, ``ANSWER_TOOL_MARKERS``: a request for
+    /// these alone is the answer
+    tools: Vec<String>,
+    tool_prefixes: Vec<String>,
+    tool_markers: Vec<String>,
 }
 
 #[pymethods]
@@ -78,7 +129,7 @@ impl ModelCalls {
     #[new]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        places: [usize; 16],
+        places: [usize; 19],
         tool_reasons: Vec<String>,
         limit_reasons: Vec<String>,
         usage_keys: &Bound<'_, PyAny>,
@@ -94,13 +145,24 @@ impl ModelCalls {
         asked_flat: Vec<(String, String, String, String)>,
         max_asked: usize,
         reports_delta: bool,
+        answers: AnswerTables<'_>,
     ) -> PyResult<Self> {
-        let [finish, output_messages, llm_output, messages, input_tokens, output_tokens, total_tokens, reported_cost, cache_read, cache_write, model, provider, response_id, prompt, outcome, messages_delta] =
+        let [finish, output_messages, llm_output, messages, input_tokens, output_tokens, total_tokens, reported_cost, cache_read, cache_write, model, provider, response_id, prompt, outcome, messages_delta, llm_input, answer_text, prompt_text] =
             places;
-        let usage_keys = usage_keys
-            .try_iter()?
-            .map(|item| Ok(item?.cast_into::<PyString>()?.unbind()))
-            .collect::<PyResult<_>>()?;
+        let (
+            reasons,
+            envelope_keys,
+            hidden,
+            hidden_chars,
+            brief,
+            max_brief_chars,
+            last_prompts,
+            system_prompts,
+            prompt_chars,
+            call_suffixes,
+            other_kind,
+            (tools, tool_prefixes, tool_markers),
+        ) = answers;
         Ok(ModelCalls {
             places: Places {
                 finish,
@@ -119,10 +181,13 @@ impl ModelCalls {
                 prompt,
                 outcome,
                 messages_delta,
+                llm_input,
+                answer_text,
+                prompt_text,
             },
             tool_reasons,
             limit_reasons,
-            usage_keys,
+            usage_keys: py_strings(usage_keys)?,
             reports_cost,
             answer_tool_scan,
             max_reason_chars,
@@ -142,12 +207,30 @@ impl ModelCalls {
                 .collect(),
             max_asked,
             reports_delta,
+            answers: Answers {
+                reasons,
+                envelope_keys: py_strings(&envelope_keys)?,
+                hidden,
+                hidden_chars,
+                brief,
+                max_brief_chars,
+                last_prompts,
+                system_prompts,
+                prompt_chars,
+                call_suffixes,
+                other_kind,
+                tools,
+                tool_prefixes,
+                tool_markers,
+            },
         })
     }
 }
 
 /// A model call's facts, made before any is set.
 pub struct LlmFacts<'py> {
+    /// ``SpanKind.OTHER`` where the call is none (nothing else set but its response id)
+    kind: Option<Bound<'py, PyAny>>,
     response_id: Option<Bound<'py, PyAny>>,
     input_tokens: i64,
     output_tokens: i64,
@@ -156,17 +239,20 @@ pub struct LlmFacts<'py> {
     cache_write: i64,
     model: Option<Bound<'py, PyAny>>,
     provider: Option<Bound<'py, PyAny>>,
-    finish_reason: Bound<'py, PyAny>,
-    /// the limit the finish reason names; else the call asked for these tools
-    limit: bool,
+    /// its finish reason, the limit it or its prompt names, its answer, its message count
+    ending: Ending<'py>,
+    /// it asked for tools (these, where read)
+    requested_tools: bool,
     asked: Option<Bound<'py, PyTuple>>,
-    messages: i64,
     messages_delta: i64,
     prompt: Bound<'py, PyAny>,
 }
 
 impl LlmFacts<'_> {
     pub fn set(self, py: Python<'_>, record: &Bound<'_, PyAny>) -> PyResult<()> {
+        if let Some(kind) = self.kind {
+            record.setattr(intern!(py, "kind"), kind)?;
+        }
         if let Some(response_id) = self.response_id {
             record.setattr(intern!(py, "response_id"), response_id)?;
         }
@@ -191,17 +277,12 @@ impl LlmFacts<'_> {
         if let Some(provider) = self.provider {
             record.setattr(intern!(py, "provider"), provider)?;
         }
-        record.setattr(intern!(py, "finish_reason"), &self.finish_reason)?;
-        if self.limit {
-            record.setattr(intern!(py, "limit_stop"), self.finish_reason)?;
-        } else {
+        self.ending.set(py, record)?;
+        if self.requested_tools {
             record.setattr(intern!(py, "requested_tools"), true)?;
             if let Some(asked) = self.asked {
                 record.setattr(intern!(py, "asked_tools"), asked)?;
             }
-        }
-        if self.messages != 0 {
-            record.setattr(intern!(py, "messages"), self.messages)?;
         }
         if self.messages_delta != 0 {
             record.setattr(intern!(py, "messages_delta"), self.messages_delta)?;
@@ -213,11 +294,8 @@ impl LlmFacts<'_> {
     }
 }
 
-/// Why a fact is left to Python.
-struct Unsure;
-
 /// ``bounds.token_count`` of a value that is an int, a flag or None.
-fn tokens(value: &Bound<'_, PyAny>, most: i64) -> Result<i64, Unsure> {
+pub(crate) fn tokens(value: &Bound<'_, PyAny>, most: i64) -> Result<i64, Unsure> {
     if value.is_none() || value.is_instance_of::<PyBool>() {
         return Ok(0);
     }
@@ -246,7 +324,7 @@ fn cost(value: &Bound<'_, PyAny>, most: f64) -> Result<Option<f64>, Unsure> {
 }
 
 /// A text fact (``str`` or None) cut to `chars`, where it is not empty.
-fn name<'py>(
+pub(crate) fn name<'py>(
     py: Python<'py>,
     value: &Bound<'py, PyAny>,
     chars: usize,
@@ -266,7 +344,7 @@ fn name<'py>(
 }
 
 /// ``values._count_messages`` of a JSON text or a list.
-fn count_messages(value: &Bound<'_, PyAny>) -> Result<i64, Unsure> {
+pub(crate) fn count_messages(value: &Bound<'_, PyAny>) -> Result<i64, Unsure> {
     if let Ok(text) = value.cast::<PyString>() {
         let text = text.to_str().map_err(|_| Unsure)?;
         return Ok(text.matches("\"role\"").count() as i64);
@@ -278,11 +356,12 @@ fn count_messages(value: &Bound<'_, PyAny>) -> Result<i64, Unsure> {
 }
 
 /// ``outcome.finish_reason`` of a string that is no JSON list, or a list of strings.
-fn reason<'py>(
+pub(crate) fn reason<'py>(
     py: Python<'py>,
     value: &Bound<'py, PyAny>,
     chars: usize,
 ) -> Result<Option<Bound<'py, PyAny>>, Unsure> {
+    let from_list = value.is_instance_of::<PyList>();
     let value = if let Ok(list) = value.cast::<PyList>() {
         let Some(last) = list.iter().last() else {
             return Ok(None);
@@ -292,10 +371,39 @@ fn reason<'py>(
         value.clone()
     };
     let text = value.cast::<PyString>().map_err(|_| Unsure)?;
-    if text.to_str().map_err(|_| Unsure)?.starts_with('[') {
-        return Err(Unsure); // (a list written as JSON: Python parses it)
+    let plain = text.to_str().map_err(|_| Unsure)?;
+    if plain.starts_with('[') && !from_list {
+        // a list written as JSON text (Microsoft Agent Framework: '["tool_calls"]'): its last
+        // item where every item is text
+        match answers::parsed(plain).map_err(|_| Unsure)? {
+            Some(Doc::List(items)) if items.iter().all(|item| matches!(item, Doc::Text(_))) => {
+                let Some(Doc::Text(last)) = items.last() else {
+                    return Ok(None);
+                };
+                return Ok(Some(PyString::new(py, cut(last, chars)).into_any()));
+            }
+            _ => {}
+        }
+    } else if plain.starts_with('[') {
+        return Err(Unsure); // (an array's last item written as a list: Python's)
     }
     name(py, &value, chars).map(|found| found.or_else(|| Some(PyString::new(py, "").into_any())))
+}
+
+/// ``outcome.output_finish_reason`` of a parsed output, then ``finish_reason`` of it: the
+/// last message's that has one, as text; None where none has; Unsure where it is no text.
+fn output_reason<'py>(
+    py: Python<'py>,
+    output: &Output<'_>,
+    chars: usize,
+) -> Result<Option<Bound<'py, PyAny>>, Unsure> {
+    match output.finish_reason() {
+        None => Ok(None),
+        Some(Doc::Text(text)) if !text.starts_with('[') => {
+            Ok(Some(PyString::new(py, cut(text, chars)).into_any()))
+        }
+        Some(_) => Err(Unsure),
+    }
 }
 
 /// The span's attribute keys and values as the decode holds them (``span.attributes``: a
@@ -370,15 +478,48 @@ fn asked_flat<'py>(
     PyTuple::new(py, asked)
 }
 
-fn cut(text: &str, chars: usize) -> &str {
+pub(crate) fn cut(text: &str, chars: usize) -> &str {
     match text.char_indices().nth(chars) {
         Some((end, _)) => &text[..end],
         None => text,
     }
 }
 
+/// What a call's finish reason says.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Said {
+    Limit,
+    Tools,
+    Answer,
+    /// a reason no table names
+    Other,
+    /// no finish reason: the output tells
+    Nothing,
+}
+
+/// What a finish reason (text) says, as ``fill_model_outcome`` reads it.
+fn said_by(calls: &ModelCalls, finish: &Bound<'_, PyAny>) -> Result<Said, Unsure> {
+    let text = finish.cast::<PyString>().map_err(|_| Unsure)?;
+    let text = text.to_str().map_err(|_| Unsure)?;
+    if !text.is_ascii() {
+        return Err(Unsure); // (str.lower of Unicode)
+    }
+    let lowered = text.to_ascii_lowercase();
+    Ok(if calls.limit_reasons.contains(&lowered) {
+        Said::Limit
+    } else if calls.tool_reasons.contains(&lowered) {
+        Said::Tools
+    } else if calls.answers.reasons.contains(&lowered) {
+        Said::Answer
+    } else {
+        Said::Other
+    })
+}
+
 /// The facts of a model call, or None where Python reads them (see the module's comment);
-/// `events`: the span has events (an output only an event carries is Python's).
+/// `events`: the span has events (an output only an event carries is Python's); `failed`,
+/// `stopped`: its status fails it, stops it at a limit.
+#[allow(clippy::too_many_arguments)]
 pub fn facts<'py>(
     py: Python<'py>,
     calls: &ModelCalls,
@@ -387,10 +528,22 @@ pub fn facts<'py>(
     firsts: &Bound<'py, PyTuple>,
     events: bool,
     keys: &Keys<'_>,
+    span_name: &str,
+    (failed, stopped): (bool, bool),
 ) -> PyResult<Option<LlmFacts<'py>>> {
-    Ok(read(py, calls, json, attrs, firsts, events, keys)?.ok())
+    Ok(read(
+        py, calls, json, attrs, firsts, events, keys, span_name, failed, stopped,
+    )?
+    .ok())
 }
 
+/// ``outcome.answer_text`` of a text, Unsure where Python must read it.
+fn answer_of(text: &Bound<'_, PyString>) -> Result<Option<String>, Unsure> {
+    let plain = text.to_str().map_err(|_| Unsure)?;
+    Ok(Output::read(plain).map_err(|_| Unsure)?.answer_text())
+}
+
+#[allow(clippy::too_many_arguments)]
 fn read<'py>(
     py: Python<'py>,
     calls: &ModelCalls,
@@ -399,29 +552,41 @@ fn read<'py>(
     firsts: &Bound<'py, PyTuple>,
     events: bool,
     keys: &Keys<'_>,
+    span_name: &str,
+    failed: bool,
+    stopped: bool,
 ) -> PyResult<Result<LlmFacts<'py>, Unsure>> {
     let at = &calls.places;
+    let answers = &calls.answers;
     if events && firsts.get_item(at.outcome)?.is_none() {
         return Ok(Err(Unsure)); // (its outcome may be an event's: _with_events)
     }
     let finish = firsts.get_item(at.finish)?;
-    if finish.is_none() {
-        return Ok(Err(Unsure));
-    }
-    let finish = match reason(py, &finish, calls.max_reason_chars) {
-        Ok(Some(finish)) => finish,
-        _ => return Ok(Err(Unsure)), // (an empty list: the output's reason, Python's)
+    let unnamed = finish.is_none(); // (no finish reason of its own)
+    let (mut finish, mut said) = if finish.is_none() {
+        (None, Said::Nothing)
+    } else {
+        let finish = match reason(py, &finish, calls.max_reason_chars) {
+            Ok(Some(finish)) => finish,
+            _ => return Ok(Err(Unsure)), // (an empty list: the output's reason, Python's)
+        };
+        let Ok(said) = said_by(calls, &finish) else {
+            return Ok(Err(Unsure));
+        };
+        (Some(finish), said)
     };
-    let finish_text = finish.cast::<PyString>()?.to_str()?.to_owned();
-    if !finish_text.is_ascii() {
-        return Ok(Err(Unsure)); // (str.lower of Unicode)
-    }
-    let lowered = finish_text.to_ascii_lowercase();
-    let limit = calls.limit_reasons.contains(&lowered);
-    if !limit && !calls.tool_reasons.contains(&lowered) {
-        return Ok(Err(Unsure)); // (an answer, or another reason: Python reads the output)
-    }
     let output_messages = firsts.get_item(at.output_messages)?;
+    if said == Said::Nothing && output_messages.is_none() {
+        for key in &answers.envelope_keys {
+            if let Some(value) = attrs.get_item(key.bind(py))? {
+                if let Ok(text) = value.cast::<PyString>() {
+                    if text.to_str().map_or(true, |text| text.starts_with('{')) {
+                        return Ok(Err(Unsure)); // (a framework's message objects: enveloped_output)
+                    }
+                }
+            }
+        }
+    }
     let Ok(mut messages) = count_messages(&firsts.get_item(at.messages)?) else {
         return Ok(Err(Unsure));
     };
@@ -450,24 +615,91 @@ fn read<'py>(
         return Ok(Err(Unsure));
     };
     messages = counted;
-    if limit && flat_tools {
+    if said == Said::Limit && flat_tools {
         return Ok(Err(Unsure)); // (its flattened output asks for tools all the same)
     }
-    let mut asked = None;
-    if !limit {
-        let output = if output_messages.is_none() {
-            firsts.get_item(at.llm_output)?
-        } else {
-            output_messages.clone()
+    let output = if output_messages.is_none() {
+        firsts.get_item(at.llm_output)?
+    } else {
+        output_messages.clone()
+    };
+    let output_text = output.cast::<PyString>().ok().cloned();
+    // (an output the finish reason leaves unread; else one read as text, or none)
+    let read_output = matches!(said, Said::Answer | Said::Nothing);
+    if read_output && output_text.is_none() && !output.is_none() {
+        return Ok(Err(Unsure)); // (a list, a log event's structured output: Python's)
+    }
+    let plain = match &output_text {
+        Some(text) => match text.to_str() {
+            Ok(plain) => Some(plain),
+            Err(_) => return Ok(Err(Unsure)), // (a lone surrogate)
+        },
+        None => None,
+    };
+    let mut parsed = match plain.filter(|_| read_output).map(Output::read) {
+        Some(Ok(parsed)) => Some(parsed),
+        Some(Err(_)) => return Ok(Err(Unsure)),
+        None => None,
+    };
+    if said == Said::Nothing && plain.is_some_and(|plain| plain.contains("\"finish_reason\"")) {
+        // its output names its finish reason (the last message's that has one)
+        let found = match parsed.as_ref() {
+            Some(parsed) => output_reason(py, parsed, calls.max_reason_chars),
+            None => Ok(None),
         };
-        if let (Some(scan), Ok(text)) = (&calls.answer_tool_scan, output.cast::<PyString>()) {
-            if text
-                .to_str()
-                .map_or(true, |text| text.contains(scan.as_str()))
+        match found {
+            Ok(Some(found)) => {
+                let Ok(found_said) = said_by(calls, &found) else {
+                    return Ok(Err(Unsure));
+                };
+                (finish, said) = (Some(found), found_said);
+            }
+            Ok(None) => {}
+            Err(_) => return Ok(Err(Unsure)),
+        }
+    }
+    let requests = parsed.as_ref().is_some_and(Output::requests_tools);
+    let (mut requested, mut final_answer) = match said {
+        Said::Limit | Said::Other => (false, false),
+        Said::Tools => (true, false),
+        Said::Answer => (requests, !requests),
+        Said::Nothing => match &parsed {
+            Some(parsed) => (requests, !requests && parsed.has_text()),
+            None => (false, false),
+        },
+    };
+    if requested {
+        if let (Some(scan), Some(plain)) = (&calls.answer_tool_scan, plain) {
+            if plain.contains(scan.as_str())
+                && answers
+                    .tool_markers
+                    .iter()
+                    .any(|marker| plain.contains(marker.as_str()))
             {
-                return Ok(Err(Unsure)); // (it may ask only for an answer tool)
+                // the model may have answered through the framework's output tool
+                if parsed.is_none() {
+                    match Output::read(plain) {
+                        Ok(read) => parsed = Some(read),
+                        Err(_) => return Ok(Err(Unsure)),
+                    }
+                }
+                if parsed.as_ref().is_some_and(|parsed| {
+                    parsed.asks_answer_tools_only(&answers.tools, &answers.tool_prefixes)
+                }) {
+                    requested = false;
+                    final_answer = true;
+                }
             }
         }
+    }
+    if flat_tools && !requested {
+        // (no finish reason, and an output that hides its tool requests: the flattened
+        // output messages still say the model asked for tools)
+        requested = true;
+        final_answer = false;
+    }
+    let mut asked = None;
+    if requested {
         let text = if output_messages.is_none() {
             None
         } else {
@@ -487,6 +719,44 @@ fn read<'py>(
             None => asked_flat(py, calls, keys)?, // (no JSON tool calls: the flattened keys)
         });
     }
+    let mut final_output = None;
+    if final_answer {
+        // its text: the answer attribute's where it has one, else the output's
+        let answer = firsts.get_item(at.answer_text)?;
+        let text = if answer.is_none() {
+            None
+        } else if let Ok(answer) = answer.cast::<PyString>() {
+            if answer.is_empty()? {
+                None
+            } else {
+                match answer_of(answer) {
+                    Ok(text) => Some(text),
+                    Err(unsure) => return Ok(Err(unsure)),
+                }
+            }
+        } else {
+            return Ok(Err(Unsure)); // (no text: Python's)
+        };
+        let text = match text {
+            Some(text) => text,
+            None => parsed.as_ref().and_then(Output::answer_text),
+        };
+        if let Some(text) = text {
+            let hidden = text.chars().count() <= answers.hidden_chars
+                && answers
+                    .hidden
+                    .iter()
+                    .any(|hidden| hidden == answers::strip(&text));
+            if !hidden {
+                final_output = Some(
+                    answers
+                        .brief
+                        .bind(py)
+                        .call1((text, answers.max_brief_chars))?,
+                );
+            }
+        }
+    }
     let input = firsts.get_item(at.input_tokens)?;
     let output = firsts.get_item(at.output_tokens)?;
     if input.is_none() && output.is_none() {
@@ -494,6 +764,44 @@ fn read<'py>(
             if attrs.contains(key.bind(py))? {
                 return Ok(Err(Unsure)); // (a usage object: _usage)
             }
+        }
+        if unnamed
+            && output_messages.is_none()
+            && messages == 0
+            && flat_out == 0
+            && !failed
+            && firsts.get_item(at.total_tokens)?.is_none()
+            && !firsts.get_item(at.llm_input)?.is_none()
+            && !answers
+                .call_suffixes
+                .iter()
+                .any(|suffix| span_name.ends_with(suffix.as_str()))
+        {
+            // Its input recorded, yet nothing a model call carries: a traced method of a model
+            // object that called none (OpenInference's LlamaIndex), no model call
+            let Ok(response_id) = firsts
+                .get_item(at.response_id)
+                .map_err(|_| Unsure)
+                .and_then(|id| name(py, &id, calls.max_name_chars))
+            else {
+                return Ok(Err(Unsure));
+            };
+            return Ok(Ok(LlmFacts {
+                kind: Some(answers.other_kind.bind(py).clone()),
+                response_id,
+                input_tokens: 0,
+                output_tokens: 0,
+                reported_cost: None,
+                cache_read: 0,
+                cache_write: 0,
+                model: None,
+                provider: None,
+                ending: Ending::default(),
+                requested_tools: false,
+                asked: None,
+                messages_delta: 0,
+                prompt: py.None().into_bound(py),
+            }));
         }
     }
     let read = || -> Result<_, Unsure> {
@@ -570,9 +878,37 @@ fn read<'py>(
             Err(unsure) => return Ok(Err(unsure)),
         }
     }
+    let limit_stop = if said == Said::Limit {
+        finish.clone()
+    } else if stopped || requested {
+        None
+    } else {
+        // (a framework's "give your final answer" request offers no tools: never asks for any)
+        let prompt = firsts.get_item(at.prompt_text)?;
+        if prompt.is_none() {
+            None
+        } else {
+            let Ok(prompt) = prompt.cast::<PyString>() else {
+                return Ok(Err(Unsure));
+            };
+            let Ok(prompt) = prompt.to_str() else {
+                return Ok(Err(Unsure));
+            };
+            match answers::prompt_limit(
+                prompt,
+                &answers.last_prompts,
+                &answers.system_prompts,
+                answers.prompt_chars,
+            ) {
+                Ok(limit) => limit.map(|limit| PyString::new(py, limit).into_any()),
+                Err(_) => return Ok(Err(Unsure)),
+            }
+        }
+    };
     cache_read = cache_read.min(input_tokens);
     cache_write = cache_write.min(input_tokens - cache_read);
     Ok(Ok(LlmFacts {
+        kind: None,
         response_id,
         input_tokens,
         output_tokens,
@@ -581,10 +917,15 @@ fn read<'py>(
         cache_write,
         model,
         provider,
-        finish_reason: finish,
-        limit,
+        ending: Ending {
+            finish_reason: finish,
+            limit_stop,
+            final_answer,
+            final_output,
+            messages,
+        },
+        requested_tools: requested,
         asked,
-        messages,
         messages_delta,
         prompt: firsts.get_item(at.prompt)?,
     }))

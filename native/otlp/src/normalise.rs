@@ -16,8 +16,9 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
+use crate::agents::{self, Agents};
 use crate::failures::{self, Failures, Status};
-use crate::kernels::{canonical_text, hash_text, Json};
+use crate::kernels::{canonical_text, hash_text, py_strings, Json};
 use crate::model_calls::{self, ModelCalls};
 
 /// The dispatch's places (`conventions.normalise`) and the tool readers' (`tool_calls`), by
@@ -82,20 +83,15 @@ pub struct Normaliser {
     max_brief_chars: usize,
     /// ``CLIENT_RUN_SPAN``: the client SDK's span framing a run starts so
     client_run_span: String,
-    /// a model call's facts (``model_calls.rs``), a failure's (``failures.rs``)
+    /// a model call's facts (``model_calls.rs``), an agent's (``agents.rs``), a failure's
+    /// (``failures.rs``)
     model_calls: Py<ModelCalls>,
+    agents: Py<Agents>,
     failures: Py<Failures>,
 }
 
 fn strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     value.try_iter()?.map(|item| item?.extract()).collect()
-}
-
-pub(crate) fn py_strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyString>>> {
-    value
-        .try_iter()?
-        .map(|item| Ok(item?.cast_into::<PyString>()?.unbind()))
-        .collect()
 }
 
 #[pymethods]
@@ -107,7 +103,7 @@ impl Normaliser {
                         answer_tools, answer_tool_prefixes, left_tools, tool_unsure,
                         result_texts, hidden, hidden_values, unasked, call_id_keys, json, brief,
                         max_name_chars, max_brief_chars, client_run_span, model_calls,
-                        failures))]
+                        agents, failures))]
     fn new(
         record_class: Py<PyAny>,
         kinds: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
@@ -135,6 +131,7 @@ impl Normaliser {
         max_brief_chars: usize,
         client_run_span: String,
         model_calls: Py<ModelCalls>,
+        agents: Py<Agents>,
         failures: Py<Failures>,
     ) -> PyResult<Self> {
         let mut maps = Vec::new();
@@ -192,6 +189,7 @@ impl Normaliser {
             max_brief_chars,
             client_run_span,
             model_calls,
+            agents,
             failures,
         })
     }
@@ -240,6 +238,7 @@ pub const EVENT_FACTS_LEFT: u8 = 3;
 enum RoleFacts<'py> {
     Tool(ToolFacts<'py>),
     Llm(model_calls::LlmFacts<'py>),
+    Agent(agents::AgentFacts<'py>),
 }
 
 /// The record of `head`, or None where Python must read the span (see the module's comment);
@@ -335,10 +334,26 @@ pub fn record<'py>(
             firsts,
             events,
             &keys,
+            head.name,
+            failure.as_ref().map_or((false, false), |failure| {
+                (failure.failed(), failure.stopped())
+            }),
         )?
         .map(RoleFacts::Llm)
+    } else if events {
+        None // (its facts may be its events': _with_events)
     } else {
-        None
+        agents::facts(
+            py,
+            normaliser.agents.get(),
+            attrs,
+            firsts,
+            head.name,
+            failure.as_ref().map_or((false, false), |failure| {
+                (failure.failed(), failure.stopped())
+            }),
+        )?
+        .map(RoleFacts::Agent)
     };
 
     let explicit = or(
@@ -406,6 +421,10 @@ pub fn record<'py>(
             FILLED
         }
         Some(RoleFacts::Llm(filled)) => {
+            filled.set(py, &record)?;
+            FILLED
+        }
+        Some(RoleFacts::Agent(filled)) => {
             filled.set(py, &record)?;
             FILLED
         }

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
+use crate::agents::Agents;
 use crate::failures::{Failures, Status as SpanStatus};
 use crate::model_calls::{Keys, ModelCalls};
 use crate::normalise::{self, Normaliser};
@@ -850,6 +851,7 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Tables>()?;
     m.add_class::<Normaliser>()?;
     m.add_class::<ModelCalls>()?;
+    m.add_class::<Agents>()?;
     m.add_class::<Failures>()?;
     m.add_class::<Request>()?;
     m.add_class::<ResourceSpans>()?;

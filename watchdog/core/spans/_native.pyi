@@ -1,6 +1,6 @@
 """The compiled decode (native/otlp, Rust): see watchdog.core.spans.native."""
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 class Tables:
     def __init__(self, wanted: Iterable[str], scalars: Iterable[str],
@@ -172,7 +172,7 @@ class Normaliser:
                  unasked: Iterable[tuple[str, object, Iterable[str]]],
                  call_id_keys: Iterable[str], json: Json, brief: Callable[[str, int], str],
                  max_name_chars: int, max_brief_chars: int, client_run_span: str,
-                 model_calls: ModelCalls, failures: Failures) -> None: ...
+                 model_calls: ModelCalls, agents: Agents, failures: Failures) -> None: ...
 
 class ModelCalls:
     """The tables a model call's facts are read by (``native/otlp/src/model_calls.rs``)."""
@@ -182,7 +182,28 @@ class ModelCalls:
                  max_tokens: int, max_cost: float, flat_inputs: Iterable[str],
                  flat_outputs: Iterable[str], flat_tool_calls: str,
                  asked_flat: Iterable[tuple[str, str, str, str]], max_asked: int,
-                 reports_delta: bool) -> None: ...
+                 reports_delta: bool,
+                 answers: tuple[list[str], Iterable[str], list[str], int,
+                                Callable[[str, int], str], int, list[tuple[str, str]],
+                                list[tuple[str, str]], int, Iterable[str], object,
+                                tuple[list[str], list[str], list[str]]]
+                 ) -> None: ...
+
+class Agents:
+    """The tables an agent's facts are read by (``native/otlp/src/agents.rs``)."""
+    def __init__(self, places: tuple[int, ...], limit_reasons: list[str],
+                 state_keys: Iterable[str],
+                 state_limit: Callable[[Mapping[str, object]], str | None],
+                 answer_patterns: Phrases | None, answer_pattern_limits: list[str],
+                 limit_answers: list[tuple[str, str]], tail_chars: int,
+                 answer_limit: Callable[[object], str | None],
+                 error_rules: list[tuple[str, str | None]],
+                 error_limit: Callable[[Mapping[str, object]], str | None],
+                 cap_requests: list[tuple[str, str]], hidden_answers: Iterable[str],
+                 loop_caps: list[str], conversations: list[tuple[str, str]],
+                 empty_outputs: list[str], hidden: list[str], hidden_chars: int,
+                 brief: Callable[[str, int], str], max_brief_chars: int,
+                 max_reason_chars: int, max_name_chars: int, max_tokens: int) -> None: ...
 
 class Failures:
     """The tables a failure is read by (``native/otlp/src/failures.rs``)."""

@@ -85,6 +85,19 @@ def _patterns(table: tuple[tuple[re.Pattern[str], str], ...]) -> Any:
         return None
 
 
+def _anchored(table: tuple[tuple[re.Pattern[str], str], ...]) -> Any:
+    """A table's regexes matched at a text's start (``re.match``), in one pass; None where one
+    is a regex Rust's reads otherwise (flags, an end anchor, a look-around): Python reads them."""
+    assert _native is not None
+    if any(pattern.flags != re.UNICODE or "$" in pattern.pattern or "\\Z" in pattern.pattern
+           for pattern, _ in table):
+        return None
+    try:
+        return _native.Phrases([rf"\A(?:{pattern.pattern})" for pattern, _ in table])
+    except ValueError:
+        return None
+
+
 @cache
 def _kernels() -> tuple[Any, Any, Any]:
     """The compiled kernels of the conventions (``native/otlp/src/kernels.rs``), over the same
@@ -112,7 +125,7 @@ def _normaliser(phrases: Any, status: Any, json: Any) -> Any:
     from watchdog.core.spans import attributes as a
     from watchdog.core.spans import model_calls as model_calls_tables
     from watchdog.core.spans import outcome, values
-    from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
+    from watchdog.core.spans.record import EMPTY_OUTPUTS, KeySource, SpanKind, SpanRecord
     from watchdog.core.spans.schema import Role
 
     facts = (a.F_RUN_ID, a.F_AGENT_CALL_ID, a.F_AGENT_NAME, a.F_SESSION, a.F_PARENT_RUN,
@@ -135,13 +148,35 @@ def _normaliser(phrases: Any, status: Any, json: Any) -> Any:
         (a.F_FINISH_REASON, a.F_OUTPUT_MESSAGES, a.F_LLM_OUTPUT, a.F_MESSAGES, a.F_INPUT_TOKENS,
          a.F_OUTPUT_TOKENS, a.F_TOTAL_TOKENS, a.F_REPORTED_COST, a.F_CACHE_READ,
          a.F_CACHE_WRITE, a.F_MODEL, a.F_PROVIDER, a.F_RESPONSE_ID, a.F_PROMPT, a.F_OUTCOME,
-         a.F_MESSAGES_DELTA),
+         a.F_MESSAGES_DELTA, a.F_LLM_INPUT, a.F_ANSWER_TEXT, a.F_PROMPT_TEXT),
         sorted(outcome.TOOL_FINISH_REASONS), sorted(outcome.LIMIT_FINISH_REASONS),
         [key for key, _, _ in a.USAGE_JSON], bool(a.REPORTED_COST_KEYS),
         outcome.ANSWER_TOOL_SCAN if outcome.ANSWER_TOOL_MARKERS else None,
         outcome.MAX_REASON_CHARS, values.MAX_NAME_CHARS, MAX_TOKENS_PER_CALL, MAX_REPORTED_COST,
         a.FLAT_INPUT_PREFIXES, a.FLAT_OUTPUT_PREFIXES, a.FLAT_TOOL_CALLS,
-        model_calls_tables.ASKED_TOOL_FLAT, MAX_ASKED_TOOLS, bool(a.MESSAGES_DELTA_KEYS))
+        model_calls_tables.ASKED_TOOL_FLAT, MAX_ASKED_TOOLS, bool(a.MESSAGES_DELTA_KEYS),
+        (sorted(outcome.ANSWER_FINISH_REASONS),
+         [rule.attribute for rule in outcome.OUTPUT_ENVELOPES], sorted(a.HIDDEN_CONTENT),
+         a.HIDDEN_CONTENT_CHARS, brief, values.MAX_BRIEF_CHARS,
+         list(outcome.LIMIT_PROMPTS), list(outcome.LIMIT_SYSTEM_PROMPTS),
+         outcome.PROMPT_TAIL_CHARS, a.LLM_SPAN_SUFFIXES, SpanKind.OTHER,
+         (sorted(outcome.ANSWER_TOOLS), list(outcome.ANSWER_TOOL_PREFIXES),
+          list(outcome.ANSWER_TOOL_MARKERS))))
+    agents = _native.Agents(
+        (a.F_AGENT_OUTPUT, a.F_FINISH_REASON, a.F_MESSAGES, a.F_TURN_COUNT, a.F_CALLER),
+        sorted(outcome.LIMIT_FINISH_REASONS),
+        tuple(dict.fromkeys((
+            *outcome.LIMIT_ATTRIBUTE_KEYS, *(key for key, _, _ in outcome.LIMIT_STATES),
+            *(key for rule in outcome.STEP_CAPS for key in (rule.steps, rule.cap))))),
+        outcome.state_limit, _anchored(outcome.LIMIT_ANSWER_PATTERNS),
+        [limit for _, limit in outcome.LIMIT_ANSWER_PATTERNS], list(outcome.LIMIT_ANSWERS),
+        outcome.PROMPT_TAIL_CHARS, outcome.answer_limit,
+        [(key, f'"{path[-1]}"' if path else None) for key, path in outcome.LIMIT_ERROR_JSON],
+        outcome.error_limit, list(a.CAP_REQUESTS), a.HIDDEN_ANSWERS, sorted(a.LOOP_CAPS),
+        [(key, f'"{marker}"') for key, marker in a.CONVERSATION_OUTPUTS],
+        sorted(EMPTY_OUTPUTS), sorted(a.HIDDEN_CONTENT), a.HIDDEN_CONTENT_CHARS, brief,
+        values.MAX_BRIEF_CHARS, outcome.MAX_REASON_CHARS, values.MAX_NAME_CHARS,
+        MAX_TOKENS_PER_CALL)
     failures = _native.Failures(
         sorted(a.WRAPPED_EXCEPTION_TYPES), status, [limit for _, limit in outcome.LIMIT_STATUS],
         phrases, [limit for _, limit in outcome.LIMIT_PHRASES], sorted(outcome.LIMIT_EXCEPTIONS),
@@ -160,7 +195,7 @@ def _normaliser(phrases: Any, status: Any, json: Any) -> Any:
         [(key, marker) for key, marker, _ in outcome.TOOL_RESULT_ERROR_TEXTS],
         sorted(a.HIDDEN_CONTENT), hidden_values, a.UNASKED_TOOLS,
         a.TOOL_CALL_ID_KEYS, json, brief, values.MAX_NAME_CHARS, values.MAX_BRIEF_CHARS,
-        a.CLIENT_RUN_SPAN, model_calls, failures)
+        a.CLIENT_RUN_SPAN, model_calls, agents, failures)
 
 
 def _use_kernels(on: bool) -> None:

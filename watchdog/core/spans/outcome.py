@@ -220,10 +220,10 @@ def agent_limit(attrs: Mapping[str, object], finish: str | None) -> str | None:
     state field (Hermes' ``turn_exit_reason``)."""
     if finish is not None and finish.lower() in LIMIT_FINISH_REASONS:
         return finish
-    return _state_limit(attrs)
+    return state_limit(attrs)
 
 
-def _state_limit(attrs: Mapping[str, object]) -> str | None:
+def state_limit(attrs: Mapping[str, object]) -> str | None:
     """A limit named by the agent span itself: an explicit attribute, or a framework's state
     field (Hermes' ``turn_exit_reason``)."""
     for key in LIMIT_ATTRIBUTE_KEYS:
