@@ -239,6 +239,15 @@ def test_a_trace_an_announcement_named_keeps_its_run_after_a_kill(tmp_path: Path
                     if run["id"].startswith("trace:")] == []
 
 
+def send(target: Sidecar, batch: list[Any]) -> None:
+    """Export ``batch`` to ``target`` by the real OTLP/HTTP exporter; it must be taken."""
+    exporter = OTLPSpanExporter(endpoint=target.otlp_http + "/v1/traces", timeout=10)
+    try:
+        assert exporter.export(batch) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+
+
 def test_a_batch_sent_again_after_a_kill_is_applied_once(tmp_path: Path) -> None:
     """The sidecar applied a batch, flushed its runs, and was killed before the exporter read
     its answer; the exporter (a Collector's queue) sends the batch again, re-cut, with a span
@@ -247,13 +256,6 @@ def test_a_batch_sent_again_after_a_kill_is_applied_once(tmp_path: Path) -> None
     maker, _root, _start = explorer_steps("killed", "across-kill", 4)
     spans = maker.take()
     flushed = spans[:6]  # three steps; the fourth comes only with the batch sent again
-
-    def send(target: Sidecar, batch: list[Any]) -> None:
-        exporter = OTLPSpanExporter(endpoint=target.otlp_http + "/v1/traces", timeout=10)
-        try:
-            assert exporter.export(batch) is SpanExportResult.SUCCESS
-        finally:
-            exporter.shutdown()
 
     def counts(target: Sidecar) -> tuple[int, int]:
         run = target.get("/v1/runs/across-kill")
@@ -296,13 +298,6 @@ def test_a_span_held_out_of_every_run_is_applied_again_after_a_kill(tmp_path: Pa
     rest = maker.take()
     marker, _root, _start = explorer_steps("hand-loop", "flushed-after", 1)
     flushed_after = marker.take()
-
-    def send(target: Sidecar, batch: list[Any]) -> None:
-        exporter = OTLPSpanExporter(endpoint=target.otlp_http + "/v1/traces", timeout=10)
-        try:
-            assert exporter.export(batch) is SpanExportResult.SUCCESS
-        finally:
-            exporter.shutdown()
 
     state = tmp_path / "state"
     with sidecar(state, state_flush_interval="100ms") as first:
