@@ -645,8 +645,12 @@ fn continuing(messages: &[Value]) -> Option<(&str, Continues)> {
 /// Python's at any length up to `MAX_DIGIT_RUN` digits (checked before).
 fn python_reads(value: &Value) -> bool {
     match value {
-        Value::Number(number) => number.as_f64().is_some()  // (None: not finite)
-            || !number.as_str().contains(['.', 'e', 'E']),
+        Value::Number(number) => {
+            // (only a float with an exponent or more than 308 digits is past a double)
+            let text = number.as_str();
+            !((text.contains(['e', 'E']) || (text.len() > 308 && text.contains('.')))
+              && number.as_f64().is_none())
+        }
         Value::Array(items) => items.iter().all(python_reads),
         Value::Object(members) => members.values().all(python_reads),
         _ => true,
