@@ -27,6 +27,7 @@ import pytest
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
 from tests.test_model_proxy import RawUpstream, Seen, send
+from watchdog.core.bounds import load_json
 from watchdog.core.model.book import _digest as conversation_digest
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
@@ -614,6 +615,23 @@ def test_a_request_the_relay_reads_as_new_is_one_the_loop_reads_as_new(agent: st
         admitted += 1
         assert_read_as_new_by_the_loop(api, body, agent, digest)
     assert admitted >= 3 * 6 + 6 + 2
+
+
+def test_a_number_python_does_not_read_keeps_a_request_for_the_loop() -> None:
+    """A number past a double's range (``1e400``, or 310 digits before the point) is one
+    Python's endpoint does not read (``load_json``: the request goes on unobserved, neither
+    bound nor counted down); the relay, whose JSON keeps numbers as their text, read it and
+    sent the request on itself as a run's (its bound, a countdown's note). It leaves it to
+    the loop now; numbers a double holds are read on both sides."""
+    for number in ["1e400", "-1E309", "1" * 310 + ".5", "0.1e310", "1.8e308"]:
+        body = chat("hello")[:-1] + b', "temperature": ' + number.encode() + b"}"
+        with pytest.raises(ValueError, match="out of range"):
+            load_json(body)
+        assert Relay.first_digest("POST", PATHS["chat"], [], body) is None, number
+    for number in ["1e308", "-1.7e308", "1e-400", "1" * 300, "-0.0", "12345678901234567890123"]:
+        body = chat("hello")[:-1] + b', "temperature": ' + number.encode() + b"}"
+        load_json(body)
+        assert Relay.first_digest("POST", PATHS["chat"], [], body) is not None, number
 
 
 def test_headers_that_name_a_run_or_need_reading_keep_a_request_for_the_loop() -> None:

@@ -585,6 +585,9 @@ pub fn read(settings: &Settings, method: &str, target: &str, headers: &HeaderMap
     let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(body) else {
         return None;
     };
+    if !body.values().all(python_reads) {
+        return None; // a number past a double's range: Python's endpoint does not read it
+    }
     let (anchor, continues) = match first_request(api, &body) {
         Some(anchor) => (anchor, None),
         None if api == Api::Chat => {
@@ -634,6 +637,24 @@ fn continuing(messages: &[Value]) -> Option<(&str, Continues)> {
     Some((anchor?, Continues { messages: messages.len(), answers, last_answer,
                                calls: answer_calls(&messages[last_answer]), texts,
                                tools: None }))
+}
+
+/// Whether Python's endpoint reads `value` (`bounds.load_json`): not when it holds a number
+/// written with a point or an exponent that is past a double's range (`1e400`: `inf` to
+/// `json.loads`, which the endpoint refuses, passing the request on unread); an integer is
+/// Python's at any length up to `MAX_DIGIT_RUN` digits (checked before).
+fn python_reads(value: &Value) -> bool {
+    match value {
+        Value::Number(number) => {
+            // (only a float with an exponent or more than 308 digits is past a double)
+            let text = number.as_str();
+            !((text.contains(['e', 'E']) || (text.len() > 308 && text.contains('.')))
+              && number.as_f64().is_none())
+        }
+        Value::Array(items) => items.iter().all(python_reads),
+        Value::Object(members) => members.values().all(python_reads),
+        _ => true,
+    }
 }
 
 /// Whether a Chat Completions request can call tools as Python's `read_request` reads it
@@ -865,6 +886,19 @@ mod tests {
                {"role":"tool","tool_call_id":"x","content":"r"}"#,
         ] {
             assert!(read_chat(&body(after)).is_none(), "{after}");
+        }
+    }
+
+    #[test]
+    fn a_number_past_a_doubles_range_is_not_read() {
+        let with = |number: &str| format!(r#"{{"model":"m","temperature":{number},
+            "messages":[{{"role":"user","content":"task"}}],"metadata":{{"n":[{number}]}}}}"#)
+            .into_bytes();
+        for number in ["1e400", "-1E309", "0.1e310", &format!("{}.5", "1".repeat(310))] {
+            assert!(read_chat(&with(number)).is_none(), "{number}");
+        }
+        for number in ["1e308", "1e-400", "-0.0", &"1".repeat(400)] {
+            assert!(read_chat(&with(number)).is_some(), "{number}");
         }
     }
 
