@@ -22,6 +22,7 @@ import functools
 import gc
 import importlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -217,7 +218,8 @@ def main() -> int:
 
         def stop(*_: object) -> None:
             profiler.disable()
-            profiler.dump_stats(profile)
+            profiler.dump_stats(f"{profile}.tmp")
+            os.replace(f"{profile}.tmp", profile)  # whole when it appears
 
         signal.signal(signal.SIGUSR2, stop)
     if parts_file is not None:
@@ -230,8 +232,9 @@ def main() -> int:
 
         def write(*_: object) -> None:
             parts.on = False
-            with open(parts_file, "w") as out:
+            with open(f"{parts_file}.tmp", "w") as out:
                 json.dump({"loop": time.thread_time() - busy[0], **parts.seconds}, out)
+            os.replace(f"{parts_file}.tmp", parts_file)  # whole when it appears
 
         signal.signal(signal.SIGUSR1, start)
         signal.signal(signal.SIGUSR2, write)

@@ -84,8 +84,14 @@ def one_round(bodies: list[bytes], spans: int, profile: str | None = None,
         settled_rss(pid)
         after = thread_cpu(pid)
         if profile or parts:
+            written = Path(profile or parts or "")
+            written.unlink(missing_ok=True)  # (a round before this one's)
             os.kill(pid, signal.SIGUSR2)
-            time.sleep(1.0)  # (written by the sidecar's main thread at its next turn)
+            deadline = time.monotonic() + 60  # written by the main thread at its next turn
+            while not written.exists():
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the sidecar wrote no {written} in 60 s")
+                time.sleep(0.01)
     if received != spans:
         raise SystemExit(f"spans lost: sent {spans}, received {received}")
     threads = {name: (after[name] - before.get(name, 0.0)) / spans * 1e6 for name in after}
