@@ -190,10 +190,25 @@ def metric(ports: dict[str, int], name: str) -> float:
 WARM_UP = list(batches(32, 64, 1024, seed=20_261_128, workload="rules-firing"))
 
 
-def warm_up(url: str, pid: int) -> None:
-    """Send :data:`WARM_UP` and wait for the flush it causes."""
+def flushes(ports: dict[str, int]) -> float:
+    """The state flushes the sidecar has made (``background_passes_total``)."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/metrics") as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("agent_watchdog_background_passes_total{")
+               and 'task="state_flush"' in line)
+
+
+def warm_up(url: str, ports: dict[str, int], pid: int) -> None:
+    """Send :data:`WARM_UP` and wait for a flush that began after it (the second to end)."""
+    before = flushes(ports)
     asyncio.run(send_all(url, WARM_UP))
-    time.sleep(1.2)  # (state_flush_interval: 1 s)
+    deadline = time.monotonic() + 30
+    while flushes(ports) < before + 2:  # (one under way as it was sent may not have it)
+        if time.monotonic() > deadline:
+            raise SystemExit("the sidecar made no state flush in 30 s")
+        time.sleep(0.02)
     settled_rss(pid)
 
 
@@ -208,7 +223,7 @@ def end_to_end(bodies: list[bytes], spans: int, rules: bool = True,
         url = f"http://127.0.0.1:{ports['otlp_http']}/v1/traces"
         # one small export first: what the sidecar loads once, at its first traffic (the
         # price data, the CEL environments), is not charged to the workload
-        warm_up(url, pid)
+        warm_up(url, ports, pid)
         warm = metric(ports, "agent_watchdog_spans_received_total")
         cpu_before = cpu_seconds(pid)
         seconds, retries = asyncio.run(send_all(url, bodies))

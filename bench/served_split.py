@@ -74,7 +74,7 @@ def one_round(bodies: list[bytes], spans: int, profile: str | None = None,
     with tempfile.TemporaryDirectory() as state, sidecar(state, launcher=launcher) as proc:
         ports, pid = proc["ports"], proc["process"].pid
         url = f"http://127.0.0.1:{ports['otlp_http']}/v1/traces"
-        warm_up(url, pid)
+        warm_up(url, ports, pid)
         warm = metric(ports, "agent_watchdog_spans_received_total")
         if profile or parts:
             os.kill(pid, signal.SIGUSR1)
