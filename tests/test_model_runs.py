@@ -835,13 +835,18 @@ def test_a_side_request_on_the_runs_history_does_not_split_the_run(
     ends at an answer): its next request takes the run back, to be steered by the rules and
     end at its budget (the rule pack's, which the run's own signals do not carry). ``named``: the
     run is the one its ``x-watchdog-run`` header names, which is taken back the same way."""
+    with aside_sidecar(tmp_path, llm) as sidecar:
+        aside_loop(sidecar, llm, withdrawn, later, "aside-run-1" if named else None)
+
+
+def aside_sidecar(tmp_path: Path, llm: FakeLLM) -> Any:
+    """A sidecar whose rule pack gives ``aside-agent`` a budget of 3 tool calls, as its model
+    endpoint in front of ``llm``."""
     pack = tmp_path / "budgets.yaml"
     pack.write_text("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: aside\nbudgets:\n"
                     "  - agents: [aside-agent]\n    max_tool_calls: 3\n")
-    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
-                            model_upstream=llm.base_url, rules=(str(pack),))
-    with running_server(config) as sidecar:
-        aside_loop(sidecar, llm, withdrawn, later, "aside-run-1" if named else None)
+    return running_server(sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                                         model_upstream=llm.base_url, rules=(str(pack),)))
 
 
 RESPONSES_TOOLS: list[Any] = [{"type": "function", "name": "search",
@@ -856,12 +861,7 @@ def test_a_side_request_of_a_kept_conversation_does_not_split_the_run(
     message of its own), whose answer ends the run, then goes on from that response with the
     same outputs. That request takes the run back, as a conversation sent whole does: one run,
     the true countdown, ended at its budget."""
-    pack = tmp_path / "budgets.yaml"
-    pack.write_text("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: aside\nbudgets:\n"
-                    "  - agents: [aside-agent]\n    max_tool_calls: 3\n")
-    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
-                            model_upstream=llm.base_url, rules=(str(pack),))
-    with running_server(config) as sidecar:
+    with aside_sidecar(tmp_path, llm) as sidecar:
         model = llm.script("aside-kept", looping("search", lambda i: {"q": str(i)},
                                                  answer_without_tools="REPORT"))
         client = chat(sidecar, **{"x-watchdog-agent": "aside-agent"})
