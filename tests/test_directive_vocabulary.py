@@ -15,7 +15,13 @@ from agent_watchdog_client import directive as client
 
 from watchdog.core.directives.model import Directive
 from watchdog.core.model import steer
-from watchdog.core.rules.decision import BUDGET_MESSAGE_PREFIX, GRACE_KEYS, Action, Severity
+from watchdog.core.rules.decision import (
+    BUDGET_MESSAGE_PREFIX,
+    COUNTDOWN_BUDGETS,
+    GRACE_KEYS,
+    Action,
+    Severity,
+)
 from watchdog.core.rules.engine import announced_grace
 from watchdog.core.rules.model import Grace
 
@@ -32,7 +38,7 @@ def server_directive(action: Action = Action.WIND_DOWN) -> Directive:
         budget={"max_tool_calls": 20, "remaining_tool_calls": 3},
         report_prompt="report now", created_at=1_795_000_000.0, dedup_key="budget-countdown",
         escalation=False, tool_calls_at=17, agent="explorer",
-        grace=announced_grace(Grace(tool_calls=2, seconds=60), 17))
+        grace=announced_grace(Grace(tool_calls=2, seconds=60), 17), countdown="tool_calls")
 
 
 def test_the_actions_and_severities_are_the_sidecars() -> None:
@@ -86,6 +92,8 @@ def test_the_model_endpoint_reads_directives_in_the_one_vocabulary() -> None:
     assert not literals & words, sorted(literals & words)
     assert BUDGET_MESSAGE_PREFIX == client.BUDGET_MESSAGE_PREFIX
     assert tuple(GRACE_KEYS) == tuple(client.GRACE_KEYS)
+    assert tuple(COUNTDOWN_BUDGETS) == tuple(client.COUNTDOWN_BUDGETS)
+    assert client.COUNTDOWN_TOOL_CALLS == COUNTDOWN_BUDGETS[0]
 
 
 def test_the_model_endpoint_reads_a_wind_down_and_an_abort_by_their_words() -> None:
@@ -97,3 +105,22 @@ def test_the_model_endpoint_reads_a_wind_down_and_an_abort_by_their_words() -> N
     assert board.wind_down is not None and board.abort is not None
     assert board.grace is not None and steer.grace_end(board.grace) == 19
     assert steer.is_budget(dataclasses.replace(server_directive(), rule="own-rule"))
+    # (what makes a countdown is its rule's declaration, never its name or its message)
+    guard = dataclasses.replace(server_directive(), rule="token-budget-guard", countdown=None)
+    assert not steer.is_budget(guard)
+
+
+def test_a_countdown_is_what_the_directive_declares_on_the_client_too() -> None:
+    """A sidecar's directive says whether it counts a budget down (``countdown``); a sidecar
+    that predates the field is read as it meant it (a ``budget-*`` rule)."""
+    guard = dataclasses.replace(server_directive(), rule="token-budget-guard", countdown=None,
+                                grace=None)
+    received = client.Directive.from_json(json.loads(json.dumps(guard.to_json())))
+    assert not received.is_budget and not received.counts_tool_calls
+    cost = dataclasses.replace(server_directive(), countdown="cost_usd", grace=None)
+    received = client.Directive.from_json(json.loads(json.dumps(cost.to_json())))
+    assert received.is_budget and not received.counts_tool_calls
+    old = {key: value for key, value in server_directive().to_json().items()
+           if key != "countdown"}
+    received = client.Directive.from_json(old)
+    assert received.is_budget and received.counts_tool_calls

@@ -30,7 +30,10 @@ SEVERITIES = (INFO, WARNING, CRITICAL)
 # a wind_down's grace: the rule's limits, and the tool-call count at which it is used up
 GRACE_TOOL_CALLS, GRACE_SECONDS, GRACE_ENDS_AT = "tool_calls", "seconds", "ends_at_tool_calls"
 GRACE_KEYS = (GRACE_TOOL_CALLS, GRACE_SECONDS, GRACE_ENDS_AT)
-BUDGET_MESSAGE_PREFIX = "[budget"
+BUDGET_MESSAGE_PREFIX = "[budget"  # (a sidecar without ``countdown`` on its directives)
+# the budgets a rule may declare it counts down (a directive's ``countdown``)
+COUNTDOWN_TOOL_CALLS = "tool_calls"
+COUNTDOWN_BUDGETS = (COUNTDOWN_TOOL_CALLS, "cost_usd", "tokens", "iterations")
 WITHDRAWN_MESSAGE = ""  # a notify's message that withdraws its rule's earlier note
 
 
@@ -52,6 +55,9 @@ class Directive:
     raw: Mapping[str, Any] = field(repr=False, compare=False)
     # a wind_down's grace: {"tool_calls": 2, "ends_at_tool_calls": 10, "seconds": 60}
     grace: Mapping[str, float] = field(default_factory=dict)
+    # the budget its rule counts down (one of COUNTDOWN_BUDGETS; None: none, or a sidecar that
+    # does not say: ``is_budget``)
+    countdown: str | None = None
 
     @classmethod
     def from_json(cls, data: Any) -> Directive:
@@ -79,6 +85,7 @@ class Directive:
             raw=data,
             grace={key: value for key, value in grace.items() if _is_number(value)}
             if isinstance(grace, dict) else {},
+            countdown=_optional_str(data.get("countdown")),
         )
 
     @property
@@ -91,9 +98,20 @@ class Directive:
 
     @property
     def is_budget(self) -> bool:
-        """A budget countdown: the default pack's ``budget-*`` rules, or any rule whose message
-        starts with ``[budget``."""
+        """A budget's countdown (or its end, an abort): a directive whose rule declares
+        ``countdown``. A sidecar that predates the field (no ``countdown`` key) is read as it
+        meant it: a ``budget-*`` rule, or a message that starts with ``[budget``."""
+        if "countdown" in self.raw:
+            return self.countdown is not None
         return "budget" in self.rule or self.message.startswith(BUDGET_MESSAGE_PREFIX)
+
+    @property
+    def counts_tool_calls(self) -> bool:
+        """The tool-call budget's countdown (a sidecar that predates the field: any budget
+        directive, as it meant it)."""
+        if "countdown" in self.raw:
+            return self.countdown == COUNTDOWN_TOOL_CALLS
+        return self.is_budget
 
     @property
     def withdraws(self) -> bool:
@@ -135,7 +153,7 @@ class DirectiveBoard:
         self.last_seq = 0
         self.latest: Directive | None = None
         self.latest_wind_down: Directive | None = None
-        self.latest_budget: Directive | None = None
+        self.latest_budget: Directive | None = None  # of the tool-call budget's countdown
         self.latest_notify: Directive | None = None
         self.abort: Directive | None = None  # the first abort: a run is aborted only once
         self.grace: Directive | None = None  # the wind_down whose tool-call grace ends first
@@ -165,7 +183,7 @@ class DirectiveBoard:
                     self.latest_notify = None  # its rule no longer holds (the outage is over)
             else:
                 self.latest_notify = directive
-            if directive.is_budget and not directive.withdraws:
+            if directive.counts_tool_calls and not directive.withdraws:
                 self.latest_budget = directive
             self._changed.notify_all()
         return True

@@ -290,13 +290,13 @@ class Run:
         return self.steering.remaining(self.tally.tools_ended)
 
     def budget_note(self) -> str:
-        """``"[budget: 3 of 20 tool calls left — wrap up soon]"`` once three or fewer are left
-        (or the sidecar has sent a countdown), with the true number; else ``""``."""
+        """``"[budget: 3 of 20 tool calls left — wrap up soon]"`` once the sidecar has sent the
+        tool-call budget's countdown (its rule pack says from when), or, while the sidecar does
+        not answer, once three or fewer are left, with the true number; else ``""``."""
         remaining = self.remaining_tool_calls()
         limit = self.steering.max_tool_calls
-        if remaining is None or limit is None:
-            return ""
-        if remaining > 3 and self.board.latest_budget is None:
+        if remaining is None or limit is None or not self.steering.counting(self.board,
+                                                                              remaining):
             return ""
         return Steering.note(self.board, remaining, limit)
 
@@ -414,6 +414,7 @@ class Run:
         answer = self.watchdog.syncer.sync(self.id, spans, self.board.last_seq, stop, announce)
         if answer is None:
             tally.give_back(spans[:len(spans) - len(ends)])
+            self.steering.synced = False
             return
         self._sync_announced = True
         if stop is not None:

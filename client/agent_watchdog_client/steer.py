@@ -7,9 +7,11 @@ An agent loop alternates model requests and tool calls. Before each model reques
 with the sidecar (:mod:`agent_watchdog_client.sync`), so the directives on the board account
 for every span that ended before it; then :meth:`Steering.turn` decides the :class:`ModelTurn`:
 
-* the *instructions* — a budget note with the true number of tool calls left (once three or
-  fewer are left), the latest wind-down's report prompt, a newer notice (until its rule
-  withdraws it);
+* the *instructions* — a budget note with the true number of tool calls left (once the
+  sidecar has sent the tool-call budget's countdown: a directive whose rule declares
+  ``countdown: tool_calls``, so its rule pack says from when; while the sidecar does not answer,
+  once three or fewer are left), the latest wind-down's report prompt, a newer notice (until its
+  rule withdraws it);
 * whether the turn is *final*: after an abort, once the tool budget is used up, or once the
   tool-call grace of a wind-down is used up, the model is asked for its progress report with no
   tools offered, and its answer is the run's result.
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 
 from agent_watchdog_client.directive import ABORT, Directive, DirectiveBoard
 
-COUNTDOWN_FROM = 3  # the budget note shows from this many tool calls left
+COUNTDOWN_FROM = 3  # the budget note shows from this many tool calls left without the sidecar
 LOCAL_RULE = "max_tool_calls"  # the rule name of the client's own stop at the budget
 # what a sync's ``stop=`` says when the client stopped the run by itself (watchdog/core/sync.py)
 STOP_BUDGET, STOP_GRACE = LOCAL_RULE, "grace"
@@ -144,6 +146,7 @@ class Steering:
         self.grace_stop: Directive | None = None  # ... and at the end of a wind-down's grace
         self.unreported_stop: str | None = None  # a stop the sidecar has not been told of
         self.final_used = False  # a final turn was handed out
+        self.synced = False  # the last sync was answered (the sidecar's rules count down)
         self.report: str | None = None  # the answer to the final turn
         self._turn: ModelTurn | None = None
         self._turn_key: tuple[int, ...] = ()
@@ -155,6 +158,7 @@ class Steering:
                      iterations: int = 0) -> None:
         """A sync answer: the sidecar's counts, and its budget (a rule pack default counts when
         the run announced none)."""
+        self.synced = True
         self.sidecar_tool_calls = max(self.sidecar_tool_calls, tool_calls)
         self.sidecar_iterations = max(self.sidecar_iterations, iterations)
         limit = budget.get("max_tool_calls")
@@ -183,6 +187,12 @@ class Steering:
             return None
         left = max(limit - max(model_calls, self.sidecar_iterations), 0)
         return iterations_note(left, limit) if left < said else None
+
+    def counting(self, board: DirectiveBoard, remaining: int) -> bool:
+        """Whether the tool-call countdown shows: the sidecar sent it (its rule fired), or the
+        sidecar does not answer and three or fewer calls are left."""
+        return board.latest_budget is not None or (not self.synced
+                                                    and remaining <= COUNTDOWN_FROM)
 
     def grace_left(self, board: DirectiveBoard, tool_spans: int) -> int | None:
         """Tool calls left before the tightest wind-down grace ends (None without one)."""
@@ -230,8 +240,8 @@ class Steering:
         stop = self._stop(board, tool_spans)
         parts: list[str] = []
         note = ""
-        if remaining is not None and self.max_tool_calls is not None and (
-                remaining <= COUNTDOWN_FROM or board.latest_budget is not None):
+        if remaining is not None and self.max_tool_calls is not None and self.counting(
+                board, remaining):
             note = self.note(board, remaining, self.max_tool_calls)
             parts.append(note)
         grace_left = self.grace_left(board, tool_spans)
@@ -243,7 +253,7 @@ class Steering:
             wind_down = board.latest_wind_down
             if wind_down is not None:
                 text = wind_down.instruction()
-                if note and wind_down.is_budget and wind_down.message != note:
+                if note and wind_down.counts_tool_calls and wind_down.message != note:
                     # a countdown decided on fewer spans than have ended: its report prompt
                     # quotes a stale number, the note says the true one
                     text = text.replace(wind_down.message, note)

@@ -336,7 +336,7 @@ class Core(CoreReads):
         return resumed
 
     def quiet(self, key: str, records: Sequence[SpanRecord], until: float,
-              tool_budget: bool = False) -> bool:
+              tool_budget: bool = False, countdowns: set[str] | None = None) -> bool:
         """Whether the active run ``key`` is proved to get no decision of the rules, nor to be
         ended by the timer, from now up to ``until`` (this clock's): on the timer as it is
         now, and at a request that brings ``records`` (what the request carries: the results of
@@ -354,9 +354,11 @@ class Core(CoreReads):
         records' tools may be failing (a success could end its outage). Not for a run with a
         budget (its own or its pack's), but its pack's of tool calls alone with ``tool_budget``
         (the rules read it as they read any signal, on the copy, and may only count it down
-        there: :func:`~watchdog.core.rules.decision.counts_down`, a directive that changes
-        nothing of what a request gets; what the request gets of it is the caller's to work
-        out: :func:`watchdog.core.model.steer.decide`); never one the
+        there: :func:`~watchdog.core.rules.decision.counts_down`, a directive whose message
+        the request does not get, but which starts its budget's countdown: the budgets whose
+        countdown the request's step would decide go to ``countdowns``, and what the request
+        gets of them is the caller's to work out: :func:`watchdog.core.model.steer.decide`,
+        on a board counting them down); never one the
         agent counts itself (``budget_used``), nor one it announced (a header on each request,
         which the relay does not send on ahead: not worth the proof)."""
         run = self.tracker.get(key)
@@ -390,9 +392,17 @@ class Core(CoreReads):
             after.apply(record, until)
         # (the signals as the request's step reads them: the budget's too, with its pack's)
         changed = changed_signals(snapshot(run), after, bool(pack))
+
+        def harmless(decision: Decision) -> bool:
+            if not counts_down(decision):
+                return False
+            if countdowns is not None and decision.countdown is not None:
+                countdowns.add(decision.countdown)
+            return True
+
         return not changed or not engine.decides(after, until, partial(self._session_of, after),
                                                  changed=changed, fleet=cel_fleet,
-                                                 harmless=counts_down)
+                                                 harmless=harmless)
 
     def result_hashes(self, key: str) -> list[int]:
         """The hashes of the distinct results the run ``key``'s tools gave (bounded by

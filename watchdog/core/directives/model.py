@@ -61,6 +61,9 @@ class Directive:
     # a wind_down's grace: {"tool_calls": 2, "seconds": 60, "ends_at_tool_calls": 10} (see
     # Decision.grace); None otherwise, and in records stored before it existed
     grace: dict[str, float] | None = None
+    # the budget its rule counts down ("tool_calls", "cost_usd", "tokens", "iterations": the
+    # rule's ``countdown``); None otherwise, and in records stored before it existed
+    countdown: str | None = None
     # what the report prompt is made of, frozen at decision time (None: given as text)
     prompt_facts: PromptFacts | None = None
 
@@ -97,12 +100,13 @@ class Directive:
             agent=run.agent,
             grace=({key: plain_number(value) for key, value in decision.grace.items()}
                    if decision.grace is not None else None),
+            countdown=decision.countdown,
             prompt_facts=prompt_facts,
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The DESIGN §6 shape (plus ``agent``, ``escalation`` and ``grace``): API, SSE and
-        webhooks."""
+        """The DESIGN §6 shape (plus ``agent``, ``escalation``, ``grace`` and ``countdown``):
+        API, SSE and webhooks."""
         return {
             "id": self.id,
             "run_id": self.run_id,
@@ -118,6 +122,7 @@ class Directive:
             "agent": self.agent,
             "escalation": self.escalation,
             "grace": self.grace,
+            "countdown": self.countdown,
         }
 
     def to_record(self) -> dict[str, Any]:

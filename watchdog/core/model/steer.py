@@ -2,9 +2,11 @@
 budget and its directives in, a :class:`Turn` out.
 
 * ``pass``: forwarded as sent (byte for byte);
-* ``note``: the countdown (the true number of tool calls left, once three or fewer are; the
-  dollars left, once a quarter or less is), a wind-down's grace left, a wind-down's
-  instruction — added to the instructions the model reads;
+* ``note``: a budget's countdown (the true number of tool calls, dollars, tokens or model
+  calls left, from the counts at the request, once a rule that declares itself that budget's
+  countdown — ``countdown:`` in its pack — has fired for the run: the pack says from when; the
+  rule's own message, true when it fired, is replaced by it), a wind-down's grace left, a
+  wind-down's instruction — added to the instructions the model reads;
 * ``final``: the budget is spent (tool calls, iterations, seconds, dollars), a wind-down's
   tool-call grace is used up, or a rule aborted the run at its budget: the request goes upstream
   once more with the tools withdrawn and the final-report instruction, and its answer is the
@@ -38,7 +40,10 @@ from functools import cache
 from watchdog.core.directives.model import Directive
 from watchdog.core.model.wire import ToolCall
 from watchdog.core.rules.decision import (
-    BUDGET_MESSAGE_PREFIX,
+    COUNTDOWN_COST,
+    COUNTDOWN_ITERATIONS,
+    COUNTDOWN_TOKENS,
+    COUNTDOWN_TOOL_CALLS,
     GRACE_ENDS_AT,
     GRACE_TOOL_CALLS,
     Action,
@@ -46,7 +51,6 @@ from watchdog.core.rules.decision import (
 )
 from watchdog.core.runs.steps import format_usd
 
-COUNTDOWN_FROM = 3  # the budget note shows from this many tool calls left (the SDK's too)
 # What the client SDK puts in the instructions it steers (agent_watchdog_client.steer)
 SDK_MARKS = ("[agent-watchdog: system instruction", "[budget: ", "[grace: ")
 REPORT_HEADER = ("[agent-watchdog: system instruction. This comes from the supervisor that "
@@ -174,14 +178,18 @@ USAGE_BUDGETS = frozenset({"max_cost_usd", "max_tokens"})  # counted from each c
 
 @dataclass(slots=True)
 class Board:
-    """A run's directives that matter at its next request (the latest of each kind)."""
+    """A run's directives that matter at its next request (the latest of each kind), and the
+    budgets whose countdown has started (a rule declaring it has fired for the run)."""
 
     wind_down: Directive | None = None
     abort: Directive | None = None
     grace: Directive | None = None  # the wind_down whose tool-call grace ends first
     notify: Directive | None = None  # (a fleet outage, a stalled session: told as a note)
+    counting: frozenset[str] = frozenset()  # of COUNTDOWN_BUDGETS
 
     def post(self, directive: Directive) -> None:
+        if directive.countdown is not None:
+            self.counting |= {directive.countdown}
         if directive.action == Action.ABORT:
             if self.abort is None:
                 self.abort = directive
@@ -204,7 +212,16 @@ def grace_end(directive: Directive) -> int | None:
 
 
 def is_budget(directive: Directive) -> bool:
-    return "budget" in directive.rule or directive.message.startswith(BUDGET_MESSAGE_PREFIX)
+    """A directive of a budget's countdown (its rule declares ``countdown:``): a wind-down
+    whose note the endpoint writes from the counts, an abort at the budget's end."""
+    return directive.countdown is not None
+
+
+def iterations_note(remaining: int, limit: int) -> str:
+    """The model-call budget's countdown (the client SDK's words)."""
+    if remaining == 1:
+        return f"[budget: 1 of {limit} model calls left — finalize now]"
+    return f"[budget: {remaining} of {limit} model calls left — wrap up soon]"
 
 
 def budget_note(remaining: int, limit: int) -> str:
@@ -293,17 +310,23 @@ def _decide(counts: Counts, board: Board | None, instructions: str, has_tools: b
     if sdk:
         return Turn(Act.PASS, keep=keep)
     parts: list[str] = []
-    # (the tool-call countdown and a grace's, to a request that offers tools: one that offers
-    # none, a title or a summary the agent asks for, has nothing to count down)
-    if has_tools and limit is not None and keep is not None and keep <= COUNTDOWN_FROM:
+    # (each budget's countdown once its rule has fired: the tool-call one and a grace's to a
+    # request that offers tools; one that offers none, a title or a summary the agent asks
+    # for, has nothing to count down)
+    counting = board.counting
+    if has_tools and limit is not None and keep is not None and COUNTDOWN_TOOL_CALLS in counting:
         parts.append(budget_note(keep, limit))
     dollars, dollar_limit = counts.budget.get("remaining_cost_usd"), counts.budget.get(
         "max_cost_usd")
-    if dollars is not None and dollar_limit is not None and dollars <= dollar_limit / 4:
+    if dollars is not None and dollar_limit is not None and COUNTDOWN_COST in counting:
         parts.append(cost_note(dollars, dollar_limit, counts.per_call_usd))
     tokens, token_limit = counts.budget.get("remaining_tokens"), counts.budget.get("max_tokens")
-    if tokens is not None and token_limit is not None and tokens <= token_limit / 4:
+    if tokens is not None and token_limit is not None and COUNTDOWN_TOKENS in counting:
         parts.append(token_note(int(tokens), int(token_limit), counts.per_call_tokens))
+    calls, calls_limit = (counts.budget.get("remaining_iterations"),
+                          counts.budget.get("max_iterations"))
+    if calls is not None and calls_limit is not None and COUNTDOWN_ITERATIONS in counting:
+        parts.append(iterations_note(int(calls), int(calls_limit)))
     grace = board.grace
     ends = grace_end(grace) if grace is not None else None
     if ends is not None:

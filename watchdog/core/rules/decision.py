@@ -4,9 +4,11 @@ A :class:`Decision` says that a rule fired for a run; the directive layer turns 
 stored, numbered, delivered :class:`~watchdog.core.directives.model.Directive`.
 
 :class:`Action`, :class:`Severity`, the grace keys and the budget message's mark are the
-directive vocabulary's source (the model endpoint's steering reads them from here). The
+directive vocabulary's source (the model endpoint's steering reads them from here), and so are
+the budgets a rule may count down (``COUNTDOWN_BUDGETS``). The
 agent-side client (``agent_watchdog_client.directive``) cannot import this package, so it keeps a
-copy (``ACTIONS``, ``SEVERITIES``, ``GRACE_KEYS``, ``BUDGET_MESSAGE_PREFIX``) that
+copy (``ACTIONS``, ``SEVERITIES``, ``GRACE_KEYS``, ``BUDGET_MESSAGE_PREFIX``,
+``COUNTDOWN_BUDGETS``) that
 ``tests/test_directive_vocabulary.py`` compares with these.
 """
 
@@ -38,17 +40,26 @@ class Severity(StrEnum):
 GRACE_TOOL_CALLS, GRACE_SECONDS, GRACE_ENDS_AT = "tool_calls", "seconds", "ends_at_tool_calls"
 GRACE_KEYS = (GRACE_TOOL_CALLS, GRACE_SECONDS, GRACE_ENDS_AT)
 BUDGET_MESSAGE_PREFIX = "[budget"  # how a directive that tells the run's budget begins
+# What a rule may declare it counts down (``countdown:`` in a pack; the directive's
+# ``countdown``): a budget the model endpoint and the client SDK write the true count of, from
+# the run's counts at each request, once its rule has fired. A wind_down so declared is the
+# countdown (its message is replaced by that note), an abort so declared the budget's end
+# (the run's final turn asks for the report).
+COUNTDOWN_TOOL_CALLS, COUNTDOWN_COST, COUNTDOWN_TOKENS, COUNTDOWN_ITERATIONS = (
+    "tool_calls", "cost_usd", "tokens", "iterations")
+COUNTDOWN_BUDGETS = (COUNTDOWN_TOOL_CALLS, COUNTDOWN_COST, COUNTDOWN_TOKENS,
+                     COUNTDOWN_ITERATIONS)
 # a notify with this message withdraws its rule's earlier note (the rule's condition no longer
 # holds: a tool outage is over); a rule's own message is never empty
 WITHDRAWN_MESSAGE = ""
 
 
 def counts_down(decision: Decision) -> bool:
-    """A wind_down that tells the run its budget (the default pack's ``budget-countdown`` and
-    ``budget-last-call``), with no grace: the model endpoint writes the countdown from the
-    run's counts, so such a directive changes nothing of what a request gets."""
-    return decision.action is Action.WIND_DOWN and not decision.grace and (
-        "budget" in decision.rule or decision.message.startswith(BUDGET_MESSAGE_PREFIX))
+    """A wind_down of a rule that declares itself a budget's countdown (``countdown:``; the
+    default pack's ``budget-countdown``, ``budget-last-call``...): the model endpoint writes
+    the countdown from the run's counts, so once the countdown has started such a directive
+    changes nothing of what a request gets (what starts it is the caller's to tell)."""
+    return decision.action is Action.WIND_DOWN and decision.countdown is not None
 
 
 def withdraws(action: str, message: str) -> bool:
@@ -71,6 +82,8 @@ class Decision:
     # count at which the grace is used up (absolute, so a client that re-reads the directive
     # after a reconnect or a restart gets the same cap)
     grace: Mapping[str, float] | None = field(default=None, compare=False)
+    # the budget its rule declares it counts down (one of COUNTDOWN_BUDGETS; None: none)
+    countdown: str | None = field(default=None, compare=False)
 
 
 def forced_state(action: Action | str, terminal_state: TerminalState | str | None

@@ -457,7 +457,7 @@ class RuleEngine:
                 now, run.tool_calls, rule.grace, rule.terminal_state or TerminalState.ABORTED))
             grace = announced_grace(given.grace, given.calls_at)
         return Decision(run.key, name, rule.action, rule.severity, message, rule.terminal_state,
-                        dedup_key, grace=grace), act
+                        dedup_key, grace=grace, countdown=rule.countdown), act
 
     def _escalate(self, run: RunState, now: float, state: _RunRules) -> Decision | None:
         """An abort when a run went on past the grace of a wind_down it was sent."""

@@ -71,6 +71,7 @@ class Rule:
     terminal_state: TerminalState | None = None
     grace: Grace | None = None
     enabled: bool = True
+    countdown: str | None = None  # the budget it counts down (COUNTDOWN_BUDGETS; None: none)
     file: str = ""
     line: int = 0
 
@@ -108,6 +109,7 @@ class Rule:
             "repeat": self.repeat.value,
             "terminal_state": self.terminal_state.value if self.terminal_state else None,
             "grace": self.grace.describe() if self.grace else None,
+            "countdown": self.countdown,
             "enabled": self.enabled,
             "timed": self.timed,
             "source": f"{readable_path(self.file)}:{self.line}",

@@ -10,7 +10,9 @@ collected, each with file, line and rule name, and raised together as one :class
 Nothing half-loaded is ever returned.
 
 Packs merge by rule name: a later pack's rule replaces an earlier one of the same name (the whole
-rule, keeping its place in the order), ``disable: [names]`` or ``enabled: false`` switches one off.
+rule, keeping its place in the order; one that does not say ``countdown:`` keeps the replaced
+rule's, so a pack that copied the default pack's budget rules before the key existed still
+counts them down), ``disable: [names]`` or ``enabled: false`` switches one off.
 Budgets of later packs come first, and within a pack the first entry whose ``agents`` glob matches
 wins. The result, a :class:`RuleSet`, is immutable; reloading is the shell's job
 (:meth:`RuleSet.stale` tells it when the files changed).
@@ -23,12 +25,12 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from watchdog.core.bounds import MAX_BUDGET
-from watchdog.core.rules.decision import Action, Severity
+from watchdog.core.rules.decision import COUNTDOWN_BUDGETS, Action, Severity
 from watchdog.core.rules.expr import Expr, ExprError, Template, compile_expr, compile_template
 from watchdog.core.rules.model import Budget, Grace, Repeat, Rule, RuleSet, Source
 from watchdog.core.rules.problem import Problem, suggest
@@ -60,11 +62,12 @@ RULE_TERMINAL_STATES = tuple(s.value for s in TerminalState if s not in (
 
 PACK_KEYS = ("apiVersion", "kind", "name", "budgets", "rules", "disable")
 RULE_KEYS = ("name", "description", "agents", "when", "for", "action", "severity", "message",
-             "repeat", "terminal_state", "grace", "enabled")
+             "repeat", "terminal_state", "grace", "enabled", "countdown")
 # What other rule languages call a rule's keys (Prometheus: expr, alert; others: condition, if)
 RULE_KEY_SYNONYMS = {"expr": "when", "expression": "when", "condition": "when", "if": "when",
                      "alert": "name"}
 GRACE_KEYS = ("tool_calls", "seconds")
+NO_COUNTDOWN = "none"  # ``countdown: none``: not a countdown (nor one a replaced rule had)
 BUDGET_ENTRY_KEYS = ("agents", *BUDGET_KEYS)
 INTEGER_BUDGETS = WHOLE_BUDGET_KEYS
 
@@ -88,6 +91,7 @@ class _Pack:
     budgets: list[Budget] = field(default_factory=list)
     disable: list[tuple[str, int]] = field(default_factory=list)
     switch_off: list[tuple[str, int]] = field(default_factory=list)  # {name, enabled: false}
+    says_countdown: set[str] = field(default_factory=set)  # rules that say countdown: (or none)
 
 
 def load_rules(paths: Sequence[str], include_default: bool = True) -> RuleSet:
@@ -191,7 +195,7 @@ def ahead_form(packs: Sequence[_Pack], digest: str) -> dict[str, Any]:
             "action": r.action.value, "severity": r.severity.value, "repeat": r.repeat.value,
             "terminal_state": r.terminal_state.value if r.terminal_state else None,
             "grace": [r.grace.tool_calls, r.grace.seconds] if r.grace else None,
-            "enabled": r.enabled} for r in pack.rules],
+            "countdown": r.countdown, "enabled": r.enabled} for r in pack.rules],
         "budgets": [{"agents": list(b.agents), "limits": b.limits, "line": b.line}
                     for b in pack.budgets],
         "disable": [[name, line] for name, line in pack.disable],
@@ -225,6 +229,7 @@ def _ahead_rule(file: str, rule: dict[str, Any]) -> Rule:
                 repeat=Repeat(rule["repeat"]),
                 terminal_state=TerminalState(state) if state is not None else None,
                 grace=Grace(*grace) if grace is not None else None,
+                countdown=rule["countdown"] and str(rule["countdown"]),
                 enabled=bool(rule["enabled"]), file=file, line=int(rule["line"]))
 
 
@@ -297,7 +302,7 @@ def _read_pack(reader: Reader, node: Node) -> _Pack:
             if name is not None:  # {name: N, enabled: false}: as disable: [N]
                 pack.switch_off.append((name, reader.line(item)))
             else:
-                name, rule = _read_rule(reader, item, index)
+                name, rule = _read_rule(reader, item, index, pack.says_countdown)
             if name is not None and name in seen:
                 reader.problem(item, name, f"duplicate rule name (first defined on line "
                                            f"{seen[name]})")
@@ -406,8 +411,10 @@ def _switch_off(reader: Reader, node: Node) -> str | None:
     return name if enabled is False and isinstance(name, str) and name.strip() else None
 
 
-def _read_rule(reader: Reader, node: Node, index: int) -> tuple[str | None, Rule | None]:
-    """A rule's name (when it has a valid one) and the rule, or None (problems recorded)."""
+def _read_rule(reader: Reader, node: Node, index: int, says_countdown: set[str] | None = None
+               ) -> tuple[str | None, Rule | None]:
+    """A rule's name (when it has a valid one) and the rule, or None (problems recorded); the
+    name goes to ``says_countdown`` when the rule says ``countdown:``."""
     label = reader.label(node, index)
     fields = reader.fields(node, label, "", RULE_KEYS, ("name", "when", "action", "message"),
                            synonyms=RULE_KEY_SYNONYMS)
@@ -456,6 +463,15 @@ def _read_rule(reader: Reader, node: Node, index: int) -> tuple[str | None, Rule
         values["terminal_state"] = TerminalState.ABORTED  # a watchdog abort without a reason
     if "grace" in fields:
         take("grace", _read_grace(reader, fields["grace"], label, action))
+    if "countdown" in fields:
+        countdown = _read_countdown(reader, fields["countdown"], label, action,
+                                    "grace" in fields)
+        take("countdown", countdown)
+        if countdown is not None:
+            if countdown == NO_COUNTDOWN:
+                del values["countdown"]
+            if name is not None and says_countdown is not None:
+                says_countdown.add(name)
     if name is None or not ok or "when" not in values or "message" not in values or not action:
         return name, None
     return name, Rule(name=name, file=reader.file, line=reader.line(node), **values)
@@ -525,12 +541,35 @@ def _read_grace(reader: Reader, node: Node, rule: str, action: Action | None) ->
     return Grace(tool_calls, seconds) if ok else None
 
 
+def _read_countdown(reader: Reader, node: Node, rule: str, action: Action | None,
+                    grace: bool) -> str | None:
+    """The budget a rule counts down (or :data:`NO_COUNTDOWN`); None: a problem recorded."""
+    budget = reader.choice(node, rule, "countdown", (*COUNTDOWN_BUDGETS, NO_COUNTDOWN))
+    if budget is None or budget == NO_COUNTDOWN:
+        return budget
+    if action is Action.NOTIFY:
+        reader.problem(node, rule, "countdown: only a wind_down (the countdown) or an abort "
+                                   "(the budget's end) counts a budget down (this rule is "
+                                   "notify)")
+        return None
+    if grace:
+        reader.problem(node, rule, "countdown: a countdown has no grace (the budget is its "
+                                   "limit): remove grace, or the countdown")
+        return None
+    return budget
+
+
 def _merge(packs: list[_Pack], problems: list[Problem]) -> RuleSet:
     by_name: dict[str, Rule] = {}
     switched_off: set[str] = set()
     budgets: list[Budget] = []
     for pack in packs:
         for rule in pack.rules:
+            replaced = by_name.get(rule.name)
+            if (replaced is not None and replaced.countdown is not None
+                    and rule.name not in pack.says_countdown and rule.grace is None
+                    and rule.action is not Action.NOTIFY):
+                rule = replace(rule, countdown=replaced.countdown)  # (see the module doc)
             by_name[rule.name] = rule  # replaces the whole rule, keeps its place
             switched_off.discard(rule.name)
         for name, line in pack.disable:

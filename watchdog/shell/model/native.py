@@ -77,9 +77,11 @@ when this process has said what it gets, and it says so only when it proves it. 
 of a run is booked, this process publishes (``admit_next``) what the next request of its
 conversation gets, for a Chat Completions run keyed by its conversation (no trace, no run
 header, not the client SDK's), with no budget but a rule pack's of tool calls (none
-announced) and no directive, with no other request of it in flight, not stopped: a plain pass,
-with no bound or the bound of the tool calls left, and from three left the countdown's note
-for a request that offers tools, which the relay splices into its bytes as this process's
+announced) and no directive but its budget's countdown, with no other request of it in
+flight, not stopped: a plain pass, with no bound or the bound of the tool calls left, and,
+once the countdown has started (its rule fired before, or fires at that request's step: the
+proof says which), the countdown's note for a request that offers tools, which the relay
+splices into its bytes as this process's
 steering does (``Relay.splice_note``; not the final request; :meth:`_bound_next`), for a
 request that comes
 within ``NEXT_HOLD``, when the core proves it (:meth:`Core.quiet
@@ -176,10 +178,10 @@ def built() -> bool:
 
 
 def budget_only(board: Board | None) -> bool:
-    """Whether a run's directives change nothing of what its requests get but the name of the
-    rule a countdown is told under: none, or only a wind-down of its budget's countdown (the
-    default pack's ``budget-countdown``, ``budget-last-call``: the note is the endpoint's own,
-    from the counts; no grace), no abort, no note to tell."""
+    """Whether a run's directives change nothing of what its requests get but the countdown's
+    note and the name of the rule it is told under: none, or only wind-downs of its budget's
+    countdown (a rule's ``countdown``: the note is the endpoint's own, from the counts), no
+    abort, no grace, no note to tell."""
     return board is None or (board.abort is None and board.grace is None
                              and board.notify is None
                              and (board.wind_down is None or is_budget(board.wind_down)))
@@ -613,9 +615,11 @@ class NativeEndpoint:
             records = found
             calls = [(call.call_id, call.name[:200] or "unknown")
                      for call in state.pending.values()]
-        if not core.quiet(state.key, records, until, tool_budget=True):
+        board = service.board(state.key)
+        counting = set(board.counting) if board is not None else set()
+        if not core.quiet(state.key, records, until, tool_budget=True, countdowns=counting):
             return None
-        bound = self._bound_next(state, len(records))
+        bound = self._bound_next(state, len(records), frozenset(counting))
         if bound is None:
             return None
         self.check_basis()
@@ -623,14 +627,16 @@ class NativeEndpoint:
             return None
         return calls, seen, *bound
 
-    def _bound_next(self, state: EndpointRun, answers: int) -> tuple[int, str | None] | None:
+    def _bound_next(self, state: EndpointRun, answers: int, counting: frozenset[str]
+                    ) -> tuple[int, str | None] | None:
         """The bound the next request of ``state``'s run gets (-1: none) whatever its
         instructions (none of the client SDK's: the relay checks), and the note it gets when
         it offers tools (None: none), ``answers`` results of the calls handed over folded in
         (each one tool call more, and one result more): the run's counts then, decided as
-        :meth:`ModelProxy._observe_request` decides them (:func:`decide`). A plain pass with
-        that bound, whether it offers tools or not; or, once three or fewer calls are left,
-        the countdown's note with it to one that offers tools, a plain pass to one that
+        :meth:`ModelProxy._observe_request` decides them (:func:`decide`), on a board whose
+        ``counting`` is the budgets whose countdown has started by that request's step. A
+        plain pass with that bound, whether it offers tools or not; or, once the countdown
+        has started, its note with it to one that offers tools, a plain pass to one that
         offers none. None for anything else (a final turn)."""
         core = self.proxy.service.core
         run = core.tracker.get(state.key)
@@ -642,7 +648,8 @@ class NativeEndpoint:
             return (-1, None) if not run.budget and not pack else None
         counts = Counts(used=max(run.tool_calls + answers, state.results + answers),
                         handed=state.handed, budget={"max_tool_calls": limit})
-        plain, offered = (decide(counts, None, "", offers) for offers in (False, True))
+        board = Board(counting=counting)
+        plain, offered = (decide(counts, board, "", offers) for offers in (False, True))
         if plain.act is not Act.PASS or plain.usage or plain.keep is None:
             return None
         if offered == plain:
