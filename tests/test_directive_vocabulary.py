@@ -102,7 +102,7 @@ def test_the_model_endpoint_reads_a_wind_down_and_an_abort_by_their_words() -> N
     board.post(dataclasses.replace(server_directive(Action.WIND_DOWN), grace=grace))
     board.post(dataclasses.replace(server_directive(Action.ABORT), rule="loop-abort",
                                    message="stop"))
-    assert board.wind_down is not None and board.abort is not None
+    assert board.countdown is not None and board.abort is not None
     assert board.grace is not None and steer.grace_end(board.grace) == 19
     assert steer.is_budget(dataclasses.replace(server_directive(), rule="own-rule"))
     # (what makes a countdown is its rule's declaration, never its name or its message)

@@ -179,12 +179,15 @@ USAGE_BUDGETS = frozenset({"max_cost_usd", "max_tokens"})  # counted from each c
 @dataclass(slots=True)
 class Board:
     """A run's directives that matter at its next request (the latest of each kind), and the
-    budgets whose countdown has started (a rule declaring it has fired for the run)."""
+    budgets whose countdown has started (a rule declaring it has fired for the run). A
+    countdown's wind-down is kept apart (``countdown``): its note is the endpoint's own, so
+    it takes the place of no other wind-down's instruction."""
 
-    wind_down: Directive | None = None
+    wind_down: Directive | None = None  # the latest wind-down that is no countdown
     abort: Directive | None = None
     grace: Directive | None = None  # the wind_down whose tool-call grace ends first
     notify: Directive | None = None  # (a fleet outage, a stalled session: told as a note)
+    countdown: Directive | None = None  # the latest countdown's wind-down
     counting: frozenset[str] = frozenset()  # of COUNTDOWN_BUDGETS
 
     def post(self, directive: Directive) -> None:
@@ -200,7 +203,10 @@ class Board:
             elif not is_budget(directive):
                 self.notify = directive
         elif directive.action == Action.WIND_DOWN:
-            self.wind_down = directive
+            if directive.countdown is not None:
+                self.countdown = directive
+            else:
+                self.wind_down = directive
             ends = grace_end(directive)
             if ends is not None and (self.grace is None or ends < (grace_end(self.grace) or 0)):
                 self.grace = directive
@@ -335,17 +341,20 @@ def _decide(counts: Counts, board: Board | None, instructions: str, has_tools: b
             parts.append(grace_note(min(ends - spent, left)))
         keep = left if keep is None else min(keep, left)
     wind_down = board.wind_down
-    if wind_down is not None and not is_budget(wind_down):
+    if wind_down is not None:
         parts.append(wind_down.report_prompt or wind_down.message)
+    # (the latest wind-down, a countdown's too: what the turn is told under)
+    latest = max((d for d in (wind_down, board.countdown) if d is not None),
+                 key=lambda d: d.seq, default=None)
     notify = board.notify  # shown until a newer wind_down (as the client SDK shows it)
-    if notify is not None and wind_down is not None and wind_down.seq > notify.seq:
+    if notify is not None and latest is not None and latest.seq > notify.seq:
         notify = None
     if notify is not None:
         parts.append(notify.message)
     if not parts:
         return Turn(Act.PASS, keep=keep)
     act = Act.WITHDRAW if has_tools and keep == 0 else Act.NOTE
-    rule = wind_down.rule if wind_down else notify.rule if notify else "budget"
+    rule = latest.rule if latest else notify.rule if notify else "budget"
     return Turn(act, "\n\n".join(parts), keep, rule)
 
 

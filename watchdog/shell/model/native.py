@@ -141,7 +141,6 @@ from watchdog.core.model.steer import (
     Turn,
     answer_tools,
     decide,
-    is_budget,
 )
 from watchdog.core.model.wire import ObservedFields, Request, observation_of
 from watchdog.core.spans.record import KeySource
@@ -184,7 +183,7 @@ def budget_only(board: Board | None) -> bool:
     abort, no grace, no note to tell."""
     return board is None or (board.abort is None and board.grace is None
                              and board.notify is None
-                             and (board.wind_down is None or is_budget(board.wind_down)))
+                             and board.wind_down is None)
 
 
 def countdown_or_pass(turn: Turn, board: Board | None) -> bool:

@@ -1,0 +1,191 @@
+"""A budget's countdown is what its rule pack declares (``countdown:`` on a rule), at the model
+endpoint, on both relays: a pack that counts a budget of 8 tool calls down from 5 left has the
+true note at every request from 5 left on and none before (the compiled relay's requests sent
+on ahead alike), and a wind-down of the user's own whose name or message speaks of a budget
+(``token-budget-guard``) is no countdown: its message reaches the model."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import openai
+import pytest
+
+from tests.frameworks.fakellm import FakeLLM, looping
+from tests.harness import RunningServer, running_server, sidecar_config, wait_until
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+from watchdog.shell.model.native import NativeEndpoint
+
+KEY = "sk-countdown-0123456789"
+LEFT = re.compile(r"\[budget: (\d+ of \d+) tool calls left")
+TOOLS = [{"type": "function", "function": {
+    "name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+GUARD = "[budget guard: 2 tool calls in, the token allowance runs low — summarise your findings]"
+
+# On top of the default pack: its budget-countdown counts down from 5 left (the example of
+# docs/rules.md), and a user's own wind-down that speaks of a budget but counts none down.
+PACK = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: countdown-from-five
+budgets:
+  - agents: ["counted", "guarded"]
+    max_tool_calls: 8
+rules:
+  - name: budget-countdown
+    countdown: tool_calls
+    when: >-
+      !run.ended && has(run.budget.remaining_tool_calls)
+      && run.budget.remaining_tool_calls <= 5 && run.budget.remaining_tool_calls > 1
+    action: wind_down
+    severity: warning
+    message: "[budget: ${run.budget.remaining_tool_calls} of ${run.budget.max_tool_calls} tool calls left — wrap up soon]"
+    repeat: on_change
+  - name: token-budget-guard
+    agents: ["guarded"]
+    when: "!run.ended && run.tool_calls >= 2"
+    action: wind_down
+    severity: warning
+    message: "[budget guard: ${run.tool_calls} tool calls in, the token allowance runs low — summarise your findings]"
+"""
+# What each request of an agent with 8 tool calls, one per answer, is told: nothing at 8, 7
+# and 6 left; the true count from 5 left; the ninth request is the final one (tools withdrawn)
+COUNTED = [None, None, None, "5 of 8", "4 of 8", "3 of 8", "2 of 8", "1 of 8"]
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM() as server:
+        yield server
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path, llm: FakeLLM) -> Iterator[RunningServer]:
+    pack = tmp_path / "countdown.yaml"
+    pack.write_text(PACK)
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, model_agent_name="pod-agent",
+                            rules=(str(pack),))
+    with running_server(config) as server:
+        yield server
+
+
+def agent_loop(sidecar: RunningServer, model: str, agent: str,
+               between: Callable[[], None] | None = None) -> int:
+    """A real OpenAI client's tool loop under ``agent`` (each result a new one), until an
+    answer with no tool call; ``between``: called before each request but the first. The tool
+    calls it ran."""
+    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                           default_headers={"X-Watchdog-Agent": agent})
+    messages: list[Any] = [{"role": "system", "content": "You are terse."},
+                           {"role": "user", "content": f"find it ({model})"}]
+    ran = 0
+    for _ in range(12):
+        if ran and between is not None:
+            between()
+        message = client.chat.completions.create(model=model, messages=messages,
+                                                 tools=TOOLS).choices[0].message
+        if not message.tool_calls:
+            return ran
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [call.model_dump() for call in message.tool_calls]})
+        for call in message.tool_calls:
+            ran += 1
+            messages.append({"role": "tool", "tool_call_id": call.id,
+                             "content": f"found {ran} for {call.function.arguments}"})
+    raise AssertionError("no final answer")
+
+
+def notes(llm: FakeLLM, model: str) -> tuple[list[str | None], list[dict[str, Any]]]:
+    """The countdown each request the upstream saw carried (None: none), and the requests."""
+    requests = llm.requests(model)
+    return [found.group(1) if (found := LEFT.search(request["messages"][0]["content"]))
+            else None for request in requests], requests
+
+
+def native_of(sidecar: RunningServer) -> NativeEndpoint:
+    native = sidecar.server.native
+    assert native is not None
+    return native
+
+
+@pytest.mark.parametrize("latency", [0.0, 0.02, 0.15])
+def test_the_countdown_starts_where_the_pack_says(sidecar: RunningServer, llm: FakeLLM,
+                                                   model_relay: str, latency: float) -> None:  # noqa: F811
+    """A budget of 8 tool calls counted down from 5 left (``countdown: tool_calls`` on the
+    pack's budget-countdown), at a model latency of 0, 20 and 150 ms: the upstream sees the
+    true note at every request from 5 left on and none before, then the final request with the
+    tools withdrawn; the agent runs 8 tools. An agent sending each request as soon as it has
+    the answer, and one waiting until the call is booked (the compiled relay then sends its
+    requests on ahead, the countdown's note spliced in from 5 left: none went bare, none was
+    decided otherwise)."""
+    native = native_of(sidecar) if model_relay == "native" else None
+    for paced in (False, True):
+        model = llm.script(f"counted-{paced}", looping(
+            "search", lambda i: {"q": f"page {i}"}, answer_without_tools="REPORT"), delay=latency)
+        between = None
+        if paced and native is not None:
+            before = sidecar.call(lambda: (native.continued, native.noted))
+
+            def between() -> None:
+                wait_until(lambda: sidecar.call(lambda: not native.pending  # noqa: B023
+                                                and not native.ended), "booked")
+        assert agent_loop(sidecar, model, "counted", between) == 8
+        seen, requests = notes(llm, model)
+        assert seen == [*COUNTED, None], seen
+        assert [request.get("tool_choice") for request in requests] == [None] * 8 + ["none"]
+        for request, left in zip(requests, range(8, 0, -1), strict=False):
+            if left <= 5:  # (the endpoint's own note, once: not the rule's message again)
+                assert request["messages"][0]["content"].count("[budget:") == 1
+        if paced and native is not None:
+            continued, noted = sidecar.call(lambda: (native.continued, native.noted))
+            assert (continued - before[0], noted - before[1]) == (7, 5)
+    if native is not None:
+        assert sidecar.call(lambda: native.missed) == 0
+
+
+def test_a_users_budget_named_wind_down_reaches_the_model(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """``token-budget-guard``, a wind-down of the user's whose name and message speak of a
+    budget but which declares no countdown, fired after 2 tool calls: the model reads its
+    message at the next request, with no tool-call countdown in its place (8 allowed, 6 left:
+    the pack counts down from 5)."""
+    model = llm.script("guarded", looping("search", lambda i: {"q": f"page {i}"},
+                                          answer_without_tools="REPORT"))
+    assert agent_loop(sidecar, model, "guarded") == 8
+    seen, requests = notes(llm, model)
+    assert seen == [*COUNTED, None], seen
+    told = [GUARD in request["messages"][0]["content"] for request in requests]
+    assert told[:2] == [False, False] and all(told[2:8]), told
+    assert "tool calls left" not in requests[2]["messages"][0]["content"]
+    wait_until(lambda: any(d["rule"] == "token-budget-guard" and d["countdown"] is None
+                           for d in directives(sidecar, "guarded")), "the guard's directive")
+
+
+def directives(sidecar: RunningServer, agent: str) -> list[dict[str, Any]]:
+    """The directives of ``agent``'s runs, as the API gives them."""
+    found = []
+    for run in sidecar.get_json(f"/v1/runs?agent={agent}")["runs"]:
+        found += sidecar.get_json(f"/v1/runs/{quote(run['id'], safe='')}/directives")[
+            "directives"]
+    return found
+
+
+def test_the_default_packs_budget_rules_declare_their_countdowns(sidecar: RunningServer,
+                                                                  llm: FakeLLM) -> None:
+    """What the API says a directive counts down is its rule's declaration: the countdown's
+    wind-downs say ``tool_calls`` (a pack budget's: the wire's additive field)."""
+    model = llm.script("declared", looping("search", lambda i: {"q": f"page {i}"},
+                                           answer_without_tools="REPORT"))
+    agent_loop(sidecar, model, "counted")
+    said = wait_until(lambda: (d := directives(sidecar, "counted"))
+                      and {x["rule"] for x in d} >= {"budget-countdown", "budget-last-call"}
+                      and d, "the countdown's directives")
+    assert {(d["rule"], d["countdown"]) for d in said} >= {
+        ("budget-countdown", "tool_calls"), ("budget-last-call", "tool_calls")}
+    assert json.dumps(said)  # (plain JSON)
