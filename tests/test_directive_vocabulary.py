@@ -93,7 +93,7 @@ def test_the_model_endpoint_reads_directives_in_the_one_vocabulary() -> None:
     assert BUDGET_MESSAGE_PREFIX == client.BUDGET_MESSAGE_PREFIX
     assert tuple(GRACE_KEYS) == tuple(client.GRACE_KEYS)
     assert tuple(COUNTDOWN_BUDGETS) == tuple(client.COUNTDOWN_BUDGETS)
-    assert client.COUNTDOWN_TOOL_CALLS == COUNTDOWN_BUDGETS[0]
+    assert COUNTDOWN_BUDGETS[0] == client.COUNTDOWN_TOOL_CALLS
 
 
 def test_the_model_endpoint_reads_a_wind_down_and_an_abort_by_their_words() -> None:

@@ -44,14 +44,18 @@ rules:
       && run.budget.remaining_tool_calls <= 5 && run.budget.remaining_tool_calls > 1
     action: wind_down
     severity: warning
-    message: "[budget: ${run.budget.remaining_tool_calls} of ${run.budget.max_tool_calls} tool calls left — wrap up soon]"
+    message: >-
+      [budget: ${run.budget.remaining_tool_calls} of ${run.budget.max_tool_calls}
+      tool calls left — wrap up soon]
     repeat: on_change
   - name: token-budget-guard
     agents: ["guarded"]
     when: "!run.ended && run.tool_calls >= 2"
     action: wind_down
     severity: warning
-    message: "[budget guard: ${run.tool_calls} tool calls in, the token allowance runs low — summarise your findings]"
+    message: >-
+      [budget guard: ${run.tool_calls} tool calls in, the token allowance runs low —
+      summarise your findings]
 """
 # What each request of an agent with 8 tool calls, one per answer, is told: nothing at 8, 7
 # and 6 left; the true count from 5 left; the ninth request is the final one (tools withdrawn)
@@ -133,7 +137,7 @@ def test_the_countdown_starts_where_the_pack_says(sidecar: RunningServer, llm: F
             before = sidecar.call(lambda: (native.continued, native.noted))
 
             def between() -> None:
-                wait_until(lambda: sidecar.call(lambda: not native.pending  # noqa: B023
+                wait_until(lambda: sidecar.call(lambda: not native.pending
                                                 and not native.ended), "booked")
         assert agent_loop(sidecar, model, "counted", between) == 8
         seen, requests = notes(llm, model)
