@@ -16,7 +16,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from tests.frameworks.fakellm import FakeLLM, looping
 from tests.harness import RunningServer, running_server, sidecar_config
-from tests.test_model_countdown import COUNTED, GUARD, LEFT, PACK, TOOLS
+from tests.test_model_countdown import COUNTED, GUARD, LEFT, TOOLS
+from tests.test_model_countdown import pack as pack  # (the fixture: each pack)
 
 
 @pytest.fixture
@@ -26,10 +27,10 @@ def llm() -> Iterator[FakeLLM]:
 
 
 @pytest.fixture
-def sidecar(tmp_path: Path) -> Iterator[RunningServer]:
-    pack = tmp_path / "countdown.yaml"
-    pack.write_text(PACK)
-    with running_server(sidecar_config(tmp_path / "state", rules=(str(pack),))) as server:
+def sidecar(tmp_path: Path, pack: str) -> Iterator[RunningServer]:
+    path = tmp_path / "countdown.yaml"
+    path.write_text(pack)
+    with running_server(sidecar_config(tmp_path / "state", rules=(str(path),))) as server:
         yield server
 
 

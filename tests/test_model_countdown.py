@@ -57,6 +57,9 @@ rules:
       [budget guard: ${run.tool_calls} tool calls in, the token allowance runs low —
       summarise your findings]
 """
+# The same pack as one written before rules declared their countdown: its budget-countdown,
+# which replaces the default pack's by name, keeps the countdown of the rule it replaces
+PACKS = {"declared": PACK, "copied": PACK.replace("    countdown: tool_calls\n", "")}
 # What each request of an agent with 8 tool calls, one per answer, is told: nothing at 8, 7
 # and 6 left; the true count from 5 left; the ninth request is the final one (tools withdrawn)
 COUNTED = [None, None, None, "5 of 8", "4 of 8", "3 of 8", "2 of 8", "1 of 8"]
@@ -68,13 +71,21 @@ def llm() -> Iterator[FakeLLM]:
         yield server
 
 
+@pytest.fixture(params=list(PACKS))
+def pack(request: pytest.FixtureRequest) -> str:
+    """The pack's text: its budget-countdown declaring ``countdown: tool_calls``, or copied
+    from a pack of before the key (it keeps the countdown of the default pack's rule)."""
+    text: str = PACKS[request.param]
+    return text
+
+
 @pytest.fixture
-def sidecar(tmp_path: Path, llm: FakeLLM) -> Iterator[RunningServer]:
-    pack = tmp_path / "countdown.yaml"
-    pack.write_text(PACK)
+def sidecar(tmp_path: Path, llm: FakeLLM, pack: str) -> Iterator[RunningServer]:
+    path = tmp_path / "countdown.yaml"
+    path.write_text(pack)
     config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
                             model_upstream=llm.base_url, model_agent_name="pod-agent",
-                            rules=(str(pack),))
+                            rules=(str(path),))
     with running_server(config) as server:
         yield server
 
