@@ -84,9 +84,9 @@ def test_the_sdk_counts_down_where_the_pack_says(sidecar: RunningServer, llm: Fa
 
 def test_a_users_budget_named_wind_down_reaches_the_model_through_the_sdk(
         sidecar: RunningServer, llm: FakeLLM) -> None:
-    """``token-budget-guard`` fired after 2 tools: the next request's instructions carry its
-    message as it was sent, with no tool-call countdown (6 left: the pack counts from 5) put
-    in its place."""
+    """``token-budget-guard`` fired after 2 tools: the next request's instructions are its
+    wind-down's (its report prompt, which quotes its message once), with no tool-call
+    countdown (6 left: the pack counts from 5), nor its message taken for one."""
     seen, _ = sdk_loop(sidecar, llm, "guarded")
-    assert GUARD not in seen[1] and GUARD in seen[2], json.dumps(seen[:3])
-    assert LEFT.search(seen[2]) is None
+    assert GUARD not in seen[1] and seen[2].count(GUARD) == 1, json.dumps(seen[:3])
+    assert LEFT.search(seen[2]) is None and not seen[2].startswith(GUARD)
