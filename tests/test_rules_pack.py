@@ -579,3 +579,103 @@ def test_load_text_for_tests_and_the_api() -> None:
     assert isinstance(ruleset, RuleSet) and [r.name for r in ruleset.rules] == ["a"]
     with pytest.raises(RulePackError, match=r"<string>:4: rule a: when: undeclared reference"):
         load_text(HEADER + "rules: [{name: a, when: 'x', action: notify, message: a}]")
+
+
+# -- countdowns ---------------------------------------------------------------------------------
+
+def test_the_default_packs_budget_rules_declare_their_countdowns() -> None:
+    ruleset = load_rules([])
+    declared = {rule.name: rule.countdown for rule in ruleset.rules if rule.countdown}
+    assert declared == {
+        "budget-countdown": "tool_calls", "budget-last-call": "tool_calls",
+        "budget-exhausted": "tool_calls", "budget-cost-countdown": "cost_usd",
+        "budget-cost-last-call": "cost_usd", "budget-cost-exhausted": "cost_usd",
+        "budget-iterations-last-call": "iterations", "budget-tokens-countdown": "tokens",
+        "budget-tokens-last-call": "tokens", "budget-tokens-exhausted": "tokens"}
+    assert ruleset.get("budget-countdown").describe()["countdown"] == "tool_calls"  # type: ignore[union-attr]
+
+
+def test_a_countdown_is_declared_and_checked_at_its_line(tmp_path: Path) -> None:
+    """``countdown:`` names a budget; only a wind_down or an abort counts one down, with no
+    grace; each problem with the rule's line."""
+    path = write(tmp_path / "countdowns.yaml", """\
+        rules:
+          - name: calls-left
+            countdown: tool_calls
+            when: run.tool_calls > 3
+            action: wind_down
+            message: "calls left"
+          - name: unknown-budget
+            countdown: tool_call
+            when: run.tool_calls > 3
+            action: wind_down
+            message: hi
+          - name: a-note
+            countdown: tokens
+            when: run.tool_calls > 3
+            action: notify
+            message: hi
+          - name: with-grace
+            countdown: cost_usd
+            when: run.tool_calls > 3
+            action: wind_down
+            grace: {tool_calls: 2}
+            message: hi
+    """)
+    found = problems(path)
+    assert found == [
+        f"{path}:11: rule unknown-budget: countdown: 'tool_call' is not one of tool_calls, "
+        f"cost_usd, tokens, iterations, none (did you mean 'tool_calls'?)",
+        f"{path}:16: rule a-note: countdown: only a wind_down (the countdown) or an abort (the "
+        f"budget's end) counts a budget down (this rule is notify)",
+        f"{path}:21: rule with-grace: countdown: a countdown has no grace (the budget is its "
+        f"limit): remove grace, or the countdown"], found
+    good = write(tmp_path / "good.yaml", """\
+        rules:
+          - name: calls-left
+            countdown: tool_calls
+            when: run.tool_calls > 3
+            action: wind_down
+            message: "calls left"
+          - name: guard
+            when: run.tool_calls > 3
+            action: wind_down
+            message: "[budget: mine]"
+    """)
+    ruleset = load_rules([good], include_default=False)
+    assert [(r.name, r.countdown) for r in ruleset.rules] == [("calls-left", "tool_calls"),
+                                                                ("guard", None)]
+
+
+def test_a_rule_replacing_a_countdown_keeps_it_unless_it_says_otherwise(tmp_path: Path) -> None:
+    """A pack written before ``countdown:`` existed, which copied the default pack's budget
+    rules by name, counts down as it did; ``countdown: none`` makes such a rule an ordinary
+    one, and a replacement that cannot count down (a notify) keeps nothing."""
+    path = write(tmp_path / "copied.yaml", """\
+        rules:
+          - name: budget-countdown
+            when: "has(run.budget.remaining_tool_calls) && run.budget.remaining_tool_calls <= 5"
+            action: wind_down
+            message: "[budget: ${run.budget.remaining_tool_calls} left]"
+          - name: budget-last-call
+            countdown: none
+            when: "has(run.budget.remaining_tool_calls) && run.budget.remaining_tool_calls == 1"
+            action: wind_down
+            message: "last one"
+          - name: budget-cost-countdown
+            when: run.tool_calls > 100
+            action: notify
+            message: "a note"
+          - name: budget-tokens-countdown
+            countdown: iterations
+            when: run.tool_calls > 100
+            action: wind_down
+            message: "model calls"
+    """)
+    ruleset = load_rules([path])
+    countdowns = {name: ruleset.get(name).countdown  # type: ignore[union-attr]
+                  for name in ("budget-countdown", "budget-last-call", "budget-cost-countdown",
+                               "budget-tokens-countdown", "budget-exhausted")}
+    assert countdowns == {"budget-countdown": "tool_calls", "budget-last-call": None,
+                          "budget-cost-countdown": None, "budget-tokens-countdown": "iterations",
+                          "budget-exhausted": "tool_calls"}
