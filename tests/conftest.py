@@ -44,7 +44,8 @@ IMAGE = frozenset({"test_dist", "test_image", "test_helm_chart", "test_helm_runb
 INTEGRATION = frozenset({
     "test_adapter_pydantic_ai", "test_alerts", "test_api", "test_bad_input",
     "test_budget_numbers", "test_cli", "test_client", "test_client_sessions",
-    "test_client_sidecar", "test_client_span_path", "test_dashboard", "test_demo",
+    "test_client_countdown", "test_client_sidecar", "test_client_span_path", "test_dashboard",
+    "test_demo",
     "test_directives_api", "test_directives_e2e", "test_directives_webhooks", "test_docs",
     "test_dockerfile", "test_durability", "test_exporter_faults", "test_footprint",
     "test_forward", "test_fuzz",
@@ -53,7 +54,7 @@ INTEGRATION = frozenset({
     "test_model_bench",
     "test_model_trim_stress",
     "test_kill_restart", "test_logs", "test_metrics", "test_model_admission",
-    "test_model_continuation",
+    "test_model_continuation", "test_model_countdown",
     "test_model_endpoint", "test_model_faults", "test_model_native_bounds", "test_model_proxy",
     "test_model_runs", "test_model_trim_relays", "test_native", "test_native_fuzz",
     "test_otlp_grpc", "test_otlp_http", "test_persistence", "test_ports", "test_priority",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,9 @@ import pytest
 from tests.frameworks.fakellm import FakeLLM, looping
 from tests.harness import RunningServer, running_server, sidecar_config, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+from watchdog.shell.directives.store import DB_FILE
 from watchdog.shell.model.native import NativeEndpoint
+from watchdog.shell.state.store import codecs
 
 KEY = "sk-countdown-0123456789"
 LEFT = re.compile(r"\[budget: (\d+ of \d+) tool calls left")
@@ -204,3 +207,50 @@ def test_the_default_packs_budget_rules_declare_their_countdowns(sidecar: Runnin
     assert {(d["rule"], d["countdown"]) for d in said} >= {
         ("budget-countdown", "tool_calls"), ("budget-last-call", "tool_calls")}
     assert json.dumps(said)  # (plain JSON)
+
+
+def test_a_countdown_stored_before_directives_said_so_counts_down_after_a_restart(
+        tmp_path: Path, llm: FakeLLM, pack: str) -> None:
+    """A sidecar that stored the run's countdown before directives said what they count down
+    is upgraded under a running agent: the restored countdown is its rule's (the pack's), so
+    the next request gets the true count, not the countdown's stale words as a wind-down."""
+    path = tmp_path / "countdown.yaml"
+    path.write_text(pack)
+    config = sidecar_config(tmp_path / "state-upgraded", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, rules=(str(path),))
+    model = llm.script("upgraded", looping("search", lambda i: {"q": f"page {i}"},
+                                           answer_without_tools="REPORT"))
+    client_headers = {"X-Watchdog-Agent": "counted"}
+    messages: list[Any] = [{"role": "system", "content": "You are terse."},
+                           {"role": "user", "content": "find it across an upgrade"}]
+
+    def ask(server: RunningServer) -> None:
+        client = openai.OpenAI(base_url=server.url("model") + "/v1", api_key=KEY,
+                               max_retries=0, default_headers=client_headers)
+        message = client.chat.completions.create(model=model, messages=messages,
+                                                 tools=TOOLS).choices[0].message
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [call.model_dump() for call in message.tool_calls or ()]})
+        for call in message.tool_calls or ():
+            messages.append({"role": "tool", "tool_call_id": call.id,
+                             "content": f"found {len(messages)}"})
+
+    with running_server(config) as server:
+        for _ in range(4):  # (the fourth request is told 5 of 8: the countdown has fired)
+            ask(server)
+        server.stored()
+    store = sqlite3.connect(tmp_path / "state-upgraded" / DB_FILE)
+    with store:  # (the records as a sidecar before the field stored them)
+        for seq, data in store.execute("SELECT global_seq, data FROM directives").fetchall():
+            record = codecs().unpacker.decode(data)
+            assert record.pop("countdown") in ("tool_calls", None)
+            store.execute("UPDATE directives SET data = ? WHERE global_seq = ?",
+                          (codecs().packer.encode(record), seq))
+    store.close()
+    with running_server(config) as server:
+        ask(server)
+    seen, requests = notes(llm, model)
+    # (the call handed over just before the restart is not counted: the endpoint keeps what
+    # it handed over in memory, docs/model-endpoint.md; 5 left, as the restored run counts)
+    assert seen == [*COUNTED[:4], "5 of 8"], seen
+    assert "You must wind down now" not in requests[4]["messages"][0]["content"]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from watchdog.core.directives.model import Directive
 from watchdog.core.fleet import Fleet
 from watchdog.core.handout import Step
-from watchdog.core.rules.decision import Decided, withdraws
+from watchdog.core.rules.decision import Action, Decided, withdraws
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import RunView
@@ -413,8 +413,17 @@ class WatchdogService:
     def restore_boards(self, directives: Iterable[Directive]) -> None:
         """After a restart: the active runs' stored directives (oldest first) on their boards,
         so the model endpoint's next request of a run stopped or wound down before the restart
-        is answered as it would have been (an abort: not sent upstream)."""
+        is answered as it would have been (an abort: not sent upstream). One stored before
+        directives said what they count down (``countdown``), of a rule that declares it now,
+        counts it down (so a run wound down by the default pack's countdown is not told its
+        stale message once the sidecar that stored it is upgraded)."""
+        engine = self.core.engine
         for directive in directives:
+            if directive.countdown is None and engine is not None and not directive.grace \
+                    and not directive.escalation and directive.action != Action.NOTIFY.value:
+                rule = engine.ruleset.get(directive.rule)
+                if rule is not None:
+                    directive.countdown = rule.countdown
             self._post(directive)
 
     def _post(self, directive: Directive) -> None:

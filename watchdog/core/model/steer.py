@@ -239,8 +239,9 @@ def budget_note(remaining: int, limit: int) -> str:
 
 
 def cost_note(remaining: float, limit: float, per_call: float = 0.0) -> str:
-    """The dollar budget's countdown, from a quarter of it left; the last call once what is left
-    pays for about one more at the run's average (``per_call``), as the default pack says."""
+    """The dollar budget's countdown (once its rule has fired: the default pack's from a quarter
+    left); the last call once what is left pays for about one more at the run's average
+    (``per_call``), as the default pack says."""
     if remaining <= 0:
         return f"[budget: all USD {format_usd(limit)} of the cost budget used — report now]"
     if per_call > 0 and remaining <= per_call:
@@ -250,7 +251,8 @@ def cost_note(remaining: float, limit: float, per_call: float = 0.0) -> str:
 
 
 def token_note(remaining: int, limit: int, per_call: float = 0.0) -> str:
-    """The token budget's countdown, from a quarter of it left; the last call as for dollars."""
+    """The token budget's countdown (once its rule has fired: the default pack's from a quarter
+    left); the last call as for dollars."""
     if remaining <= 0:
         return f"[budget: all {limit} tokens used — report now]"
     if per_call > 0 and remaining <= per_call:
