@@ -54,7 +54,7 @@ def test_to_json_is_the_design_shape() -> None:
     body = d.to_json()
     assert list(body) == ["id", "run_id", "seq", "action", "rule", "severity", "message",
                           "terminal_state", "budget", "report_prompt", "created_at", "agent",
-                          "escalation", "grace"]
+                          "escalation", "grace", "countdown"]
     assert body["seq"] == 2 and body["run_id"] == "run-1" and body["action"] == "wind_down"
     assert body["budget"] == {"max_tool_calls": 20, "remaining_tool_calls": 3}
     assert isinstance(body["budget"]["max_tool_calls"], int)  # 20, not 20.0
@@ -80,6 +80,19 @@ def test_a_grace_is_announced_as_an_absolute_cap_and_survives_the_store() -> Non
     assert Directive.from_record(record).to_json() == d.to_json()
     del record["grace"]  # stored by an earlier version
     assert Directive.from_record(record).grace is None
+
+
+def test_a_countdown_is_on_the_wire_and_survives_the_store() -> None:
+    """A directive says which budget its rule counts down (``countdown``); records stored
+    before the field load with none."""
+    made = Decision("run-1", "calls-left", Action.WIND_DOWN, Severity.WARNING, "3 left", None,
+                    "calls-left", countdown="tool_calls")
+    d = Directive.from_decision(made, make_run(), NOW, "prompt", 1, 1)
+    assert d.to_json()["countdown"] == "tool_calls"
+    record = json.loads(json.dumps(d.to_record()))
+    assert Directive.from_record(record).countdown == "tool_calls"
+    del record["countdown"]  # stored by an earlier version
+    assert Directive.from_record(record).countdown is None
 
 
 # -- report prompt --------------------------------------------------------------------------------
