@@ -17,13 +17,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from tests.frameworks.fakellm import FakeLLM, looping
 from tests.harness import RunningServer, running_server, sidecar_config
 from tests.test_model_countdown import COUNTED, GUARD, LEFT, TOOLS
-from tests.test_model_countdown import pack as pack  # (the fixture: each pack)
-
-
-@pytest.fixture
-def llm() -> Iterator[FakeLLM]:
-    with FakeLLM() as server:
-        yield server
+from tests.test_model_countdown import llm as llm  # (the fixtures: the model,
+from tests.test_model_countdown import pack as pack  # and each pack)
 
 
 @pytest.fixture

@@ -595,16 +595,20 @@ def test_the_default_packs_budget_rules_declare_their_countdowns() -> None:
     assert ruleset.get("budget-countdown").describe()["countdown"] == "tool_calls"  # type: ignore[union-attr]
 
 
-def test_a_countdown_is_declared_and_checked_at_its_line(tmp_path: Path) -> None:
-    """``countdown:`` names a budget; only a wind_down or an abort counts one down, with no
-    grace; each problem with the rule's line."""
-    path = write(tmp_path / "countdowns.yaml", """\
+CALLS_LEFT = """\
         rules:
           - name: calls-left
             countdown: tool_calls
             when: run.tool_calls > 3
             action: wind_down
             message: "calls left"
+"""
+
+
+def test_a_countdown_is_declared_and_checked_at_its_line(tmp_path: Path) -> None:
+    """``countdown:`` names a budget; only a wind_down or an abort counts one down, with no
+    grace; each problem with the rule's line."""
+    path = write(tmp_path / "countdowns.yaml", CALLS_LEFT + """\
           - name: unknown-budget
             countdown: tool_call
             when: run.tool_calls > 3
@@ -630,13 +634,7 @@ def test_a_countdown_is_declared_and_checked_at_its_line(tmp_path: Path) -> None
         f"budget's end) counts a budget down (this rule is notify)",
         f"{path}:21: rule with-grace: countdown: a countdown has no grace (the budget is its "
         f"limit): remove grace, or the countdown"], found
-    good = write(tmp_path / "good.yaml", """\
-        rules:
-          - name: calls-left
-            countdown: tool_calls
-            when: run.tool_calls > 3
-            action: wind_down
-            message: "calls left"
+    good = write(tmp_path / "good.yaml", CALLS_LEFT + """\
           - name: guard
             when: run.tool_calls > 3
             action: wind_down
