@@ -127,6 +127,7 @@ class Block:
     kind: str | None
     options: dict[str, str] = field(default_factory=dict)
     flags: set[str] = field(default_factory=set)
+    end: int = 0  # the line of the closing fence, from 1
 
     @property
     def where(self) -> str:
@@ -167,7 +168,7 @@ def parse(path: Path) -> list[Block]:
         else:
             kind = None
         found.append(Block(path, index + 1, lang, "\n".join(lines[index + 1:end]) + "\n",
-                           kind, options, flags))
+                           kind, options, flags, end + 1))
         index = end + 1
     return found
 
@@ -771,6 +772,91 @@ def test_a_block_without_a_check_fails() -> None:
     assert parse(sample)  # the parser finds the README's blocks
 
 
+FENCE_LIKE = re.compile(r"^\s*(`{3,}|~{3,})")
+
+
+def fences_not_parsed(path: Path) -> list[str]:
+    """Lines that look like a fence but open or close no block :func:`parse` found (indented, in
+    a list; ``~~~``; an info string it does not take): a block there would go unchecked."""
+    ends = {line for block in parse(path) for line in (block.line, block.end)}
+    return [f"{path.name}:{number}: {line.strip()}"
+            for number, line in enumerate(path.read_text("utf-8").split("\n"), 1)
+            if FENCE_LIKE.match(line) and number not in ends]
+
+
+def test_every_fence_opens_or_closes_a_checked_block() -> None:
+    problems = [problem for path in DOCUMENTS for problem in fences_not_parsed(path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_fence_the_parser_does_not_take_is_caught(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.md"
+    sample.write_text("1. run it:\n\n   ```sh\n   false\n   ```\n\n~~~yaml\na: 1\n~~~\n\n"
+                      "<!-- snippet: sh -->\n```sh\ntrue\n```\n")
+    assert [block.end for block in parse(sample)] == [14]
+    assert [problem.split(": ", 1)[0] for problem in fences_not_parsed(sample)] == [
+        "sample.md:3", "sample.md:5", "sample.md:7", "sample.md:9"]
+
+
+def _fake_stack(tmp_path: Path) -> Stack:
+    """The stack's addresses, for the checks that read no running process."""
+    return Stack(api="http://127.0.0.1:19477", otlp_http="http://127.0.0.1:14318",
+                 model_base_url="http://127.0.0.1:18000/v1",
+                 model_endpoint="http://127.0.0.1:19478", state_dir=tmp_path / "state",
+                 started=[])
+
+
+# A kind (with a flag of its own: "sh env"): the document whose block of that kind holding
+# `old` is changed to hold `new`. Each is first checked as pasted (it passes), then changed (its
+# check fails): a check that passes whatever the block says is caught. The blocks it builds on
+# are checked with it: the rule pack before a rule test, the three parts of the agent's chart.
+DOCS = ROOT / "docs"
+CHANGES: dict[str, tuple[Path, str, str]] = {
+    "config": (README, "run_end_timeout: 30m", "run_end_timout: 30m"),
+    "rule-pack": (README, "action: wind_down", "action: wind-down"),
+    "rule-test": (README, "{step: 3,", "{step: 2,"),
+    "output": (README, "explorer", "explore"),
+    "json": (DOCS / "steering.md", '"seq"', '"sequence"'),
+    "sh env": (README, "127.0.0.1:4318", "127.0.0.1:4319"),
+    "sh dry-run": (DOCS / "testing.md", "make check ", "make checks "),
+    "helm-values": (README, "mode: gateway", "mode: gatway"),
+    "otel-collector": (DOCS / "kubernetes.md", ".svc:4317", ".svc:4316"),
+    "sidecar-chart": (README, "REGISTRY/agent-watchdog-sidecar", "REGISTRY/agent-watchdog"),
+    "startup-error": (DOCS / "configuration.md", "Address already in use", "Address in use"),
+    "tree": (DOCS / "architecture.md", "    fleet.py", "    fleets.py"),
+    "pip": (ROOT / "client" / "README.md", "[otlp]", "[otel]"),
+}
+BUILT_ON = {"rule-pack", "sidecar-chart"}
+
+
+def _check_in_place(blocks: list[Block], target: Block, text: str, stack: Stack,
+                    scratch: Path) -> None:
+    state = DocState(scratch=scratch)
+    scratch.mkdir()
+    for block in blocks:
+        if block is target:
+            if block.kind == "output":  # the output it follows: a word for each …
+                state.last_stdout = block.text.replace("…", "x")
+            CHECKS[block.kind](dataclasses.replace(block, text=text), stack, state)
+        elif block.kind in BUILT_ON and (block.kind == target.kind
+                                         or blocks.index(block) < blocks.index(target)):
+            CHECKS[block.kind](block, stack, state)
+
+
+@pytest.mark.parametrize("kind", sorted(CHANGES))
+def test_a_changed_block_fails_its_check(kind: str, tmp_path: Path) -> None:
+    document, old, new = CHANGES[kind]
+    name, *flag = kind.split()
+    blocks = parse(document)
+    target = next(b for b in blocks if b.kind == name and set(flag) <= b.flags
+                  and old in b.text)
+    stack = _fake_stack(tmp_path)
+    _check_in_place(blocks, target, target.text, stack, tmp_path / "as-pasted")
+    with pytest.raises(Exception):  # noqa: B017 (an assertion, or the loader's own error)
+        _check_in_place(blocks, target, target.text.replace(old, new, 1), stack,
+                        tmp_path / "changed")
+
+
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_document_blocks_run_as_pasted(document: Path, stack: Stack,
@@ -817,7 +903,7 @@ def test_the_readme_points_agents_at_the_model_endpoint() -> None:
 
 def test_no_release_history_prose() -> None:
     history = re.compile(r"\b(this round|the round before|rounds? ago|last round|previous round"
-                         r"|earlier rounds?|before issue \d+)\b", re.I)
+                         r"|earlier rounds?|before issue \d+|now lives?|\d now)\b", re.I)
     found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in DOCUMENTS
              for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
              if history.search(line)]
@@ -872,23 +958,59 @@ def _slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
-def test_links_between_documents_resolve() -> None:
+def anchors(text: str) -> set[str]:
+    """The anchors of a document's headings, as GitHub makes them: only outside fenced blocks
+    (a ``# comment`` in a code block is no heading), a repeated one numbered (``-1``, ``-2``)."""
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    fence: str | None = None
+    for line in text.split("\n"):
+        opening = FENCE_LIKE.match(line)
+        if fence is None and opening:
+            fence = opening.group(1)
+        elif fence is not None and line.strip() == fence:
+            fence = None
+        elif fence is None and (heading := re.match(r"^#{1,6} (.+)$", line)):
+            slug = _slug(heading.group(1))
+            found.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+            seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+def link_problems(paths: list[Path]) -> list[str]:
+    """Relative links (inline and reference-style) whose file or heading is not there."""
     problems = []
-    for path in DOCUMENTS:
+    for path in paths:
         text = path.read_text("utf-8")
-        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        targets = [*re.findall(r"\]\(([^)\s]+)\)", text),
+                   *re.findall(r"^\[[^]]+\]:\s*(\S+)", text, re.M)]
+        for target in targets:
             if re.match(r"[a-z]+:", target):
                 continue
             file, _, anchor = target.partition("#")
             linked = (path.parent / file).resolve() if file else path
             if not linked.exists():
-                problems.append(f"{path.relative_to(ROOT)}: {target}: no such file")
-            elif anchor and linked.suffix == ".md":
-                headings = {_slug(h) for h in re.findall(r"^#+ (.+)$",
-                                                         linked.read_text("utf-8"), re.M)}
-                if anchor not in headings:
-                    problems.append(f"{path.relative_to(ROOT)}: {target}: no such heading")
+                problems.append(f"{path.name}: {target}: no such file")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors(
+                    linked.read_text("utf-8")):
+                problems.append(f"{path.name}: {target}: no such heading")
+    return problems
+
+
+def test_links_between_documents_resolve() -> None:
+    problems = link_problems(DOCUMENTS)
     assert not problems, "\n".join(problems)
+
+
+def test_a_broken_link_is_caught(tmp_path: Path) -> None:
+    (tmp_path / "other.md").write_text("# Other\n\n## Twice\n\n## Twice\n")
+    page = tmp_path / "page.md"
+    page.write_text("# Page\n\n```python\n# not a heading\n```\n\n"
+                    "[a](other.md#twice-1) [b](#page) [c](other.md#twice-2) [d](missing.md)\n"
+                    "[e](#not-a-heading)\n\n[f]: other.md#nowhere\n")
+    assert link_problems([page]) == [
+        "page.md: other.md#twice-2: no such heading", "page.md: missing.md: no such file",
+        "page.md: #not-a-heading: no such heading", "page.md: other.md#nowhere: no such heading"]
 
 
 def test_performance_page_commands_exist() -> None:
@@ -949,19 +1071,29 @@ def test_metrics_reference_gives_each_metrics_type_and_labels() -> None:
 
 
 def test_configuration_reference_lists_every_key() -> None:
-    from watchdog.shell.config import Config
+    from watchdog.shell.config import Config, load
 
     text = (ROOT / "docs" / "configuration.md").read_text("utf-8")
     missing = [f.name for f in dataclasses.fields(Config) if f"| `{f.name}` |" not in text]
     assert not missing, missing
+    wrong = []
     for f in dataclasses.fields(Config):
         default = getattr(Config(), f.name)
-        row = re.search(rf"^\| `{f.name}` \| `([^`]*)` \|", text, re.M)
-        if row and isinstance(default, (str, int)) and not isinstance(default, bool):
-            assert row.group(1) == str(default), (f.name, row.group(1), default)
+        row = re.search(rf"^\| `{f.name}` \| (`[^`]*`|—) \|", text, re.M)
+        assert row, f"{f.name}: its row gives its default as `VALUE` or —"
+        if row.group(1) == "—":  # none: unset, or an empty list or mapping
+            if default not in (None, (), {}):
+                wrong.append(f"{f.name}: — documented, the default is {default!r}")
+            continue
+        # the documented default, read as the sidecar reads that value (`15m`, `true`, ...)
+        documented = getattr(load(None, env={f"WATCHDOG_{f.name.upper()}":
+                                             row.group(1).strip("`")}), f.name)
+        if documented != default:
+            wrong.append(f"{f.name}: {row.group(1)} documented, the default is {default!r}")
+    assert not wrong, "\n".join(wrong)
 
 
-if __name__ == "__main__":  # list the blocks and how each is checked
+if __name__ == "__main__":  # python -m tests.test_docs: list the blocks and how each is checked
     for found in all_blocks():
         print(found.where, found.lang, found.kind, found.options, sorted(found.flags))
     sys.exit(0)
