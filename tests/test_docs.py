@@ -665,7 +665,9 @@ def check_sidecar_chart(block: Block, stack: Stack, state: DocState) -> None:
     images = [c["image"] for c in pod.get("initContainers", [])]
     assert any(image.startswith("REGISTRY/agent-watchdog-sidecar:") for image in images), images
     env = {e["name"] for e in pod["containers"][0].get("env", [])}
-    assert {"OTEL_EXPORTER_OTLP_ENDPOINT", "WATCHDOG_URL"} <= env, env
+    stated = re.search(r"agent containers get ([^.]*)\.", README.read_text("utf-8"))
+    assert stated, "README: which variables the agent containers get"
+    assert env == set(re.findall(r"`(\w+)`", stated.group(1))), (block.where, sorted(env))
 
 
 def check_otel_collector(block: Block, stack: Stack, state: DocState) -> None:
