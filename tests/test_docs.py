@@ -878,6 +878,10 @@ def test_readme_states_the_lines_the_agents_chart_needs() -> None:
     stated = {int(n) for n in re.findall(r"\*\*(\d+) lines\*\*", text)}
     heading = {int(n) for n in re.findall(r"^### Sidecar: (\d+) lines", text, re.M)}
     assert stated == heading == {counted}, (stated, heading, counted)
+    elsewhere = {f"{path.relative_to(ROOT)}: {n}" for path in DOCUMENTS
+                 for n in re.findall(r"\b(\d+) lines (?:of the README|in the agent's chart)",
+                                     path.read_text("utf-8")) if int(n) != counted}
+    assert not elsewhere, (counted, elsewhere)
 
 
 def test_readme_is_short_with_contents() -> None:
