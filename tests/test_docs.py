@@ -1019,6 +1019,20 @@ def test_a_broken_link_is_caught(tmp_path: Path) -> None:
         "page.md: #not-a-heading: no such heading", "page.md: other.md#nowhere: no such heading"]
 
 
+REPO_PATH = re.compile(r"`((?:watchdog|native|helm|rules|tests|bench|tools|client|docs|fuzz)/"
+                       r"[\w./*-]+)`")
+
+
+def test_the_repository_paths_documents_name_exist() -> None:
+    """A file or folder a document names (`watchdog/core/bounds.py`, `alerts/*.yaml` of the
+    chart) is there; a placeholder in capitals (`envs/NAME.txt`) stands for any."""
+    missing = [f"{path.relative_to(ROOT)}: {named}" for path in DOCUMENTS
+               for named in REPO_PATH.findall(path.read_text("utf-8"))
+               if not re.search(r"[A-Z]{3,}", named)
+               and not any(ROOT.glob(named.rstrip("/")))]
+    assert not missing, "\n".join(missing)
+
+
 def test_performance_page_commands_exist() -> None:
     text = (ROOT / "docs" / "performance.md").read_text("utf-8")
     commands = re.findall(r"`(bench/[\w.]+\.py)((?: --[\w-]+(?: [\w.]+)?)*)`", text)
