@@ -1033,14 +1033,20 @@ def test_the_repository_paths_documents_name_exist() -> None:
     assert not missing, "\n".join(missing)
 
 
-def test_performance_page_commands_exist() -> None:
-    text = (ROOT / "docs" / "performance.md").read_text("utf-8")
-    commands = re.findall(r"`(bench/[\w.]+\.py)((?: --[\w-]+(?: [\w.]+)?)*)`", text)
+def test_bench_and_tool_commands_exist() -> None:
+    """Every `bench/X.py --flag ...` or `tools/X.py --flag` a document gives: the script, and
+    each flag among its options."""
+    commands = [(path, *command) for path in DOCUMENTS
+                for command in re.findall(r"`((?:bench|tools)/[\w.]+\.py)((?: --?[\w-]+(?: "
+                                          r"[\w.=-]+)?)*)", path.read_text("utf-8"))]
     assert commands
-    for script, args in commands:
+    wrong = []
+    for path, script, args in commands:
         source = (ROOT / script).read_text("utf-8")
-        for flag in re.findall(r"--[\w-]+", args):
-            assert f'"{flag}"' in source, (script, flag)
+        wrong += [f"{path.relative_to(ROOT)}: {script} {flag}"
+                  for flag in re.findall(r"(?<![\w-])--[\w-]+", args)
+                  if f'"{flag}"' not in source]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_metrics_reference_lists_every_metric() -> None:
