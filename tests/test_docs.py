@@ -1033,6 +1033,19 @@ def test_the_repository_paths_documents_name_exist() -> None:
     assert not missing, "\n".join(missing)
 
 
+def test_the_make_targets_documents_name_exist() -> None:
+    """`make TARGET` anywhere, and the README's list of the other targets: `make -n` takes each."""
+    targets = {target for path in DOCUMENTS
+               for target in re.findall(r"`make ([a-z][\w./-]*)", path.read_text("utf-8"))}
+    listed = re.search(r"Also `make demo`, (.*)$", README.read_text("utf-8"), re.M)
+    assert listed, "README: the other targets"
+    targets |= set(re.findall(r"`(\w[\w-]*)`", listed.group(1)))
+    failed = [target for target in sorted(targets)
+              if subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True,
+                                timeout=60).returncode != 0]
+    assert not failed, failed
+
+
 def test_bench_and_tool_commands_exist() -> None:
     """Every `bench/X.py --flag ...` or `tools/X.py --flag` a document gives: the script, and
     each flag among its options."""
