@@ -1033,6 +1033,30 @@ def test_the_repository_paths_documents_name_exist() -> None:
     assert not missing, "\n".join(missing)
 
 
+INLINE_COMMAND = re.compile(r"`(?:kubectl [^`]*? -- )?(?:\.venv/bin/)?watchdog ((?:serve|runs"
+                            r"|directives|rules|report|session|demo)\b[^`\[]*)`")
+
+
+def test_the_inline_watchdog_commands_parse() -> None:
+    """`watchdog runs --state active --agent AGENT` and the like, anywhere in the prose (or
+    after `kubectl exec ... --`), are command lines the CLI takes (a placeholder in capitals
+    stands for any value)."""
+    from watchdog.shell.cli import build_parser
+
+    wrong = []
+    for path in DOCUMENTS:
+        for command in INLINE_COMMAND.findall(path.read_text("utf-8")):
+            args = [re.sub(r"^[A-Z][A-Z_]+$", "x", word.removesuffix("..."))
+                    for word in command.replace("\\|", "|").split()]
+            if args in (["rules", "check"], ["rules", "test"]):  # the command's name alone
+                continue
+            try:
+                build_parser().parse_args(args)
+            except SystemExit:
+                wrong.append(f"{path.relative_to(ROOT)}: watchdog {command}")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_the_make_targets_documents_name_exist() -> None:
     """`make TARGET` anywhere, and the README's list of the other targets: `make -n` takes each."""
     targets = {target for path in DOCUMENTS
