@@ -1057,6 +1057,25 @@ def test_the_inline_watchdog_commands_parse() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_watchdog_variables_documents_name_exist() -> None:
+    """A `WATCHDOG_*` variable a document names is a configuration key's, or one the sidecar,
+    the client, the chart or the image reads (by its name in their sources), or a Kubernetes
+    service link (`WATCHDOG_SERVICE_HOST`, ..., which the configuration loader lets pass)."""
+    from watchdog.shell.config import Config
+
+    keys = {f"WATCHDOG_{f.name.upper()}" for f in dataclasses.fields(Config)}
+    sources = "".join(path.read_text("utf-8", errors="replace") for folder in (
+        "watchdog", "client/agent_watchdog_client", "helm/agent-watchdog/templates")
+        for path in (ROOT / folder).rglob("*") if path.suffix in {".py", ".tpl", ".yaml", ".c"})
+    sources += (ROOT / "Dockerfile").read_text("utf-8")
+    unknown = sorted({f"{path.relative_to(ROOT)}: {name}" for path in DOCUMENTS
+                      for name in re.findall(r"\bWATCHDOG_[A-Z0-9_]*[A-Z0-9]", path.read_text(
+                          "utf-8"))
+                      if name not in keys and name not in sources
+                      and not re.search(r"_SERVICE_HOST$|_SERVICE_PORT|_PORT$", name)})
+    assert not unknown, "\n".join(unknown)
+
+
 def test_the_make_targets_documents_name_exist() -> None:
     """`make TARGET` anywhere, and the README's list of the other targets: `make -n` takes each."""
     targets = {target for path in DOCUMENTS
