@@ -1076,6 +1076,39 @@ def test_the_watchdog_variables_documents_name_exist() -> None:
     assert not unknown, "\n".join(unknown)
 
 
+def _control_api_routes() -> dict[tuple[str, str], set[str]]:
+    """(method, path) of each route `watchdog/shell/api/app.py` adds: the query parameters it
+    takes (path parameters as `{x}`)."""
+    source = (ROOT / "watchdog" / "shell" / "api" / "app.py").read_text("utf-8")
+    names = dict(re.findall(r'^([A-Z]+) = "([^"]+)"', source, re.M))
+    routes = {}
+    for method, expression, params in re.findall(
+            r'add\("(\w+)", ([^,]+), [\w.]+((?:, "\w+")*)\)', source):
+        path = "".join(names.get(part, part.strip('"')) for part in expression.split(" + "))
+        routes[(method, re.sub(r"\{\w+(:[^}]*)?\}", "{x}", path))] = set(
+            re.findall(r'"(\w+)"', params))
+    return routes
+
+
+def test_the_control_api_routes_documents_name_exist() -> None:
+    """`GET /v1/runs/{id}/report` and the like: a route of the control API, with only query
+    parameters it takes."""
+    routes = _control_api_routes()
+    assert len(routes) >= 13, routes
+    wrong, named = [], 0
+    for path in DOCUMENTS:
+        text = path.read_text("utf-8").replace("\\|", "|")
+        for method, route, query in re.findall(
+                r"`(GET|POST) (/(?:v1/(?:runs|sessions|directives|rules)|-/)[^`?\s]*)"
+                r"(?:\?([^`\s]*))?`", text):
+            named += 1
+            key = (method, re.sub(r"\{\w+\}", "{x}", route))
+            params = {part.split("=")[0] for part in query.split("&") if part}
+            if key not in routes or not params <= routes[key]:
+                wrong.append(f"{path.relative_to(ROOT)}: {method} {route}?{query}")
+    assert named > 20 and not wrong, "\n".join(wrong)
+
+
 def test_the_make_targets_documents_name_exist() -> None:
     """`make TARGET` anywhere, and the README's list of the other targets: `make -n` takes each."""
     targets = {target for path in DOCUMENTS
