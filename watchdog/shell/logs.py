@@ -1,7 +1,7 @@
 """Logging: text or JSON lines on stderr, and the decision events operators search for.
 
 Decisions are logged as events on the ``watchdog.decisions`` logger, each with a fixed set of
-fields (DESIGN §2, README "Logs"):
+fields (DESIGN §2, docs/configuration.md "Logs"):
 
 =================  ==============================================================
 ``rule_fired``     rule, action, severity, run, agent, terminal_state
