@@ -1109,6 +1109,30 @@ def test_the_control_api_routes_documents_name_exist() -> None:
     assert named > 20 and not wrong, "\n".join(wrong)
 
 
+def test_the_log_events_are_documented_with_their_fields() -> None:
+    """docs/configuration.md's table of decision events: every event the sources log
+    (``logs.event("NAME", field=...)``), each with every field they give it, and no other."""
+    import ast
+
+    logged: dict[str, set[str]] = {}
+    for source in (ROOT / "watchdog").rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text("utf-8"))):
+            if (isinstance(node, ast.Call) and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str)
+                    and (getattr(node.func, "id", None) == "event"
+                         or getattr(node.func, "attr", None) == "event")):
+                logged.setdefault(node.args[0].value, set()).update(
+                    k.arg for k in node.keywords if k.arg and k.arg != "level")
+    section = (ROOT / "docs" / "configuration.md").read_text("utf-8").split("\n## Logs\n")[1]
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.*) \|$", section, re.M))
+    rows.pop("event", None)  # the header
+    assert len(logged) >= 10 and set(rows) == set(logged), sorted(set(rows) ^ set(logged))
+    missing = {name: fields - set(re.findall(r"`(\w+)`", rows[name]))
+               for name, fields in logged.items()}
+    assert not any(missing.values()), missing
+
+
 def test_the_make_targets_documents_name_exist() -> None:
     """`make TARGET` anywhere, and the README's list of the other targets: `make -n` takes each."""
     targets = {target for path in DOCUMENTS
