@@ -1,4 +1,5 @@
-"""Every fenced block of README.md, client/README.md and docs/**/*.md is exercised as pasted.
+"""Every fenced block of README.md, client/README.md, helm/agent-watchdog/README.md and
+docs/**/*.md is exercised as pasted.
 
 A block is checked according to a marker, an HTML comment on the line right before its fence::
 
