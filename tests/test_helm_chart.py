@@ -728,7 +728,18 @@ CONFIG_VALUES: dict[str, tuple[Any, Any]] = {  # key: (the value under config:, 
     "model_relay": ("python", "python"), "model_max_body_bytes": (1048576, 1048576),
     "model_max_concurrent": (16, 16), "model_max_inflight_bytes": (1 << 40, 1 << 40),
     "model_upstream_timeout": ("2m", 120.0), "model_body_timeout": (30, 30.0),
+    "model_shutdown_grace": ("45s", 45.0),
 }
+
+
+def test_the_gateway_waits_for_the_model_requests_in_flight_at_a_stop(
+        chart: helm.Chart) -> None:
+    """Kubernetes kills a pod `terminationGracePeriodSeconds` after its SIGTERM: the chart's
+    default leaves the model requests in flight their `model_shutdown_grace`, and the state's
+    last flush some seconds more."""
+    deployment = one(render(chart, MODES["gateway"]), "Deployment")
+    period = pod_spec(deployment)["terminationGracePeriodSeconds"]
+    assert period >= Config().model_shutdown_grace + 10
 
 
 def test_every_configuration_key_the_chart_does_not_set_goes_under_config(

@@ -73,7 +73,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("watchdog")
 
-SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get to finish on shutdown
+SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get to finish on shutdown (model_shutdown_grace
+# for the model endpoint's)
+MIN_GRACE = 0.001  # seconds: what a grace of 0 is to aiohttp, which takes 0 as none
 GIL_SWITCH_INTERVAL = 0.001  # seconds; see Server.start
 PRUNE_INTERVAL = 600.0  # seconds between prunes of old directives and ended runs
 # Generation-1 collections between two full ones (CPython's default: 10); see settle_collector.
@@ -215,7 +217,10 @@ class Server:
 
                 await self._start_app("model", config.model_address, proxy.app(),
                                       make_runner=Http1Runner, handler_cancellation=True,
-                                      auto_decompress=False)
+                                      auto_decompress=False,
+                                      # (aiohttp reads 0 as no bound at all)
+                                      shutdown_timeout=max(config.model_shutdown_grace,
+                                                           MIN_GRACE))
         loops = [("state_flush", config.state_flush_interval, self._flush),
                  ("evaluate", config.eval_interval, self._tick),
                  ("prune", PRUNE_INTERVAL, self._prune)]
@@ -301,8 +306,8 @@ class Server:
                          *, make_runner: Callable[..., web.AppRunner] = web.AppRunner,
                          **options: Any) -> None:
         host, port = split_address(name, address)
-        runner = make_runner(app, access_log=None, handle_signals=False,
-                             shutdown_timeout=SHUTDOWN_GRACE, **options)
+        options.setdefault("shutdown_timeout", SHUTDOWN_GRACE)
+        runner = make_runner(app, access_log=None, handle_signals=False, **options)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         self._runners.append(runner)
@@ -352,8 +357,8 @@ class Server:
             self.outbox.hub.close()  # open SSE / long-poll requests end now, not at a timeout
         if self._grpc is not None:
             await self._grpc.stop(SHUTDOWN_GRACE)
-        if self.native is not None:
-            await self.native.close()
+        if self.native is not None:  # (the Python relay's runner drains alike: cleanup)
+            await self.native.close(self.config.model_shutdown_grace)
             self.native = None
         for runner in reversed(self._runners):
             await runner.cleanup()

@@ -159,6 +159,7 @@ MAX_NEXT = 1 << 16  # runs whose next request the relay was told (its own bound:
 NEXT_HOLD = 60.0
 NEXT_MARGIN = 30.0
 MAX_EXPECTED = 64  # tool calls handed over whose results the relay checks (more: the loop's)
+DRAIN_POLL = 0.05  # seconds between looks at the requests left in flight, while stopping
 
 
 def missing_relay() -> str | None:
@@ -279,9 +280,17 @@ class NativeEndpoint:
         self.proxy.before_identify = self._before_identify
         return int(self.relay.port)
 
-    async def close(self) -> None:
+    async def close(self, grace: float = 0.0) -> None:
+        """Stops: no request is taken any more (the listener closes; one that comes on a
+        connection open gets 503 with ``Retry-After``), those in flight get ``grace`` seconds
+        to finish and be booked, then what is left is cut."""
         if self.relay is not None:
             assert self.loop is not None
+            self.relay.drain()
+            deadline = self.loop.time() + grace
+            while self.relay.in_flight and self.loop.time() < deadline:
+                await asyncio.sleep(DRAIN_POLL)  # (this loop decides and books meanwhile)
+            self._drain()  # the ends told meanwhile, booked below
             self.closed = True
             self.loop.remove_reader(self.relay.fd)
             self.relay.close()
