@@ -185,6 +185,7 @@ def test_sigterm_lets_a_model_request_in_flight_finish_and_books_it(
         else:  # (the final turn: the tools withdrawn)
             assert json.loads(upstream.raw.seen[-1].body)["tool_choice"] == "none"
         assert "Traceback" not in text, text[-3000:]
+        assert "the model requests in flight (1) get up to 30 s to finish" in text, text[-3000:]
 
     # what completed was booked and stored: the next start finds each run's call counted
     env, ports = sidecar_env(tmp_path, upstream, relay, free_port(), "30s")

@@ -351,12 +351,21 @@ class Server:
         assert self.rules is not None
         return await self.rules.reload()
 
+    def _model_in_flight(self) -> int:
+        """The model requests being served now, on either relay."""
+        if self.native is not None and self.native.relay is not None:
+            return int(self.native.relay.in_flight)
+        return self.model.in_flight if self.model is not None else 0
+
     async def stop(self) -> None:
         self._ready = False
         if self.outbox is not None:
             self.outbox.hub.close()  # open SSE / long-poll requests end now, not at a timeout
         if self._grpc is not None:
             await self._grpc.stop(SHUTDOWN_GRACE)
+        if self.model is not None and (left := self._model_in_flight()):
+            log.info("stopping: the model requests in flight (%d) get up to %g s to finish "
+                     "(model_shutdown_grace)", left, self.config.model_shutdown_grace)
         if self.native is not None:  # (the Python relay's runner drains alike: cleanup)
             await self.native.close(self.config.model_shutdown_grace)
             self.native = None
