@@ -22,7 +22,15 @@ import pytest
 
 from tests.faulty_upstream import FaultyUpstream
 from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
-from tests.test_model_continuation import untimed
+from tests.test_model_admission import busy, chat, in_background, post, seen_with
+from tests.test_model_continuation import (
+    BOUND_PACK,
+    bounded_agent,
+    bounded_upstream,
+    settled,
+    untimed,
+)
+from tests.test_model_proxy import RawUpstream
 
 LIMIT = 5  # the pack's budget of tool calls
 CALLS = 2  # the tool calls the model asks for at each request
@@ -146,3 +154,41 @@ def test_upstream_faults_on_requests_sent_ahead_keep_the_budget_and_the_counts(
     problems = [record for record in caplog.records
                 if record.levelno >= logging.ERROR or record.exc_info]
     assert not problems, [record.getMessage() for record in problems]
+
+
+def test_a_full_conversation_table_keeps_first_requests_for_the_loop_only(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The relay remembers 262,144 conversations at most: once it is full, the sidecar says
+    so once, a new conversation's first request waits for the event loop (it cannot tell it
+    is new), and a continuing request the loop proved still goes on ahead."""
+    caplog.set_level(logging.WARNING, logger="watchdog")
+    pack = tmp_path / "pack.yaml"
+    pack.write_text(BOUND_PACK)
+    upstream = RawUpstream(bounded_upstream(0.0))
+    try:
+        with running_server(sidecar_config(
+                tmp_path / "state", model_address="127.0.0.1:0", model_relay="native",
+                model_upstream=upstream.base + "/v1", rules=(str(pack),))) as server:
+            native = server.server.native
+            assert native is not None
+            assert bounded_agent(server, "steady", 1, "before") == [1] * 7 + [0]
+            server.call(lambda: native._know(f"{n:024x}" for n in range(1 << 18)))
+            full = [record.getMessage() for record in caplog.records
+                    if "remembers as many conversations" in record.getMessage()]
+            assert full == ["the model endpoint's relay remembers as many conversations as it "
+                            "can: every new conversation's first request is now read before it "
+                            "is sent on"]
+            before = server.call(lambda: (native.admitted, native.continued))
+            with busy(server) as held:
+                waiting = in_background(lambda: post(server, "/v1/chat/completions", chat(
+                    "a new task", metadata={"calls": "0"}), {"X-Watchdog-Agent": "steady"}))
+                held.waiting(1)  # (kept for the loop)
+                assert not seen_with(upstream, "a new task")
+            assert waiting()[0] == 200
+            assert bounded_agent(server, "steady", 1, "after",
+                                 settle=settled(server)) == [1] * 7 + [0]
+            admitted, continued = server.call(lambda: (native.admitted, native.continued))
+            assert continued - before[1] == 6  # every continuing request but the final one
+            assert admitted - before[0] == 6  # (continuing ones only: no first request)
+    finally:
+        upstream.close()

@@ -703,7 +703,8 @@ class NativeEndpoint:
         if not self._full and not self.relay.known(list(sessions)):
             self._full = True
             log.warning("the model endpoint's relay remembers as many conversations as it "
-                        "can: every request is now read before it is sent on")
+                        "can: every new conversation's first request is now read before it is "
+                        "sent on")
 
     def check_basis(self) -> None:
         """What the relay learned holds while the rules and the fleet's failing tools are
