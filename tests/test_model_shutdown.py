@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
 import openai
 import pytest
 
@@ -119,7 +120,7 @@ def ask(port: int, conversation: str, results: list[Any], kind: str = "whole") -
         else:
             results.append(client.chat.completions.create(
                 model="m", tools=TOOLS, messages=messages))  # type: ignore[arg-type]
-    except openai.APIError as exc:
+    except (openai.APIError, httpx.TransportError) as exc:  # (a stream's: httpx's own)
         results.append(exc)
     finally:
         client.close()
@@ -198,15 +199,16 @@ def test_sigterm_lets_a_model_request_in_flight_finish_and_books_it(
             assert signals["iterations"] == 1, signals
 
 
+@pytest.mark.parametrize("kind", ["whole", "stream", "final"])
 @pytest.mark.parametrize("relay", RELAYS)
 def test_sigterm_cuts_what_outlasts_model_shutdown_grace(
-        tmp_path: Path, upstream: HeldUpstream, relay: str) -> None:
+        tmp_path: Path, upstream: HeldUpstream, relay: str, kind: str) -> None:
     model_port = free_port()
     env, ports = sidecar_env(tmp_path, upstream, relay, model_port, "200ms")
     with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
         with running_sidecar(env, ports["metrics"], stderr=log) as process:
             held: list[Any] = []
-            asking = threading.Thread(target=ask, args=(model_port, "hold", held))
+            asking = threading.Thread(target=ask, args=(model_port, "hold", held, kind))
             asking.start()
             assert upstream.held.wait(30), "the held request reached the upstream"
             took = stopped(process)
@@ -214,8 +216,8 @@ def test_sigterm_cuts_what_outlasts_model_shutdown_grace(
             log.seek(0)
             text = log.read()
         assert took < 15, took  # the grace, and the state's last flush: not the upstream's wait
-        [answer] = held
-        assert isinstance(answer, openai.APIConnectionError), answer  # cut, never a clean answer
+        [answer] = held  # cut, never a clean answer
+        assert isinstance(answer, openai.APIConnectionError | httpx.TransportError), answer
         assert "Traceback" not in text, text[-3000:]
 
 
