@@ -265,3 +265,30 @@ def test_a_request_whose_head_comes_once_the_endpoint_stops_is_not_taken(
     assert head.startswith(b"HTTP/1.1 503 "), answer
     assert b"\r\nRetry-After: 1\r\n" in head and b"\r\nConnection: close\r\n" in head
     assert json.loads(text)["error"]["code"] == "stopping"
+
+
+@pytest.mark.parametrize("relay", RELAYS)
+def test_a_second_sigterm_cuts_the_grace_short(
+        tmp_path: Path, upstream: HeldUpstream, relay: str) -> None:
+    """Stopping, with a model request held and a grace of an hour: a second SIGTERM (or
+    Ctrl-C) cuts what is in flight, and the sidecar stores its state and exits at once."""
+    model_port = free_port()
+    env, ports = sidecar_env(tmp_path, upstream, relay, model_port, "1h")
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+        with running_sidecar(env, ports["metrics"], stderr=log) as process:
+            held: list[Any] = []
+            asking = threading.Thread(target=ask, args=(model_port, "hold", held, "stream"))
+            asking.start()
+            assert upstream.held.wait(30), "the held request reached the upstream"
+            process.send_signal(signal.SIGTERM)
+            wait_until(lambda: refused(model_port), "the model listener closed", timeout=30)
+            assert process.poll() is None  # (draining)
+            took = stopped(process)
+            asking.join(30)
+            log.seek(0)
+            text = log.read()
+        assert took < 15, took
+        [answer] = held  # cut, never a clean answer
+        assert isinstance(answer, openai.APIConnectionError | httpx.TransportError), answer
+        assert "stopping at once: the model requests in flight are cut" in text, text[-3000:]
+        assert "Traceback" not in text, text[-3000:]

@@ -280,15 +280,17 @@ class NativeEndpoint:
         self.proxy.before_identify = self._before_identify
         return int(self.relay.port)
 
-    async def close(self, grace: float = 0.0) -> None:
+    async def close(self, grace: float = 0.0, hurry: asyncio.Event | None = None) -> None:
         """Stops: no request is taken any more (the listener closes; one that comes on a
         connection open gets 503 with ``Retry-After``), those in flight get ``grace`` seconds
-        to finish and be booked, then what is left is cut."""
+        to finish and be booked (less if ``hurry`` is set meanwhile), then what is left is
+        cut."""
         if self.relay is not None:
             assert self.loop is not None
             self.relay.drain()
             deadline = self.loop.time() + grace
-            while self.relay.in_flight and self.loop.time() < deadline:
+            while (self.relay.in_flight and self.loop.time() < deadline
+                   and not (hurry is not None and hurry.is_set())):
                 await asyncio.sleep(DRAIN_POLL)  # (this loop decides and books meanwhile)
             self._drain()  # the ends told meanwhile, booked below
             self.closed = True
