@@ -339,6 +339,16 @@ def test_the_committed_dashboard_is_what_the_generator_writes() -> None:
         "run .venv/bin/python tools/dashboard.py")
 
 
+def test_the_dashboard_shows_every_metric_the_alert_runbook_names() -> None:
+    """docs/alerts.md sends its reader to the dashboard: "shows every metric named here"."""
+    runbook = (ROOT / "docs" / "alerts.md").read_text("utf-8")
+    assert "shows every metric named here" in runbook
+    shown = {name for _, target in targets(json.loads(DASHBOARD.read_text()))
+             for name, _ in SELECTOR.findall(target["expr"])}
+    named = set(re.findall(r"\b(agent_watchdog_\w+)", runbook))
+    assert named and not named - shown, sorted(named - shown)
+
+
 def test_every_panel_uses_the_datasource_variable() -> None:
     board = json.loads(DASHBOARD.read_text())
     variables = {v["name"]: v for v in board["templating"]["list"]}

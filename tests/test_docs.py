@@ -1,4 +1,5 @@
-"""Every fenced block of README.md, client/README.md and docs/**/*.md is exercised as pasted.
+"""Every fenced block of README.md, client/README.md, helm/agent-watchdog/README.md and
+docs/**/*.md is exercised as pasted.
 
 A block is checked according to a marker, an HTML comment on the line right before its fence::
 
@@ -6,7 +7,10 @@ A block is checked according to a marker, an HTML comment on the line right befo
 
 A ``sh``/``bash`` or ``python`` block without a marker is simply run; any other block without a
 marker, or with a kind below that does not exist, fails :func:`test_every_block_has_a_check`, so
-a new unexercised block cannot slip in. There is no kind that skips a block. The kinds:
+a new unexercised block cannot slip in, and a fence this parser would not take (indented in a
+list, ``~~~``) fails :func:`test_every_fence_opens_or_closes_a_checked_block`. There is no kind
+that skips a block, and :func:`test_a_changed_block_fails_its_check` shows each kind's check
+failing on a changed block. The kinds:
 
 ``sh``
     Run with ``bash -e -o pipefail`` from the repository root (``cwd=scratch``: from the
@@ -127,6 +131,7 @@ class Block:
     kind: str | None
     options: dict[str, str] = field(default_factory=dict)
     flags: set[str] = field(default_factory=set)
+    end: int = 0  # the line of the closing fence, from 1
 
     @property
     def where(self) -> str:
@@ -167,7 +172,7 @@ def parse(path: Path) -> list[Block]:
         else:
             kind = None
         found.append(Block(path, index + 1, lang, "\n".join(lines[index + 1:end]) + "\n",
-                           kind, options, flags))
+                           kind, options, flags, end + 1))
         index = end + 1
     return found
 
@@ -664,7 +669,9 @@ def check_sidecar_chart(block: Block, stack: Stack, state: DocState) -> None:
     images = [c["image"] for c in pod.get("initContainers", [])]
     assert any(image.startswith("REGISTRY/agent-watchdog-sidecar:") for image in images), images
     env = {e["name"] for e in pod["containers"][0].get("env", [])}
-    assert {"OTEL_EXPORTER_OTLP_ENDPOINT", "WATCHDOG_URL"} <= env, env
+    stated = re.search(r"agent containers get ([^.]*)\.", README.read_text("utf-8"))
+    assert stated, "README: which variables the agent containers get"
+    assert env == set(re.findall(r"`(\w+)`", stated.group(1))), (block.where, sorted(env))
 
 
 def check_otel_collector(block: Block, stack: Stack, state: DocState) -> None:
@@ -771,6 +778,91 @@ def test_a_block_without_a_check_fails() -> None:
     assert parse(sample)  # the parser finds the README's blocks
 
 
+FENCE_LIKE = re.compile(r"^\s*(`{3,}|~{3,})")
+
+
+def fences_not_parsed(path: Path) -> list[str]:
+    """Lines that look like a fence but open or close no block :func:`parse` found (indented, in
+    a list; ``~~~``; an info string it does not take): a block there would go unchecked."""
+    ends = {line for block in parse(path) for line in (block.line, block.end)}
+    return [f"{path.name}:{number}: {line.strip()}"
+            for number, line in enumerate(path.read_text("utf-8").split("\n"), 1)
+            if FENCE_LIKE.match(line) and number not in ends]
+
+
+def test_every_fence_opens_or_closes_a_checked_block() -> None:
+    problems = [problem for path in DOCUMENTS for problem in fences_not_parsed(path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_fence_the_parser_does_not_take_is_caught(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.md"
+    sample.write_text("1. run it:\n\n   ```sh\n   false\n   ```\n\n~~~yaml\na: 1\n~~~\n\n"
+                      "<!-- snippet: sh -->\n```sh\ntrue\n```\n")
+    assert [block.end for block in parse(sample)] == [14]
+    assert [problem.split(": ", 1)[0] for problem in fences_not_parsed(sample)] == [
+        "sample.md:3", "sample.md:5", "sample.md:7", "sample.md:9"]
+
+
+def _fake_stack(tmp_path: Path) -> Stack:
+    """The stack's addresses, for the checks that read no running process."""
+    return Stack(api="http://127.0.0.1:19477", otlp_http="http://127.0.0.1:14318",
+                 model_base_url="http://127.0.0.1:18000/v1",
+                 model_endpoint="http://127.0.0.1:19478", state_dir=tmp_path / "state",
+                 started=[])
+
+
+# A kind (with a flag of its own: "sh env"): the document whose block of that kind holding
+# `old` is changed to hold `new`. Each is first checked as pasted (it passes), then changed (its
+# check fails): a check that passes whatever the block says is caught. The blocks it builds on
+# are checked with it: the rule pack before a rule test, the three parts of the agent's chart.
+DOCS = ROOT / "docs"
+CHANGES: dict[str, tuple[Path, str, str]] = {
+    "config": (README, "run_end_timeout: 30m", "run_end_timout: 30m"),
+    "rule-pack": (README, "action: wind_down", "action: wind-down"),
+    "rule-test": (README, "{step: 3,", "{step: 2,"),
+    "output": (README, "explorer", "explore"),
+    "json": (DOCS / "steering.md", '"seq"', '"sequence"'),
+    "sh env": (README, "127.0.0.1:4318", "127.0.0.1:4319"),
+    "sh dry-run": (DOCS / "testing.md", "make check ", "make checks "),
+    "helm-values": (README, "mode: gateway", "mode: gatway"),
+    "otel-collector": (DOCS / "kubernetes.md", ".svc:4317", ".svc:4316"),
+    "sidecar-chart": (README, "REGISTRY/agent-watchdog-sidecar", "REGISTRY/agent-watchdog"),
+    "startup-error": (DOCS / "configuration.md", "Address already in use", "Address in use"),
+    "tree": (DOCS / "architecture.md", "    fleet.py", "    fleets.py"),
+    "pip": (ROOT / "client" / "README.md", "[otlp]", "[otel]"),
+}
+BUILT_ON = {"rule-pack", "sidecar-chart"}
+
+
+def _check_in_place(blocks: list[Block], target: Block, text: str, stack: Stack,
+                    scratch: Path) -> None:
+    state = DocState(scratch=scratch)
+    scratch.mkdir()
+    for block in blocks:
+        if block is target:
+            if block.kind == "output":  # the output it follows: a word for each …
+                state.last_stdout = block.text.replace("…", "x")
+            CHECKS[block.kind](dataclasses.replace(block, text=text), stack, state)
+        elif block.kind in BUILT_ON and (block.kind == target.kind
+                                         or blocks.index(block) < blocks.index(target)):
+            CHECKS[block.kind](block, stack, state)
+
+
+@pytest.mark.parametrize("kind", sorted(CHANGES))
+def test_a_changed_block_fails_its_check(kind: str, tmp_path: Path) -> None:
+    document, old, new = CHANGES[kind]
+    name, *flag = kind.split()
+    blocks = parse(document)
+    target = next(b for b in blocks if b.kind == name and set(flag) <= b.flags
+                  and old in b.text)
+    stack = _fake_stack(tmp_path)
+    _check_in_place(blocks, target, target.text, stack, tmp_path / "as-pasted")
+    with pytest.raises(Exception):  # noqa: B017 (an assertion, or the loader's own error)
+        _check_in_place(blocks, target, target.text.replace(old, new, 1), stack,
+                        tmp_path / "changed")
+
+
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_document_blocks_run_as_pasted(document: Path, stack: Stack,
@@ -790,11 +882,15 @@ def test_readme_states_the_lines_the_agents_chart_needs() -> None:
     stated = {int(n) for n in re.findall(r"\*\*(\d+) lines\*\*", text)}
     heading = {int(n) for n in re.findall(r"^### Sidecar: (\d+) lines", text, re.M)}
     assert stated == heading == {counted}, (stated, heading, counted)
+    elsewhere = {f"{path.relative_to(ROOT)}: {n}" for path in DOCUMENTS
+                 for n in re.findall(r"\b(\d+) lines (?:of the README|in the agent's chart)",
+                                     path.read_text("utf-8")) if int(n) != counted}
+    assert not elsewhere, (counted, elsewhere)
 
 
 def test_readme_is_short_with_contents() -> None:
     text = README.read_text("utf-8")
-    assert len(text.splitlines()) <= 400
+    assert len(text.splitlines()) <= 300  # what it is, the two commands, then docs/
     assert "**Contents:**" in text.split("\n## ", 1)[0]
     for anchor in re.findall(r"\]\(#([\w-]+)\)", text):
         headings = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-")
@@ -817,7 +913,7 @@ def test_the_readme_points_agents_at_the_model_endpoint() -> None:
 
 def test_no_release_history_prose() -> None:
     history = re.compile(r"\b(this round|the round before|rounds? ago|last round|previous round"
-                         r"|earlier rounds?|before issue \d+)\b", re.I)
+                         r"|earlier rounds?|before issue \d+|now lives?|\d now)\b", re.I)
     found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in DOCUMENTS
              for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
              if history.search(line)]
@@ -872,33 +968,202 @@ def _slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
-def test_links_between_documents_resolve() -> None:
+def anchors(text: str) -> set[str]:
+    """The anchors of a document's headings, as GitHub makes them: only outside fenced blocks
+    (a ``# comment`` in a code block is no heading), a repeated one numbered (``-1``, ``-2``)."""
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    fence: str | None = None
+    for line in text.split("\n"):
+        opening = FENCE_LIKE.match(line)
+        if fence is None and opening:
+            fence = opening.group(1)
+        elif fence is not None and line.strip() == fence:
+            fence = None
+        elif fence is None and (heading := re.match(r"^#{1,6} (.+)$", line)):
+            slug = _slug(heading.group(1))
+            found.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+            seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+def link_problems(paths: list[Path]) -> list[str]:
+    """Relative links (inline and reference-style) whose file or heading is not there."""
     problems = []
-    for path in DOCUMENTS:
+    for path in paths:
         text = path.read_text("utf-8")
-        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        targets = [*re.findall(r"\]\(([^)\s]+)\)", text),
+                   *re.findall(r"^\[[^]]+\]:\s*(\S+)", text, re.M)]
+        for target in targets:
             if re.match(r"[a-z]+:", target):
                 continue
             file, _, anchor = target.partition("#")
             linked = (path.parent / file).resolve() if file else path
             if not linked.exists():
-                problems.append(f"{path.relative_to(ROOT)}: {target}: no such file")
-            elif anchor and linked.suffix == ".md":
-                headings = {_slug(h) for h in re.findall(r"^#+ (.+)$",
-                                                         linked.read_text("utf-8"), re.M)}
-                if anchor not in headings:
-                    problems.append(f"{path.relative_to(ROOT)}: {target}: no such heading")
+                problems.append(f"{path.name}: {target}: no such file")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors(
+                    linked.read_text("utf-8")):
+                problems.append(f"{path.name}: {target}: no such heading")
+    return problems
+
+
+def test_links_between_documents_resolve() -> None:
+    problems = link_problems(DOCUMENTS)
     assert not problems, "\n".join(problems)
 
 
-def test_performance_page_commands_exist() -> None:
-    text = (ROOT / "docs" / "performance.md").read_text("utf-8")
-    commands = re.findall(r"`(bench/[\w.]+\.py)((?: --[\w-]+(?: [\w.]+)?)*)`", text)
+def test_a_broken_link_is_caught(tmp_path: Path) -> None:
+    (tmp_path / "other.md").write_text("# Other\n\n## Twice\n\n## Twice\n")
+    page = tmp_path / "page.md"
+    page.write_text("# Page\n\n```python\n# not a heading\n```\n\n"
+                    "[a](other.md#twice-1) [b](#page) [c](other.md#twice-2) [d](missing.md)\n"
+                    "[e](#not-a-heading)\n\n[f]: other.md#nowhere\n")
+    assert link_problems([page]) == [
+        "page.md: other.md#twice-2: no such heading", "page.md: missing.md: no such file",
+        "page.md: #not-a-heading: no such heading", "page.md: other.md#nowhere: no such heading"]
+
+
+REPO_PATH = re.compile(r"`((?:watchdog|native|helm|rules|tests|bench|tools|client|docs|fuzz)/"
+                       r"[\w./*-]+)`")
+
+
+def test_the_repository_paths_documents_name_exist() -> None:
+    """A file or folder a document names (`watchdog/core/bounds.py`, `alerts/*.yaml` of the
+    chart) is there; a placeholder in capitals (`envs/NAME.txt`) stands for any."""
+    missing = [f"{path.relative_to(ROOT)}: {named}" for path in DOCUMENTS
+               for named in REPO_PATH.findall(path.read_text("utf-8"))
+               if not re.search(r"[A-Z]{3,}", named)
+               and not any(ROOT.glob(named.rstrip("/")))]
+    assert not missing, "\n".join(missing)
+
+
+INLINE_COMMAND = re.compile(r"`(?:kubectl [^`]*? -- )?(?:\.venv/bin/)?watchdog ((?:serve|runs"
+                            r"|directives|rules|report|session|demo)\b[^`\[]*)`")
+
+
+def test_the_inline_watchdog_commands_parse() -> None:
+    """`watchdog runs --state active --agent AGENT` and the like, anywhere in the prose (or
+    after `kubectl exec ... --`), are command lines the CLI takes (a placeholder in capitals
+    stands for any value)."""
+    from watchdog.shell.cli import build_parser
+
+    wrong = []
+    for path in DOCUMENTS:
+        for command in INLINE_COMMAND.findall(path.read_text("utf-8")):
+            args = [re.sub(r"^[A-Z][A-Z_]+$", "x", word.removesuffix("..."))
+                    for word in command.replace("\\|", "|").split()]
+            if args in (["rules", "check"], ["rules", "test"]):  # the command's name alone
+                continue
+            try:
+                build_parser().parse_args(args)
+            except SystemExit:
+                wrong.append(f"{path.relative_to(ROOT)}: watchdog {command}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_watchdog_variables_documents_name_exist() -> None:
+    """A `WATCHDOG_*` variable a document names is a configuration key's, or one the sidecar,
+    the client, the chart or the image reads (by its name in their sources), or a Kubernetes
+    service link (`WATCHDOG_SERVICE_HOST`, ..., which the configuration loader lets pass)."""
+    from watchdog.shell.config import Config
+
+    keys = {f"WATCHDOG_{f.name.upper()}" for f in dataclasses.fields(Config)}
+    sources = "".join(path.read_text("utf-8", errors="replace") for folder in (
+        "watchdog", "client/agent_watchdog_client", "helm/agent-watchdog/templates")
+        for path in (ROOT / folder).rglob("*") if path.suffix in {".py", ".tpl", ".yaml", ".c"})
+    sources += (ROOT / "Dockerfile").read_text("utf-8")
+    unknown = sorted({f"{path.relative_to(ROOT)}: {name}" for path in DOCUMENTS
+                      for name in re.findall(r"\bWATCHDOG_[A-Z0-9_]*[A-Z0-9]", path.read_text(
+                          "utf-8"))
+                      if name not in keys and name not in sources
+                      and not re.search(r"_SERVICE_HOST$|_SERVICE_PORT|_PORT$", name)})
+    assert not unknown, "\n".join(unknown)
+
+
+def _control_api_routes() -> dict[tuple[str, str], set[str]]:
+    """(method, path) of each route `watchdog/shell/api/app.py` adds: the query parameters it
+    takes (path parameters as `{x}`)."""
+    source = (ROOT / "watchdog" / "shell" / "api" / "app.py").read_text("utf-8")
+    names = dict(re.findall(r'^([A-Z]+) = "([^"]+)"', source, re.M))
+    routes = {}
+    for method, expression, params in re.findall(
+            r'add\("(\w+)", ([^,]+), [\w.]+((?:, "\w+")*)\)', source):
+        path = "".join(names.get(part, part.strip('"')) for part in expression.split(" + "))
+        routes[(method, re.sub(r"\{\w+(:[^}]*)?\}", "{x}", path))] = set(
+            re.findall(r'"(\w+)"', params))
+    return routes
+
+
+def test_the_control_api_routes_documents_name_exist() -> None:
+    """`GET /v1/runs/{id}/report` and the like: a route of the control API, with only query
+    parameters it takes."""
+    routes = _control_api_routes()
+    assert len(routes) >= 13, routes
+    wrong, named = [], 0
+    for path in DOCUMENTS:
+        text = path.read_text("utf-8").replace("\\|", "|")
+        for method, route, query in re.findall(
+                r"`(GET|POST) (/(?:v1/(?:runs|sessions|directives|rules)|-/)[^`?\s]*)"
+                r"(?:\?([^`\s]*))?`", text):
+            named += 1
+            key = (method, re.sub(r"\{\w+\}", "{x}", route))
+            params = {part.split("=")[0] for part in query.split("&") if part}
+            if key not in routes or not params <= routes[key]:
+                wrong.append(f"{path.relative_to(ROOT)}: {method} {route}?{query}")
+    assert named > 20 and not wrong, "\n".join(wrong)
+
+
+def test_the_log_events_are_documented_with_their_fields() -> None:
+    """docs/configuration.md's table of decision events: every event the sources log
+    (``logs.event("NAME", field=...)``), each with every field they give it, and no other."""
+    import ast
+
+    logged: dict[str, set[str]] = {}
+    for source in (ROOT / "watchdog").rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text("utf-8"))):
+            if (isinstance(node, ast.Call) and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str)
+                    and (getattr(node.func, "id", None) == "event"
+                         or getattr(node.func, "attr", None) == "event")):
+                logged.setdefault(node.args[0].value, set()).update(
+                    k.arg for k in node.keywords if k.arg and k.arg != "level")
+    section = (ROOT / "docs" / "configuration.md").read_text("utf-8").split("\n## Logs\n")[1]
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.*) \|$", section, re.M))
+    rows.pop("event", None)  # the header
+    assert len(logged) >= 10 and set(rows) == set(logged), sorted(set(rows) ^ set(logged))
+    missing = {name: fields - set(re.findall(r"`(\w+)`", rows[name]))
+               for name, fields in logged.items()}
+    assert not any(missing.values()), missing
+
+
+def test_the_make_targets_documents_name_exist() -> None:
+    """`make TARGET` anywhere, and the README's list of the other targets: `make -n` takes each."""
+    targets = {target for path in DOCUMENTS
+               for target in re.findall(r"`make ([a-z][\w./-]*)", path.read_text("utf-8"))}
+    listed = re.search(r"Also `make demo`, (.*)$", README.read_text("utf-8"), re.M)
+    assert listed, "README: the other targets"
+    targets |= set(re.findall(r"`(\w[\w-]*)`", listed.group(1)))
+    failed = [target for target in sorted(targets)
+              if subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True,
+                                timeout=60).returncode != 0]
+    assert not failed, failed
+
+
+def test_bench_and_tool_commands_exist() -> None:
+    """Every `bench/X.py --flag ...` or `tools/X.py --flag` a document gives: the script, and
+    each flag among its options."""
+    commands = [(path, *command) for path in DOCUMENTS
+                for command in re.findall(r"`((?:bench|tools)/[\w.]+\.py)((?: --?[\w-]+(?: "
+                                          r"[\w.=-]+)?)*)", path.read_text("utf-8"))]
     assert commands
-    for script, args in commands:
+    wrong = []
+    for path, script, args in commands:
         source = (ROOT / script).read_text("utf-8")
-        for flag in re.findall(r"--[\w-]+", args):
-            assert f'"{flag}"' in source, (script, flag)
+        wrong += [f"{path.relative_to(ROOT)}: {script} {flag}"
+                  for flag in re.findall(r"(?<![\w-])--[\w-]+", args)
+                  if f'"{flag}"' not in source]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_metrics_reference_lists_every_metric() -> None:
@@ -949,19 +1214,29 @@ def test_metrics_reference_gives_each_metrics_type_and_labels() -> None:
 
 
 def test_configuration_reference_lists_every_key() -> None:
-    from watchdog.shell.config import Config
+    from watchdog.shell.config import Config, load
 
     text = (ROOT / "docs" / "configuration.md").read_text("utf-8")
     missing = [f.name for f in dataclasses.fields(Config) if f"| `{f.name}` |" not in text]
     assert not missing, missing
+    wrong = []
     for f in dataclasses.fields(Config):
         default = getattr(Config(), f.name)
-        row = re.search(rf"^\| `{f.name}` \| `([^`]*)` \|", text, re.M)
-        if row and isinstance(default, (str, int)) and not isinstance(default, bool):
-            assert row.group(1) == str(default), (f.name, row.group(1), default)
+        row = re.search(rf"^\| `{f.name}` \| (`[^`]*`|—) \|", text, re.M)
+        assert row, f"{f.name}: its row gives its default as `VALUE` or —"
+        if row.group(1) == "—":  # none: unset, or an empty list or mapping
+            if default not in (None, (), {}):
+                wrong.append(f"{f.name}: — documented, the default is {default!r}")
+            continue
+        # the documented default, read as the sidecar reads that value (`15m`, `true`, ...)
+        documented = getattr(load(None, env={f"WATCHDOG_{f.name.upper()}":
+                                             row.group(1).strip("`")}), f.name)
+        if documented != default:
+            wrong.append(f"{f.name}: {row.group(1)} documented, the default is {default!r}")
+    assert not wrong, "\n".join(wrong)
 
 
-if __name__ == "__main__":  # list the blocks and how each is checked
+if __name__ == "__main__":  # python -m tests.test_docs: list the blocks and how each is checked
     for found in all_blocks():
         print(found.where, found.lang, found.kind, found.options, sorted(found.flags))
     sys.exit(0)

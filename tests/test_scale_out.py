@@ -444,6 +444,11 @@ def decided_by_batching(spans: list[ScopedSpan]) -> bool:
 def test_the_recordings_a_rule_reads_by_their_batching_are_pinned() -> None:
     assert {recording for recording in ALL
             if decided_by_batching(scoped_spans(*recording))} == BATCH_DECIDED
+    said = re.search(r"(\w+) recordings are left out \(([^)]*)\)",
+                     " ".join(SCALE_OUT_DOC.read_text("utf-8").split()))
+    assert said, "docs/scale-out.md says how many recordings are left out"
+    numbers = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+    assert said.group(1).lower() == numbers[len(BATCH_DECIDED)], (said.group(0), BATCH_DECIDED)
 
 
 def test_a_replica_killed_mid_stream_loses_no_acknowledged_run(topology: Topology) -> None:

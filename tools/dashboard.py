@@ -364,6 +364,13 @@ def build() -> dashboard.Dashboard:
         .with_panel(graph("Ingest lag", "From the end of a request's oldest span to its "
                           "ingestion (includes the exporter's batch delay).",
                           quantiles("ingest_lag_seconds"), unit="s", width=6))
+        .with_panel(graph("Timed loops", "Passes of each watchdog's timed loops by task "
+                          "(state_flush, evaluate, prune, rules_watch) and outcome: a task "
+                          "with no ok pass stops its timed rules (idle and total timeouts) or "
+                          "its writes. AgentWatchdogLoopStalled.",
+                          [Query(f"sum by (task, outcome) (increase("
+                                 f"{m('background_passes_total')}[{RATE}]))",
+                                 "{{task}} {{outcome}}")], bars=True, width=24))
     )
     return board
 

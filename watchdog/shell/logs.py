@@ -1,14 +1,16 @@
 """Logging: text or JSON lines on stderr, and the decision events operators search for.
 
 Decisions are logged as events on the ``watchdog.decisions`` logger, each with a fixed set of
-fields (DESIGN §2, README "Logs"):
+fields (DESIGN §2, docs/configuration.md "Logs"):
 
 =================  ==============================================================
-``rule_fired``     rule, action, severity, run, agent, terminal_state
+``rule_fired``     rule, action, severity, run, agent, terminal_state, escalation
 ``rule_withdrawn`` rule, run, agent (a ``repeat: each_time`` notify's note taken back)
 ``directive_sent`` id, run, seq, action, rule, channel (sse, longpoll, webhook), outcome
 ``directive_acked`` run, seq (what the agent acked), acked_seq (the run's acked seq now)
 ``run_ended``      run, agent, terminal_state, reason, has_final_answer
+``run_resumed``    run, was, reason (an ended run its agent's next request takes back)
+``run_merged``     run, into (a run opened by spans that belong to another)
 ``rule_error``     rule, errors, run, error (a warning; see :class:`RuleErrorLog`)
 =================  ==============================================================
 
