@@ -3,12 +3,11 @@ conversation's first request, a budgeted run's continuing requests with the coun
 in, the bounded request whose answer it trims), and on the run's final request: an agent on
 the ``openai`` SDK (a failed request sent again at once) runs a Chat Completions loop under a
 rule pack's budget of 5 tool calls while the upstream fails one of its requests — a reset
-before the head or
-mid-body, a stall before the head or mid-stream, 500 with a body, SSE split across writes with
-CRLF lines and comments, a stream without ``[DONE]``, gzip. After each: no tool call past the
-budget handed to the agent, the run's count of tool calls equal to what the agent ran, no
-error in the log; and the upstream saw the same requests, and the agent the same answers, on
-both relays."""
+before the head or mid-body, a stall before the head or mid-stream, 500 with a body, SSE split
+across writes with CRLF lines and comments, a stream without ``[DONE]``, gzip. After each: no
+tool call past the budget handed to the agent, the run's count of tool calls equal to what the
+agent ran, no error in the log; and the upstream saw the same requests, and the agent the same
+answers, on both relays. Also: the relay's conversation table full."""
 
 from __future__ import annotations
 
