@@ -56,6 +56,7 @@ INTEGRATION = frozenset({
     "test_kill_restart", "test_logs", "test_metrics", "test_model_admission",
     "test_model_continuation", "test_model_countdown",
     "test_model_endpoint", "test_model_faults", "test_model_native_bounds", "test_model_proxy",
+    "test_model_shutdown", "test_model_ahead_faults",
     "test_model_runs", "test_model_trim_relays", "test_native", "test_native_fuzz",
     "test_otlp_grpc", "test_otlp_http", "test_persistence", "test_ports", "test_priority",
     "test_prometheus", "test_pydantic_ai_e2e", "test_rebatching", "test_rules_cli",

@@ -187,7 +187,10 @@ def http_served(handler: type[BaseHTTPRequestHandler],
 def sidecar_config(state_dir: Path | str, **overrides: Any) -> Config:
     config = Config(otlp_grpc_address="127.0.0.1:0", otlp_http_address="127.0.0.1:0",
                     api_address="127.0.0.1:0", metrics_address="127.0.0.1:0",
-                    state_dir=str(state_dir))
+                    state_dir=str(state_dir),
+                    # a test that ends with a model request held at its upstream does not wait
+                    # the default grace for it (the shutdown's own tests set theirs)
+                    model_shutdown_grace=1.0)
     return replace(config, **overrides).validate()
 
 

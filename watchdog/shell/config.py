@@ -53,7 +53,8 @@ MAX_LOG_CONTENT_WAIT = 600.0  # its run's end waits with it
 # goes to take (a thread's wait and the compiled relay's timeouts refuse some 3e11 years, and
 # a float refuses a duration of 400 digits).
 MAX_SECONDS = 365 * 86400.0  # 1y
-SECONDS_MAXIMUMS = {"log_content_wait": MAX_LOG_CONTENT_WAIT}
+SECONDS_MAXIMUMS = {"log_content_wait": MAX_LOG_CONTENT_WAIT,
+                    "model_shutdown_grace": 3600.0}
 DEFAULT_FLEET_WINDOW = 300.0  # seconds a tool's failures count towards fleet.failing_tools
 DEFAULT_EVAL_INTERVAL = 1.0  # seconds between evaluations of time-based rules (idle, elapsed)
 DEFAULT_RULES_WATCH_INTERVAL = 2.0  # seconds between checks of the rule files for changes
@@ -72,6 +73,10 @@ DEFAULT_MODEL_UPSTREAM_TIMEOUT = 600.0  # seconds for one upstream call (a long 
 # seconds a request's body may take to arrive once its head has (a slow client's 16 MiB on a
 # slow link; a stalled one holds a model_max_concurrent slot no longer)
 DEFAULT_MODEL_BODY_TIMEOUT = 60.0
+# seconds the model requests in flight at a SIGTERM get to finish (none is taken meanwhile), well
+# inside a Kubernetes pod's default terminationGracePeriodSeconds (30 s), which also covers the
+# state's last flush
+DEFAULT_MODEL_SHUTDOWN_GRACE = 20.0
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 # The largest value of each integer key: far above any real need, and within what the code and
@@ -137,6 +142,7 @@ class Config:
     model_max_inflight_bytes: int = DEFAULT_MODEL_MAX_INFLIGHT_BYTES
     model_upstream_timeout: float = DEFAULT_MODEL_UPSTREAM_TIMEOUT
     model_body_timeout: float = DEFAULT_MODEL_BODY_TIMEOUT
+    model_shutdown_grace: float = DEFAULT_MODEL_SHUTDOWN_GRACE  # 0: requests cut at once
 
     def validate(self) -> Config:
         """Every bad value at once, in one :class:`ConfigError` (see :func:`raise_problems`)."""
@@ -164,7 +170,7 @@ class Config:
         problems += _shared_ports(good_addresses)
         for key, allowed in SECONDS_ALLOWED.items():
             seconds = getattr(self, key)
-            least_ok = seconds >= 0 if key == "rules_watch_interval" else seconds > 0
+            least_ok = seconds >= 0 if key in AT_LEAST_ZERO else seconds > 0
             require(least_ok and seconds <= SECONDS_MAXIMUMS.get(key, MAX_SECONDS), key, allowed)
         if self.trace_url is not None and (problem := trace_url_problem(self.trace_url)):
             problems.append(f"trace_url={self.trace_url!r} is not allowed: {problem}; e.g. "
@@ -271,7 +277,10 @@ SECONDS_ALLOWED = {
                               "or 10m)",
     "model_body_timeout": "a positive number of seconds or a duration, at most 1y (e.g. 60 or "
                           "1m)",
+    "model_shutdown_grace": "a number of seconds >= 0 or a duration, at most 1h (e.g. 20 or "
+                            "20s; 0 cuts the requests in flight at once)",
 }
+AT_LEAST_ZERO = ("rules_watch_interval", "model_shutdown_grace")  # the time keys 0 may take
 
 
 def _checked(problems: list[str], test: Callable[..., object], *args: Any) -> bool:

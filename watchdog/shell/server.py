@@ -73,7 +73,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("watchdog")
 
-SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get to finish on shutdown
+SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get to finish on shutdown (model_shutdown_grace
+# for the model endpoint's)
+MIN_GRACE = 0.001  # seconds: what a grace of 0 is to aiohttp, which takes 0 as none
 GIL_SWITCH_INTERVAL = 0.001  # seconds; see Server.start
 PRUNE_INTERVAL = 600.0  # seconds between prunes of old directives and ended runs
 # Generation-1 collections between two full ones (CPython's default: 10); see settle_collector.
@@ -88,6 +90,9 @@ class Server:
         self.service: WatchdogService | None = None
         self.metrics: Metrics | None = None
         self._runners: list[web.AppRunner] = []
+        self._model_runner: web.AppRunner | None = None  # the Python relay's (model_relay: python)
+        # set by a second SIGINT/SIGTERM while stopping: the model requests in flight are cut
+        self.hurry = asyncio.Event()
         self._grpc: LazyGrpc | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._ready = False
@@ -213,9 +218,11 @@ class Server:
             else:
                 from watchdog.shell.model.http1 import Http1Runner
 
-                await self._start_app("model", config.model_address, proxy.app(),
-                                      make_runner=Http1Runner, handler_cancellation=True,
-                                      auto_decompress=False)
+                self._model_runner = await self._start_app(
+                    "model", config.model_address, proxy.app(), make_runner=Http1Runner,
+                    handler_cancellation=True, auto_decompress=False,
+                    # (aiohttp reads 0 as no bound at all)
+                    shutdown_timeout=max(config.model_shutdown_grace, MIN_GRACE))
         loops = [("state_flush", config.state_flush_interval, self._flush),
                  ("evaluate", config.eval_interval, self._tick),
                  ("prune", PRUNE_INTERVAL, self._prune)]
@@ -299,10 +306,10 @@ class Server:
 
     async def _start_app(self, name: str, address: str, app: web.Application,
                          *, make_runner: Callable[..., web.AppRunner] = web.AppRunner,
-                         **options: Any) -> None:
+                         **options: Any) -> web.AppRunner:
         host, port = split_address(name, address)
-        runner = make_runner(app, access_log=None, handle_signals=False,
-                             shutdown_timeout=SHUTDOWN_GRACE, **options)
+        options.setdefault("shutdown_timeout", SHUTDOWN_GRACE)
+        runner = make_runner(app, access_log=None, handle_signals=False, **options)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         self._runners.append(runner)
@@ -314,6 +321,7 @@ class Server:
                                               exc.errno)) from None
         sockets = runner.addresses
         self.addresses[name] = (host, sockets[0][1] if sockets else port)
+        return runner
 
     async def _every(self, task: str, interval: float,
                      work: Callable[[], Awaitable[None]]) -> None:
@@ -346,15 +354,40 @@ class Server:
         assert self.rules is not None
         return await self.rules.reload()
 
+    def _model_in_flight(self) -> int:
+        """The model requests being served now, on either relay."""
+        if self.native is not None and self.native.relay is not None:
+            return int(self.native.relay.in_flight)
+        return self.model.in_flight if self.model is not None else 0
+
+    async def _drain_model(self, runner: web.AppRunner) -> None:
+        """The Python relay's runner cleaned up: its listener closed, its requests in flight
+        given model_shutdown_grace, unless ``hurry`` comes first (then they are cut)."""
+        self._runners.remove(runner)
+        self._model_runner = None
+        cleanup = asyncio.ensure_future(runner.cleanup())
+        hurried = asyncio.ensure_future(self.hurry.wait())
+        await asyncio.wait((cleanup, hurried), return_when=asyncio.FIRST_COMPLETED)
+        hurried.cancel()
+        if not cleanup.done() and runner.server is not None:
+            for connection in runner.server.connections:
+                connection.force_close()  # (its handler is cancelled: the request is cut)
+        await cleanup
+
     async def stop(self) -> None:
         self._ready = False
         if self.outbox is not None:
             self.outbox.hub.close()  # open SSE / long-poll requests end now, not at a timeout
         if self._grpc is not None:
             await self._grpc.stop(SHUTDOWN_GRACE)
+        if self.model is not None and (left := self._model_in_flight()):
+            log.info("stopping: the model requests in flight (%d) get up to %g s to finish "
+                     "(model_shutdown_grace)", left, self.config.model_shutdown_grace)
         if self.native is not None:
-            await self.native.close()
+            await self.native.close(self.config.model_shutdown_grace, self.hurry)
             self.native = None
+        if self._model_runner is not None:  # (the Python relay: its cleanup drains alike)
+            await self._drain_model(self._model_runner)
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()
@@ -509,4 +542,12 @@ async def serve(config: Config, hangups: Sequence[int] = ()) -> None:
         await stop.wait()
     finally:
         log.info("shutting down")
+
+        def hurry() -> None:
+            if not server.hurry.is_set():
+                log.info("stopping at once: the model requests in flight are cut")
+                server.hurry.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second one: no more grace
+            loop.add_signal_handler(sig, hurry)
         await server.stop()

@@ -134,6 +134,23 @@ Refusals: values that cannot work are stopped at render time with a message nami
 {{- if and .Values.gateway.persistence.existingClaim (gt (int .Values.gateway.replicas) 1) }}
 {{- fail "gateway.persistence.existingClaim holds one replica's state: set gateway.replicas=1 (each replica needs a volume of its own)" }}
 {{- end }}
+{{- /* Kubernetes kills the gateway terminationGracePeriodSeconds after its SIGTERM: the model requests in flight get model_shutdown_grace first (config.py's duration grammar). */}}
+{{- $grace := get (.Values.config | default dict) "model_shutdown_grace" }}
+{{- if and (eq .Values.mode "gateway") (kindIs "invalid" $grace | not) }}
+{{- $text := toString $grace | trim }}
+{{- $seconds := 0.0 }}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?$" $text }}
+{{- $seconds = float64 $text }}
+{{- else }}
+{{- $units := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 "d" 86400.0 "w" 604800.0 "y" 31536000.0 }}
+{{- range regexFindAll "[0-9]+(ms|[ywdhms])" $text -1 }}
+{{- $seconds = addf $seconds (mulf (float64 (regexFind "^[0-9]+" .)) (get $units (regexReplaceAll "^[0-9]+" . ""))) }}
+{{- end }}
+{{- end }}
+{{- if ge $seconds (float64 .Values.gateway.terminationGracePeriodSeconds) }}
+{{- fail (printf "config.model_shutdown_grace=%s is not less than gateway.terminationGracePeriodSeconds=%v: Kubernetes would kill the gateway before the model requests in flight finish and the state is stored; raise terminationGracePeriodSeconds (some 10 s above the grace) or lower the grace" $text .Values.gateway.terminationGracePeriodSeconds) }}
+{{- end }}
+{{- end }}
 {{- /* The listeners share one network namespace (the pod): the watchdog refuses two on one port. */}}
 {{- $listeners := list (list "ports.otlpGrpc" .Values.ports.otlpGrpc) (list "ports.otlpHttp" .Values.ports.otlpHttp) (list "ports.api" .Values.ports.api) (list "ports.metrics" .Values.ports.metrics) }}
 {{- if .Values.modelEndpoint.enabled }}

@@ -134,6 +134,10 @@ struct Shared {
     /// The requests whose client's end is watched: their connection (`Relay.let_go`) and
     /// the watch (`watch_client`, ended with the request).
     watched: Mutex<HashMap<u64, (Arc<Client>, tokio::task::AbortHandle)>>,
+    /// The relay is stopping (`Relay.drain`): it accepts no connection, a request that comes
+    /// gets 503 with `Retry-After`, each connection closes once its request in flight is
+    /// answered.
+    draining: tokio::sync::watch::Sender<bool>,
 }
 
 /// A client's connection, as its requests know it: its socket (to watch for the client's
@@ -618,6 +622,14 @@ async fn handle(shared: Arc<Shared>, client: Arc<Client>, request: Request<Incom
     let mut body = None;
     let waits = parts.headers.get(hyper::header::EXPECT)
         .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if *shared.draining.borrow() {
+        // stopping: its body read and dropped (briefly: the relay is on its way out), so its
+        // client reads the 503 rather than a connection closed under it
+        let mut incoming = incoming;
+        let _ = tokio::time::timeout(shared.body_timeout.min(DRAIN_READ),
+                                     drain(&mut incoming, shared.max_body)).await;
+        return Ok(stopping(&parts.uri, ticket));
+    }
     if in_flight > shared.max_concurrent {
         refusal = "overloaded";
         if !waits {
@@ -835,6 +847,9 @@ async fn booked(shared: &Shared, digest: &admit::Digest) {
 
 type Failure = (Ticket, &'static str, String);
 
+/// How long the body of a request that comes while the relay stops is read, to drop it.
+const DRAIN_READ: Duration = Duration::from_secs(1);
+
 /// A body read whole that failed once the upstream had answered: its kind (`Event::Failed`).
 fn body_failure(error: &reqwest::Error) -> (&'static str, String) {
     (if error.is_timeout() { "stalled" } else { "broken" }, error_kind(error))
@@ -845,10 +860,24 @@ fn body_failure(error: &reqwest::Error) -> (&'static str, String) {
 fn undecided(uri: &hyper::Uri, ticket: Ticket) -> Response<RelayBody> {
     const WHY: &str = "the model endpoint did not decide on this request in time, or is \
                        stopping: retry shortly";
+    unavailable(uri, WHY, "undecided", ticket)
+}
+
+/// The relay's answer to a request that comes while it stops (`Relay.drain`): 503, to retry
+/// (elsewhere, or here once it is back), and the connection closes after it.
+fn stopping(uri: &hyper::Uri, ticket: Ticket) -> Response<RelayBody> {
+    const WHY: &str = "the model endpoint is stopping: retry shortly";
+    let mut response = unavailable(uri, WHY, "stopping", ticket);
+    response.headers_mut().insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// 503 with `Retry-After: 1` in the API's error shape.
+fn unavailable(uri: &hyper::Uri, why: &str, code: &str, ticket: Ticket) -> Response<RelayBody> {
     let body = if uri.path().trim_end_matches('/').ends_with("/v1/messages") {
-        format!(r#"{{"type":"error","error":{{"type":"overloaded_error","message":"{WHY}","code":"undecided"}}}}"#)
+        format!(r#"{{"type":"error","error":{{"type":"overloaded_error","message":"{why}","code":"{code}"}}}}"#)
     } else {
-        format!(r#"{{"error":{{"message":"{WHY}","type":"api_error","param":null,"code":"undecided"}}}}"#)
+        format!(r#"{{"error":{{"message":"{why}","type":"api_error","param":null,"code":"{code}"}}}}"#)
     };
     answer(503, &vec![("Content-Type".to_owned(), "application/json".to_owned()),
                       ("Retry-After".to_owned(), "1".to_owned())], Bytes::from(body), ticket)
@@ -1111,7 +1140,8 @@ impl Relay {
             body_timeout, decide_timeout, answers,
             admission: Mutex::new(None), told: Notify::new(), client,
             direct, usage_refused: AtomicBool::new(false),
-            watched: Mutex::new(HashMap::new()) });
+            watched: Mutex::new(HashMap::new()),
+            draining: tokio::sync::watch::Sender::new(false) });
         let stop = Arc::new(Notify::new());
         runtime.spawn(serve(listener, shared.clone(), stop.clone()));
         Ok(Relay { shared, runtime: Mutex::new(Some(runtime)), stop, wake_reader, port })
@@ -1420,6 +1450,14 @@ impl Relay {
         *self.shared.held_bytes.lock().unwrap()
     }
 
+    /// Starts stopping: the listener is closed, a request that comes on a connection already
+    /// open gets 503 with `Retry-After` (and the connection closes), and each connection
+    /// closes once its request in flight is answered; those go on as before (`in_flight`
+    /// tells how many are left), until `close`.
+    fn drain(&self) {
+        self.shared.draining.send_replace(true);
+    }
+
     /// Stops listening and ends the relay's threads (requests in flight are cut).
     fn close(&self, py: Python<'_>) {
         self.stop.notify_one();
@@ -1451,10 +1489,12 @@ impl ReadSome for &UnixStream {
 }
 
 async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, stop: Arc<Notify>) {
+    let mut draining = shared.draining.subscribe();
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = stop.notified() => return,
+            _ = draining.wait_for(|draining| *draining) => return, // (the listener closes)
         };
         let Ok((stream, _)) = accepted else {
             tokio::time::sleep(Duration::from_millis(10)).await; // out of descriptors: a pause
@@ -1475,6 +1515,7 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, stop: Arc
             let head_timeout = shared.body_timeout;
             let client = Arc::new(Client { fd: stream.as_raw_fd(), drop: Notify::new() });
             let dropped = client.clone();
+            let shared_of_connection = shared.clone();
             let service = service_fn(move |request| handle(shared.clone(), client.clone(),
                                                            request));
             // a client may end its side once its request is sent (RFC 9112 §9.6): its answer
@@ -1484,9 +1525,18 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, stop: Arc
                 .half_close(true)
                 .timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(head_timeout)
                 .serve_connection(TokioIo::new(stream), service);
+            let mut connection = std::pin::pin!(connection);
+            let mut draining = shared_of_connection.draining.subscribe();
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                () = dropped.drop.notified() => return, // let go: the connection closes
+                _ = draining.wait_for(|draining| *draining) => {}
+            }
+            // stopping: an idle connection closes now, a busy one once its answer is written
+            connection.as_mut().graceful_shutdown();
             tokio::select! {
                 _ = connection => {}
-                () = dropped.drop.notified() => {} // let go: the connection closes
+                () = dropped.drop.notified() => {}
             }
         });
     }

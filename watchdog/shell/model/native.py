@@ -160,6 +160,7 @@ MAX_NEXT = 1 << 16  # runs whose next request the relay was told (its own bound:
 NEXT_HOLD = 60.0
 NEXT_MARGIN = 30.0
 MAX_EXPECTED = 64  # tool calls handed over whose results the relay checks (more: the loop's)
+DRAIN_POLL = 0.05  # seconds between looks at the requests left in flight, while stopping
 
 
 def missing_relay() -> str | None:
@@ -280,9 +281,19 @@ class NativeEndpoint:
         self.proxy.before_identify = self._before_identify
         return int(self.relay.port)
 
-    async def close(self) -> None:
+    async def close(self, grace: float = 0.0, hurry: asyncio.Event | None = None) -> None:
+        """Stops: no request is taken any more (the listener closes; one that comes on a
+        connection open gets 503 with ``Retry-After``), those in flight get ``grace`` seconds
+        to finish and be booked (less if ``hurry`` is set meanwhile), then what is left is
+        cut."""
         if self.relay is not None:
             assert self.loop is not None
+            self.relay.drain()
+            deadline = self.loop.time() + grace
+            while (self.relay.in_flight and self.loop.time() < deadline
+                   and not (hurry is not None and hurry.is_set())):
+                await asyncio.sleep(DRAIN_POLL)  # (this loop decides and books meanwhile)
+            self._drain()  # the ends told meanwhile, booked below
             self.closed = True
             self.loop.remove_reader(self.relay.fd)
             self.relay.close()
@@ -700,7 +711,8 @@ class NativeEndpoint:
         if not self._full and not self.relay.known(list(sessions)):
             self._full = True
             log.warning("the model endpoint's relay remembers as many conversations as it "
-                        "can: every request is now read before it is sent on")
+                        "can: every new conversation's first request is now read before it is "
+                        "sent on")
 
     def check_basis(self) -> None:
         """What the relay learned holds while the rules and the fleet's failing tools are
