@@ -17,10 +17,37 @@ use pyo3::types::{PyString, PyTuple};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Python's json refuses an integer of more digits than this (``sys.int_info``'s default
-/// ``str_digits_check_threshold`` limit, 4300): where a run of digits is this long, ask Python.
-const MAX_INT_DIGITS: usize = 4300;
+/// The most digits of an integer Python's json converts (``sys.get_int_max_str_digits()``:
+/// 4300 unless ``PYTHONINTMAXSTRDIGITS`` says otherwise; 0, no limit, is ``usize::MAX``), set
+/// from the interpreter's when the module is imported: where a run of digits is longer, ask
+/// Python (which refuses it).
+static MAX_INT_DIGITS: AtomicUsize = AtomicUsize::new(4300);
+
+/// Python's integer digit limit, read once at import (`register`).
+fn set_int_max_str_digits(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let digits: usize = m.py().import("sys")?.getattr("get_int_max_str_digits")?.call0()?
+        .extract()?;
+    MAX_INT_DIGITS.store(if digits == 0 { usize::MAX } else { digits }, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Whether ``text`` holds a run of more digits than Python's json converts.
+pub(crate) fn long_digit_run(text: &str) -> bool {
+    let most = MAX_INT_DIGITS.load(Ordering::Relaxed);
+    if text.len() <= most {
+        return false;
+    }
+    let mut run = 0;
+    for byte in text.bytes() {
+        run = if byte.is_ascii_digit() { run + 1 } else { 0 };
+        if run > most {
+            return true;
+        }
+    }
+    false
+}
 
 /// A table of regexes (the limit phrases, the status patterns), in the tables' order: the first
 /// that matches anywhere in a text wins, as the Python loop over them decides.
@@ -129,20 +156,6 @@ pub struct Json {
     asked_lists: Vec<AskedList>,
     max_asked: usize,
     max_name: usize,
-}
-
-fn long_digit_run(text: &str) -> bool {
-    if text.len() < MAX_INT_DIGITS {
-        return false;
-    }
-    let mut run = 0;
-    for byte in text.bytes() {
-        run = if byte.is_ascii_digit() { run + 1 } else { 0 };
-        if run >= MAX_INT_DIGITS {
-            return true;
-        }
-    }
-    false
 }
 
 /// `text` parsed as Python's json parses it, or None where the two might differ.
@@ -425,6 +438,7 @@ impl<'de> Visitor<'de> for Message<'_> {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    set_int_max_str_digits(m)?;
     m.add_function(wrap_pyfunction!(stable_hash, m)?)?;
     m.add_class::<Phrases>()?;
     m.add_class::<Json>()?;

@@ -642,7 +642,7 @@ fn continuing(messages: &[Value]) -> Option<(&str, Continues)> {
 /// Whether Python's endpoint reads `value` (`bounds.load_json`): not when it holds a number
 /// written with a point or an exponent that is past a double's range (`1e400`: `inf` to
 /// `json.loads`, which the endpoint refuses, passing the request on unread); an integer is
-/// Python's at any length up to `MAX_DIGIT_RUN` digits (checked before).
+/// Python's at any length up to Python's limit (`observe::long_digit_run`, checked before).
 fn python_reads(value: &Value) -> bool {
     match value {
         Value::Number(number) => {

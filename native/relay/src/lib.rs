@@ -1527,6 +1527,9 @@ async fn refuse_http2(mut stream: tokio::net::TcpStream) {
 
 #[pymodule]
 fn _relay(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    // (the interpreter's own limit: a body Python refuses is never read here)
+    let digits = module.py().import("sys")?.getattr("get_int_max_str_digits")?.call0()?;
+    observe::set_int_max_str_digits(digits.extract()?);
     module.add_class::<Relay>()?;
     Ok(())
 }

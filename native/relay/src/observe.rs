@@ -11,6 +11,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -23,9 +24,12 @@ const MAX_TEXT_CHARS: usize = 64 * 1024;
 const MAX_ARGUMENT_CHARS: usize = 65536;
 const MAX_MODEL_CHARS: usize = 200;
 const MAX_TOKENS: u64 = 10_000_000;
-/// Python refuses an integer of more than 4300 digits (`sys.int_info.default_max_str_digits`);
-/// a run of digits longer than this is not read here.
-const MAX_DIGIT_RUN: usize = 4000;
+/// The most digits of an integer Python converts (`sys.get_int_max_str_digits()`: 4300 unless
+/// `PYTHONINTMAXSTRDIGITS` or `-X int_max_str_digits` says otherwise; 0, no limit, is
+/// `usize::MAX`), set from the interpreter's when the module is imported
+/// (`set_int_max_str_digits`): a run of digits longer than this is not read here, where Python
+/// would refuse it.
+static MAX_DIGIT_RUN: AtomicUsize = AtomicUsize::new(4300);
 const DONE_EVENTS: [&str; 3] = ["response.completed", "response.incomplete", "response.failed"];
 /// A legacy function call's id (it has none): this and its function's name, which the
 /// `function` message answering it names too (`chat.function_call_id`).
@@ -779,17 +783,24 @@ impl<'de> Visitor<'de> for KeyVisitor {
     }
 }
 
+/// Python's integer digit limit (`sys.get_int_max_str_digits()`, 0: none), for
+/// `long_digit_run`.
+pub fn set_int_max_str_digits(digits: usize) {
+    MAX_DIGIT_RUN.store(if digits == 0 { usize::MAX } else { digits }, Ordering::Relaxed);
+}
+
 /// Whether ``text`` holds a run of more than ``MAX_DIGIT_RUN`` digits (an integer Python may not
 /// convert).
 pub(crate) fn long_digit_run(text: &[u8]) -> bool {
-    if text.len() <= MAX_DIGIT_RUN {
+    let most = MAX_DIGIT_RUN.load(Ordering::Relaxed);
+    if text.len() <= most {
         return false;
     }
     let mut run = 0;
     for &byte in text {
         if byte.is_ascii_digit() {
             run += 1;
-            if run > MAX_DIGIT_RUN {
+            if run > most {
                 return true;
             }
         } else {
