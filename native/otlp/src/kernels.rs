@@ -27,9 +27,16 @@ static MAX_INT_DIGITS: AtomicUsize = AtomicUsize::new(4300);
 
 /// Python's integer digit limit, read once at import (`register`).
 fn set_int_max_str_digits(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let digits: usize = m.py().import("sys")?.getattr("get_int_max_str_digits")?.call0()?
+    let digits: usize = m
+        .py()
+        .import("sys")?
+        .getattr("get_int_max_str_digits")?
+        .call0()?
         .extract()?;
-    MAX_INT_DIGITS.store(if digits == 0 { usize::MAX } else { digits }, Ordering::Relaxed);
+    MAX_INT_DIGITS.store(
+        if digits == 0 { usize::MAX } else { digits },
+        Ordering::Relaxed,
+    );
     Ok(())
 }
 
