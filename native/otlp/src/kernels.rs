@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use blake2::digest::{Update, VariableOutput};
 use blake2::Blake2bVar;
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyImportError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -444,7 +444,30 @@ impl<'de> Visitor<'de> for Message<'_> {
     }
 }
 
+/// serde_json as this crate declares it: without `preserve_order` (a map's keys sorted, which
+/// `canonical_text` writes as Python's `sort_keys` does) and `arbitrary_precision` (numbers
+/// handed to the readers' visitors as numbers, `1e400` refused as Python's reading refuses
+/// it). The relay's serde_json has both, and cargo unifies features across the packages of one
+/// build: a build of the workspace with this crate's `python` feature (`--workspace
+/// --all-features`) would read JSON otherwise than the install's (`native/otlp` alone). Such a
+/// module refuses to load (the Python decode is used), so it cannot change a result.
+fn serde_json_as_declared() -> PyResult<()> {
+    let first = serde_json::from_str::<Value>(r#"{"b":0,"a":0}"#)
+        .ok()
+        .and_then(|value| value.as_object()?.keys().next().cloned());
+    let plain = serde_json::from_str::<Value>("1e400").is_err();
+    if first.as_deref() == Some("a") && plain {
+        return Ok(());
+    }
+    Err(PyImportError::new_err(
+        "watchdog.core.spans._native was built with serde_json's preserve_order or \
+         arbitrary_precision (unified in from native/relay by a build of the whole workspace): \
+         build native/otlp alone (pip install -e ., or cargo build -p watchdog-otlp)",
+    ))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    serde_json_as_declared()?;
     set_int_max_str_digits(m)?;
     m.add_function(wrap_pyfunction!(stable_hash, m)?)?;
     m.add_class::<Phrases>()?;
