@@ -9,8 +9,11 @@ directory: the rows encoded (:class:`~watchdog.shell.state.store.Rows`) and writ
 (:meth:`~watchdog.shell.state.store.Store.write`) in parts of ``WRITE_PART_RUNS`` runs, per span
 ingested and per run written, and the size of the file they make; and, alternating with
 those rounds, the same flushes with the ids of their spans stored too (a chunk a flush, as the
-state writer stores them for a start after a crash): the ratio of the two. Run it from two trees
-to compare builds (``python -P``, the tree's ``bench/`` first on the path).
+state writer stores them for a start after a crash): the ratio of the two. Last, the CPU time
+of a quiet flush (a chunk of two span ids) into a store holding ``MAX_APPLIED_CHUNKS`` chunks
+(the table at its bound) against one holding 32, alternating: what keeping the bound costs
+as the table fills. Run it from two trees to compare builds (``python -P``, the tree's
+``bench/`` first on the path).
 """
 
 from __future__ import annotations
@@ -60,6 +63,21 @@ def write_all(made: list[Flush], applied: list[list[tuple[str, int, int]]] | Non
     return encoding, writing, size
 
 
+def quiet_flushes(held: int, flushes: int) -> float:
+    """CPU seconds of ``flushes`` flushes storing a chunk of two span ids each (a quiet
+    sidecar) into a store already holding ``held`` such chunks."""
+    with tempfile.TemporaryDirectory() as directory:
+        db = store.Store(directory)
+        for index in range(held):
+            db.save([], [], applied=applied_ids(2, 2 * index))
+        began = time.process_time()
+        for index in range(held, held + flushes):
+            db.save([], [], applied=applied_ids(2, 2 * index))
+        spent = time.process_time() - began
+        db.close()
+    return spent
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workload", choices=WORKLOADS, default="rules-firing")
@@ -94,6 +112,12 @@ def main() -> None:
     print(f"  with the span ids applied stored too (a chunk a flush): "
           f"x{with_ids / (encoding + writing):.3f} the CPU time, {added:.2f} µs a span; "
           f"a {best_ids[2] / 1e6:.1f} MB file")
+    full = few = float("inf")
+    for _ in range(args.repeat):  # alternating
+        full = min(full, quiet_flushes(store.MAX_APPLIED_CHUNKS, 200) / 200)
+        few = min(few, quiet_flushes(32, 200) / 200)
+    print(f"  a quiet flush (2 span ids): {full * 1e6:.0f} µs with {store.MAX_APPLIED_CHUNKS:,} "
+          f"chunks of ids stored, {few * 1e6:.0f} µs with 32: x{full / few:.2f}")
 
 
 if __name__ == "__main__":

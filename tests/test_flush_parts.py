@@ -241,6 +241,27 @@ def test_the_span_ids_of_many_small_flushes_are_kept_in_the_newest_chunks_only(
         db.close()
 
 
+def test_the_span_ids_stored_are_the_newest_max_recent_spans_exactly(tmp_path: Path) -> None:
+    """Flushes whose chunks do not add up to the bound: the chunks wholly older than the newest
+    ``MAX_RECENT_SPANS`` ids go, and the oldest one left keeps only its ids within it (the
+    store held up to a chunk more than the bound)."""
+    store = Store(str(tmp_path))
+    stored = 0
+    for size in (5000, 5000, 5000, 5000, 3, 7000, 1):
+        store.save([], [], applied=[(f"{n:048x}", n, n + 1)
+                                    for n in range(stored, stored + size)])
+        stored += size
+        kept, unread = store.applied_spans()
+        assert [start for _, start, _ in kept] == list(
+            range(max(0, stored - MAX_RECENT_SPANS), stored)) and unread == 0, size
+    db = sqlite3.connect(tmp_path / state_store.DB_FILE)
+    try:  # (the oldest chunk cut: ids numbered as they are stored)
+        assert db.execute("SELECT SUM(spans), MAX(upto) - MIN(upto - spans) FROM applied_spans"
+                          ).fetchone() == (MAX_RECENT_SPANS, MAX_RECENT_SPANS)
+    finally:
+        db.close()
+
+
 class Applying(Priority):
     """A flush's slices with spans applied between them (``during``: called once, before the
     run at its index is snapshotted)."""

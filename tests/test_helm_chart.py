@@ -773,6 +773,34 @@ def test_every_configuration_key_the_chart_does_not_set_goes_under_config(
         key: read for key, (_, read) in CONFIG_VALUES.items()}
 
 
+# Every key the chart takes as a number of seconds with a fraction (values.schema.json: the
+# time keys under config:, and rules.watchInterval), as it renders it into the environment.
+SECONDS_KEYS = {"run_end_timeout", "loose_run_gap", "state_flush_interval", "eval_interval",
+                "fleet_window", "log_content_wait", "model_upstream_timeout",
+                "model_body_timeout"}
+
+
+@pytest.mark.parametrize("seconds", [1e-07, 1.25e-05, 2.5e-10, 0.1, 0.3, 123.456, 0.5])
+def test_a_number_of_seconds_reaches_the_watchdog_as_written(chart: helm.Chart,
+                                                             seconds: float) -> None:
+    """Helm reads a number as a float64 and printed ``eval_interval: 0.0000001`` as ``1e-07``,
+    a form the watchdog refuses (one line at start: a crash loop): every number the chart puts
+    in the environment is written without an exponent, as few decimals as read back the same."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    numbers = {key for key, spec in schema["properties"]["config"]["properties"].items()
+               if any(choice.get("type") == "number" for choice in spec.get("anyOf", [spec]))}
+    assert numbers == SECONDS_KEYS
+    values = {**MODES["gateway"], "config": dict.fromkeys(SECONDS_KEYS, seconds),
+              "rules": {"watchInterval": seconds}}
+    container = watchdog_containers(render(chart, values))[0]
+    env = rendered_env(container, {"api-token": "gateway-token-0123456789"})
+    for key in (*SECONDS_KEYS, "rules_watch_interval"):
+        assert "e" not in env[f"WATCHDOG_{key.upper()}"], (key, env[f"WATCHDOG_{key.upper()}"])
+    config = load(env=env)
+    assert {key: getattr(config, key) for key in (*SECONDS_KEYS, "rules_watch_interval")} == \
+        dict.fromkeys((*SECONDS_KEYS, "rules_watch_interval"), seconds)
+
+
 def test_the_gateway_starts_among_its_own_services_links(chart: helm.Chart) -> None:
     """Installed as the README does (`helm install watchdog`), the gateway's Services are
     watchdog-agent-watchdog(-headless): the kubelet gives every pod of the namespace, the

@@ -14,7 +14,10 @@ import hashlib
 import http.client
 import json
 import logging
+import os
 import random
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,7 +27,14 @@ from typing import Any
 
 import pytest
 
-from tests.harness import RunningServer, http_request, running_server, sidecar_config, wait_until
+from tests.harness import (
+    ROOT,
+    RunningServer,
+    http_request,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
 from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
 from tests.test_model_proxy import RawUpstream, Seen, send
 from watchdog.core.bounds import load_json
@@ -632,6 +642,65 @@ def test_a_number_python_does_not_read_keeps_a_request_for_the_loop() -> None:
         body = chat("hello")[:-1] + b', "temperature": ' + number.encode() + b"}"
         load_json(body)
         assert Relay.first_digest("POST", PATHS["chat"], [], body) is not None, number
+
+
+# Run with the interpreter's integer digit limit of the environment it is started with: for
+# each length of an integer in a request and in a streamed event, whether Python reads it
+# (the Python relay's judge: bounds.load_json, json.loads) and whether the compiled relay does
+# (Relay.first_digest, Relay.observed) — and, where both read the event, what text they read.
+DIGITS_JUDGED = r"""
+import json, sys
+from tests.test_model_admission import PATHS, chat
+from watchdog.core.bounds import load_json
+from watchdog.core.model.chat import ChatWire
+from watchdog.core.model.wire import read_stream
+from watchdog.shell.model._relay import Relay
+
+judged = []
+for digits in json.loads(sys.argv[1]):
+    number = b"1" * digits
+    body = chat("hello")[:-1] + b', "seed": ' + number + b"}"
+    try:
+        load_json(body)
+        python = True
+    except ValueError:
+        python = False
+    native = Relay.first_digest("POST", PATHS["chat"], [], body) is not None
+    stream = (b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"x"}}],"x":' + number
+              + b'}\n\ndata: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":'
+              + b'"stop"}]}\n\ndata: [DONE]\n\n')
+    seen = Relay.observed("chat", stream)
+    accumulator = ChatWire().accumulator()
+    read_stream(accumulator, stream)
+    text = accumulator.observation.text
+    judged.append([digits, python, native, text, None if seen is None else seen[8]])
+print(json.dumps([sys.get_int_max_str_digits(), judged]))
+"""
+
+
+@pytest.mark.parametrize("limit", ["", "640", "0"], ids=["default", "640", "none"])
+def test_an_integer_is_read_by_the_compiled_relay_as_far_as_python_reads_it(
+        limit: str) -> None:
+    """The compiled relay read an integer of up to 4,000 digits whatever Python's limit
+    (``PYTHONINTMAXSTRDIGITS``, 4,300 by default, 640 at least, 0 for none): a 4,100-digit one
+    Python reads was left to Python's loop, and with a lower limit the relay read (and sent on
+    ahead as a run's) a request Python refuses. It reads exactly what the interpreter it is
+    imported into reads, which it asks at import: a request is a run's request on both relays
+    alike, and a streamed event is read by the relay where Python reads it (the same text)."""
+    lengths = [639, 640, 641, 3999, 4000, 4001, 4100, 4300, 4301, 6000]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTHONINTMAXSTRDIGITS", None)
+    if limit:
+        env["PYTHONINTMAXSTRDIGITS"] = limit
+    done = subprocess.run([sys.executable, "-c", DIGITS_JUDGED, json.dumps(lengths)], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    most, judged = json.loads(done.stdout)
+    assert most == int(limit or 4300)
+    for digits, python, native, text, seen in judged:
+        assert python == (most == 0 or digits <= most), digits
+        assert native == python, (digits, most)  # the request: both relays read it, or neither
+        assert (seen is not None) == python, (digits, most)  # the event: the relay reads it
+        assert seen in (None, text) and text == ("x" if python else ""), (digits, seen, text)
 
 
 def test_headers_that_name_a_run_or_need_reading_keep_a_request_for_the_loop() -> None:

@@ -883,6 +883,97 @@ def test_responses_abort(stop_sidecar: RunningServer, llm: FakeLLM, stream: bool
     assert "[stopped: two tool calls are enough]" in output
 
 
+def json_format_loop(sidecar: RunningServer, model: str, api: str, kind: str,
+                     stream: bool) -> str:
+    """An agent whose answers must follow a JSON format (``kind``: ``json_object``, or
+    REPORT_SCHEMA's strict schema), as each API asks for it, run until it answers: its answer's
+    text, streamed or not, read by the SDK."""
+    schema = REPORT_SCHEMA["json_schema"]
+    if api == "messages":
+        return anthropic_loop(sidecar, model, "stopper", stream, output_config={
+            "format": {"type": "json_schema", "schema": schema["schema"]}})[0]  # type: ignore[index]
+    chat = client(sidecar, "stopper")
+    if api == "responses":
+        text = {"format": {"type": kind, **(schema if kind == "json_schema" else {})}}
+        items: list[Any] = [{"role": "user", "content": "Find the answer."}]
+        for _ in range(5):
+            if stream:
+                with chat.responses.stream(model=model, input=items, tools=RESPONSES_TOOLS,
+                                           text=text) as events:  # type: ignore[arg-type]
+                    response = events.get_final_response()
+            else:
+                response = chat.responses.create(model=model, input=items, tools=RESPONSES_TOOLS,
+                                                  text=text)  # type: ignore[arg-type]
+            calls = [item for item in response.output if item.type == "function_call"]
+            if not calls:
+                return response.output_text
+            for item in calls:
+                items += [{"type": "function_call", "call_id": item.call_id, "name": item.name,
+                           "arguments": item.arguments},
+                          {"type": "function_call_output", "call_id": item.call_id,
+                           "output": "result"}]
+        raise AssertionError("the loop did not end")
+    response_format = REPORT_SCHEMA if kind == "json_schema" else {"type": "json_object"}
+    messages: list[Any] = [{"role": "user", "content": "Find the answer."}]
+    for _ in range(5):
+        content, asked = "", []
+        if stream:
+            for chunk in chat.chat.completions.create(
+                    model=model, messages=messages, tools=TOOLS, stream=True,
+                    response_format=response_format):  # type: ignore[arg-type]
+                delta = chunk.choices[0].delta
+                content += delta.content or ""
+                asked += [part.index for part in delta.tool_calls or ()]
+        else:
+            message = chat.chat.completions.create(
+                model=model, messages=messages, tools=TOOLS,
+                response_format=response_format).choices[0].message  # type: ignore[arg-type]
+            content = message.content or ""
+            asked = list(range(len(message.tool_calls or ())))
+        if not asked:
+            return content
+        calls = [{"id": f"call_{len(messages)}", "type": "function",
+                  "function": {"name": "search", "arguments": "{}"}}]
+        messages += [{"role": "assistant", "content": None, "tool_calls": calls},
+                     {"role": "tool", "tool_call_id": calls[0]["id"], "content": "result"}]
+    raise AssertionError("the loop did not end")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_an_abort_answers_a_json_object_request_with_a_json_object(
+        stop_sidecar: RunningServer, llm: FakeLLM, api: str, stream: bool) -> None:
+    """A request whose answer must be a JSON object (``response_format`` / ``text.format``
+    ``json_object``) is answered, at an abort, with one that carries the stop note: the agent
+    parses its final answer as it parses every answer, not a note in prose."""
+    model = llm.script(f"json-stop-{api}", looping("search", lambda i: {"q": f"page {i}"}))
+    output = json_format_loop(stop_sidecar, model, api, "json_object", stream)
+    answer = json.loads(output)
+    assert answer["code"] == "watchdog_aborted", answer
+    assert "[stopped: two tool calls are enough]" in answer["message"], answer
+    assert len(llm.requests(model)) == 2  # the third request never reached the upstream
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+def test_an_abort_answers_a_schema_request_with_the_apis_error(
+        stop_sidecar: RunningServer, llm: FakeLLM, api: str, stream: bool) -> None:
+    """A request whose answer must follow the agent's own JSON schema has no honest answer
+    carrying a stop note (the schema has only the agent's fields): at an abort it gets the
+    API's error, as ``model_abort: error`` gives (HTTP 400, ``watchdog_aborted``, the note its
+    message), which the SDK raises and does not retry, rather than prose its parser fails on."""
+    import anthropic  # (as anthropic_loop)
+
+    model = llm.script(f"schema-stop-{api}", looping("search", lambda i: {"q": f"page {i}"}))
+    failed = anthropic.BadRequestError if api == "messages" else openai.BadRequestError
+    with pytest.raises(failed) as failure:  # type: ignore[call-overload]
+        json_format_loop(stop_sidecar, model, api, "json_schema", stream)
+    assert failure.value.status_code == 400
+    assert "watchdog_aborted" in str(failure.value.body), failure.value.body
+    assert "[stopped: two tool calls are enough]" in failure.value.message
+    assert len(llm.requests(model)) == 2
+
+
 def stored_turn(chat: openai.OpenAI, model: str, task: Any, previous: str | None = None,
                 conversation: str | None = None) -> tuple[Any, int]:
     """One turn of a conversation the server keeps (its last response, the tools it ran):

@@ -45,6 +45,7 @@ from watchdog.core.model.wire import (
     SSEReader,
     ToolResult,
     Wire,
+    abort_text,
     read_stream,
     sse,
 )
@@ -172,6 +173,36 @@ def test_answers_read_back_as_a_final_answer(wire: Wire) -> None:
     assert (whole.text, whole.calls, whole.finish_reason) == ("the report", [], "stop")
     seen, _ = feed(wire, wire.answer_stream("m", "the report", request, 1_800_000_000.0), 5)
     assert (seen.text, seen.calls, seen.complete) == ("the report", [], True)
+
+
+ANSWER_FORMATS = [  # (a request body, the format its answer must follow)
+    ({"messages": [], "response_format": {"type": "json_object"}}, "json_object"),
+    ({"messages": [], "response_format": {"type": "json_schema", "json_schema": {}}},
+     "json_schema"),
+    ({"messages": [], "response_format": {"type": "text"}}, None),
+    ({"messages": [], "response_format": "json_object"}, None),
+]
+
+
+@pytest.mark.parametrize(("body", "kind"), ANSWER_FORMATS)
+def test_a_requests_json_format_is_read(body: dict[str, Any], kind: str | None) -> None:
+    assert ChatWire().read_request(body).answer_format == kind
+    text = {"input": [], "text": {"format": body["response_format"]}}
+    assert ResponsesWire().read_request(text).answer_format == kind
+    for messages in ({"messages": [], "output_config": {"format": body["response_format"]}},
+                     {"messages": [], "output_format": body["response_format"]}):
+        assert MessagesWire().read_request(messages).answer_format == kind
+
+
+def test_an_aborts_answer_follows_the_requests_json_format() -> None:
+    note = "The agent-watchdog stopped this run: [stopped]"
+    assert abort_text(note, None) == note
+    assert json.loads(abort_text(note, "json_object") or "") == {
+        "code": "watchdog_aborted", "message": note}
+    assert abort_text(note, "json_schema") is None  # answered as the API's error
+    report = json.dumps({"answer": "pages 0-2 searched"})  # the model's report, in its format
+    assert abort_text(report, "json_object") == abort_text(report, "json_schema") == report
+    assert json.loads(abort_text("[1, 2]", "json_object") or "")["message"] == "[1, 2]"
 
 
 def test_notes_go_into_the_instructions_never_a_user_message() -> None:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -177,6 +177,57 @@ def test_a_state_dir_that_takes_no_write_is_one_line(tmp_path: Path) -> None:
         f"watchdog: state_dir '{tmp_path / 'state'}': File too large: set state_dir "
         f"(WATCHDOG_STATE_DIR, --state-dir) to a writable directory, or :memory: to keep "
         f"nothing\n"))
+
+
+def open_files_limit(soft: int, hard: int) -> Callable[[], None]:
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize("relay", ["native", "python"])
+def test_an_open_files_limit_too_low_to_start_is_one_line(tmp_path: Path, relay: str) -> None:
+    """``ulimit -n 30`` (hard and soft): the start failed where the next file was opened — a
+    traceback from an import, a listener's "cannot listen", "unable to open database file"."""
+    ports = {**fresh_ports(), "model": 0}
+    done = subprocess.run([sys.executable, "-m", "watchdog", "serve"],
+                          env=serve_env(tmp_path / "state", ports, WATCHDOG_MODEL_RELAY=relay),
+                          capture_output=True, text=True, timeout=60,
+                          preexec_fn=open_files_limit(30, 30))
+    assert (done.returncode, done.stderr) == (EXIT_STARTUP, (
+        "watchdog: the open-files limit (ulimit -n) is 30 (hard limit 30): the sidecar needs at "
+        "least 64 to start (its listeners and state files) and 640 for what it lets in at once "
+        "(max_pending_requests OTLP exports; model_max_concurrent model requests at 2 each): "
+        "raise it (ulimit -n 640; systemd LimitNOFILE=, docker run --ulimit nofile=)\n"))
+    assert not (tmp_path / "state").exists()  # refused before anything was opened
+
+
+@pytest.mark.parametrize("hard", [None, 100], ids=["hard-enough", "hard-100"])
+def test_a_low_soft_open_files_limit_is_raised_to_what_the_sidecar_needs(
+        tmp_path: Path, hard: int | None) -> None:
+    """A soft limit of 30 under a higher hard limit is raised (as far as the hard limit goes)
+    to the 640 files the default configuration lets in at once; a hard limit that is enough to
+    start but not for all of it is a warning, and the sidecar serves."""
+    ours = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    assert ours == resource.RLIM_INFINITY or ours >= 640, ours
+    raised = 640 if hard is None else hard
+    ports = {**fresh_ports(), "model": 0}
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+        process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], stderr=log,
+                                   text=True, env=serve_env(tmp_path / "state", ports),
+                                   preexec_fn=open_files_limit(30, hard or ours))
+        try:
+            wait_until(lambda: process.poll() is not None or ready(ports["metrics"]),
+                       timeout=30, what="the sidecar to start")
+            assert process.poll() is None, (log.seek(0), log.read())
+            limits = Path(f"/proc/{process.pid}/limits").read_text()
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+        said = (log.seek(0), log.read())[1]
+    (line,) = [line for line in limits.splitlines() if line.startswith("Max open files")]
+    assert line.split()[3] == str(raised), line
+    warned = "the open-files limit (ulimit -n) is 100, below the 640" in said
+    assert warned == (hard == 100), said
+    assert "Traceback" not in said, said
 
 
 def seeded_state(state: Path) -> None:

@@ -87,7 +87,7 @@ def test_a_state_dir_the_build_before_wrote_reads_the_same(tmp_path: Path) -> No
         assert [row[1] for row in store.list_runs(ended, None, None, 100, session)] == [key]
     assert store.applied_spans() == ([], 0)  # schema 8: none stored by the old build
     store.close()
-    assert version(state / state_store.DB_FILE) == state_store.SCHEMA_VERSION == 8
+    assert version(state / state_store.DB_FILE) == state_store.SCHEMA_VERSION == 9
 
     directives = DirectiveStore(str(state))
     stored = directives.list_after(0, 10_000)
@@ -139,6 +139,38 @@ def test_a_migrated_state_dir_is_written_on_and_reopened(tmp_path: Path) -> None
                                               "last_seen": NOW}
     assert again_store.activity(sorted(expected["activity"])[0]) != []
     again_store.close()
+
+
+def test_a_version_8_files_span_ids_are_numbered_and_kept_within_the_bound(
+        tmp_path: Path) -> None:
+    """Schema 9 numbers the chunks of span ids a version 8 file holds (``upto``: the ids up to
+    and with each), so the next flush cuts them by an index range: the newest
+    ``MAX_RECENT_SPANS`` ids are kept, exactly, the oldest chunk left cut to its newest ids."""
+    state, _expected = old_state_dir(tmp_path)
+    path = state / state_store.DB_FILE
+    db = sqlite3.connect(path, isolation_level=None)
+    for step in range(5, 9):  # (the build before's file: schema 8)
+        if state_store._MIGRATIONS[step]:
+            db.executescript(state_store._MIGRATIONS[step])
+        if step in state_store._PYTHON_MIGRATIONS:
+            state_store._PYTHON_MIGRATIONS[step](db)
+    db.execute("PRAGMA user_version=8")
+    ids = [[f"{n:048x}", n, n + 1] for n in range(state_store.MAX_RECENT_SPANS)]
+    for start in range(0, len(ids), 4096):
+        chunk = ids[start:start + 4096]
+        db.execute("INSERT INTO applied_spans (spans, data) VALUES (?, ?)",
+                   (len(chunk), json.dumps(chunk)))
+    db.close()
+    store = Store(str(state))
+    try:
+        assert version(path) == 9
+        assert [list(entry) for entry in store.applied_spans()[0]] == ids
+        store.save([], [], applied=[(f"{n:048x}", n, n + 1) for n in range(16_384, 16_484)])
+        kept, unread = store.applied_spans()
+        assert len(kept) == state_store.MAX_RECENT_SPANS and unread == 0
+        assert [start for _, start, _ in kept] == list(range(100, 16_484))
+    finally:
+        store.close()
 
 
 def test_a_migration_that_committed_is_not_run_again(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import http.client
 import json
+import logging
 import os
 import shutil
 import signal
@@ -26,7 +27,7 @@ from watchdog.core.durations import DurationError, parse_seconds
 from watchdog.core.runs.steps import format_duration
 from watchdog.core.tables import GAP, Column, render
 from watchdog.core.version import __version__
-from watchdog.shell import logs
+from watchdog.shell import logs, open_files
 from watchdog.shell.config import MAX_SECONDS, Config, load
 from watchdog.shell.errors import WatchdogError
 
@@ -222,6 +223,11 @@ def _serve(args: argparse.Namespace) -> int:
     hangups = catch_hangups()
     config = _config_from(args)
     logs.setup(config.log_level, config.log_format)
+    files = open_files.raise_limit(config)
+    if (refused := open_files.too_few(files)) is not None:
+        raise CommandFailed(refused, EXIT_UNREACHABLE)
+    if (warning := open_files.short(files)) is not None:
+        logging.getLogger("watchdog").warning("%s", warning)
     from watchdog.shell.server import serve  # the server's dependencies load only when serving
 
     asyncio.run(serve(config, hangups))

@@ -96,12 +96,22 @@ app.kubernetes.io/part-of: agent-watchdog
 {{- end }}
 
 {{/*
-A values scalar as an env var value: Helm reads numbers as float64, which would print 16777216
-as 1.6777216e+07; whole numbers print as integers.
+A values scalar as an env var value, a number as written: Helm reads numbers as float64, which
+prints 16777216 as 1.6777216e+07 and 0.0000001 as 1e-07 (a form the watchdog does not read).
+Whole numbers print as integers; others as the fewest decimals that read back as the same
+number, never with an exponent.
 */}}
 {{- define "agent-watchdog.envValue" -}}
 {{- if and (kindIs "float64" .) (eq (floor .) .) }}
 {{- int64 . | toString }}
+{{- else if kindIs "float64" . }}
+{{- $number := . }}
+{{- $text := "" }}
+{{- range $decimals := until 340 }}
+{{- $try := printf "%.*f" (add1 $decimals) $number }}
+{{- if and (not $text) (eq (float64 $try) $number) }}{{ $text = $try }}{{ end }}
+{{- end }}
+{{- $text | default (toString $number) }}
 {{- else }}
 {{- toString . }}
 {{- end }}

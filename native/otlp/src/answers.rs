@@ -169,10 +169,6 @@ impl<'de> Visitor<'de> for DocVisitor {
     }
 }
 
-/// Python's json refuses an integer of more digits than this (``sys.int_info``'s default
-/// ``str_digits_check_threshold``): where a run of digits is this long, ask Python.
-const MAX_INT_DIGITS: usize = 4300;
-
 /// ``outcome._parsed`` of a text: Ok(None) where Python keeps it as text (it opens with no
 /// ``[`` or ``{``), the value where it is JSON both read alike, else Unsure.
 pub fn parsed(text: &str) -> Result<Option<Doc>, Unsure> {
@@ -180,12 +176,8 @@ pub fn parsed(text: &str) -> Result<Option<Doc>, Unsure> {
     if !matches!(first, Some('[' | '{')) {
         return Ok(None);
     }
-    let mut run = 0;
-    for byte in text.bytes() {
-        run = if byte.is_ascii_digit() { run + 1 } else { 0 };
-        if run >= MAX_INT_DIGITS {
-            return Err(Unsure);
-        }
+    if crate::kernels::long_digit_run(text) {
+        return Err(Unsure); // an integer Python's json refuses
     }
     match serde_json::from_str(text) {
         Ok(doc) => Ok(Some(doc)),

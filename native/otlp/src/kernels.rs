@@ -11,16 +11,50 @@ use std::collections::BTreeSet;
 use blake2::digest::{Update, VariableOutput};
 use blake2::Blake2bVar;
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyImportError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Python's json refuses an integer of more digits than this (``sys.int_info``'s default
-/// ``str_digits_check_threshold`` limit, 4300): where a run of digits is this long, ask Python.
-const MAX_INT_DIGITS: usize = 4300;
+/// The most digits of an integer Python's json converts (``sys.get_int_max_str_digits()``:
+/// 4300 unless ``PYTHONINTMAXSTRDIGITS`` says otherwise; 0, no limit, is ``usize::MAX``), set
+/// from the interpreter's when the module is imported: where a run of digits is longer, ask
+/// Python (which refuses it).
+static MAX_INT_DIGITS: AtomicUsize = AtomicUsize::new(4300);
+
+/// Python's integer digit limit, read once at import (`register`).
+fn set_int_max_str_digits(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let digits: usize = m
+        .py()
+        .import("sys")?
+        .getattr("get_int_max_str_digits")?
+        .call0()?
+        .extract()?;
+    MAX_INT_DIGITS.store(
+        if digits == 0 { usize::MAX } else { digits },
+        Ordering::Relaxed,
+    );
+    Ok(())
+}
+
+/// Whether ``text`` holds a run of more digits than Python's json converts.
+pub(crate) fn long_digit_run(text: &str) -> bool {
+    let most = MAX_INT_DIGITS.load(Ordering::Relaxed);
+    if text.len() <= most {
+        return false;
+    }
+    let mut run = 0;
+    for byte in text.bytes() {
+        run = if byte.is_ascii_digit() { run + 1 } else { 0 };
+        if run > most {
+            return true;
+        }
+    }
+    false
+}
 
 /// A table of regexes (the limit phrases, the status patterns), in the tables' order: the first
 /// that matches anywhere in a text wins, as the Python loop over them decides.
@@ -129,20 +163,6 @@ pub struct Json {
     asked_lists: Vec<AskedList>,
     max_asked: usize,
     max_name: usize,
-}
-
-fn long_digit_run(text: &str) -> bool {
-    if text.len() < MAX_INT_DIGITS {
-        return false;
-    }
-    let mut run = 0;
-    for byte in text.bytes() {
-        run = if byte.is_ascii_digit() { run + 1 } else { 0 };
-        if run >= MAX_INT_DIGITS {
-            return true;
-        }
-    }
-    false
 }
 
 /// `text` parsed as Python's json parses it, or None where the two might differ.
@@ -424,7 +444,31 @@ impl<'de> Visitor<'de> for Message<'_> {
     }
 }
 
+/// serde_json as this crate declares it: without `preserve_order` (a map's keys sorted, which
+/// `canonical_text` writes as Python's `sort_keys` does) and `arbitrary_precision` (numbers
+/// handed to the readers' visitors as numbers, `1e400` refused as Python's reading refuses
+/// it). The relay's serde_json has both, and cargo unifies features across the packages of one
+/// build: a build of the workspace with this crate's `python` feature (`--workspace
+/// --all-features`) would read JSON otherwise than the install's (`native/otlp` alone). Such a
+/// module refuses to load (the Python decode is used), so it cannot change a result.
+fn serde_json_as_declared() -> PyResult<()> {
+    let first = serde_json::from_str::<Value>(r#"{"b":0,"a":0}"#)
+        .ok()
+        .and_then(|value| value.as_object()?.keys().next().cloned());
+    let plain = serde_json::from_str::<Value>("1e400").is_err();
+    if first.as_deref() == Some("a") && plain {
+        return Ok(());
+    }
+    Err(PyImportError::new_err(
+        "watchdog.core.spans._native was built with serde_json's preserve_order or \
+         arbitrary_precision (unified in from native/relay by a build of the whole workspace): \
+         build native/otlp alone (pip install -e ., or cargo build -p watchdog-otlp)",
+    ))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    serde_json_as_declared()?;
+    set_int_max_str_digits(m)?;
     m.add_function(wrap_pyfunction!(stable_hash, m)?)?;
     m.add_class::<Phrases>()?;
     m.add_class::<Json>()?;

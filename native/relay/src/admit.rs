@@ -27,8 +27,8 @@
 //! Everything else, and anything this cannot read as plainly as Python does, goes to Python.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use hyper::header::HeaderMap;
 use serde_json::{Map, Value};
@@ -52,7 +52,11 @@ const AGENT_PATH: &str = "/agent/";
 const MAX_AGENT_CHARS: usize = 200;
 /// What the client SDK writes into the instructions (`steer.SDK_MARKS`): a run it steers, which
 /// Python judges request by request.
-const SDK_MARKS: [&str; 3] = ["[agent-watchdog: system instruction", "[budget: ", "[grace: "];
+const SDK_MARKS: [&str; 3] = [
+    "[agent-watchdog: system instruction",
+    "[budget: ",
+    "[grace: ",
+];
 /// A session's id is `model:` and the first 12 bytes of its conversation's digest in hex.
 pub type Digest = [u8; 12];
 /// Conversations whose next request Python said may go on at once: past this, no more are
@@ -145,8 +149,10 @@ impl Continues {
     /// Whether it carries exactly what `expect` says after the `messages` decided.
     fn carries(&self, messages: usize, expect: &Expect) -> bool {
         let calls = &expect.calls;
-        if self.last_answer != messages || self.messages != messages + 1 + calls.len()
-            || self.answers.len() != calls.len() {
+        if self.last_answer != messages
+            || self.messages != messages + 1 + calls.len()
+            || self.answers.len() != calls.len()
+        {
             return false;
         }
         let Some(ids) = &self.calls else { return false };
@@ -161,7 +167,8 @@ impl Continues {
             };
             let Some(text) = text else { return false };
             if std::mem::replace(&mut answered[index], true)
-                || crate::failed::looks_failed(text) != Some(false) {
+                || crate::failed::looks_failed(text) != Some(false)
+            {
                 return false;
             }
             let hash = crate::failed::stable_hash(&format!("{}\0{text}", calls[index].1));
@@ -191,7 +198,10 @@ impl First {
     }
 
     pub fn hex(&self) -> String {
-        self.digest.iter().map(|byte| format!("{byte:02x}")).collect()
+        self.digest
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
     }
 }
 
@@ -222,9 +232,17 @@ pub enum Verdict {
 
 impl Admission {
     pub fn new(settings: Settings) -> Self {
-        Admission { settings: Arc::new(settings), agents: HashMap::new(), known: HashSet::new(),
-                    next: HashMap::new(), booking: HashSet::new(), handed: HashSet::new(),
-                    older: HashSet::new(), unsighted: 0, expecting: HashMap::new() }
+        Admission {
+            settings: Arc::new(settings),
+            agents: HashMap::new(),
+            known: HashSet::new(),
+            next: HashMap::new(),
+            booking: HashSet::new(),
+            handed: HashSet::new(),
+            older: HashSet::new(),
+            unsighted: 0,
+            expecting: HashMap::new(),
+        }
     }
 
     /// The next request of the conversation `digest` gets the bound `keep` (-1: none) if it
@@ -233,13 +251,26 @@ impl Admission {
     /// handed over. With `note`, such a request that offers tools gets that note too (the
     /// countdown), one that offers none gets none.
     #[allow(clippy::too_many_arguments)]
-    pub fn admit_next(&mut self, digest: Digest, keep: i64, note: Option<String>,
-                      messages: usize, agent: String, hold: Duration, expect: Option<Expect>) {
+    pub fn admit_next(
+        &mut self,
+        digest: Digest,
+        keep: i64,
+        note: Option<String>,
+        messages: usize,
+        agent: String,
+        hold: Duration,
+        expect: Option<Expect>,
+    ) {
         self.booking.remove(&digest);
         self.take(&digest);
         if self.next.len() >= MAX_NEXT
-            || expect.as_ref().is_some_and(|expect| expect.calls.iter().any(
-                |(id, _)| self.expecting.contains_key(id))) {
+            || expect.as_ref().is_some_and(|expect| {
+                expect
+                    .calls
+                    .iter()
+                    .any(|(id, _)| self.expecting.contains_key(id))
+            })
+        {
             return; // (a call id another conversation's next request is to answer: Python's)
         }
         if let Some(expect) = &expect {
@@ -247,8 +278,17 @@ impl Admission {
                 self.expecting.insert(id.clone(), digest);
             }
         }
-        self.next.insert(digest, Next { keep, note, messages, agent,
-                                        until: Instant::now() + hold, expect });
+        self.next.insert(
+            digest,
+            Next {
+                keep,
+                note,
+                messages,
+                agent,
+                until: Instant::now() + hold,
+                expect,
+            },
+        );
     }
 
     /// Takes what the next request of `digest` gets (and the calls it was to answer).
@@ -308,8 +348,11 @@ impl Admission {
         }
         match agent {
             Some(agent) => {
-                let gone: Vec<Digest> = self.next.iter()
-                    .filter(|(_, next)| next.agent == agent).map(|(digest, _)| *digest)
+                let gone: Vec<Digest> = self
+                    .next
+                    .iter()
+                    .filter(|(_, next)| next.agent == agent)
+                    .map(|(digest, _)| *digest)
                     .collect();
                 for digest in gone {
                     self.take(&digest);
@@ -384,18 +427,30 @@ impl Admission {
     /// What becomes of a request [`read`] found to be a new conversation's first.
     pub fn judge(&mut self, first: First, headers: &HeaderMap) -> Verdict {
         // (any request of a conversation takes what its next one gets: it is used once)
-        let next = if self.next.is_empty() { None } else { self.take(&first.digest) };
+        let next = if self.next.is_empty() {
+            None
+        } else {
+            self.take(&first.digest)
+        };
         let (keep, note) = if let Some(continues) = &first.continues {
             match next {
-                Some(next) if self.sighted() && Instant::now() < next.until && match &next.expect {
-                    Some(expect) => continues.carries(next.messages, expect),
-                    None => continues.messages > next.messages
-                        && !continues.answers.iter().any(|id| self.was_handed(id)),
-                } => match (next.note, continues.tools) {
-                    (None, _) | (Some(_), Some(false)) => (next.keep, None),
-                    (Some(note), Some(true)) => (next.keep, Some(note)),
-                    (Some(_), None) => return Verdict::No,
-                },
+                Some(next)
+                    if self.sighted()
+                        && Instant::now() < next.until
+                        && match &next.expect {
+                            Some(expect) => continues.carries(next.messages, expect),
+                            None => {
+                                continues.messages > next.messages
+                                    && !continues.answers.iter().any(|id| self.was_handed(id))
+                            }
+                        } =>
+                {
+                    match (next.note, continues.tools) {
+                        (None, _) | (Some(_), Some(false)) => (next.keep, None),
+                        (Some(note), Some(true)) => (next.keep, Some(note)),
+                        (Some(_), None) => return Verdict::No,
+                    }
+                }
                 _ => return Verdict::No,
             }
         } else {
@@ -416,10 +471,17 @@ impl Admission {
             Api::Messages => format!("{}{}", settings.anthropic, target),
             _ => format!("{}{}", settings.openai, &target[3..]),
         };
-        Verdict::Admitted(Admitted { url, headers: sent_headers(headers), api: first.api, keep,
-                                     note, target, named: first.named,
-                                     continued: first.continues.is_some(),
-                                     digest: first.digest })
+        Verdict::Admitted(Admitted {
+            url,
+            headers: sent_headers(headers),
+            api: first.api,
+            keep,
+            note,
+            target,
+            named: first.named,
+            continued: first.continues.is_some(),
+            digest: first.digest,
+        })
     }
 }
 
@@ -479,8 +541,12 @@ fn path_agent(segment: &str) -> Option<String> {
     }
     let printable = name.iter().all(|byte| (0x20..0x7f).contains(byte));
     let name = String::from_utf8(name).ok()?;
-    (printable && (1..=MAX_AGENT_CHARS).contains(&name.len()) && !name.contains(['/', '\\'])
-     && name != "." && name != "..").then_some(name)
+    (printable
+        && (1..=MAX_AGENT_CHARS).contains(&name.len())
+        && !name.contains(['/', '\\'])
+        && name != "."
+        && name != "..")
+        .then_some(name)
 }
 
 /// The agent of a request [`read`] cannot read, as Python names it; None when this cannot be
@@ -494,14 +560,19 @@ pub fn agent_of(settings: &Settings, target: &str, headers: &HeaderMap) -> Optio
         Some(value) => {
             let bytes = value.as_bytes();
             if !(1..=MAX_AGENT_CHARS).contains(&bytes.len())
-                || !bytes.iter().all(|byte| (0x20..0x7f).contains(byte)) {
+                || !bytes.iter().all(|byte| (0x20..0x7f).contains(byte))
+            {
                 return None;
             }
             Some(String::from_utf8_lossy(bytes).into_owned())
         }
         None => named,
     };
-    Some(agent.filter(|name| !name.is_empty()).unwrap_or_else(|| settings.default_agent.clone()))
+    Some(
+        agent
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| settings.default_agent.clone()),
+    )
 }
 
 /// The conversation of a Chat Completions request [`read`] cannot read, as Python's book names
@@ -511,9 +582,16 @@ pub fn agent_of(settings: &Settings, target: &str, headers: &HeaderMap) -> Optio
 /// Python passes it), and no larger than [`read`] reads. None otherwise: then the request may
 /// be of any of its agent's.
 pub fn conversation_of(agent: &str, headers: &HeaderMap, body: &[u8]) -> Option<Digest> {
-    if body.len() > MAX_READ || headers.contains_key("traceparent") || headers.contains_key("x-watchdog-run")
-        || headers.get_all("content-encoding").iter()
-            .any(|value| !value.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity")) {
+    if body.len() > MAX_READ
+        || headers.contains_key("traceparent")
+        || headers.contains_key("x-watchdog-run")
+        || headers.get_all("content-encoding").iter().any(|value| {
+            !value
+                .as_bytes()
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"identity")
+        })
+    {
         return None;
     }
     let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(body) else {
@@ -536,8 +614,13 @@ pub fn conversation_of(agent: &str, headers: &HeaderMap, body: &[u8]) -> Option<
 }
 
 /// The request, if it is plainly a new conversation's first (read without the lock).
-pub fn read(settings: &Settings, method: &str, target: &str, headers: &HeaderMap, body: &[u8])
-            -> Option<First> {
+pub fn read(
+    settings: &Settings,
+    method: &str,
+    target: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Option<First> {
     if method != "POST" || body.len() > MAX_READ {
         return None;
     }
@@ -557,27 +640,38 @@ pub fn read(settings: &Settings, method: &str, target: &str, headers: &HeaderMap
             // reads the request (and refuses it, if it must)
             let bytes = value.as_bytes();
             if !(1..=MAX_AGENT_CHARS).contains(&bytes.len())
-                || !bytes.iter().all(|byte| (0x20..0x7f).contains(byte)) {
+                || !bytes.iter().all(|byte| (0x20..0x7f).contains(byte))
+            {
                 return None;
             }
             agent = Some(String::from_utf8_lossy(bytes).into_owned());
         } else if name == "traceparent"
             || (name.starts_with(WATCHDOG_PREFIX) && !token.is_some_and(|t| t.0 == name))
             || (name == "content-encoding"
-                && !value.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity")) {
+                && !value
+                    .as_bytes()
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(b"identity"))
+        {
             return None; // a run, a trace or a budget named; a body to inflate
         }
     }
     if let Some((name, token)) = token {
-        let given = path_token.map(str::as_bytes)
-            .unwrap_or_else(|| headers.get(name.as_str()).map(|v| v.as_bytes()).unwrap_or(b""));
+        let given = path_token.map(str::as_bytes).unwrap_or_else(|| {
+            headers
+                .get(name.as_str())
+                .map(|v| v.as_bytes())
+                .unwrap_or(b"")
+        });
         if !same(given, token.as_bytes()) {
             return None;
         }
     }
     // (the header's name wins over the path's, as in Python)
     let named = if agent.is_some() { None } else { named };
-    let agent = agent.or_else(|| named.clone()).filter(|name| !name.is_empty())
+    let agent = agent
+        .or_else(|| named.clone())
+        .filter(|name| !name.is_empty())
         .unwrap_or_else(|| settings.default_agent.clone());
     if crate::observe::long_digit_run(body) {
         return None; // an integer Python may not read: its loop judges the request
@@ -598,7 +692,13 @@ pub fn read(settings: &Settings, method: &str, target: &str, headers: &HeaderMap
         None => return None,
     };
     let digest = digest(api, &agent, anchor);
-    Some(First { api, agent, digest, named, continues })
+    Some(First {
+        api,
+        agent,
+        digest,
+        named,
+        continues,
+    })
 }
 
 /// A Chat Completions request that continues its conversation, as Python reads it: messages
@@ -630,26 +730,39 @@ fn continuing(messages: &[Value]) -> Option<(&str, Continues)> {
         let message = message.as_object()?;
         (message.get("role")?.as_str()? == "tool").then_some(())?;
         answers.push(message.get("tool_call_id")?.as_str()?.to_owned());
-        texts.push(message.get("content").and_then(Value::as_str).map(str::to_owned));
+        texts.push(
+            message
+                .get("content")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        );
     }
     // (tool results last: a new user message may start the conversation's next run)
     (!answers.is_empty()).then_some(())?;
-    Some((anchor?, Continues { messages: messages.len(), answers, last_answer,
-                               calls: answer_calls(&messages[last_answer]), texts,
-                               tools: None }))
+    Some((
+        anchor?,
+        Continues {
+            messages: messages.len(),
+            answers,
+            last_answer,
+            calls: answer_calls(&messages[last_answer]),
+            texts,
+            tools: None,
+        },
+    ))
 }
 
 /// Whether Python's endpoint reads `value` (`bounds.load_json`): not when it holds a number
 /// written with a point or an exponent that is past a double's range (`1e400`: `inf` to
 /// `json.loads`, which the endpoint refuses, passing the request on unread); an integer is
-/// Python's at any length up to `MAX_DIGIT_RUN` digits (checked before).
+/// Python's at any length up to Python's limit (`observe::long_digit_run`, checked before).
 fn python_reads(value: &Value) -> bool {
     match value {
         Value::Number(number) => {
             // (only a float with an exponent or more than 308 digits is past a double)
             let text = number.as_str();
             !((text.contains(['e', 'E']) || (text.len() > 308 && text.contains('.')))
-              && number.as_f64().is_none())
+                && number.as_f64().is_none())
         }
         Value::Array(items) => items.iter().all(python_reads),
         Value::Object(members) => members.values().all(python_reads),
@@ -685,11 +798,18 @@ fn offers_tools(body: &Map<String, Value>) -> Option<bool> {
 /// them as Python reads them (a list of calls each with a string id; no legacy function call).
 fn answer_calls(message: &Value) -> Option<Vec<String>> {
     let message = message.as_object()?;
-    if message.get("function_call").is_some_and(|call| !call.is_null()) {
+    if message
+        .get("function_call")
+        .is_some_and(|call| !call.is_null())
+    {
         return None;
     }
-    message.get("tool_calls")?.as_array()?.iter()
-        .map(|call| call.as_object()?.get("id")?.as_str().map(str::to_owned)).collect()
+    message
+        .get("tool_calls")?
+        .as_array()?
+        .iter()
+        .map(|call| call.as_object()?.get("id")?.as_str().map(str::to_owned))
+        .collect()
 }
 
 /// The tool-call ids a whole Chat Completions response hands over (every choice's, a superset
@@ -702,13 +822,18 @@ pub fn response_call_ids(data: &[u8]) -> Option<Vec<String>> {
         return None;
     };
     let mut ids = Vec::new();
-    let Some(choices) = body.get("choices") else { return Some(ids) };
+    let Some(choices) = body.get("choices") else {
+        return Some(ids);
+    };
     for choice in choices.as_array()? {
         let Some(message) = choice.get("message").filter(|message| !message.is_null()) else {
             continue;
         };
         let message = message.as_object()?;
-        if message.get("function_call").is_some_and(|call| !call.is_null()) {
+        if message
+            .get("function_call")
+            .is_some_and(|call| !call.is_null())
+        {
             return None; // (a legacy call: Python names it by its function)
         }
         match message.get("tool_calls") {
@@ -734,13 +859,17 @@ fn first_request(api: Api, body: &Map<String, Value>) -> Option<&str> {
     match api {
         Api::Chat => messages_anchor(body.get("messages")?.as_array()?, |_| true),
         Api::Responses => {
-            if ["previous_response_id", "conversation"].iter().any(|key| body.contains_key(*key)) {
+            if ["previous_response_id", "conversation"]
+                .iter()
+                .any(|key| body.contains_key(*key))
+            {
                 return None;
             }
             body.get("instructions").map_or(Some(()), plain)?;
             match body.get("input")? {
                 Value::Array(items) => messages_anchor(items, |item| {
-                    item.get("type").is_none_or(|kind| kind.as_str() == Some("message"))
+                    item.get("type")
+                        .is_none_or(|kind| kind.as_str() == Some("message"))
                 }),
                 input => non_empty(input),
             }
@@ -748,7 +877,9 @@ fn first_request(api: Api, body: &Map<String, Value>) -> Option<&str> {
         Api::Messages => {
             body.get("system").map_or(Some(()), plain)?;
             let messages = body.get("messages")?.as_array()?;
-            let [only] = messages.as_slice() else { return None };
+            let [only] = messages.as_slice() else {
+                return None;
+            };
             let only = only.as_object()?;
             (only.get("role")?.as_str()? == "user").then_some(())?;
             non_empty(only.get("content")?)
@@ -758,8 +889,7 @@ fn first_request(api: Api, body: &Map<String, Value>) -> Option<&str> {
 
 /// Messages of the system, developer and user only, each one string (and `plain`, what `also`
 /// asks of each), the user's last: the first user message's text.
-fn messages_anchor(messages: &[Value], also: impl Fn(&Map<String, Value>) -> bool)
-                   -> Option<&str> {
+fn messages_anchor(messages: &[Value], also: impl Fn(&Map<String, Value>) -> bool) -> Option<&str> {
     let mut anchor = None;
     for message in messages {
         let message = message.as_object().filter(|message| also(message))?;
@@ -810,13 +940,22 @@ fn digest(api: Api, agent: &str, anchor: &str) -> Digest {
 /// asked for unencoded (it is read).
 fn sent_headers(headers: &HeaderMap) -> Headers {
     let named = connection_named(headers);
-    let mut out: Headers = headers.iter()
+    let mut out: Headers = headers
+        .iter()
         .map(|(name, value)| (name.as_str(), value))
-        .filter(|(name, _)| !name.starts_with(WATCHDOG_PREFIX) && !HOP_BY_HOP.contains(name)
-                && !REQUEST_SET.contains(name) && *name != "accept-encoding"
-                && !named.iter().any(|n| n == name))
-        .map(|(name, value)| (name.to_owned(),
-                              String::from_utf8_lossy(value.as_bytes()).into_owned()))
+        .filter(|(name, _)| {
+            !name.starts_with(WATCHDOG_PREFIX)
+                && !HOP_BY_HOP.contains(name)
+                && !REQUEST_SET.contains(name)
+                && *name != "accept-encoding"
+                && !named.iter().any(|n| n == name)
+        })
+        .map(|(name, value)| {
+            (
+                name.to_owned(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            )
+        })
         .collect();
     out.push(("accept-encoding".to_owned(), "identity".to_owned()));
     out
@@ -844,13 +983,20 @@ mod tests {
     use super::*;
 
     fn settings() -> Settings {
-        Settings { openai: "http://up/v1".into(), anthropic: "http://up".into(),
-                   default_agent: "bot".into(), token: None }
+        Settings {
+            openai: "http://up/v1".into(),
+            anthropic: "http://up".into(),
+            default_agent: "bot".into(),
+            token: None,
+        }
     }
 
     fn body(after: &str) -> Vec<u8> {
-        format!(r#"{{"model":"m","messages":[{{"role":"system","content":"s"}},
-                   {{"role":"user","content":"task"}}{after}]}}"#).into_bytes()
+        format!(
+            r#"{{"model":"m","messages":[{{"role":"system","content":"s"}},
+                   {{"role":"user","content":"task"}}{after}]}}"#
+        )
+        .into_bytes()
     }
 
     const HOLD: Duration = Duration::from_secs(60);
@@ -859,7 +1005,13 @@ mod tests {
                               {"role":"tool","tool_call_id":"own_1","content":"r"}"#;
 
     fn read_chat(body: &[u8]) -> Option<First> {
-        read(&settings(), "POST", "/v1/chat/completions", &HeaderMap::new(), body)
+        read(
+            &settings(),
+            "POST",
+            "/v1/chat/completions",
+            &HeaderMap::new(),
+            body,
+        )
     }
 
     #[test]
@@ -891,10 +1043,19 @@ mod tests {
 
     #[test]
     fn a_number_past_a_doubles_range_is_not_read() {
-        let with = |number: &str| format!(r#"{{"model":"m","temperature":{number},
-            "messages":[{{"role":"user","content":"task"}}],"metadata":{{"n":[{number}]}}}}"#)
-            .into_bytes();
-        for number in ["1e400", "-1E309", "0.1e310", &format!("{}.5", "1".repeat(310))] {
+        let with = |number: &str| {
+            format!(
+                r#"{{"model":"m","temperature":{number},
+            "messages":[{{"role":"user","content":"task"}}],"metadata":{{"n":[{number}]}}}}"#
+            )
+            .into_bytes()
+        };
+        for number in [
+            "1e400",
+            "-1E309",
+            "0.1e310",
+            &format!("{}.5", "1".repeat(310)),
+        ] {
             assert!(read_chat(&with(number)).is_none(), "{number}");
         }
         for number in ["1e308", "1e-400", "-0.0", &"1".repeat(400)] {
@@ -908,7 +1069,10 @@ mod tests {
         let mut admission = Admission::new(settings());
         let digest = read_chat(&body("")).unwrap().digest;
         let judged = |admission: &mut Admission, body: &[u8]| {
-            matches!(admission.judge(read_chat(body).unwrap(), &headers), Verdict::Admitted(_))
+            matches!(
+                admission.judge(read_chat(body).unwrap(), &headers),
+                Verdict::Admitted(_)
+            )
         };
         assert!(!judged(&mut admission, &body(ANSWERED)), "not told");
         admission.admit_next(digest, -1, None, 4, "bot".into(), HOLD, None);
@@ -918,21 +1082,35 @@ mod tests {
         assert!(!judged(&mut admission, &body(ANSWERED)), "once");
         admission.handed(Some(vec!["own_1".into()]));
         admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
-        assert!(!judged(&mut admission, &body(ANSWERED)), "a call handed over");
+        assert!(
+            !judged(&mut admission, &body(ANSWERED)),
+            "a call handed over"
+        );
         admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
         admission.unread(Some("other".into()));
         admission.handed(Some(vec![]));
-        let other = body(r#",{"role":"assistant","content":"d"},
-                            {"role":"tool","tool_call_id":"own_2","content":"r"}"#);
-        assert!(judged(&mut admission, &other), "another agent's unread request");
+        let other = body(
+            r#",{"role":"assistant","content":"d"},
+                            {"role":"tool","tool_call_id":"own_2","content":"r"}"#,
+        );
+        assert!(
+            judged(&mut admission, &other),
+            "another agent's unread request"
+        );
         admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
         admission.unread(Some("bot".into()));
-        assert!(!judged(&mut admission, &other), "its agent's unread request");
+        assert!(
+            !judged(&mut admission, &other),
+            "its agent's unread request"
+        );
         admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
         admission.handed(None);
         assert!(!admission.sighted());
         admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
-        assert!(!judged(&mut admission, &other), "a response it could not read");
+        assert!(
+            !judged(&mut admission, &other),
+            "a response it could not read"
+        );
         // Python booked it and said which calls it handed over: sighted again
         admission.handed(None);
         admission.sight(vec![]);
@@ -940,11 +1118,19 @@ mod tests {
         admission.sight(vec!["own_2".into()]);
         assert!(admission.sighted());
         admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
-        assert!(!judged(&mut admission, &other), "its call, as Python read it");
-        let third = body(r#",{"role":"assistant","content":"d"},
-                            {"role":"tool","tool_call_id":"own_3","content":"r"}"#);
+        assert!(
+            !judged(&mut admission, &other),
+            "its call, as Python read it"
+        );
+        let third = body(
+            r#",{"role":"assistant","content":"d"},
+                            {"role":"tool","tool_call_id":"own_3","content":"r"}"#,
+        );
         admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
-        assert!(judged(&mut admission, &third), "a call no response handed over");
+        assert!(
+            judged(&mut admission, &third),
+            "a call no response handed over"
+        );
     }
 
     #[test]
@@ -958,11 +1144,19 @@ mod tests {
         assert_eq!(conversation_of("bot", &plain, parts), Some(digest));
         assert_ne!(conversation_of("other", &plain, parts), Some(digest));
         for (headers, body) in [
-            (vec![("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")],
-             &parts[..]),
+            (
+                vec![(
+                    "traceparent",
+                    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                )],
+                &parts[..],
+            ),
             (vec![("x-watchdog-run", "r")], &parts[..]),
             (vec![("content-encoding", "gzip")], &parts[..]),
-            (vec![], br#"{"messages":[{"role":"user","content":[{"text":"task"}]}]}"#),
+            (
+                vec![],
+                br#"{"messages":[{"role":"user","content":[{"text":"task"}]}]}"#,
+            ),
             (vec![], br#"{"messages":[{"role":"user"}]}"#),
             (vec![], br#"{"messages":"task"}"#),
             (vec![], b"not json"),
@@ -971,14 +1165,21 @@ mod tests {
             for (name, value) in headers {
                 map.insert(name, value.parse().unwrap());
             }
-            assert_eq!(conversation_of("bot", &map, body), None,
-                       "{:?}", String::from_utf8_lossy(body));
+            assert_eq!(
+                conversation_of("bot", &map, body),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
         }
         // what Python said of that conversation goes; another conversation's stays
         let mut admission = Admission::new(settings());
-        let other = read_chat(br#"{"messages":[{"role":"system","content":"s"},
-                                     {"role":"user","content":"another task"}]}"#)
-            .unwrap().digest;
+        let other = read_chat(
+            br#"{"messages":[{"role":"system","content":"s"},
+                                     {"role":"user","content":"another task"}]}"#,
+        )
+        .unwrap()
+        .digest;
         admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD, None);
         admission.admit_next(other, -1, None, 2, "bot".into(), HOLD, None);
         admission.unread_conversation(&digest);
@@ -996,19 +1197,33 @@ mod tests {
             text.replacen(r#"{"model":"m","#, &format!(r#"{{"model":"m",{tools}"#), 1)
                 .into_bytes()
         };
-        for (tools, wanted) in [(r#""tools":[{"type":"function"}],"#, Some(Some(&note))),
-                                (r#""tools":[],"functions":[{"name":"f"}],"#, Some(Some(&note))),
-                                (r#""tools":[],"#, Some(None)), ("", Some(None)),
-                                (r#""tools":null,"functions":{},"#, Some(None)),
-                                (r#""tools":0,"#, None),
-                                (r#""tools":[{"type":"function"}],"tool_choice":"none","#,
-                                 Some(None)),
-                                (r#""tools":[{"type":"function"}],"tool_choice":{"type":"none"},"#,
-                                 Some(None)),
-                                (r#""tools":[{"type":"function"}],"tool_choice":"auto","#,
-                                 Some(Some(&note))),
-                                (r#""tools":[],"functions":[{"name":"f"}],"function_call":"none","#,
-                                 Some(None))] {
+        for (tools, wanted) in [
+            (r#""tools":[{"type":"function"}],"#, Some(Some(&note))),
+            (
+                r#""tools":[],"functions":[{"name":"f"}],"#,
+                Some(Some(&note)),
+            ),
+            (r#""tools":[],"#, Some(None)),
+            ("", Some(None)),
+            (r#""tools":null,"functions":{},"#, Some(None)),
+            (r#""tools":0,"#, None),
+            (
+                r#""tools":[{"type":"function"}],"tool_choice":"none","#,
+                Some(None),
+            ),
+            (
+                r#""tools":[{"type":"function"}],"tool_choice":{"type":"none"},"#,
+                Some(None),
+            ),
+            (
+                r#""tools":[{"type":"function"}],"tool_choice":"auto","#,
+                Some(Some(&note)),
+            ),
+            (
+                r#""tools":[],"functions":[{"name":"f"}],"function_call":"none","#,
+                Some(None),
+            ),
+        ] {
             admission.admit_next(digest, 3, Some(note.clone()), 2, "bot".into(), HOLD, None);
             match admission.judge(read_chat(&with(tools)).unwrap(), &headers) {
                 Verdict::Admitted(admitted) => {
@@ -1023,13 +1238,17 @@ mod tests {
     #[test]
     fn the_ids_handed_over_are_remembered_in_two_generations() {
         let mut admission = Admission::new(settings());
-        admission.handed(Some((0..MAX_HANDED / 2).map(|n| format!("id_{n}")).collect()));
+        admission.handed(Some(
+            (0..MAX_HANDED / 2).map(|n| format!("id_{n}")).collect(),
+        ));
         admission.handed(Some(vec!["id_0".into()])); // (known: not again)
         assert!(admission.was_handed("id_0") && admission.older.is_empty());
         admission.handed(Some(vec!["next_0".into()]));
         assert!(admission.was_handed("id_0") && admission.was_handed("next_0"));
         assert!(admission.sighted(), "never blind for their number");
-        admission.handed(Some((1..MAX_HANDED / 2).map(|n| format!("next_{n}")).collect()));
+        admission.handed(Some(
+            (1..MAX_HANDED / 2).map(|n| format!("next_{n}")).collect(),
+        ));
         admission.handed(Some(vec!["last".into()]));
         assert!(!admission.was_handed("id_0") && admission.was_handed("next_0"));
         assert!(admission.handed.len() + admission.older.len() <= MAX_HANDED);
@@ -1039,12 +1258,20 @@ mod tests {
     fn a_whole_responses_tool_calls_are_read_or_it_is_not_sure() {
         let calls = br#"{"choices":[{"message":{"tool_calls":[{"id":"a"},{"id":"b"}]}},
                         {"message":{"tool_calls":[{"id":"c"}]}}]}"#;
-        assert_eq!(response_call_ids(calls), Some(vec!["a".into(), "b".into(), "c".into()]));
-        assert_eq!(response_call_ids(br#"{"choices":[{"message":{"content":"x"}}]}"#),
-                   Some(vec![]));
-        for unsure in [&br#"{"choices":[{"message":{"tool_calls":[{"id":1}]}}]}"#[..],
-                       br#"{"choices":[{"message":{"function_call":{"name":"f"}}}]}"#,
-                       br#"{"choices":[{"message":{"tool_calls":[{"id":"a"}]}"#, b"NaN"] {
+        assert_eq!(
+            response_call_ids(calls),
+            Some(vec!["a".into(), "b".into(), "c".into()])
+        );
+        assert_eq!(
+            response_call_ids(br#"{"choices":[{"message":{"content":"x"}}]}"#),
+            Some(vec![])
+        );
+        for unsure in [
+            &br#"{"choices":[{"message":{"tool_calls":[{"id":1}]}}]}"#[..],
+            br#"{"choices":[{"message":{"function_call":{"name":"f"}}}]}"#,
+            br#"{"choices":[{"message":{"tool_calls":[{"id":"a"}]}"#,
+            b"NaN",
+        ] {
             assert_eq!(response_call_ids(unsure), None);
         }
     }
@@ -1052,22 +1279,34 @@ mod tests {
     /// The model's answer handing over the calls `ids` (of the tool "search"), then a result
     /// for each of `results` (id, content as JSON).
     fn handed_turn(ids: &[&str], results: &[(&str, &str)]) -> Vec<u8> {
-        let calls: Vec<String> = ids.iter().map(|id| format!(
-            r#"{{"id":"{id}","type":"function","function":{{"name":"search","#
-            ).to_owned() + r#""arguments":"{}"}}"#).collect();
-        let mut after = format!(r#",{{"role":"assistant","content":null,"tool_calls":[{}]}}"#,
-                                calls.join(","));
+        let calls: Vec<String> = ids
+            .iter()
+            .map(|id| {
+                format!(r#"{{"id":"{id}","type":"function","function":{{"name":"search","#)
+                    .to_owned()
+                    + r#""arguments":"{}"}}"#
+            })
+            .collect();
+        let mut after = format!(
+            r#",{{"role":"assistant","content":null,"tool_calls":[{}]}}"#,
+            calls.join(",")
+        );
         for (id, content) in results {
             after.push_str(&format!(
-                r#",{{"role":"tool","tool_call_id":"{id}","content":{content}}}"#));
+                r#",{{"role":"tool","tool_call_id":"{id}","content":{content}}}"#
+            ));
         }
         body(&after)
     }
 
     fn expect(ids: &[&str], seen: &[i64]) -> Option<Expect> {
-        Some(Expect { calls: ids.iter().map(|id| ((*id).to_owned(), "search".to_owned()))
-                          .collect(),
-                      seen: seen.iter().copied().collect() })
+        Some(Expect {
+            calls: ids
+                .iter()
+                .map(|id| ((*id).to_owned(), "search".to_owned()))
+                .collect(),
+            seen: seen.iter().copied().collect(),
+        })
     }
 
     #[test]
@@ -1076,34 +1315,70 @@ mod tests {
         let mut admission = Admission::new(settings());
         let digest = read_chat(&body("")).unwrap().digest;
         let judged = |admission: &mut Admission, body: &[u8]| {
-            read_chat(body).is_some_and(|first| matches!(admission.judge(first, &headers),
-                                                          Verdict::Admitted(_)))
+            read_chat(body).is_some_and(|first| {
+                matches!(admission.judge(first, &headers), Verdict::Admitted(_))
+            })
         };
         let good = handed_turn(&["a", "b"], &[("b", r#""two""#), ("a", r#""one""#)]);
         let tell = |admission: &mut Admission, seen: &[i64]| {
             admission.handed(Some(vec!["a".into(), "b".into()]));
-            admission.admit_next(digest, -1, None, 2, "bot".into(), HOLD,
-                                 expect(&["a", "b"], seen));
+            admission.admit_next(
+                digest,
+                -1,
+                None,
+                2,
+                "bot".into(),
+                HOLD,
+                expect(&["a", "b"], seen),
+            );
         };
         tell(&mut admission, &[]);
-        assert!(judged(&mut admission, &good), "its calls' results, in any order");
+        assert!(
+            judged(&mut admission, &good),
+            "its calls' results, in any order"
+        );
         assert!(!judged(&mut admission, &good), "once");
         let hash = crate::failed::stable_hash("search\0one");
         for (case, bad, seen) in [
             ("a result the run had", good.clone(), vec![hash]),
-            ("a failed result", handed_turn(&["a", "b"], &[("a", r#""Error: no""#),
-                                                            ("b", r#""two""#)]), vec![]),
-            ("an unsure one", handed_turn(&["a", "b"], &[("a", "\"\u{a0}x\""), ("b", r#""t""#)]),
-             vec![]),
-            ("the same result twice", handed_turn(&["a", "b"], &[("a", r#""x""#),
-                                                                  ("b", r#""x""#)]), vec![]),
-            ("a result missing", handed_turn(&["a", "b"], &[("a", r#""x""#)]), vec![]),
-            ("one answered twice", handed_turn(&["a", "b"], &[("a", r#""x""#), ("a", r#""y""#)]),
-             vec![]),
-            ("another call", handed_turn(&["a", "c"], &[("a", r#""x""#), ("c", r#""y""#)]),
-             vec![]),
-            ("content in parts", handed_turn(&["a", "b"], &[
-                ("a", r#"[{"type":"text","text":"x"}]"#), ("b", r#""y""#)]), vec![]),
+            (
+                "a failed result",
+                handed_turn(&["a", "b"], &[("a", r#""Error: no""#), ("b", r#""two""#)]),
+                vec![],
+            ),
+            (
+                "an unsure one",
+                handed_turn(&["a", "b"], &[("a", "\"\u{a0}x\""), ("b", r#""t""#)]),
+                vec![],
+            ),
+            (
+                "the same result twice",
+                handed_turn(&["a", "b"], &[("a", r#""x""#), ("b", r#""x""#)]),
+                vec![],
+            ),
+            (
+                "a result missing",
+                handed_turn(&["a", "b"], &[("a", r#""x""#)]),
+                vec![],
+            ),
+            (
+                "one answered twice",
+                handed_turn(&["a", "b"], &[("a", r#""x""#), ("a", r#""y""#)]),
+                vec![],
+            ),
+            (
+                "another call",
+                handed_turn(&["a", "c"], &[("a", r#""x""#), ("c", r#""y""#)]),
+                vec![],
+            ),
+            (
+                "content in parts",
+                handed_turn(
+                    &["a", "b"],
+                    &[("a", r#"[{"type":"text","text":"x"}]"#), ("b", r#""y""#)],
+                ),
+                vec![],
+            ),
         ] {
             tell(&mut admission, &seen);
             assert!(!judged(&mut admission, &bad), "{case}");
@@ -1113,8 +1388,13 @@ mod tests {
         let good_text = String::from_utf8(good.clone()).unwrap();
         let longer = good_text.replacen(
             r#"{"role":"assistant""#,
-            r#"{"role":"assistant","content":"hm"},{"role":"assistant""#, 1);
-        assert!(!judged(&mut admission, longer.as_bytes()), "an extra message");
+            r#"{"role":"assistant","content":"hm"},{"role":"assistant""#,
+            1,
+        );
+        assert!(
+            !judged(&mut admission, longer.as_bytes()),
+            "an extra message"
+        );
         // handed over again by another response: that call's result is another run's
         tell(&mut admission, &[]);
         admission.handed(Some(vec!["b".into()]));
@@ -1122,11 +1402,21 @@ mod tests {
         // a call of the conversation gone upstream since (Python decided the request itself)
         tell(&mut admission, &[]);
         admission.asked(digest);
-        assert!(!judged(&mut admission, &good), "said before a call went upstream");
+        assert!(
+            !judged(&mut admission, &good),
+            "said before a call went upstream"
+        );
         // past its hold
         admission.handed(Some(vec!["a".into(), "b".into()]));
-        admission.admit_next(digest, -1, None, 2, "bot".into(), Duration::ZERO,
-                             expect(&["a", "b"], &[]));
+        admission.admit_next(
+            digest,
+            -1,
+            None,
+            2,
+            "bot".into(),
+            Duration::ZERO,
+            expect(&["a", "b"], &[]),
+        );
         assert!(!judged(&mut admission, &good), "too late");
     }
 }

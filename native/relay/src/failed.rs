@@ -26,22 +26,32 @@ pub fn looks_failed(text: &str) -> Option<bool> {
     }
     let rest = &chars[at..];
     let mut unsure = false;
-    for found in [word(rest, "error"), word(rest, "exception"),
-                  literal(rest, "traceback (most recent call last)").map(|n| n.is_some()),
-                  named(rest), keyed(rest)] {
+    for found in [
+        word(rest, "error"),
+        word(rest, "exception"),
+        literal(rest, "traceback (most recent call last)").map(|n| n.is_some()),
+        named(rest),
+        keyed(rest),
+    ] {
         match found {
             Some(true) => return Some(true),
             Some(false) => {}
             None => unsure = true,
         }
     }
-    if unsure { None } else { Some(false) }
+    if unsure {
+        None
+    } else {
+        Some(false)
+    }
 }
 
 /// Python's `\s` (str patterns) on a character: None when it is not ASCII.
 fn space(c: char) -> Option<bool> {
-    c.is_ascii().then_some(matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c'
-                                        | '\x1c'..='\x1f'))
+    c.is_ascii().then_some(matches!(
+        c,
+        ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c' | '\x1c'..='\x1f'
+    ))
 }
 
 /// Python's `\w` on a character: None when it is not ASCII.
@@ -52,7 +62,9 @@ fn word_char(c: char) -> Option<bool> {
 /// `pattern` (ASCII, lower case) at the start, case-insensitively: the characters after it.
 fn literal<'a>(chars: &'a [char], pattern: &str) -> Option<Option<&'a [char]>> {
     for (index, expected) in pattern.chars().enumerate() {
-        let Some(&c) = chars.get(index) else { return Some(None) };
+        let Some(&c) = chars.get(index) else {
+            return Some(None);
+        };
         if !c.is_ascii() {
             return None;
         }
@@ -78,7 +90,9 @@ fn word(chars: &[char], pattern: &str) -> Option<bool> {
 /// the first (greedy, backtracking: any split) ends in one of the two words after its first
 /// character, and a colon follows it.
 fn named(chars: &[char]) -> Option<bool> {
-    let Some(&first) = chars.first() else { return Some(false) };
+    let Some(&first) = chars.first() else {
+        return Some(false);
+    };
     if !first.is_ascii() {
         return None;
     }
@@ -109,7 +123,9 @@ fn keyed(chars: &[char]) -> Option<bool> {
     while at < chars.len() && space(chars[at])? {
         at += 1;
     }
-    let Some(after) = literal(&chars[at..], "\"error\"")? else { return Some(false) };
+    let Some(after) = literal(&chars[at..], "\"error\"")? else {
+        return Some(false);
+    };
     let mut at = 0;
     while at < after.len() && space(after[at])? {
         at += 1;
@@ -124,7 +140,9 @@ pub fn stable_hash(text: &str) -> i64 {
     let mut hasher = blake2::Blake2bVar::new(8).expect("8 is a BLAKE2b digest size");
     hasher.update(text.as_bytes());
     let mut digest = [0u8; 8];
-    hasher.finalize_variable(&mut digest).expect("the digest is 8 bytes");
+    hasher
+        .finalize_variable(&mut digest)
+        .expect("the digest is 8 bytes");
     i64::from_be_bytes(digest)
 }
 
@@ -134,31 +152,60 @@ mod tests {
 
     #[test]
     fn failures_are_read_as_python_reads_them_and_anything_not_ascii_on_the_way_is_unsure() {
-        for failed in ["Error: no such file", "  error", "EXCEPTION raised", "{\"error\": 1}",
-                       "{ \"Error\"\t:", "Traceback (most recent call last):\n  File",
-                       "ValueError: bad", "requests.exceptions.HTTPError: 500",
-                       "_x.yError:", "\x1c error"] {
+        for failed in [
+            "Error: no such file",
+            "  error",
+            "EXCEPTION raised",
+            "{\"error\": 1}",
+            "{ \"Error\"\t:",
+            "Traceback (most recent call last):\n  File",
+            "ValueError: bad",
+            "requests.exceptions.HTTPError: 500",
+            "_x.yError:",
+            "\x1c error",
+        ] {
             assert_eq!(looks_failed(failed), Some(true), "{failed:?}");
         }
-        for fine in ["", "found 3 files", "errors: none", "error_count: 0", "Errors",
-                     "ValueError", "ValueError :", "1Error:", "{\"errors\": []}",
-                     "no error here", "ok é"] {
+        for fine in [
+            "",
+            "found 3 files",
+            "errors: none",
+            "error_count: 0",
+            "Errors",
+            "ValueError",
+            "ValueError :",
+            "1Error:",
+            "{\"errors\": []}",
+            "no error here",
+            "ok é",
+        ] {
             assert_eq!(looks_failed(fine), Some(false), "{fine:?}");
         }
-        for unsure in ["\u{a0}Error: x", "erroré", "Valueé Error:", "\u{17f}x", "ſError:",
-                       "é ok"] {
+        for unsure in [
+            "\u{a0}Error: x",
+            "erroré",
+            "Valueé Error:",
+            "\u{17f}x",
+            "ſError:",
+            "é ok",
+        ] {
             assert_eq!(looks_failed(unsure), None, "{unsure:?}");
         }
         // past the 200 characters read, nothing counts
         let long = format!("A{}Error:", "b".repeat(198));
         assert_eq!(looks_failed(&long), Some(false));
-        assert_eq!(looks_failed(&format!("A{}Error:", "b".repeat(193))), Some(true));
+        assert_eq!(
+            looks_failed(&format!("A{}Error:", "b".repeat(193))),
+            Some(true)
+        );
     }
 
     #[test]
     fn the_hash_is_pythons() {
         // hashlib.blake2b(b"search\0found", digest_size=8), as a signed big-endian int
-        assert_eq!(stable_hash("search\0found"), i64::from_be_bytes(
-            *b"\xb1\x10\x68\xa7\x35\x6a\x01\xd1"));
+        assert_eq!(
+            stable_hash("search\0found"),
+            i64::from_be_bytes(*b"\xb1\x10\x68\xa7\x35\x6a\x01\xd1")
+        );
     }
 }

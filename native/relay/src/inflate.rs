@@ -30,8 +30,12 @@ pub enum Coding {
 
 impl Coding {
     pub fn of(headers: &HeaderMap) -> Coding {
-        let Some(value) = headers.get("content-encoding") else { return Coding::Identity };
-        let Ok(value) = value.to_str() else { return Coding::Other };
+        let Some(value) = headers.get("content-encoding") else {
+            return Coding::Identity;
+        };
+        let Ok(value) = value.to_str() else {
+            return Coding::Other;
+        };
         Coding::parse(value)
     }
 
@@ -97,12 +101,19 @@ pub struct Inflater {
 
 impl Inflater {
     pub fn new(coding: Coding) -> Self {
-        Inflater { gzip: coding == Coding::Gzip, decoder: None, pending: Bytes::new(),
-                   ended: false, padding: false }
+        Inflater {
+            gzip: coding == Coding::Gzip,
+            decoder: None,
+            pending: Bytes::new(),
+            ended: false,
+            padding: false,
+        }
     }
 
     pub fn push(&mut self, data: &[u8]) {
-        self.pending = if self.pending.is_empty() { Bytes::copy_from_slice(data) } else {
+        self.pending = if self.pending.is_empty() {
+            Bytes::copy_from_slice(data)
+        } else {
             [&self.pending[..], data].concat().into()
         };
     }
@@ -134,7 +145,8 @@ impl Inflater {
                         }
                         Decoder::Gzip(GzDecoder::new(Vec::new()))
                     } else if pending[0] & 0x0f == 8
-                        && (u16::from(pending[0]) << 8 | u16::from(pending[1])) % 31 == 0 {
+                        && (u16::from(pending[0]) << 8 | u16::from(pending[1])) % 31 == 0
+                    {
                         Decoder::Zlib(ZlibDecoder::new(Vec::new()))
                     } else {
                         Decoder::Raw(DeflateDecoder::new(Vec::new()))
@@ -143,7 +155,10 @@ impl Inflater {
                     self.decoder.insert(decoder)
                 }
             };
-            let taken = decoder.writer().write(&self.pending).map_err(|_| BadCoding)?;
+            let taken = decoder
+                .writer()
+                .write(&self.pending)
+                .map_err(|_| BadCoding)?;
             if taken == 0 {
                 // the data has ended (a gzip member with its trailer checked): what follows is
                 // judged at the top of the loop
@@ -171,7 +186,11 @@ impl Inflater {
             return Err(BadCoding); // (a byte held to tell what comes: cut short)
         }
         let Some(decoder) = self.decoder.as_mut() else {
-            return if self.ended { Ok(Vec::new()) } else { Err(BadCoding) };
+            return if self.ended {
+                Ok(Vec::new())
+            } else {
+                Err(BadCoding)
+            };
         };
         decoder.finish().map_err(|_| BadCoding)?;
         Ok(std::mem::take(decoder.output()))
@@ -181,8 +200,11 @@ impl Inflater {
 /// A whole body inflated, at most `limit` bytes (`codings.inflate`'s twin).
 pub fn inflate_whole(data: &[u8], coding: Coding, limit: usize) -> Result<Vec<u8>, BadCoding> {
     if !coding.inflated() {
-        return if coding == Coding::Identity && data.len() <= limit { Ok(data.to_vec()) }
-               else { Err(BadCoding) };
+        return if coding == Coding::Identity && data.len() <= limit {
+            Ok(data.to_vec())
+        } else {
+            Err(BadCoding)
+        };
     }
     let mut inflater = Inflater::new(coding);
     inflater.push(data);
@@ -225,9 +247,18 @@ mod tests {
             }
         }
         assert_eq!(out, data);
-        assert_eq!(inflate_whole(&compressed, Coding::Gzip, 10_000_000).unwrap(), data);
-        assert_eq!(inflate_whole(&compressed, Coding::Gzip, 9_999_999), Err(BadCoding));
-        assert_eq!(inflate_whole(&compressed[..100], Coding::Gzip, 10_000_000), Err(BadCoding));
+        assert_eq!(
+            inflate_whole(&compressed, Coding::Gzip, 10_000_000).unwrap(),
+            data
+        );
+        assert_eq!(
+            inflate_whole(&compressed, Coding::Gzip, 9_999_999),
+            Err(BadCoding)
+        );
+        assert_eq!(
+            inflate_whole(&compressed[..100], Coding::Gzip, 10_000_000),
+            Err(BadCoding)
+        );
     }
 
     #[test]
@@ -237,12 +268,20 @@ mod tests {
         assert_eq!(inflate_whole(&two, Coding::Gzip, 100).unwrap(), b"one two");
         let mut zlib = flate2::write::ZlibEncoder::new(Vec::new(), Compression::default());
         zlib.write_all(b"zlib").unwrap();
-        assert_eq!(inflate_whole(&zlib.finish().unwrap(), Coding::Deflate, 100).unwrap(),
-                   b"zlib");
+        assert_eq!(
+            inflate_whole(&zlib.finish().unwrap(), Coding::Deflate, 100).unwrap(),
+            b"zlib"
+        );
         let mut raw = flate2::write::DeflateEncoder::new(Vec::new(), Compression::default());
         raw.write_all(b"raw").unwrap();
-        assert_eq!(inflate_whole(&raw.finish().unwrap(), Coding::Deflate, 100).unwrap(), b"raw");
-        assert_eq!(inflate_whole(b"not gzip", Coding::Gzip, 100), Err(BadCoding));
+        assert_eq!(
+            inflate_whole(&raw.finish().unwrap(), Coding::Deflate, 100).unwrap(),
+            b"raw"
+        );
+        assert_eq!(
+            inflate_whole(b"not gzip", Coding::Gzip, 100),
+            Err(BadCoding)
+        );
     }
 
     #[test]
@@ -251,8 +290,10 @@ mod tests {
         zlib.write_all(b"zlib").unwrap();
         let zlib = zlib.finish().unwrap();
         let member = gzip(b"one");
-        for (data, coding, want) in [(&member, Coding::Gzip, &b"one"[..]),
-                                     (&zlib, Coding::Deflate, &b"zlib"[..])] {
+        for (data, coding, want) in [
+            (&member, Coding::Gzip, &b"one"[..]),
+            (&zlib, Coding::Deflate, &b"zlib"[..]),
+        ] {
             let padded = [&data[..], &[0u8; 9]].concat();
             assert_eq!(inflate_whole(&padded, coding, 100).unwrap(), want);
             for tail in [&b"junk"[..], b"\0\0x", b"\x1f", b"j"] {

@@ -50,9 +50,17 @@ use observe::Seen;
 use trim::{Answers, Api, LastEvent, StreamTrim, Trim};
 
 /// RFC 9110 §7.6.1, and the framing hyper sets itself.
-const HOP_BY_HOP: [&str; 9] = ["connection", "keep-alive", "proxy-connection",
-    "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding",
-    "upgrade"];
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
 
 type Headers = Vec<(String, String)>;
 
@@ -65,28 +73,58 @@ enum Event {
     /// `learn`: the agent of a new conversation's first request, whose new runs the relay
     /// has not been told about (`Relay.admit_agent`). `arrived`: when its head came (Python
     /// is told how long ago, so its run's call is in flight from then, as on its own relay).
-    Request { id: u64, method: String, target: String, headers: Headers, body: Option<Bytes>,
-              refusal: &'static str, in_flight: usize, learn: Option<String>,
-              arrived: Instant },
+    Request {
+        id: u64,
+        method: String,
+        target: String,
+        headers: Headers,
+        body: Option<Bytes>,
+        refusal: &'static str,
+        in_flight: usize,
+        learn: Option<String>,
+        arrived: Instant,
+    },
     /// A new conversation's first request, sent on at once with the bound `keep` (-1: none)
     /// that its agent's new runs get (`admit`): Python reads it as a request it forwarded.
     /// `note`: the note written into it (the countdown; "" none).
-    Taken { id: u64, method: String, target: String, headers: Headers, body: Bytes,
-            in_flight: usize, keep: i64, arrived: Instant, continued: bool, note: String },
+    Taken {
+        id: u64,
+        method: String,
+        target: String,
+        headers: Headers,
+        body: Bytes,
+        in_flight: usize,
+        keep: i64,
+        arrived: Instant,
+        continued: bool,
+        note: String,
+    },
     /// A forward failed before the client's answer began: no head in time ("timeout"), none
     /// at all ("unreachable"), its body stopped ("stalled") or broke off ("broken") while it
     /// was read whole, or a response a bound cannot judge ("unjudged", `detail` what): Python
     /// answers the request again with `respond`.
-    Failed { id: u64, kind: &'static str, detail: String },
+    Failed {
+        id: u64,
+        kind: &'static str,
+        detail: String,
+    },
     /// A forwarded response ended: its status (0: none came), "ok", "cut" or "cancelled", the
     /// bytes observed (with `observe`), its content type, seconds from forward to the end.
     /// With a bound on tool calls, whether the relay changed what it passed on. `seen`: what
     /// a successful stream of a known API said, read here (module `observe`; None: Python
     /// reads the bytes). `unread`: a Chat Completions response whose tool calls could not be
     /// read here (Python says which it handed over once booked: `Relay.sight`).
-    Done { id: u64, status: u16, outcome: &'static str, body: Option<Bytes>,
-           content_type: String, seconds: f64, changed: bool, seen: Option<Seen>,
-           unread: bool },
+    Done {
+        id: u64,
+        status: u16,
+        outcome: &'static str,
+        body: Option<Bytes>,
+        content_type: String,
+        seconds: f64,
+        changed: bool,
+        seen: Option<Seen>,
+        unread: bool,
+    },
     /// The client of a request still with the model ended its side of the connection (it
     /// half-closed, waiting for its answer, or went away: an SDK's timeout): Python may let
     /// the request go (`Relay.let_go`) when its client sends it, or its run's next, again.
@@ -95,10 +133,24 @@ enum Event {
 
 /// Python's answer to a request.
 enum Reply {
-    Respond { status: u16, headers: Headers, body: Bytes },
-    Forward { method: String, url: String, headers: Headers, body: Bytes, observe: bool,
-              notify: bool, direct: bool, trim: Option<Trim>, watch: Option<Api>,
-              unasked: Option<Bytes>, ahead: Option<admit::Digest> },
+    Respond {
+        status: u16,
+        headers: Headers,
+        body: Bytes,
+    },
+    Forward {
+        method: String,
+        url: String,
+        headers: Headers,
+        body: Bytes,
+        observe: bool,
+        notify: bool,
+        direct: bool,
+        trim: Option<Trim>,
+        watch: Option<Api>,
+        unasked: Option<Bytes>,
+        ahead: Option<admit::Digest>,
+    },
 }
 
 struct Shared {
@@ -209,20 +261,46 @@ impl Shared {
 }
 
 fn is_stream(content_type: &str) -> bool {
-    content_type.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("text/event-stream")
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .eq_ignore_ascii_case("text/event-stream")
 }
 
 /// The observation as Python's `Observation` takes it: (response_id, input_tokens,
 /// output_tokens, cache_read_tokens, cache_write_tokens, model, finish_reason,
 /// [(call_id, name, arguments)], text, complete).
-type SeenTuple = (Option<String>, u64, u64, u64, u64, Option<String>, Option<String>,
-                  Vec<(String, String, String)>, String, bool);
+type SeenTuple = (
+    Option<String>,
+    u64,
+    u64,
+    u64,
+    u64,
+    Option<String>,
+    Option<String>,
+    Vec<(String, String, String)>,
+    String,
+    bool,
+);
 
 fn seen_tuple(seen: Seen) -> SeenTuple {
-    (seen.response_id, seen.input_tokens, seen.output_tokens, seen.cache_read_tokens,
-     seen.cache_write_tokens, seen.model, seen.finish_reason,
-     seen.calls.into_iter().map(|call| (call.call_id, call.name, call.arguments)).collect(),
-     seen.text, seen.complete)
+    (
+        seen.response_id,
+        seen.input_tokens,
+        seen.output_tokens,
+        seen.cache_read_tokens,
+        seen.cache_write_tokens,
+        seen.model,
+        seen.finish_reason,
+        seen.calls
+            .into_iter()
+            .map(|call| (call.call_id, call.name, call.arguments))
+            .collect(),
+        seen.text,
+        seen.complete,
+    )
 }
 
 /// One request in flight: counted until its response has gone; a request dropped before its
@@ -260,7 +338,8 @@ fn whole_observed(read: &Bytes, coding: Coding, limit: usize) -> Option<Observed
     match coding {
         Coding::Identity => Some(Observed::Whole(read.clone())),
         Coding::Other => None,
-        _ => inflate::inflate_whole(read, coding, limit).ok()
+        _ => inflate::inflate_whole(read, coding, limit)
+            .ok()
             .map(|text| Observed::Whole(Bytes::from(text))),
     }
 }
@@ -277,9 +356,11 @@ impl Ticket {
                 Observed::Whole(bytes) => bytes,
             });
             let seen = match (&body, self.api) {
-                (Some(data), Some(api)) if (200..300).contains(&self.status)
-                    && is_stream(&self.content_type) =>
-                    observe::observe_stream(api, data).ok(),
+                (Some(data), Some(api))
+                    if (200..300).contains(&self.status) && is_stream(&self.content_type) =>
+                {
+                    observe::observe_stream(api, data).ok()
+                }
                 _ => None,
             };
             let mut unread = false;
@@ -287,10 +368,12 @@ impl Ticket {
                 // the tool calls it handed over, before its client has its end: a request
                 // that answers one is that call's run's, which Python decides
                 let ids = match (&seen, &body) {
-                    (Some(seen), _) => Some(seen.calls.iter().map(|call| call.call_id.clone())
-                                            .collect()),
-                    (None, Some(data)) if !is_stream(&self.content_type) =>
-                        admit::response_call_ids(data),
+                    (Some(seen), _) => {
+                        Some(seen.calls.iter().map(|call| call.call_id.clone()).collect())
+                    }
+                    (None, Some(data)) if !is_stream(&self.content_type) => {
+                        admit::response_call_ids(data)
+                    }
                     _ => None,
                 };
                 if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
@@ -299,10 +382,16 @@ impl Ticket {
                 }
             }
             self.shared.push(Event::Done {
-                id: self.id, status: self.status, outcome, body,
+                id: self.id,
+                status: self.status,
+                outcome,
+                body,
                 content_type: std::mem::take(&mut self.content_type),
-                seconds: self.started.elapsed().as_secs_f64(), changed: self.changed, seen,
-                unread });
+                seconds: self.started.elapsed().as_secs_f64(),
+                changed: self.changed,
+                seen,
+                unread,
+            });
         }
     }
 }
@@ -344,7 +433,11 @@ impl RelayBody {
     /// back of an event cut short goes as it came.
     fn ended(&mut self, outcome: &'static str) -> Option<Bytes> {
         self.upstream = None;
-        let rest = self.trim.take().map(|trim| trim.rest().to_vec()).unwrap_or_default();
+        let rest = self
+            .trim
+            .take()
+            .map(|trim| trim.rest().to_vec())
+            .unwrap_or_default();
         if let Some(ticket) = self.ticket.as_mut() {
             ticket.end(outcome);
         }
@@ -373,7 +466,9 @@ impl RelayBody {
                 ticket.end("ok"); // told before the client has it
             }
         }
-        let Some(trim) = self.trim.as_mut() else { return Ok(None) };
+        let Some(trim) = self.trim.as_mut() else {
+            return Ok(None);
+        };
         let out = trim.feed(piece)?;
         if let Some(ticket) = self.ticket.as_mut() {
             ticket.changed |= trim.changed;
@@ -392,7 +487,9 @@ impl RelayBody {
     /// Bytes not of their coding: a trim's answer is unjudged; else the body passes unread
     /// from there.
     fn read_inflated(&mut self, data: &[u8]) -> Result<Option<Vec<u8>>, trim::Unjudged> {
-        let Some(mut inflater) = self.inflate.take() else { return self.read(data) };
+        let Some(mut inflater) = self.inflate.take() else {
+            return self.read(data);
+        };
         inflater.push(data);
         let mut trimmed = self.trim.is_some().then(Vec::new);
         loop {
@@ -400,8 +497,11 @@ impl RelayBody {
                 Ok(Some(piece)) => {
                     if let (Some(out), Some(into)) = (self.read(&piece)?, trimmed.as_mut()) {
                         into.extend_from_slice(&out);
-                        if self.ticket.as_ref().is_some_and(
-                                |ticket| into.len() > ticket.shared.observe_limit) {
+                        if self
+                            .ticket
+                            .as_ref()
+                            .is_some_and(|ticket| into.len() > ticket.shared.observe_limit)
+                        {
                             return Err(trim::Unjudged);
                         }
                     }
@@ -428,8 +528,10 @@ impl Body for RelayBody {
     type Data = Bytes;
     type Error = std::io::Error;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>)
-                  -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         let this = &mut *self;
         loop {
             if let Some(bytes) = this.whole.take() {
@@ -529,8 +631,10 @@ impl Body for RelayBody {
 fn header_map(headers: &Headers) -> HeaderMap {
     let mut map = HeaderMap::with_capacity(headers.len());
     for (name, value) in headers {
-        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()),
-                                        HeaderValue::from_bytes(value.as_bytes())) {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) {
             map.append(name, value);
         }
     }
@@ -538,10 +642,16 @@ fn header_map(headers: &Headers) -> HeaderMap {
 }
 
 fn answer(status: u16, headers: &Headers, body: Bytes, ticket: Ticket) -> Response<RelayBody> {
-    let mut response = Response::new(RelayBody { whole: Some(body), upstream: None,
-                                                  ticket: Some(ticket), trim: None,
-                                                  watch: None, inflate: None, failed: false,
-                                                  paused: false });
+    let mut response = Response::new(RelayBody {
+        whole: Some(body),
+        upstream: None,
+        ticket: Some(ticket),
+        trim: None,
+        watch: None,
+        inflate: None,
+        failed: false,
+        paused: false,
+    });
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     *response.headers_mut() = header_map(headers);
     response
@@ -549,9 +659,15 @@ fn answer(status: u16, headers: &Headers, body: Bytes, ticket: Ticket) -> Respon
 
 /// The header names a message's `Connection` header lists (hop-by-hop too), lowercase.
 fn connection_named(headers: &HeaderMap) -> Vec<String> {
-    headers.get_all("connection").iter()
+    headers
+        .get_all("connection")
+        .iter()
         .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(',').map(|part| part.trim().to_ascii_lowercase()))
+        .flat_map(|value| {
+            value
+                .split(',')
+                .map(|part| part.trim().to_ascii_lowercase())
+        })
         .collect()
 }
 
@@ -572,12 +688,21 @@ fn passed_headers(upstream: &HeaderMap) -> HeaderMap {
 /// A request's body, read into one buffer (of its declared length: never copied again), counted
 /// in `held_bytes` as it comes past what it declared (a chunked one); else why not
 /// (`too_large`, `over_budget`, `unreadable`).
-async fn read_body(shared: &Shared, ticket: &mut Ticket, declared: Option<u64>,
-                   incoming: &mut Incoming) -> Result<Bytes, &'static str> {
+async fn read_body(
+    shared: &Shared,
+    ticket: &mut Ticket,
+    declared: Option<u64>,
+    incoming: &mut Incoming,
+) -> Result<Bytes, &'static str> {
     let mut data = BytesMut::with_capacity(
-        declared.map_or(0, |length| length as usize).min(shared.max_body));
+        declared
+            .map_or(0, |length| length as usize)
+            .min(shared.max_body),
+    );
     while let Some(frame) = incoming.frame().await {
-        let Ok(chunk) = frame.map_err(|_| "unreadable")?.into_data() else { continue };
+        let Ok(chunk) = frame.map_err(|_| "unreadable")?.into_data() else {
+            continue;
+        };
         if data.len() + chunk.len() > shared.max_body {
             return Err("too_large");
         }
@@ -603,31 +728,58 @@ async fn drain(incoming: &mut Incoming, most: usize) {
     }
 }
 
-async fn handle(shared: Arc<Shared>, client: Arc<Client>, request: Request<Incoming>)
-                -> Result<Response<RelayBody>, Infallible> {
+async fn handle(
+    shared: Arc<Shared>,
+    client: Arc<Client>,
+    request: Request<Incoming>,
+) -> Result<Response<RelayBody>, Infallible> {
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     let in_flight = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-    let mut ticket = Ticket { shared: shared.clone(), id, notify: false, ended: false,
-                              started: Instant::now(), status: 0, content_type: String::new(),
-                              observed: None, changed: false, api: None, held: 0,
-                              watched: false };
+    let mut ticket = Ticket {
+        shared: shared.clone(),
+        id,
+        notify: false,
+        ended: false,
+        started: Instant::now(),
+        status: 0,
+        content_type: String::new(),
+        observed: None,
+        changed: false,
+        api: None,
+        held: 0,
+        watched: false,
+    };
     let (parts, incoming) = request.into_parts();
-    let headers: Headers = parts.headers.iter()
-        .map(|(name, value)| (name.as_str().to_owned(),
-                              String::from_utf8_lossy(value.as_bytes()).into_owned()))
+    let headers: Headers = parts
+        .headers
+        .iter()
+        .map(|(name, value)| {
+            (
+                name.as_str().to_owned(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            )
+        })
         .collect();
-    let declared = parts.headers.get("content-length")
-        .and_then(|value| value.to_str().ok()).and_then(|value| value.trim().parse::<u64>().ok());
+    let declared = parts
+        .headers
+        .get("content-length")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
     let mut refusal = "";
     let mut body = None;
-    let waits = parts.headers.get(hyper::header::EXPECT)
+    let waits = parts
+        .headers
+        .get(hyper::header::EXPECT)
         .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     if *shared.draining.borrow() {
         // stopping: its body read and dropped (briefly: the relay is on its way out), so its
         // client reads the 503 rather than a connection closed under it
         let mut incoming = incoming;
-        let _ = tokio::time::timeout(shared.body_timeout.min(DRAIN_READ),
-                                     drain(&mut incoming, shared.max_body)).await;
+        let _ = tokio::time::timeout(
+            shared.body_timeout.min(DRAIN_READ),
+            drain(&mut incoming, shared.max_body),
+        )
+        .await;
         return Ok(stopping(&parts.uri, ticket));
     }
     if in_flight > shared.max_concurrent {
@@ -638,11 +790,13 @@ async fn handle(shared: Arc<Shared>, client: Arc<Client>, request: Request<Incom
             // 503: a connection closed under it may lose it. (One that waits for `100
             // Continue` is refused before it sends it.)
             let mut incoming = incoming;
-            let _ = tokio::time::timeout(shared.body_timeout,
-                                         drain(&mut incoming, shared.max_body)).await;
+            let _ =
+                tokio::time::timeout(shared.body_timeout, drain(&mut incoming, shared.max_body))
+                    .await;
         }
     } else if parts.version == hyper::Version::HTTP_11
-              && parts.headers.get_all(hyper::header::HOST).iter().count() != 1 {
+        && parts.headers.get_all(hyper::header::HOST).iter().count() != 1
+    {
         refusal = "bad_host"; // RFC 9112 §3.2
     } else if declared.is_some_and(|length| length > shared.max_body as u64) {
         refusal = "too_large";
@@ -675,17 +829,27 @@ async fn handle(shared: Arc<Shared>, client: Arc<Client>, request: Request<Incom
     let method = parts.method.as_str().to_owned();
     let target = parts.uri.to_string();
     let mut learn = None;
-    let settings = shared.admission.lock().unwrap().as_ref().map(|a| a.settings.clone());
+    let settings = shared
+        .admission
+        .lock()
+        .unwrap()
+        .as_ref()
+        .map(|a| a.settings.clone());
     let first = match (&settings, &body) {
-        (Some(settings), Some(body)) if refusal.is_empty() =>
-            admit::read(settings, &method, &target, &parts.headers, body),
+        (Some(settings), Some(body)) if refusal.is_empty() => {
+            admit::read(settings, &method, &target, &parts.headers, body)
+        }
         _ => None,
     };
     if let Some(digest) = first.as_ref().and_then(|first| first.continuing()) {
         booked(&shared, &digest).await;
     }
     let verdict = match first {
-        Some(first) => shared.admission.lock().unwrap().as_mut()
+        Some(first) => shared
+            .admission
+            .lock()
+            .unwrap()
+            .as_mut()
             .map(|admission| admission.judge(first, &parts.headers)),
         None => {
             if let (true, Some(settings)) = (target.contains("/chat/completions"), &settings) {
@@ -693,7 +857,9 @@ async fn handle(shared: Arc<Shared>, client: Arc<Client>, request: Request<Incom
                 // Python said may go on: not before Python has read it. Of that conversation,
                 // when this can tell which; else of any of its agent's)
                 let agent = admit::agent_of(settings, &target, &parts.headers);
-                let conversation = agent.as_deref().zip(body.as_deref())
+                let conversation = agent
+                    .as_deref()
+                    .zip(body.as_deref())
                     .and_then(|(agent, body)| admit::conversation_of(agent, &parts.headers, body));
                 if let Some(admission) = shared.admission.lock().unwrap().as_mut() {
                     match conversation {
@@ -709,7 +875,7 @@ async fn handle(shared: Arc<Shared>, client: Arc<Client>, request: Request<Incom
     let sent = match (&verdict, &body) {
         (Some(Verdict::Admitted(admitted)), Some(body)) => match &admitted.note {
             None => Some(body.clone()),
-            Some(note) => note::splice_read(body, note).map(Bytes::from),  // (read: admit)
+            Some(note) => note::splice_read(body, note).map(Bytes::from), // (read: admit)
         },
         _ => None,
     };
@@ -721,30 +887,55 @@ async fn handle(shared: Arc<Shared>, client: Arc<Client>, request: Request<Incom
         (Some(Verdict::Admitted(admitted)), Some(body), Some(sent)) => {
             let keep = admitted.keep;
             let mut headers = headers;
-            if let Some(named) = admitted.named {  // (Python reads it as the header's)
+            if let Some(named) = admitted.named {
+                // (Python reads it as the header's)
                 headers.push((admit::AGENT_HEADER.to_owned(), named));
             }
-            shared.push(Event::Taken { id, method, target: admitted.target.to_owned(), headers,
-                                       body: body.clone(), in_flight: in_flight - 1, keep,
-                                       arrived: ticket.started,
-                                       continued: admitted.continued,
-                                       note: admitted.note.unwrap_or_default() });
+            shared.push(Event::Taken {
+                id,
+                method,
+                target: admitted.target.to_owned(),
+                headers,
+                body: body.clone(),
+                in_flight: in_flight - 1,
+                keep,
+                arrived: ticket.started,
+                continued: admitted.continued,
+                note: admitted.note.unwrap_or_default(),
+            });
             Reply::Forward {
-                method: "POST".to_owned(), url: admitted.url, headers: admitted.headers,
+                method: "POST".to_owned(),
+                url: admitted.url,
+                headers: admitted.headers,
                 body: sent,
-                observe: true, notify: true, direct: false,
+                observe: true,
+                notify: true,
+                direct: false,
                 trim: usize::try_from(keep).ok().map(|keep| Trim {
-                    api: admitted.api, keep: Some(keep), hide_usage: false }),
-                watch: (keep < 0).then_some(admitted.api), unasked: None,
-                ahead: (admitted.api == Api::Chat).then_some(admitted.digest) }
+                    api: admitted.api,
+                    keep: Some(keep),
+                    hide_usage: false,
+                }),
+                watch: (keep < 0).then_some(admitted.api),
+                unasked: None,
+                ahead: (admitted.api == Api::Chat).then_some(admitted.digest),
+            }
         }
         (verdict, body, _) => {
             if let Some(Verdict::Learn(agent)) = verdict {
                 learn = Some(agent);
             }
-            let event = Event::Request { id, method, target, headers, body, refusal,
-                                         in_flight: in_flight - 1, learn,
-                                         arrived: ticket.started };
+            let event = Event::Request {
+                id,
+                method,
+                target,
+                headers,
+                body,
+                refusal,
+                in_flight: in_flight - 1,
+                learn,
+                arrived: ticket.started,
+            };
             let Some(reply) = shared.ask(id, event).await else {
                 return Ok(undecided(&parts.uri, ticket));
             };
@@ -753,17 +944,35 @@ async fn handle(shared: Arc<Shared>, client: Arc<Client>, request: Request<Incom
     };
     loop {
         match reply {
-            Reply::Respond { status, headers, body } => {
+            Reply::Respond {
+                status,
+                headers,
+                body,
+            } => {
                 return Ok(answer(status, &headers, body, ticket));
             }
-            Reply::Forward { method, url, headers, body, observe, notify, direct, mut trim,
-                             watch, unasked, ahead } => {
+            Reply::Forward {
+                method,
+                url,
+                headers,
+                body,
+                observe,
+                notify,
+                direct,
+                mut trim,
+                watch,
+                unasked,
+                ahead,
+            } => {
                 ticket.notify = notify;
                 if notify && !ticket.watched {
                     // with the model from now: its client's end is told (Python's to judge)
                     if let Some(socket) = watch_socket(&client) {
                         let watch = tokio::spawn(watch_client(shared.clone(), id, socket));
-                        shared.watched.lock().unwrap()
+                        shared
+                            .watched
+                            .lock()
+                            .unwrap()
                             .insert(id, (client.clone(), watch.abort_handle()));
                         ticket.watched = true;
                     }
@@ -777,23 +986,40 @@ async fn handle(shared: Arc<Shared>, client: Arc<Client>, request: Request<Incom
                     }
                 }
                 ticket.started = Instant::now();
-                let method = reqwest::Method::from_bytes(method.as_bytes())
-                    .unwrap_or(reqwest::Method::POST);
-                let client = if direct { &shared.direct } else { &shared.client };
-                let send = |body: Bytes| client.request(method.clone(), &url)
-                    .headers(header_map(&headers)).body(body).send();
+                let method =
+                    reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::POST);
+                let client = if direct {
+                    &shared.direct
+                } else {
+                    &shared.client
+                };
+                let send = |body: Bytes| {
+                    client
+                        .request(method.clone(), &url)
+                        .headers(header_map(&headers))
+                        .body(body)
+                        .send()
+                };
                 let mut sent = send(body).await;
                 let mut read = None; // of an error's body, read to judge it
                 let mut failed_body = None; // that read failed: the upstream had answered
                 if let (Some(unasked), Ok(upstream)) = (unasked, sent.as_mut()) {
                     if matches!(upstream.status().as_u16(), 400 | 422) {
-                        let coding = upstream.headers().get("content-encoding")
-                            .and_then(|value| value.to_str().ok()).unwrap_or("").to_owned();
+                        let coding = upstream
+                            .headers()
+                            .get("content-encoding")
+                            .and_then(|value| value.to_str().ok())
+                            .unwrap_or("")
+                            .to_owned();
                         match read_upto(upstream, MAX_REFUSAL_BYTES).await {
                             Ok((data, true)) if refuses_usage(&data, &coding) => {
                                 // as its client sent it: its usage unasked
                                 shared.usage_refused.store(true, Ordering::Relaxed);
-                                trim = trim.map(|trim| Trim { hide_usage: false, ..trim })
+                                trim = trim
+                                    .map(|trim| Trim {
+                                        hide_usage: false,
+                                        ..trim
+                                    })
                                     .filter(|trim| trim.keep.is_some());
                                 sent = send(unasked).await;
                             }
@@ -804,16 +1030,21 @@ async fn handle(shared: Arc<Shared>, client: Arc<Client>, request: Request<Incom
                 }
                 let failure = match (sent, failed_body) {
                     (_, Some(failure)) => failure,
-                    (Ok(upstream), None) => match relayed(&shared, upstream, read, ticket, observe,
-                                                  trim, watch).await {
-                        Ok(response) => return Ok(response),
-                        Err((back, kind, detail)) => {
-                            ticket = back;
-                            (kind, detail)
+                    (Ok(upstream), None) => {
+                        match relayed(&shared, upstream, read, ticket, observe, trim, watch).await {
+                            Ok(response) => return Ok(response),
+                            Err((back, kind, detail)) => {
+                                ticket = back;
+                                (kind, detail)
+                            }
                         }
-                    },
+                    }
                     (Err(error), None) => {
-                        let kind = if error.is_timeout() { "timeout" } else { "unreachable" };
+                        let kind = if error.is_timeout() {
+                            "timeout"
+                        } else {
+                            "unreachable"
+                        };
                         (kind, error_kind(&error))
                     }
                 };
@@ -837,7 +1068,11 @@ async fn booked(shared: &Shared, digest: &admit::Digest) {
         let told = shared.told.notified();
         tokio::pin!(told);
         told.as_mut().enable();
-        let booking = shared.admission.lock().unwrap().as_ref()
+        let booking = shared
+            .admission
+            .lock()
+            .unwrap()
+            .as_ref()
             .is_some_and(|admission| admission.booking(digest));
         if !booking || tokio::time::timeout_at(deadline, told).await.is_err() {
             return;
@@ -852,7 +1087,14 @@ const DRAIN_READ: Duration = Duration::from_secs(1);
 
 /// A body read whole that failed once the upstream had answered: its kind (`Event::Failed`).
 fn body_failure(error: &reqwest::Error) -> (&'static str, String) {
-    (if error.is_timeout() { "stalled" } else { "broken" }, error_kind(error))
+    (
+        if error.is_timeout() {
+            "stalled"
+        } else {
+            "broken"
+        },
+        error_kind(error),
+    )
 }
 
 /// The relay's own answer to a request Python gave no word on (it is closing, or did not
@@ -868,19 +1110,32 @@ fn undecided(uri: &hyper::Uri, ticket: Ticket) -> Response<RelayBody> {
 fn stopping(uri: &hyper::Uri, ticket: Ticket) -> Response<RelayBody> {
     const WHY: &str = "the model endpoint is stopping: retry shortly";
     let mut response = unavailable(uri, WHY, "stopping", ticket);
-    response.headers_mut().insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+    response
+        .headers_mut()
+        .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
 
 /// 503 with `Retry-After: 1` in the API's error shape.
 fn unavailable(uri: &hyper::Uri, why: &str, code: &str, ticket: Ticket) -> Response<RelayBody> {
     let body = if uri.path().trim_end_matches('/').ends_with("/v1/messages") {
-        format!(r#"{{"type":"error","error":{{"type":"overloaded_error","message":"{why}","code":"{code}"}}}}"#)
+        format!(
+            r#"{{"type":"error","error":{{"type":"overloaded_error","message":"{why}","code":"{code}"}}}}"#
+        )
     } else {
-        format!(r#"{{"error":{{"message":"{why}","type":"api_error","param":null,"code":"{code}"}}}}"#)
+        format!(
+            r#"{{"error":{{"message":"{why}","type":"api_error","param":null,"code":"{code}"}}}}"#
+        )
     };
-    answer(503, &vec![("Content-Type".to_owned(), "application/json".to_owned()),
-                      ("Retry-After".to_owned(), "1".to_owned())], Bytes::from(body), ticket)
+    answer(
+        503,
+        &vec![
+            ("Content-Type".to_owned(), "application/json".to_owned()),
+            ("Retry-After".to_owned(), "1".to_owned()),
+        ],
+        Bytes::from(body),
+        ticket,
+    )
 }
 
 /// An upstream's error read whole to judge whether it refuses `stream_options` (`plans`).
@@ -888,10 +1143,14 @@ const MAX_REFUSAL_BYTES: usize = 64 * 1024;
 
 /// `streams.read_upto`: the first bytes of the body, up to `limit` and one more, and whether
 /// they are all of it (the rest is still the response's).
-async fn read_upto(upstream: &mut reqwest::Response, limit: usize)
-                   -> Result<(Bytes, bool), reqwest::Error> {
+async fn read_upto(
+    upstream: &mut reqwest::Response,
+    limit: usize,
+) -> Result<(Bytes, bool), reqwest::Error> {
     // the length said, reserved at once: the buffer is not grown (and copied) as it fills
-    let said = upstream.content_length().map_or(0, |length| length.min(limit as u64 + 1));
+    let said = upstream
+        .content_length()
+        .map_or(0, |length| length.min(limit as u64 + 1));
     let mut read = BytesMut::with_capacity(said as usize);
     while read.len() <= limit {
         match upstream.chunk().await? {
@@ -917,8 +1176,9 @@ fn refuses_usage(body: &[u8], coding: &str) -> bool {
         _ => inflate(&mut flate2::read::ZlibDecoder::new(body))
             .or_else(|| inflate(&mut flate2::read::DeflateDecoder::new(body))),
     };
-    text.is_some_and(|text| text.len() <= MAX_REFUSAL_BYTES
-                     && memchr::memmem::find(&text, b"stream_options").is_some())
+    text.is_some_and(|text| {
+        text.len() <= MAX_REFUSAL_BYTES && memchr::memmem::find(&text, b"stream_options").is_some()
+    })
 }
 
 /// The upstream's response, passed on as it comes; with a bound on tool calls (`trim`), a
@@ -927,28 +1187,52 @@ fn refuses_usage(body: &[u8], coding: &str) -> bool {
 /// A successful gzip or deflate body is inflated to be read (bounded alike); what the relay
 /// changes goes on plain, what it does not as it came. In a coding it cannot read, it passes
 /// unread, or with a trim is not passed (a stream is broken off at once).
-async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Bytes>,
-                 mut ticket: Ticket, observe: bool, trim: Option<Trim>, watch: Option<Api>)
-                 -> Result<Response<RelayBody>, Failure> {
+async fn relayed(
+    shared: &Shared,
+    upstream: reqwest::Response,
+    read: Option<Bytes>,
+    mut ticket: Ticket,
+    observe: bool,
+    trim: Option<Trim>,
+    watch: Option<Api>,
+) -> Result<Response<RelayBody>, Failure> {
     let status = upstream.status();
     ticket.status = status.as_u16();
     if observe {
         ticket.observed = Some(Observed::Passing(BytesMut::new()));
         ticket.api = trim.map(|trim| trim.api).or(watch);
     }
-    let kind = upstream.headers().get("content-type")
-        .map(|kind| String::from_utf8_lossy(kind.as_bytes()).into_owned()).unwrap_or_default();
-    let mime = kind.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let kind = upstream
+        .headers()
+        .get("content-type")
+        .map(|kind| String::from_utf8_lossy(kind.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let mime = kind
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     ticket.content_type = kind;
     let mut headers = passed_headers(upstream.headers());
     let stream = mime == "text/event-stream";
-    let coding = if status.is_success() { Coding::of(upstream.headers()) }
-                 else { Coding::Identity }; // (an error's body is not read)
-    // (a whole response is trimmed only with a bound: its usage came unasked)
+    let coding = if status.is_success() {
+        Coding::of(upstream.headers())
+    } else {
+        Coding::Identity
+    }; // (an error's body is not read)
+       // (a whole response is trimmed only with a bound: its usage came unasked)
     let trim = trim.filter(|trim| status.is_success() && (stream || trim.keep.is_some()));
-    let mut body = RelayBody { whole: None, upstream: None, ticket: None, trim: None,
-                               watch: None, inflate: None, failed: false,
-                               paused: false };
+    let mut body = RelayBody {
+        whole: None,
+        upstream: None,
+        ticket: None,
+        trim: None,
+        watch: None,
+        inflate: None,
+        failed: false,
+        paused: false,
+    };
     match trim {
         // a whole successful response observed: read first (bounded), as the aiohttp relay
         // reads it, so one that stalls or breaks off before its end is a 504 or 502, never a
@@ -964,7 +1248,11 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
                     return Err((ticket, kind, detail));
                 }
             };
-            ticket.observed = if whole { whole_observed(&read, coding, limit) } else { None };
+            ticket.observed = if whole {
+                whole_observed(&read, coding, limit)
+            } else {
+                None
+            };
             body.whole = Some(read);
             if !whole {
                 body.upstream = Some(upstream.into());
@@ -1013,7 +1301,10 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
                 Err((ticket, "unjudged", why.to_owned()))
             };
             const LONG: &str = "too long to read";
-            if upstream.content_length().is_some_and(|length| length > limit as u64) {
+            if upstream
+                .content_length()
+                .is_some_and(|length| length > limit as u64)
+            {
                 return unjudged(ticket, LONG);
             }
             let read = match read_upto(&mut upstream, limit).await {
@@ -1024,11 +1315,18 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
                     return Err((ticket, kind, detail));
                 }
             };
-            let text = if coding == Coding::Identity { read.clone() } else {
+            let text = if coding == Coding::Identity {
+                read.clone()
+            } else {
                 match inflate::inflate_whole(&read, coding, limit) {
                     Ok(text) => Bytes::from(text),
-                    Err(BadCoding) => return unjudged(ticket, "not of its Content-Encoding, \
-                                                              or too long once inflated"),
+                    Err(BadCoding) => {
+                        return unjudged(
+                            ticket,
+                            "not of its Content-Encoding, \
+                                                              or too long once inflated",
+                        )
+                    }
                 }
             };
             if observe {
@@ -1056,10 +1354,18 @@ async fn relayed(shared: &Shared, upstream: reqwest::Response, read: Option<Byte
 
 /// The error's kind, never its text (which may name the URL or what the server said).
 fn error_kind(error: &reqwest::Error) -> String {
-    if error.is_connect() { "ConnectError" } else if error.is_timeout() { "Timeout" }
-    else if error.is_request() { "RequestError" }
-    else if error.is_body() || error.is_decode() { "BodyError" }
-    else { "Error" }.to_owned()
+    if error.is_connect() {
+        "ConnectError"
+    } else if error.is_timeout() {
+        "Timeout"
+    } else if error.is_request() {
+        "RequestError"
+    } else if error.is_body() || error.is_decode() {
+        "BodyError"
+    } else {
+        "Error"
+    }
+    .to_owned()
 }
 
 /// The compiled relay: ``Relay(host, port, max_body, max_concurrent, connect_timeout,
@@ -1082,13 +1388,28 @@ impl Relay {
                         answer_tool_prefixes=vec![], body_timeout=60.0,
                         max_inflight=usize::MAX))]
     #[allow(clippy::too_many_arguments)]
-    fn new(host: &str, port: u16, max_body: usize, max_concurrent: usize,
-           connect_timeout: f64, read_timeout: f64, observe_limit: usize, threads: usize,
-           answer_tools: Vec<String>, answer_tool_prefixes: Vec<String>, body_timeout: f64,
-           max_inflight: usize) -> PyResult<Self> {
+    fn new(
+        host: &str,
+        port: u16,
+        max_body: usize,
+        max_concurrent: usize,
+        connect_timeout: f64,
+        read_timeout: f64,
+        observe_limit: usize,
+        threads: usize,
+        answer_tools: Vec<String>,
+        answer_tool_prefixes: Vec<String>,
+        body_timeout: f64,
+        max_inflight: usize,
+    ) -> PyResult<Self> {
         let seconds = |value: f64, name: &str| {
-            if value.is_finite() && value > 0.0 && value < 1e9 { Ok(Duration::from_secs_f64(value)) }
-            else { Err(PyValueError::new_err(format!("{name} must be a positive number"))) }
+            if value.is_finite() && value > 0.0 && value < 1e9 {
+                Ok(Duration::from_secs_f64(value))
+            } else {
+                Err(PyValueError::new_err(format!(
+                    "{name} must be a positive number"
+                )))
+            }
         };
         let body_timeout = seconds(body_timeout, "body_timeout")?;
         let read = seconds(read_timeout, "read_timeout")?;
@@ -1103,9 +1424,8 @@ impl Relay {
                 .tcp_nodelay(true)
                 .http1_title_case_headers())
         };
-        let failed = |error: reqwest::Error| {
-            PyOSError::new_err(format!("the relay's HTTP client: {error}"))
-        };
+        let failed =
+            |error: reqwest::Error| PyOSError::new_err(format!("the relay's HTTP client: {error}"));
         // the upstream: `read` is the longest wait for its head, and between its body's bytes
         let client = builder()?.read_timeout(read).build().map_err(failed)?;
         // this process's own loopback relay (a run's final request, its answer held until it
@@ -1114,37 +1434,67 @@ impl Relay {
         // connect and read timeouts: a 504 or 502 of its own when the upstream stalls)
         let direct = builder()?.no_proxy().build().map_err(failed)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads.max(1)).thread_name("watchdog-relay").enable_all().build()
+            .worker_threads(threads.max(1))
+            .thread_name("watchdog-relay")
+            .enable_all()
+            .build()
             .map_err(|error| PyOSError::new_err(error.to_string()))?;
-        let address: SocketAddr = format!("{host}:{port}").parse()
+        let address: SocketAddr = format!("{host}:{port}")
+            .parse()
             .or_else(|_| format!("[{host}]:{port}").parse())
             .map_err(|_| PyValueError::new_err(format!("not an IP address: {host}")))?;
-        let listener = runtime.block_on(tokio::net::TcpListener::bind(address))
-            .map_err(|error| PyOSError::new_err((error.raw_os_error().unwrap_or(0),
-                                                 error.to_string())))?;
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(address))
+            .map_err(|error| {
+                PyOSError::new_err((error.raw_os_error().unwrap_or(0), error.to_string()))
+            })?;
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
-        let (wake_reader, wake) = UnixStream::pair()
+        let (wake_reader, wake) =
+            UnixStream::pair().map_err(|error| PyOSError::new_err(error.to_string()))?;
+        wake.set_nonblocking(true)
             .map_err(|error| PyOSError::new_err(error.to_string()))?;
-        wake.set_nonblocking(true).map_err(|error| PyOSError::new_err(error.to_string()))?;
-        wake_reader.set_nonblocking(true)
+        wake_reader
+            .set_nonblocking(true)
             .map_err(|error| PyOSError::new_err(error.to_string()))?;
         let answers = OnceLock::new();
         if !answer_tools.is_empty() || !answer_tool_prefixes.is_empty() {
-            let _ = answers.set(Answers { names: answer_tools, prefixes: answer_tool_prefixes });
+            let _ = answers.set(Answers {
+                names: answer_tools,
+                prefixes: answer_tool_prefixes,
+            });
         }
         let shared = Arc::new(Shared {
-            events: Mutex::new(Vec::new()), armed: AtomicBool::new(false), wake,
-            waiting: Mutex::new(HashMap::new()), next_id: AtomicU64::new(1),
-            in_flight: AtomicUsize::new(0), max_body, max_concurrent,
-            held_bytes: Mutex::new(0), max_inflight, observe_limit,
-            body_timeout, decide_timeout, answers,
-            admission: Mutex::new(None), told: Notify::new(), client,
-            direct, usage_refused: AtomicBool::new(false),
+            events: Mutex::new(Vec::new()),
+            armed: AtomicBool::new(false),
+            wake,
+            waiting: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            in_flight: AtomicUsize::new(0),
+            max_body,
+            max_concurrent,
+            held_bytes: Mutex::new(0),
+            max_inflight,
+            observe_limit,
+            body_timeout,
+            decide_timeout,
+            answers,
+            admission: Mutex::new(None),
+            told: Notify::new(),
+            client,
+            direct,
+            usage_refused: AtomicBool::new(false),
             watched: Mutex::new(HashMap::new()),
-            draining: tokio::sync::watch::Sender::new(false) });
+            draining: tokio::sync::watch::Sender::new(false),
+        });
         let stop = Arc::new(Notify::new());
         runtime.spawn(serve(listener, shared.clone(), stop.clone()));
-        Ok(Relay { shared, runtime: Mutex::new(Some(runtime)), stop, wake_reader, port })
+        Ok(Relay {
+            shared,
+            runtime: Mutex::new(Some(runtime)),
+            stop,
+            wake_reader,
+            port,
+        })
     }
 
     /// The file descriptor the event loop watches: readable when events are queued.
@@ -1171,23 +1521,91 @@ impl Relay {
         self.shared.armed.store(false, Ordering::SeqCst);
         let events = std::mem::take(&mut *self.shared.events.lock().unwrap());
         let bytes = |body: Option<Bytes>| body.map(|b| PyBytes::new(py, &b));
-        events.into_iter().map(|event| Ok(match event {
-            Event::Request { id, method, target, headers, body, refusal, in_flight, learn,
-                             arrived } =>
-                ("request", id, method, target, headers, bytes(body), refusal, in_flight, learn,
-                 arrived.elapsed().as_secs_f64()).into_pyobject(py)?.into_any(),
-            Event::Taken { id, method, target, headers, body, in_flight, keep, arrived,
-                           continued, note } =>
-                ("taken", id, method, target, headers, PyBytes::new(py, &body), in_flight, keep,
-                 arrived.elapsed().as_secs_f64(), continued, note).into_pyobject(py)?.into_any(),
-            Event::Failed { id, kind, detail } =>
-                ("failed", id, kind, detail).into_pyobject(py)?.into_any(),
-            Event::Done { id, status, outcome, body, content_type, seconds, changed, seen,
-                          unread } =>
-                ("done", id, status, outcome, bytes(body), content_type, seconds, changed,
-                 seen.map(seen_tuple), unread).into_pyobject(py)?.into_any(),
-            Event::Ended { id } => ("ended", id).into_pyobject(py)?.into_any(),
-        })).collect()
+        events
+            .into_iter()
+            .map(|event| {
+                Ok(match event {
+                    Event::Request {
+                        id,
+                        method,
+                        target,
+                        headers,
+                        body,
+                        refusal,
+                        in_flight,
+                        learn,
+                        arrived,
+                    } => (
+                        "request",
+                        id,
+                        method,
+                        target,
+                        headers,
+                        bytes(body),
+                        refusal,
+                        in_flight,
+                        learn,
+                        arrived.elapsed().as_secs_f64(),
+                    )
+                        .into_pyobject(py)?
+                        .into_any(),
+                    Event::Taken {
+                        id,
+                        method,
+                        target,
+                        headers,
+                        body,
+                        in_flight,
+                        keep,
+                        arrived,
+                        continued,
+                        note,
+                    } => (
+                        "taken",
+                        id,
+                        method,
+                        target,
+                        headers,
+                        PyBytes::new(py, &body),
+                        in_flight,
+                        keep,
+                        arrived.elapsed().as_secs_f64(),
+                        continued,
+                        note,
+                    )
+                        .into_pyobject(py)?
+                        .into_any(),
+                    Event::Failed { id, kind, detail } => {
+                        ("failed", id, kind, detail).into_pyobject(py)?.into_any()
+                    }
+                    Event::Done {
+                        id,
+                        status,
+                        outcome,
+                        body,
+                        content_type,
+                        seconds,
+                        changed,
+                        seen,
+                        unread,
+                    } => (
+                        "done",
+                        id,
+                        status,
+                        outcome,
+                        bytes(body),
+                        content_type,
+                        seconds,
+                        changed,
+                        seen.map(seen_tuple),
+                        unread,
+                    )
+                        .into_pyobject(py)?
+                        .into_any(),
+                    Event::Ended { id } => ("ended", id).into_pyobject(py)?.into_any(),
+                })
+            })
+            .collect()
     }
 
     /// Lets request ``id`` go: its client's connection is closed, which cancels the request
@@ -1206,7 +1624,14 @@ impl Relay {
 
     /// Answers request ``id`` with this status, headers and body.
     fn respond(&self, id: u64, status: u16, headers: Headers, body: &[u8]) -> bool {
-        self.reply(id, Reply::Respond { status, headers, body: Bytes::copy_from_slice(body) })
+        self.reply(
+            id,
+            Reply::Respond {
+                status,
+                headers,
+                body: Bytes::copy_from_slice(body),
+            },
+        )
     }
 
     /// Sends request ``id`` on to ``url``; with ``observe`` the response's bytes come back in
@@ -1222,27 +1647,65 @@ impl Relay {
     #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
                         direct=false, api="", keep=-1, watch=false, unasked=None, ahead=None))]
     #[allow(clippy::too_many_arguments)]
-    fn forward(&self, id: u64, method: String, url: String, headers: Headers,
-               body: PyBackedBytes,
-               observe: bool, notify: bool, direct: bool, api: &str, keep: i64, watch: bool,
-               unasked: Option<&[u8]>, ahead: Option<&str>) -> PyResult<bool> {
-        let ahead = ahead.map(|session| admit::parse_digest(session).ok_or_else(
-            || PyValueError::new_err(format!("not a session digest: {session:?}"))))
+    fn forward(
+        &self,
+        id: u64,
+        method: String,
+        url: String,
+        headers: Headers,
+        body: PyBackedBytes,
+        observe: bool,
+        notify: bool,
+        direct: bool,
+        api: &str,
+        keep: i64,
+        watch: bool,
+        unasked: Option<&[u8]>,
+        ahead: Option<&str>,
+    ) -> PyResult<bool> {
+        let ahead = ahead
+            .map(|session| {
+                admit::parse_digest(session).ok_or_else(|| {
+                    PyValueError::new_err(format!("not a session digest: {session:?}"))
+                })
+            })
             .transpose()?;
         let hide_usage = unasked.is_some();
-        let parsed = || Api::parse(api)
-            .ok_or_else(|| PyValueError::new_err(format!("not a model API: {api:?}")));
-        let trim = if keep < 0 && !hide_usage { None } else {
-            Some(Trim { api: parsed()?, keep: (keep >= 0)
-                        .then(|| usize::try_from(keep).unwrap_or(usize::MAX)), hide_usage })
+        let parsed = || {
+            Api::parse(api)
+                .ok_or_else(|| PyValueError::new_err(format!("not a model API: {api:?}")))
         };
-        let watch = if keep < 0 && watch { Some(parsed()?) } else { None };
-        Ok(self.reply(id, Reply::Forward { method, url, headers,
-                                           // (Python's bytes, shared: not copied)
-                                           body: Bytes::from_owner(body), observe,
-                                           notify: notify || observe, direct, trim, watch,
-                                           unasked: unasked.map(Bytes::copy_from_slice),
-                                           ahead }))
+        let trim = if keep < 0 && !hide_usage {
+            None
+        } else {
+            Some(Trim {
+                api: parsed()?,
+                keep: (keep >= 0).then(|| usize::try_from(keep).unwrap_or(usize::MAX)),
+                hide_usage,
+            })
+        };
+        let watch = if keep < 0 && watch {
+            Some(parsed()?)
+        } else {
+            None
+        };
+        Ok(self.reply(
+            id,
+            Reply::Forward {
+                method,
+                url,
+                headers,
+                // (Python's bytes, shared: not copied)
+                body: Bytes::from_owner(body),
+                observe,
+                notify: notify || observe,
+                direct,
+                trim,
+                watch,
+                unasked: unasked.map(Bytes::copy_from_slice),
+                ahead,
+            },
+        ))
     }
 
     /// The bytes the relay hands on for a response of ``api`` bounded to ``keep`` tool calls
@@ -1253,22 +1716,41 @@ impl Relay {
     #[pyo3(signature = (api, keep, chunks, stream, answer_tools=vec![],
                         answer_tool_prefixes=vec![], hide_usage=false))]
     #[allow(clippy::too_many_arguments)]
-    fn trimmed<'py>(py: Python<'py>, api: &str, keep: Option<usize>, chunks: Vec<Vec<u8>>,
-                    stream: bool, answer_tools: Vec<String>, answer_tool_prefixes: Vec<String>,
-                    hide_usage: bool) -> PyResult<Option<(Bound<'py, PyBytes>, bool)>> {
+    fn trimmed<'py>(
+        py: Python<'py>,
+        api: &str,
+        keep: Option<usize>,
+        chunks: Vec<Vec<u8>>,
+        stream: bool,
+        answer_tools: Vec<String>,
+        answer_tool_prefixes: Vec<String>,
+        hide_usage: bool,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, bool)>> {
         let api = Api::parse(api)
             .ok_or_else(|| PyValueError::new_err(format!("not a model API: {api:?}")))?;
-        let answers = Answers { names: answer_tools, prefixes: answer_tool_prefixes };
+        let answers = Answers {
+            names: answer_tools,
+            prefixes: answer_tool_prefixes,
+        };
         if !stream {
             let data = chunks.concat();
-            let Some(keep) = keep else { return Ok(Some((PyBytes::new(py, &data), false))) };
+            let Some(keep) = keep else {
+                return Ok(Some((PyBytes::new(py, &data), false)));
+            };
             return Ok(match trim::trim_whole(api, &data, keep, &answers) {
                 Ok(Some(out)) => Some((PyBytes::new(py, &out), true)),
                 Ok(None) => Some((PyBytes::new(py, &data), false)),
                 Err(trim::Unjudged) => None,
             });
         }
-        let mut trim = StreamTrim::new(Trim { api, keep, hide_usage }, answers);
+        let mut trim = StreamTrim::new(
+            Trim {
+                api,
+                keep,
+                hide_usage,
+            },
+            answers,
+        );
         let mut out = Vec::new();
         for chunk in &chunks {
             match trim.feed(chunk) {
@@ -1304,11 +1786,20 @@ impl Relay {
     /// upstreams' base URLs; ``agent``: the agent of a request that names none; ``token``:
     /// (header, value) the endpoint requires, if any.
     #[pyo3(signature = (openai, anthropic, agent, token=None))]
-    fn admission(&self, openai: String, anthropic: String, agent: String,
-                 token: Option<(String, String)>) {
+    fn admission(
+        &self,
+        openai: String,
+        anthropic: String,
+        agent: String,
+        token: Option<(String, String)>,
+    ) {
         let token = token.map(|(name, value)| (name.to_ascii_lowercase(), value));
         *self.shared.admission.lock().unwrap() = Some(Admission::new(Settings {
-            openai, anthropic, default_agent: agent, token }));
+            openai,
+            anthropic,
+            default_agent: agent,
+            token,
+        }));
     }
 
     /// A new run of ``agent`` gets the bound ``keep`` (-1: none) and nothing else: its new
@@ -1330,15 +1821,25 @@ impl Relay {
     #[pyo3(signature = (session, keep, messages, agent, seconds=60.0, calls=None, seen=None,
                         note=None))]
     #[allow(clippy::too_many_arguments)]
-    fn admit_next(&self, session: &str, keep: i64, messages: usize, agent: String,
-                  seconds: f64, calls: Option<Vec<(String, String)>>, seen: Option<Vec<i64>>,
-                  note: Option<String>) -> PyResult<()> {
-        let digest = admit::parse_digest(session).ok_or_else(
-            || PyValueError::new_err(format!("not a session digest: {session:?}")))?;
-        let hold = std::time::Duration::try_from_secs_f64(seconds).map_err(
-            |_| PyValueError::new_err(format!("not a number of seconds: {seconds}")))?;
+    fn admit_next(
+        &self,
+        session: &str,
+        keep: i64,
+        messages: usize,
+        agent: String,
+        seconds: f64,
+        calls: Option<Vec<(String, String)>>,
+        seen: Option<Vec<i64>>,
+        note: Option<String>,
+    ) -> PyResult<()> {
+        let digest = admit::parse_digest(session)
+            .ok_or_else(|| PyValueError::new_err(format!("not a session digest: {session:?}")))?;
+        let hold = std::time::Duration::try_from_secs_f64(seconds)
+            .map_err(|_| PyValueError::new_err(format!("not a number of seconds: {seconds}")))?;
         let expect = calls.map(|calls| admit::Expect {
-            calls, seen: seen.unwrap_or_default().into_iter().collect() });
+            calls,
+            seen: seen.unwrap_or_default().into_iter().collect(),
+        });
         if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
             admission.admit_next(digest, keep, note, messages, agent, hold, expect);
         }
@@ -1350,8 +1851,9 @@ impl Relay {
     #[pyo3(signature = (session=None))]
     fn admit_next_clear(&self, session: Option<&str>) -> PyResult<()> {
         let digest = match session {
-            Some(session) => Some(admit::parse_digest(session).ok_or_else(
-                || PyValueError::new_err(format!("not a session digest: {session:?}")))?),
+            Some(session) => Some(admit::parse_digest(session).ok_or_else(|| {
+                PyValueError::new_err(format!("not a session digest: {session:?}"))
+            })?),
             None => None,
         };
         if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
@@ -1365,7 +1867,12 @@ impl Relay {
     /// (``sight``): meanwhile every continuing request waits for Python.
     #[getter]
     fn sighted(&self) -> bool {
-        self.shared.admission.lock().unwrap().as_ref().is_none_or(|admission| admission.sighted())
+        self.shared
+            .admission
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_none_or(|admission| admission.sighted())
     }
 
     /// A response whose ``done`` event said ``unread``, booked: the tool-call ids Python read
@@ -1394,10 +1901,13 @@ impl Relay {
     /// remembers as many as it can (from then on every request waits for Python).
     fn known(&self, sessions: Vec<String>) -> PyResult<bool> {
         let mut guard = self.shared.admission.lock().unwrap();
-        let Some(admission) = guard.as_mut() else { return Ok(true) };
+        let Some(admission) = guard.as_mut() else {
+            return Ok(true);
+        };
         for session in sessions {
-            let digest = admit::parse_digest(&session).ok_or_else(
-                || PyValueError::new_err(format!("not a session digest: {session:?}")))?;
+            let digest = admit::parse_digest(&session).ok_or_else(|| {
+                PyValueError::new_err(format!("not a session digest: {session:?}"))
+            })?;
             if !admission.know(digest) {
                 return Ok(false);
             }
@@ -1409,12 +1919,21 @@ impl Relay {
     /// conversation's first, or None. For tests.
     #[staticmethod]
     #[pyo3(signature = (method, target, headers, body, agent="", token=None))]
-    fn first_digest(method: &str, target: &str, headers: Headers, body: &[u8], agent: &str,
-                    token: Option<(String, String)>) -> Option<String> {
-        let settings = Settings { openai: String::new(), anthropic: String::new(),
-                                  default_agent: agent.to_owned(), token };
-        admit::read(&settings, method, target, &header_map(&headers), body)
-            .map(|first| first.hex())
+    fn first_digest(
+        method: &str,
+        target: &str,
+        headers: Headers,
+        body: &[u8],
+        agent: &str,
+        token: Option<(String, String)>,
+    ) -> Option<String> {
+        let settings = Settings {
+            openai: String::new(),
+            anthropic: String::new(),
+            default_agent: agent.to_owned(),
+            token,
+        };
+        admit::read(&settings, method, target, &header_map(&headers), body).map(|first| first.hex())
     }
 
     /// What the relay reads in a tool result's text: whether Python's ``looks_failed`` says it
@@ -1434,8 +1953,13 @@ impl Relay {
     /// Requests queued for Python's decision and not yet taken (`take`).
     #[getter]
     fn queued_requests(&self) -> usize {
-        self.shared.events.lock().unwrap().iter()
-            .filter(|event| matches!(event, Event::Request { .. })).count()
+        self.shared
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|event| matches!(event, Event::Request { .. }))
+            .count()
     }
 
     /// Requests being served now.
@@ -1513,17 +2037,23 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, stop: Arc
             // a request's head, as its body, arrives within model_body_timeout (and a
             // keep-alive connection idle that long is closed: aiohttp's closes at 75 s)
             let head_timeout = shared.body_timeout;
-            let client = Arc::new(Client { fd: stream.as_raw_fd(), drop: Notify::new() });
+            let client = Arc::new(Client {
+                fd: stream.as_raw_fd(),
+                drop: Notify::new(),
+            });
             let dropped = client.clone();
             let shared_of_connection = shared.clone();
-            let service = service_fn(move |request| handle(shared.clone(), client.clone(),
-                                                           request));
+            let service =
+                service_fn(move |request| handle(shared.clone(), client.clone(), request));
             // a client may end its side once its request is sent (RFC 9112 §9.6): its answer
             // still goes to it (a client that closed is told apart when its answer is written;
             // its end is told to Python while its request is with the model: `watch_client`)
-            let connection = http1::Builder::new().keep_alive(true).title_case_headers(true)
+            let connection = http1::Builder::new()
+                .keep_alive(true)
+                .title_case_headers(true)
                 .half_close(true)
-                .timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(head_timeout)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(head_timeout)
                 .serve_connection(TokioIo::new(stream), service);
             let mut connection = std::pin::pin!(connection);
             let mut draining = shared_of_connection.draining.subscribe();
@@ -1546,7 +2076,8 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, stop: Arc
 /// own protocol that this endpoint speaks HTTP/1.1 (`watchdog/shell/model/http1.py`: the same
 /// bytes).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const H2_WHY: &[u8] = b"this endpoint speaks HTTP/1.1: send the request without HTTP/2 prior knowledge";
+const H2_WHY: &[u8] =
+    b"this endpoint speaks HTTP/1.1: send the request without HTTP/2 prior knowledge";
 
 /// Whether the connection's first bytes are (the start of) HTTP/2's preface.
 async fn prior_knowledge(stream: &tokio::net::TcpStream) -> bool {
@@ -1571,12 +2102,20 @@ async fn refuse_http2(mut stream: tokio::net::TcpStream) {
         let mut sink = [0u8; 4096];
         let _ = tokio::time::timeout(Duration::from_secs(1), async {
             while matches!(stream.read(&mut sink).await, Ok(read) if read > 0) {}
-        }).await;
+        })
+        .await;
     }
 }
 
 #[pymodule]
 fn _relay(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    // (the interpreter's own limit: a body Python refuses is never read here)
+    let digits = module
+        .py()
+        .import("sys")?
+        .getattr("get_int_max_str_digits")?
+        .call0()?;
+    observe::set_int_max_str_digits(digits.extract()?);
     module.add_class::<Relay>()?;
     Ok(())
 }
@@ -1589,8 +2128,9 @@ mod tests {
     fn a_whole_plain_response_is_held_once() {
         // what the observer holds of a plain whole response is the client's bytes, not a copy
         let read = Bytes::from(vec![b'x'; 1 << 20]);
-        let Some(Observed::Whole(seen)) = whole_observed(&read, Coding::Identity, 1 << 21)
-            else { panic!("a plain whole response is observed") };
+        let Some(Observed::Whole(seen)) = whole_observed(&read, Coding::Identity, 1 << 21) else {
+            panic!("a plain whole response is observed")
+        };
         assert_eq!(seen.as_ptr(), read.as_ptr());
         assert_eq!(seen.len(), read.len());
         assert!(whole_observed(&read, Coding::Other, 1 << 21).is_none());
@@ -1602,8 +2142,9 @@ mod tests {
         let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gzip.write_all(b"{\"id\":\"r1\"}").unwrap();
         let read = Bytes::from(gzip.finish().unwrap());
-        let Some(Observed::Whole(seen)) = whole_observed(&read, Coding::Gzip, 1 << 20)
-            else { panic!("a gzip whole response is observed") };
+        let Some(Observed::Whole(seen)) = whole_observed(&read, Coding::Gzip, 1 << 20) else {
+            panic!("a gzip whole response is observed")
+        };
         assert_eq!(&seen[..], b"{\"id\":\"r1\"}");
     }
 }

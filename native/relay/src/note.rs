@@ -31,7 +31,10 @@ pub fn splice_read(body: &[u8], note: &str) -> Option<Vec<u8>> {
         return None;
     }
     let mut out = Vec::with_capacity(body.len() + note.len() + 48);
-    let mut items = Scan { data: body, at: start + 1 };
+    let mut items = Scan {
+        data: body,
+        at: start + 1,
+    };
     let mut empty = true;
     while let Some((item, item_end)) = items.next_item(end - 1) {
         empty = false;
@@ -53,7 +56,10 @@ pub fn splice_read(body: &[u8], note: &str) -> Option<Vec<u8>> {
                 }
                 b'[' => {
                     let close = to - 1;
-                    let mut inner = Scan { data: body, at: from + 1 };
+                    let mut inner = Scan {
+                        data: body,
+                        at: from + 1,
+                    };
                     let mut part = if inner.next_item(close).is_some() {
                         b",".to_vec()
                     } else {
@@ -108,7 +114,10 @@ struct Message {
 }
 
 fn read_message(data: &[u8], start: usize, end: usize) -> Option<Message> {
-    let mut scan = Scan { data, at: start + 1 };
+    let mut scan = Scan {
+        data,
+        at: start + 1,
+    };
     let mut role = None;
     let mut content = None;
     while let Some((key, value, value_end)) = scan.next_member(end - 1) {
@@ -126,16 +135,27 @@ fn read_message(data: &[u8], start: usize, end: usize) -> Option<Message> {
             _ => {}
         }
     }
-    let instructions = role.is_some_and(|(from, to)| data[from] == b'"'
-        && matches!(string_at(data, from, to).as_deref(), Some("system" | "developer")));
-    Some(Message { instructions, content, close: end - 1 })
+    let instructions = role.is_some_and(|(from, to)| {
+        data[from] == b'"'
+            && matches!(
+                string_at(data, from, to).as_deref(),
+                Some("system" | "developer")
+            )
+    });
+    Some(Message {
+        instructions,
+        content,
+        close: end - 1,
+    })
 }
 
 /// The text of the JSON string at `from..to`.
 fn string_at(data: &[u8], from: usize, to: usize) -> Option<String> {
     let raw = &data[from..to];
     if !raw[1..raw.len() - 1].contains(&b'\\') {
-        return std::str::from_utf8(&raw[1..raw.len() - 1]).ok().map(str::to_owned);
+        return std::str::from_utf8(&raw[1..raw.len() - 1])
+            .ok()
+            .map(str::to_owned);
     }
     serde_json::from_slice::<String>(raw).ok()
 }
@@ -167,7 +187,9 @@ struct Scan<'a> {
 
 impl Scan<'_> {
     fn skip_space(&mut self) {
-        while self.at < self.data.len() && matches!(self.data[self.at], b' ' | b'\t' | b'\n' | b'\r') {
+        while self.at < self.data.len()
+            && matches!(self.data[self.at], b' ' | b'\t' | b'\n' | b'\r')
+        {
             self.at += 1;
         }
     }
@@ -200,7 +222,11 @@ impl Scan<'_> {
             }
             _ => {
                 while self.at < data.len()
-                    && !matches!(data[self.at], b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r') {
+                    && !matches!(
+                        data[self.at],
+                        b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r'
+                    )
+                {
                     self.at += 1;
                 }
                 self.at
@@ -290,29 +316,56 @@ mod tests {
     #[test]
     fn the_note_goes_where_python_puts_it() {
         let note = "[budget: 3 of 20 tool calls left — wrap up soon]";
-        assert_eq!(spliced(r#"{"messages":[{"role":"system","content":"s"}]}"#, note),
-                   json!({"messages": [{"role": "system", "content": format!("s\n\n{note}")}]}));
-        assert_eq!(spliced(r#"{"messages":[{"role":"user","content":"u"}]}"#, note),
-                   json!({"messages": [{"role": "system", "content": note},
-                                       {"role": "user", "content": "u"}]}));
-        assert_eq!(spliced(r#"{"messages":[]}"#, note),
-                   json!({"messages": [{"role": "system", "content": note}]}));
-        assert_eq!(spliced(r#" { "messages" : [ {"role":"developer","content": [ ] } ] } "#, "n"),
-                   json!({"messages": [{"role": "developer",
-                                        "content": [{"type": "text", "text": "n"}]}]}));
-        assert_eq!(spliced(r#"{"messages":[{"content":null,"role":"system"}]}"#, "n\"\u{1}"),
-                   json!({"messages": [{"content": "n\"\u{1}", "role": "system"}]}));
-        assert_eq!(spliced(r#"{"messages":[{"role":"sys\u0074em"}]}"#, "n"),
-                   json!({"messages": [{"role": "system", "content": "n"}]}));
-        assert_eq!(splice_note(br#"{"messages":[{"role":"system","content":""}]}"#, "n").unwrap(),
-                   br#"{"messages":[{"role":"system","content":"n"}]}"#);
+        assert_eq!(
+            spliced(r#"{"messages":[{"role":"system","content":"s"}]}"#, note),
+            json!({"messages": [{"role": "system", "content": format!("s\n\n{note}")}]})
+        );
+        assert_eq!(
+            spliced(r#"{"messages":[{"role":"user","content":"u"}]}"#, note),
+            json!({"messages": [{"role": "system", "content": note},
+                                       {"role": "user", "content": "u"}]})
+        );
+        assert_eq!(
+            spliced(r#"{"messages":[]}"#, note),
+            json!({"messages": [{"role": "system", "content": note}]})
+        );
+        assert_eq!(
+            spliced(
+                r#" { "messages" : [ {"role":"developer","content": [ ] } ] } "#,
+                "n"
+            ),
+            json!({"messages": [{"role": "developer",
+                                        "content": [{"type": "text", "text": "n"}]}]})
+        );
+        assert_eq!(
+            spliced(
+                r#"{"messages":[{"content":null,"role":"system"}]}"#,
+                "n\"\u{1}"
+            ),
+            json!({"messages": [{"content": "n\"\u{1}", "role": "system"}]})
+        );
+        assert_eq!(
+            spliced(r#"{"messages":[{"role":"sys\u0074em"}]}"#, "n"),
+            json!({"messages": [{"role": "system", "content": "n"}]})
+        );
+        assert_eq!(
+            splice_note(br#"{"messages":[{"role":"system","content":""}]}"#, "n").unwrap(),
+            br#"{"messages":[{"role":"system","content":"n"}]}"#
+        );
     }
 
     #[test]
     fn what_it_cannot_be_sure_of_is_left_to_python() {
-        for body in [r#"{"messages":[],"messages":[]}"#, r#"{"messages":{}}"#, r#"{}"#,
-                     r#"{"messages":[{"role":"user","role":"system"}]}"#, r#"[1]"#,
-                     r#"{"messages":[}"#, "{\"messages\":[NaN]}", ""] {
+        for body in [
+            r#"{"messages":[],"messages":[]}"#,
+            r#"{"messages":{}}"#,
+            r#"{}"#,
+            r#"{"messages":[{"role":"user","role":"system"}]}"#,
+            r#"[1]"#,
+            r#"{"messages":[}"#,
+            "{\"messages\":[NaN]}",
+            "",
+        ] {
             assert!(splice_note(body.as_bytes(), "n").is_none(), "{body}");
         }
     }

@@ -11,6 +11,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -23,10 +24,17 @@ const MAX_TEXT_CHARS: usize = 64 * 1024;
 const MAX_ARGUMENT_CHARS: usize = 65536;
 const MAX_MODEL_CHARS: usize = 200;
 const MAX_TOKENS: u64 = 10_000_000;
-/// Python refuses an integer of more than 4300 digits (`sys.int_info.default_max_str_digits`);
-/// a run of digits longer than this is not read here.
-const MAX_DIGIT_RUN: usize = 4000;
-const DONE_EVENTS: [&str; 3] = ["response.completed", "response.incomplete", "response.failed"];
+/// The most digits of an integer Python converts (`sys.get_int_max_str_digits()`: 4300 unless
+/// `PYTHONINTMAXSTRDIGITS` or `-X int_max_str_digits` says otherwise; 0, no limit, is
+/// `usize::MAX`), set from the interpreter's when the module is imported
+/// (`set_int_max_str_digits`): a run of digits longer than this is not read here, where Python
+/// would refuse it.
+static MAX_DIGIT_RUN: AtomicUsize = AtomicUsize::new(4300);
+const DONE_EVENTS: [&str; 3] = [
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+];
 /// A legacy function call's id (it has none): this and its function's name, which the
 /// `function` message answering it names too (`chat.function_call_id`).
 const LEGACY_CALL_ID: &str = "function_call:";
@@ -93,8 +101,12 @@ fn first_chars(text: &str, limit: usize) -> String {
 
 /// A whole stream that has ended, read as `wire.read_stream` reads it.
 pub fn observe_stream(api: Api, data: &[u8]) -> Out<Seen> {
-    let mut reader = Reader { api, seen: Seen::default(), text: Text::default(),
-                              slots: HashMap::new() };
+    let mut reader = Reader {
+        api,
+        seen: Seen::default(),
+        text: Text::default(),
+        slots: HashMap::new(),
+    };
     if data.contains(&b'\r') {
         let mut start = 0;
         while let Some((end, size)) = event_end(data, start) {
@@ -119,7 +131,8 @@ fn split_blank(data: &[u8]) -> Vec<&[u8]> {
     let mut parts = Vec::new();
     let mut start = 0;
     for at in memchr::memmem::find_iter(data, b"\n\n") {
-        if at >= start { // "\n\n\n": the split is at the first
+        if at >= start {
+            // "\n\n\n": the split is at the first
             parts.push(&data[start..at]);
             start = at + 2;
         }
@@ -149,8 +162,10 @@ impl Reader {
         } else {
             0
         };
-        if part[at..].starts_with(b"data: {") && !part[at..].contains(&b'\n')
-            && find(&part[..at], b"data:").is_none() {
+        if part[at..].starts_with(b"data: {")
+            && !part[at..].contains(&b'\n')
+            && find(&part[..at], b"data:").is_none()
+        {
             let text = std::str::from_utf8(&part[at + 6..]).map_err(|_| Declined)?;
             if let Some(Value::Object(map)) = loads(text, self.keep())? {
                 return self.feed_object(&map);
@@ -170,7 +185,9 @@ impl Reader {
             return Err(Declined); // Python reads it with U+FFFD in place of the bytes
         }
         let event = parse_event(raw);
-        let Some(data) = event.data.as_deref() else { return Ok(()) };
+        let Some(data) = event.data.as_deref() else {
+            return Ok(());
+        };
         if data == "[DONE]" {
             if self.api == Api::Chat {
                 self.seen.complete = true;
@@ -223,16 +240,21 @@ impl Reader {
             seen.input_tokens = token(usage.get("prompt_tokens"));
             seen.output_tokens = token(usage.get("completion_tokens"));
             if let Some(Value::Object(details)) = usage.get("prompt_tokens_details") {
-                seen.cache_read_tokens =
-                    token(details.get("cached_tokens")).min(seen.input_tokens);
+                seen.cache_read_tokens = token(details.get("cached_tokens")).min(seen.input_tokens);
             }
         }
-        let Some(Value::Array(choices)) = data.get("choices") else { return Ok(()) };
-        let Some(choice) = first_choice(choices)? else { return Ok(()) };
+        let Some(Value::Array(choices)) = data.get("choices") else {
+            return Ok(());
+        };
+        let Some(choice) = first_choice(choices)? else {
+            return Ok(());
+        };
         if let Some(finish) = str_of(choice.get("finish_reason")) {
             seen.finish_reason = Some(finish.to_owned());
         }
-        let Some(Value::Object(delta)) = choice.get("delta") else { return Ok(()) };
+        let Some(Value::Object(delta)) = choice.get("delta") else {
+            return Ok(());
+        };
         if let Some(content) = str_of(delta.get("content")).filter(|text| !text.is_empty()) {
             self.text.add(content);
         }
@@ -242,7 +264,9 @@ impl Reader {
         if let Some(Value::Array(listed)) = delta.get("tool_calls") {
             for part in listed {
                 let Value::Object(part) = part else { continue };
-                let Some(index) = py_int(part.get("index"))? else { continue };
+                let Some(index) = py_int(part.get("index"))? else {
+                    continue;
+                };
                 parts.push((Some(index), part));
             }
         }
@@ -271,15 +295,21 @@ impl Reader {
             if let Some(id) = str_of(part.get("id")) {
                 call.call_id = id.to_owned();
             }
-            let callee = ["function", "custom"].iter()
-                .find_map(|key| match part.get(*key) { Some(Value::Object(f)) => Some(f),
-                                                       _ => None });
+            let callee = ["function", "custom"]
+                .iter()
+                .find_map(|key| match part.get(*key) {
+                    Some(Value::Object(f)) => Some(f),
+                    _ => None,
+                });
             let Some(function) = callee else { continue };
             if let Some(name) = str_of(function.get("name")) {
                 call.name.push_str(name);
             }
-            let given = if function.contains_key("arguments") { function.get("arguments") }
-                        else { function.get("input") };
+            let given = if function.contains_key("arguments") {
+                function.get("arguments")
+            } else {
+                function.get("input")
+            };
             if let Some(given) = str_of(given) {
                 if call.chars < MAX_ARGUMENT_CHARS {
                     call.arguments.push_str(given);
@@ -317,7 +347,9 @@ impl Reader {
         let seen = &mut self.seen;
         match str_of(data.get("type")).unwrap_or("") {
             "message_start" => {
-                let Some(Value::Object(message)) = data.get("message") else { return Ok(()) };
+                let Some(Value::Object(message)) = data.get("message") else {
+                    return Ok(());
+                };
                 if let Some(id) = str_of(message.get("id")) {
                     seen.response_id = Some(id.to_owned());
                 }
@@ -329,7 +361,8 @@ impl Reader {
                         seen.cache_read_tokens = token(usage.get("cache_read_input_tokens"));
                         seen.cache_write_tokens = token(usage.get("cache_creation_input_tokens"));
                         seen.input_tokens = token(usage.get("input_tokens"))
-                            + seen.cache_read_tokens + seen.cache_write_tokens;
+                            + seen.cache_read_tokens
+                            + seen.cache_write_tokens;
                     }
                     if usage.contains_key("output_tokens") {
                         seen.output_tokens = token(usage.get("output_tokens"));
@@ -343,17 +376,23 @@ impl Reader {
                 if str_of(block.get("type")) != Some("tool_use") {
                     return Ok(());
                 }
-                let Some(index) = py_int(data.get("index"))? else { return Ok(()) };
+                let Some(index) = py_int(data.get("index"))? else {
+                    return Ok(());
+                };
                 if self.slots.len() < MAX_TOOL_CALLS_SEEN {
-                    let call = Call { call_id: str_or_empty(block.get("id"))?,
-                                      name: str_or_empty(block.get("name"))?,
-                                      ..Call::default() };
+                    let call = Call {
+                        call_id: str_or_empty(block.get("id"))?,
+                        name: str_or_empty(block.get("name"))?,
+                        ..Call::default()
+                    };
                     seen.calls.push(call);
                     self.slots.insert(Some(index), seen.calls.len() - 1);
                 }
             }
             "content_block_delta" => {
-                let Some(Value::Object(delta)) = data.get("delta") else { return Ok(()) };
+                let Some(Value::Object(delta)) = data.get("delta") else {
+                    return Ok(());
+                };
                 let kind = str_of(delta.get("type"));
                 if kind == Some("text_delta") {
                     if let Some(text) = str_of(delta.get("text")) {
@@ -364,9 +403,13 @@ impl Reader {
                 if kind != Some("input_json_delta") {
                     return Ok(());
                 }
-                let Some(index) = py_int(data.get("index"))? else { return Ok(()) };
-                if let (Some(place), Some(partial)) =
-                        (self.slots.get(&Some(index)), str_of(delta.get("partial_json"))) {
+                let Some(index) = py_int(data.get("index"))? else {
+                    return Ok(());
+                };
+                if let (Some(place), Some(partial)) = (
+                    self.slots.get(&Some(index)),
+                    str_of(delta.get("partial_json")),
+                ) {
                     let call = &mut seen.calls[*place];
                     if call.chars < MAX_ARGUMENT_CHARS {
                         call.arguments.push_str(partial);
@@ -405,8 +448,14 @@ fn messages_finish(stop: &str) -> &str {
 
 // -- the Responses API's final response object (`ResponsesWire.read_response`) --------------
 
-const CALL_ITEMS: [&str; 6] = ["function_call", "custom_tool_call", "computer_call",
-                               "local_shell_call", "shell_call", "apply_patch_call"];
+const CALL_ITEMS: [&str; 6] = [
+    "function_call",
+    "custom_tool_call",
+    "computer_call",
+    "local_shell_call",
+    "shell_call",
+    "apply_patch_call",
+];
 
 fn built_in_tool(kind: &str) -> Option<&'static str> {
     match kind {
@@ -419,7 +468,10 @@ fn built_in_tool(kind: &str) -> Option<&'static str> {
 }
 
 fn read_response(body: &Map<String, Value>) -> Out<Seen> {
-    let mut seen = Seen { complete: true, ..Seen::default() };
+    let mut seen = Seen {
+        complete: true,
+        ..Seen::default()
+    };
     if let Some(id) = str_of(body.get("id")) {
         seen.response_id = Some(id.to_owned());
     }
@@ -448,9 +500,16 @@ fn read_response(body: &Map<String, Value>) -> Out<Seen> {
         }
     }
     seen.text = first_chars(&texts, MAX_TEXT_CHARS);
-    seen.finish_reason = Some(if !seen.calls.is_empty() { "tool_calls" }
-        else if str_of(body.get("status")) == Some("incomplete") { "length" }
-        else { "stop" }.to_owned());
+    seen.finish_reason = Some(
+        if !seen.calls.is_empty() {
+            "tool_calls"
+        } else if str_of(body.get("status")) == Some("incomplete") {
+            "length"
+        } else {
+            "stop"
+        }
+        .to_owned(),
+    );
     Ok(seen)
 }
 
@@ -459,7 +518,8 @@ fn call_of(kind: &str, item: &Map<String, Value>) -> Out<Call> {
         Some(name) => name.to_owned(),
         None => str_or_empty(item.get("name"))?,
     };
-    let given = ["arguments", "input", "action", "operation"].iter()
+    let given = ["arguments", "input", "action", "operation"]
+        .iter()
         .find_map(|key| item.get(*key).filter(|value| !value.is_null()));
     let arguments = match given {
         None => String::new(),
@@ -470,7 +530,12 @@ fn call_of(kind: &str, item: &Map<String, Value>) -> Out<Call> {
             out
         }
     };
-    Ok(Call { call_id: str_or_empty(item.get("call_id"))?, name, arguments, chars: 0 })
+    Ok(Call {
+        call_id: str_or_empty(item.get("call_id"))?,
+        name,
+        arguments,
+        chars: 0,
+    })
 }
 
 /// `wire.text_of`: the text in a message's content (a string, or a list of text parts).
@@ -484,8 +549,10 @@ fn text_of(content: Option<&Value>) -> String {
                     Value::Object(part) => {
                         if let Some(text) = str_of(part.get("text")) {
                             texts.push(text.to_owned());
-                        } else if matches!(part.get("content"),
-                                           Some(Value::String(_) | Value::Array(_))) {
+                        } else if matches!(
+                            part.get("content"),
+                            Some(Value::String(_) | Value::Array(_))
+                        ) {
                             texts.push(text_of(part.get("content")));
                         }
                     }
@@ -576,7 +643,10 @@ fn loads(text: &str, keep: Keep) -> Out<Option<Value>> {
         return Err(Declined);
     }
     let mut reader = serde_json::Deserializer::from_str(text);
-    match Sparse(keep).deserialize(&mut reader).and_then(|value| reader.end().map(|()| value)) {
+    match Sparse(keep)
+        .deserialize(&mut reader)
+        .and_then(|value| reader.end().map(|()| value))
+    {
         Ok(value) => Ok(Some(value)),
         Err(_) => trim::loads(text).map(|_| None).map_err(|_| Declined),
     }
@@ -590,18 +660,49 @@ enum Keep {
     Keys(&'static [(&'static str, Keep)]),
 }
 
-const CHAT: Keep = Keep::Keys(&[("id", Keep::All), ("model", Keep::All), ("usage", Keep::All),
-    ("choices", Keep::Keys(&[("index", Keep::All), ("finish_reason", Keep::All),
-                             ("delta", Keep::Keys(&[
-        ("content", Keep::All), ("tool_calls", Keep::All),
-        ("function_call", Keep::All)]))]))]);
-const RESPONSES: Keep = Keep::Keys(&[("type", Keep::All), ("response", Keep::All),
-                                     ("delta", Keep::All)]);
-const MESSAGES: Keep = Keep::Keys(&[("type", Keep::All), ("index", Keep::All),
-    ("message", Keep::Keys(&[("id", Keep::All), ("model", Keep::All), ("usage", Keep::All)])),
-    ("content_block", Keep::Keys(&[("type", Keep::All), ("id", Keep::All),
-                                   ("name", Keep::All)])),
-    ("delta", Keep::All), ("usage", Keep::All)]);
+const CHAT: Keep = Keep::Keys(&[
+    ("id", Keep::All),
+    ("model", Keep::All),
+    ("usage", Keep::All),
+    (
+        "choices",
+        Keep::Keys(&[
+            ("index", Keep::All),
+            ("finish_reason", Keep::All),
+            (
+                "delta",
+                Keep::Keys(&[
+                    ("content", Keep::All),
+                    ("tool_calls", Keep::All),
+                    ("function_call", Keep::All),
+                ]),
+            ),
+        ]),
+    ),
+]);
+const RESPONSES: Keep = Keep::Keys(&[
+    ("type", Keep::All),
+    ("response", Keep::All),
+    ("delta", Keep::All),
+]);
+const MESSAGES: Keep = Keep::Keys(&[
+    ("type", Keep::All),
+    ("index", Keep::All),
+    (
+        "message",
+        Keep::Keys(&[
+            ("id", Keep::All),
+            ("model", Keep::All),
+            ("usage", Keep::All),
+        ]),
+    ),
+    (
+        "content_block",
+        Keep::Keys(&[("type", Keep::All), ("id", Keep::All), ("name", Keep::All)]),
+    ),
+    ("delta", Keep::All),
+    ("usage", Keep::All),
+]);
 
 /// serde_json's name for a number it hands over as written (`arbitrary_precision`).
 const NUMBER_TOKEN: &str = "$serde_json::private::Number";
@@ -673,7 +774,10 @@ impl<'de> Visitor<'de> for SparseVisitor {
         while let Some(key) = entries.next_key_seed(KeySeed)? {
             if key == NUMBER_TOKEN {
                 let written: String = entries.next_value()?;
-                return written.parse::<Number>().map(Value::Number).map_err(de::Error::custom);
+                return written
+                    .parse::<Number>()
+                    .map(Value::Number)
+                    .map_err(de::Error::custom);
             }
             match self.0.iter().find(|(name, _)| *name == key) {
                 Some((name, keep)) => {
@@ -779,17 +883,27 @@ impl<'de> Visitor<'de> for KeyVisitor {
     }
 }
 
+/// Python's integer digit limit (`sys.get_int_max_str_digits()`, 0: none), for
+/// `long_digit_run`.
+pub fn set_int_max_str_digits(digits: usize) {
+    MAX_DIGIT_RUN.store(
+        if digits == 0 { usize::MAX } else { digits },
+        Ordering::Relaxed,
+    );
+}
+
 /// Whether ``text`` holds a run of more than ``MAX_DIGIT_RUN`` digits (an integer Python may not
 /// convert).
 pub(crate) fn long_digit_run(text: &[u8]) -> bool {
-    if text.len() <= MAX_DIGIT_RUN {
+    let most = MAX_DIGIT_RUN.load(Ordering::Relaxed);
+    if text.len() <= most {
         return false;
     }
     let mut run = 0;
     for &byte in text {
         if byte.is_ascii_digit() {
             run += 1;
-            if run > MAX_DIGIT_RUN {
+            if run > most {
                 return true;
             }
         } else {
@@ -826,7 +940,11 @@ fn py_int(value: Option<&Value>) -> Out<Option<i128>> {
         Some(Value::Bool(flag)) => Ok(Some(i128::from(*flag))),
         Some(Value::Number(number)) => {
             let text = number.to_string();
-            if is_float_text(&text) { Ok(None) } else { text.parse().map(Some).map_err(|_| Declined) }
+            if is_float_text(&text) {
+                Ok(None)
+            } else {
+                text.parse().map(Some).map_err(|_| Declined)
+            }
         }
         _ => Ok(None),
     }
@@ -834,19 +952,24 @@ fn py_int(value: Option<&Value>) -> Out<Option<i128>> {
 
 /// `wire.token`: a count of tokens (an integer, not a bool, >= 0), at most 10 million.
 fn token(value: Option<&Value>) -> u64 {
-    let Some(Value::Number(number)) = value else { return 0 };
+    let Some(Value::Number(number)) = value else {
+        return 0;
+    };
     let text = number.to_string();
     if is_float_text(&text) || text.starts_with('-') {
         return 0;
     }
-    text.parse::<u64>().map_or(MAX_TOKENS, |count| count.min(MAX_TOKENS))
+    text.parse::<u64>()
+        .map_or(MAX_TOKENS, |count| count.min(MAX_TOKENS))
 }
 
 /// `chat.first_choice`: the first choice of a chunk (a choice whose `index` is another
 /// integer is another answer of `n` > 1, not read); Ok(None): none is read.
 fn first_choice(choices: &[Value]) -> Out<Option<&Map<String, Value>>> {
     for choice in choices {
-        let Value::Object(choice) = choice else { return Ok(None) };
+        let Value::Object(choice) = choice else {
+            return Ok(None);
+        };
         match py_int(choice.get("index"))? {
             Some(index) if index != 0 => continue,
             _ => return Ok(Some(choice)),
@@ -858,8 +981,10 @@ fn first_choice(choices: &[Value]) -> Out<Option<&Map<String, Value>>> {
 /// `wire.plain_content`: the text of a chat chunk whose delta is only its content, cut out
 /// without parsing the chunk (Ok(None): the chunk is read whole).
 fn plain_content(data: &str) -> Out<Option<String>> {
-    if data.matches("\"delta\"").count() != 1 || data.matches("\"choices\"").count() != 1
-        || data.contains("\"tool_calls\"") {
+    if data.matches("\"delta\"").count() != 1
+        || data.matches("\"choices\"").count() != 1
+        || data.contains("\"tool_calls\"")
+    {
         return Ok(None);
     }
     for key in ["\"finish_reason\"", "\"usage\""] {
@@ -869,11 +994,13 @@ fn plain_content(data: &str) -> Out<Option<String>> {
         }
     }
     let count = data.matches("\"index\"").count(); // (another choice's text: not the first's)
-    if count > 1 || (count == 1 && !data.contains("\"index\":0,")
-                     && !data.contains("\"index\":0}")) {
+    if count > 1 || (count == 1 && !data.contains("\"index\":0,") && !data.contains("\"index\":0}"))
+    {
         return Ok(None);
     }
-    let Some(at) = data.find(PLAIN_DELTA) else { return Ok(None) };
+    let Some(at) = data.find(PLAIN_DELTA) else {
+        return Ok(None);
+    };
     if !data[..at].contains("\"choices\":[") {
         return Ok(None);
     }
@@ -891,7 +1018,9 @@ fn scan_string(data: &str, start: usize) -> Out<Option<(String, usize)>> {
     let mut at = start;
     let mut plain = start; // the start of the run of plain characters not yet copied
     loop {
-        let Some(&byte) = bytes.get(at) else { return Ok(None) };
+        let Some(&byte) = bytes.get(at) else {
+            return Ok(None);
+        };
         match byte {
             b'"' => {
                 out.push_str(&data[plain..at]);
@@ -900,7 +1029,9 @@ fn scan_string(data: &str, start: usize) -> Out<Option<(String, usize)>> {
             0..=0x1f => return Ok(None),
             b'\\' => {
                 out.push_str(&data[plain..at]);
-                let Some(&kind) = bytes.get(at + 1) else { return Ok(None) };
+                let Some(&kind) = bytes.get(at + 1) else {
+                    return Ok(None);
+                };
                 at += 2;
                 match kind {
                     b'"' => out.push('"'),
@@ -912,11 +1043,16 @@ fn scan_string(data: &str, start: usize) -> Out<Option<(String, usize)>> {
                     b'r' => out.push('\r'),
                     b't' => out.push('\t'),
                     b'u' => {
-                        let Some(unit) = hex4(bytes, at) else { return Ok(None) };
+                        let Some(unit) = hex4(bytes, at) else {
+                            return Ok(None);
+                        };
                         at += 4;
                         let code = if (0xd800..0xdc00).contains(&unit) {
                             let low = if bytes.get(at..at + 2) == Some(b"\\u") {
-                                hex4(bytes, at + 2) } else { None };
+                                hex4(bytes, at + 2)
+                            } else {
+                                None
+                            };
                             match low {
                                 Some(low) if (0xdc00..0xe000).contains(&low) => {
                                     at += 6;

@@ -14,7 +14,11 @@ use serde_json::{Map, Number, Value};
 
 pub const MAX_SSE_EVENT_BYTES: usize = 4 * 1024 * 1024;
 const MAX_TOOL_CALLS_SEEN: usize = 128;
-const DONE_EVENTS: [&str; 3] = ["response.completed", "response.incomplete", "response.failed"];
+const DONE_EVENTS: [&str; 3] = [
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+];
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Api {
@@ -45,8 +49,10 @@ pub struct Answers {
 impl Answers {
     fn is_answer(&self, name: Option<&Value>) -> bool {
         match name {
-            Some(Value::String(name)) => self.names.iter().any(|n| n == name)
-                || self.prefixes.iter().any(|p| name.starts_with(p.as_str())),
+            Some(Value::String(name)) => {
+                self.names.iter().any(|n| n == name)
+                    || self.prefixes.iter().any(|p| name.starts_with(p.as_str()))
+            }
             _ => false,
         }
     }
@@ -70,8 +76,12 @@ pub(crate) fn loads(text: &str) -> Result<Option<Value>, Unjudged> {
     match serde_json::from_str::<Value>(text) {
         Ok(value) => Ok(Some(value)),
         Err(error) => {
-            if error.to_string().contains("recursion limit") || text.contains("NaN")
-                || text.contains("Infinity") || text.contains("\\ud") || text.contains("\\uD") {
+            if error.to_string().contains("recursion limit")
+                || text.contains("NaN")
+                || text.contains("Infinity")
+                || text.contains("\\ud")
+                || text.contains("\\uD")
+            {
                 Err(Unjudged)
             } else {
                 Ok(None)
@@ -150,7 +160,11 @@ pub fn python_float(value: f64) -> String {
         return "NaN".into();
     }
     if value.is_infinite() {
-        return if value > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+        return if value > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
     }
     let shortest = format!("{value:e}"); // the shortest digits that read back: d.ddde-x
     let (mantissa, exponent) = shortest.split_once('e').unwrap_or((&shortest, "0"));
@@ -193,14 +207,23 @@ fn as_int(value: Option<&Value>) -> Option<i128> {
         Value::Bool(flag) => Some(i128::from(*flag)),
         Value::Number(number) => {
             let text = number.to_string();
-            if is_float_text(&text) { None } else { text.parse().ok() }
+            if is_float_text(&text) {
+                None
+            } else {
+                text.parse().ok()
+            }
         }
         _ => None,
     }
 }
 
 fn int_value(value: i128) -> Value {
-    Value::Number(value.to_string().parse().expect("an integer is a JSON number"))
+    Value::Number(
+        value
+            .to_string()
+            .parse()
+            .expect("an integer is a JSON number"),
+    )
 }
 
 /// Python's truth of a JSON value.
@@ -210,8 +233,11 @@ pub(crate) fn truthy(value: &Value) -> bool {
         Value::Bool(flag) => *flag,
         Value::Number(number) => {
             let text = number.to_string();
-            if is_float_text(&text) { !matches!(text.parse::<f64>(), Ok(v) if v == 0.0) }
-            else { text.trim_start_matches('-').bytes().any(|b| b != b'0') }
+            if is_float_text(&text) {
+                !matches!(text.parse::<f64>(), Ok(v) if v == 0.0)
+            } else {
+                text.trim_start_matches('-').bytes().any(|b| b != b'0')
+            }
         }
         Value::String(text) => !text.is_empty(),
         Value::Array(items) => !items.is_empty(),
@@ -234,15 +260,20 @@ fn closed_up(index: i128, dropped: &[i128]) -> i128 {
 // -- whole responses ----------------------------------------------------------------------------
 
 /// The wire's `trim(body, keep)`: whether it changed the body.
-pub fn trim_body(api: Api, body: &mut Map<String, Value>, keep: usize, answers: &Answers)
-                 -> bool {
+pub fn trim_body(api: Api, body: &mut Map<String, Value>, keep: usize, answers: &Answers) -> bool {
     match api {
         Api::Chat => {
             let mut changed = false;
-            let Some(Value::Array(choices)) = body.get_mut("choices") else { return false };
+            let Some(Value::Array(choices)) = body.get_mut("choices") else {
+                return false;
+            };
             for choice in choices.iter_mut() {
-                let Value::Object(choice) = choice else { continue };
-                let Some(Value::Object(message)) = choice.get_mut("message") else { continue };
+                let Value::Object(choice) = choice else {
+                    continue;
+                };
+                let Some(Value::Object(message)) = choice.get_mut("message") else {
+                    continue;
+                };
                 // `_calls_of`: the listed calls, then a legacy `function_call` (None)
                 let listed = match message.get("tool_calls") {
                     Some(Value::Array(calls)) => Some(calls),
@@ -252,10 +283,17 @@ pub fn trim_body(api: Api, body: &mut Map<String, Value>, keep: usize, answers: 
                     Some(Value::Object(function)) => Some(function),
                     _ => None,
                 };
-                let mut calls: Vec<(Option<&Value>, Option<&Value>)> = listed.iter()
+                let mut calls: Vec<(Option<&Value>, Option<&Value>)> = listed
+                    .iter()
                     .flat_map(|calls| calls.iter())
-                    .map(|call| (Some(call), call.get("function").and_then(|f| f.as_object())
-                        .and_then(|f| f.get("name"))))
+                    .map(|call| {
+                        (
+                            Some(call),
+                            call.get("function")
+                                .and_then(|f| f.as_object())
+                                .and_then(|f| f.get("name")),
+                        )
+                    })
                     .collect();
                 if let Some(function) = legacy {
                     calls.push((None, function.get("name")));
@@ -288,46 +326,75 @@ pub fn trim_body(api: Api, body: &mut Map<String, Value>, keep: usize, answers: 
                 if !legacy_kept {
                     message.shift_remove("function_call");
                 }
-                if !any_kept && matches!(str_of(choice.get("finish_reason")),
-                                         Some("tool_calls" | "function_call")) {
+                if !any_kept
+                    && matches!(
+                        str_of(choice.get("finish_reason")),
+                        Some("tool_calls" | "function_call")
+                    )
+                {
                     choice.insert("finish_reason".into(), Value::String("stop".into()));
                 }
             }
             changed
         }
         Api::Responses => {
-            let Some(Value::Array(output)) = body.get("output") else { return false };
-            let calls: Vec<usize> = output.iter().enumerate().filter(|(_, item)| {
-                item.as_object().is_some_and(|item| {
-                    is_call_item(str_of(item.get("type")))
-                        && !answers.is_answer(item.get("name"))
+            let Some(Value::Array(output)) = body.get("output") else {
+                return false;
+            };
+            let calls: Vec<usize> = output
+                .iter()
+                .enumerate()
+                .filter(|(_, item)| {
+                    item.as_object().is_some_and(|item| {
+                        is_call_item(str_of(item.get("type")))
+                            && !answers.is_answer(item.get("name"))
+                    })
                 })
-            }).map(|(i, _)| i).collect();
+                .map(|(i, _)| i)
+                .collect();
             if calls.len() <= keep {
                 return false;
             }
             let dropped = &calls[keep..];
-            let kept: Vec<Value> = output.iter().enumerate()
-                .filter(|(i, _)| !dropped.contains(i)).map(|(_, item)| item.clone()).collect();
+            let kept: Vec<Value> = output
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !dropped.contains(i))
+                .map(|(_, item)| item.clone())
+                .collect();
             body.insert("output".into(), Value::Array(kept));
             true
         }
         Api::Messages => {
-            let Some(Value::Array(content)) = body.get("content") else { return false };
-            let uses: Vec<usize> = content.iter().enumerate().filter(|(_, block)| {
-                block.as_object().is_some_and(|block| {
-                    str_of(block.get("type")) == Some("tool_use")
-                        && !answers.is_answer(block.get("name"))
+            let Some(Value::Array(content)) = body.get("content") else {
+                return false;
+            };
+            let uses: Vec<usize> = content
+                .iter()
+                .enumerate()
+                .filter(|(_, block)| {
+                    block.as_object().is_some_and(|block| {
+                        str_of(block.get("type")) == Some("tool_use")
+                            && !answers.is_answer(block.get("name"))
+                    })
                 })
-            }).map(|(i, _)| i).collect();
+                .map(|(i, _)| i)
+                .collect();
             if uses.len() <= keep {
                 return false;
             }
             let dropped = &uses[keep..];
-            let kept: Vec<Value> = content.iter().enumerate()
-                .filter(|(i, _)| !dropped.contains(i)).map(|(_, block)| block.clone()).collect();
-            let any_use = kept.iter().any(|block| block.as_object()
-                .is_some_and(|block| str_of(block.get("type")) == Some("tool_use")));
+            let kept: Vec<Value> = content
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !dropped.contains(i))
+                .map(|(_, block)| block.clone())
+                .collect();
+            let any_use = kept.iter().any(|block| {
+                block
+                    .as_object()
+                    .is_some_and(|block| str_of(block.get("type")) == Some("tool_use"))
+            });
             body.insert("content".into(), Value::Array(kept));
             if !any_use && str_of(body.get("stop_reason")) == Some("tool_use") {
                 body.insert("stop_reason".into(), Value::String("end_turn".into()));
@@ -340,11 +407,19 @@ pub fn trim_body(api: Api, body: &mut Map<String, Value>, keep: usize, answers: 
 /// A whole (not streamed) response as the Python relay hands it on: Some(new bytes) when the
 /// trim changed it, None when its bytes pass as they came (not JSON, not an object, nothing
 /// past `keep`).
-pub fn trim_whole(api: Api, data: &[u8], keep: usize, answers: &Answers)
-                  -> Result<Option<Vec<u8>>, Unjudged> {
-    let Ok(text) = std::str::from_utf8(data) else { return Ok(None) };
+pub fn trim_whole(
+    api: Api,
+    data: &[u8],
+    keep: usize,
+    answers: &Answers,
+) -> Result<Option<Vec<u8>>, Unjudged> {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return Ok(None);
+    };
     let text = text.strip_prefix('\u{feff}').unwrap_or(text); // json.loads(bytes) skips a BOM
-    let Some(Value::Object(mut body)) = loads(text)? else { return Ok(None) };
+    let Some(Value::Object(mut body)) = loads(text)? else {
+        return Ok(None);
+    };
     if trim_body(api, &mut body, keep, answers) {
         Ok(Some(dumps(&Value::Object(body))))
     } else {
@@ -369,7 +444,10 @@ pub struct SseReader {
 
 impl SseReader {
     pub fn new() -> Self {
-        SseReader { buffer: Vec::new(), broken: false }
+        SseReader {
+            buffer: Vec::new(),
+            broken: false,
+        }
     }
 
     pub fn feed(&mut self, chunk: &[u8]) -> Vec<Event> {
@@ -430,8 +508,16 @@ pub(crate) fn parse_event(raw: &[u8]) -> Event {
             name = Some(value.to_owned());
         }
     }
-    let data = if data.is_empty() { None } else { Some(data.join("\n")) };
-    Event { raw: raw.to_vec(), name, data }
+    let data = if data.is_empty() {
+        None
+    } else {
+        Some(data.join("\n"))
+    };
+    Event {
+        raw: raw.to_vec(),
+        name,
+        data,
+    }
 }
 
 /// One SSE event of JSON data.
@@ -462,15 +548,21 @@ fn json_data(event: &Event) -> Result<Option<Map<String, Value>>, Unjudged> {
 /// `chat.usage_only`: the usage-only chunk that ends a Chat Completions stream asked for its
 /// usage (no choices; a usage object).
 fn usage_only(event: &Event) -> Result<bool, Unjudged> {
-    let Some(data) = json_data(event)? else { return Ok(false) };
-    Ok(matches!(data.get("choices"), Some(Value::Array(choices)) if choices.is_empty())
-        && matches!(data.get("usage"), Some(Value::Object(_))))
+    let Some(data) = json_data(event)? else {
+        return Ok(false);
+    };
+    Ok(
+        matches!(data.get("choices"), Some(Value::Array(choices)) if choices.is_empty())
+            && matches!(data.get("usage"), Some(Value::Object(_))),
+    )
 }
 
 /// Whether the event ends the response, for the client (its type read only where the data
 /// names it as is: an end spelled with escapes is told at the stream's end, as any other).
 fn is_last(api: Api, event: &Event) -> bool {
-    let Some(data) = event.data.as_deref() else { return false };
+    let Some(data) = event.data.as_deref() else {
+        return false;
+    };
     let kinds: &[&str] = match api {
         Api::Chat => return data == "[DONE]",
         Api::Responses => &DONE_EVENTS,
@@ -493,7 +585,10 @@ pub struct LastEvent {
 
 impl LastEvent {
     pub fn new(api: Api) -> Self {
-        LastEvent { api, reader: SseReader::new() }
+        LastEvent {
+            api,
+            reader: SseReader::new(),
+        }
     }
 
     /// Whether this chunk holds the response's last event (None: an event too long to read,
@@ -511,9 +606,20 @@ impl LastEvent {
 /// (empty: dropped), None for the event's own.
 enum Rewriter {
     /// Each choice's calls (by its index: `n` > 1), and the calls seen of all of them.
-    Chat { choices: Vec<(i128, ChatChoice)>, seen: usize },
-    Responses { calls: usize, dropped: Vec<i128>, skipped: i128 },
-    Messages { uses: usize, answers: usize, dropped: Vec<i128> },
+    Chat {
+        choices: Vec<(i128, ChatChoice)>,
+        seen: usize,
+    },
+    Responses {
+        calls: usize,
+        dropped: Vec<i128>,
+        skipped: i128,
+    },
+    Messages {
+        uses: usize,
+        answers: usize,
+        dropped: Vec<i128>,
+    },
 }
 
 /// A streamed response trimmed event by event, as `streams.relay_stream` does with a bound.
@@ -533,14 +639,37 @@ pub struct StreamTrim {
 
 impl StreamTrim {
     pub fn new(trim: Trim, answers: Answers) -> Self {
-        let Trim { api, keep, hide_usage } = trim;
+        let Trim {
+            api,
+            keep,
+            hide_usage,
+        } = trim;
         let rewriter = match api {
-            Api::Chat => Rewriter::Chat { choices: Vec::new(), seen: 0 },
-            Api::Responses => Rewriter::Responses { calls: 0, dropped: Vec::new(), skipped: 0 },
-            Api::Messages => Rewriter::Messages { uses: 0, answers: 0, dropped: Vec::new() },
+            Api::Chat => Rewriter::Chat {
+                choices: Vec::new(),
+                seen: 0,
+            },
+            Api::Responses => Rewriter::Responses {
+                calls: 0,
+                dropped: Vec::new(),
+                skipped: 0,
+            },
+            Api::Messages => Rewriter::Messages {
+                uses: 0,
+                answers: 0,
+                dropped: Vec::new(),
+            },
         };
-        StreamTrim { api, keep, hide_usage, answers, reader: SseReader::new(), rewriter,
-                     changed: false, finished: false }
+        StreamTrim {
+            api,
+            keep,
+            hide_usage,
+            answers,
+            reader: SseReader::new(),
+            rewriter,
+            changed: false,
+            finished: false,
+        }
     }
 
     /// The bytes to send for this chunk of the upstream's.
@@ -572,22 +701,32 @@ impl StreamTrim {
     }
 
     fn rewrite(&mut self, event: &Event) -> Result<Option<Vec<u8>>, Unjudged> {
-        let Some(keep) = self.keep else { return Ok(None) };
+        let Some(keep) = self.keep else {
+            return Ok(None);
+        };
         if !self.may_change(event) {
             return Ok(None);
         }
-        let Some(mut data) = json_data(event)? else { return Ok(None) };
+        let Some(mut data) = json_data(event)? else {
+            return Ok(None);
+        };
         let (answers, api) = (&self.answers, self.api);
         match &mut self.rewriter {
-            Rewriter::Chat { choices, seen } =>
-                Ok(chat_rewrite(&mut data, keep, answers, choices, seen)),
-            Rewriter::Responses { calls, dropped, skipped } => {
+            Rewriter::Chat { choices, seen } => {
+                Ok(chat_rewrite(&mut data, keep, answers, choices, seen))
+            }
+            Rewriter::Responses {
+                calls,
+                dropped,
+                skipped,
+            } => {
                 let kind = str_of(data.get("type")).map(str::to_owned);
                 let index = as_int(data.get("output_index"));
                 if kind.as_deref() == Some("response.output_item.added") && index.is_some() {
                     if let Some(Value::Object(item)) = data.get("item") {
                         if is_call_item(str_of(item.get("type")))
-                            && !answers.is_answer(item.get("name")) {
+                            && !answers.is_answer(item.get("name"))
+                        {
                             *calls += 1;
                             let index = index.unwrap_or_default();
                             if *calls > keep && !dropped.contains(&index) {
@@ -623,7 +762,11 @@ impl StreamTrim {
                 }
                 Ok(changed.then(|| sse(&Value::Object(data), event.name.as_deref())))
             }
-            Rewriter::Messages { uses, answers: answer_blocks, dropped } => {
+            Rewriter::Messages {
+                uses,
+                answers: answer_blocks,
+                dropped,
+            } => {
                 let kind = str_of(data.get("type")).map(str::to_owned);
                 let index = as_int(data.get("index"));
                 if kind.as_deref() == Some("content_block_start") && index.is_some() {
@@ -641,8 +784,10 @@ impl StreamTrim {
                         }
                     }
                 }
-                let block_event = matches!(kind.as_deref(), Some("content_block_start"
-                    | "content_block_delta" | "content_block_stop"));
+                let block_event = matches!(
+                    kind.as_deref(),
+                    Some("content_block_start" | "content_block_delta" | "content_block_stop")
+                );
                 if block_event && index.is_some() {
                     let index = index.unwrap_or_default();
                     if dropped.contains(&index) {
@@ -653,8 +798,11 @@ impl StreamTrim {
                         data.insert("index".into(), int_value(moved));
                         return Ok(Some(sse(&Value::Object(data), event.name.as_deref())));
                     }
-                } else if kind.as_deref() == Some("message_delta") && keep == 0
-                    && !dropped.is_empty() && *answer_blocks == 0 {
+                } else if kind.as_deref() == Some("message_delta")
+                    && keep == 0
+                    && !dropped.is_empty()
+                    && *answer_blocks == 0
+                {
                     if let Some(Value::Object(delta)) = data.get_mut("delta") {
                         if str_of(delta.get("stop_reason")) == Some("tool_use") {
                             delta.insert("stop_reason".into(), Value::String("end_turn".into()));
@@ -674,27 +822,46 @@ impl StreamTrim {
     /// Whether an event can be changed (else it is not parsed): one whose data names none of
     /// what a rewrite reads, and holds no escape that could spell it, passes as it came.
     fn may_change(&self, event: &Event) -> bool {
-        let Some(data) = event.data.as_deref() else { return false };
+        let Some(data) = event.data.as_deref() else {
+            return false;
+        };
         if data.contains('\\') {
             return true;
         }
         match (&self.rewriter, self.api) {
-            (Rewriter::Chat { .. }, _) => data.contains("tool_calls")
-                || data.contains("function_call"),
-            (Rewriter::Responses { skipped, dropped, .. }, _) => *skipped > 0
-                || !dropped.is_empty() || data.contains("_call\"")
-                || data.contains("response.completed") || data.contains("response.incomplete")
-                || data.contains("response.failed"),
-            (Rewriter::Messages { dropped, .. }, _) => !dropped.is_empty()
-                || data.contains("tool_use"),
+            (Rewriter::Chat { .. }, _) => {
+                data.contains("tool_calls") || data.contains("function_call")
+            }
+            (
+                Rewriter::Responses {
+                    skipped, dropped, ..
+                },
+                _,
+            ) => {
+                *skipped > 0
+                    || !dropped.is_empty()
+                    || data.contains("_call\"")
+                    || data.contains("response.completed")
+                    || data.contains("response.incomplete")
+                    || data.contains("response.failed")
+            }
+            (Rewriter::Messages { dropped, .. }, _) => {
+                !dropped.is_empty() || data.contains("tool_use")
+            }
         }
     }
 }
 
 /// The Responses output items the agent carries out itself: a tool call each (as
 /// `watchdog.core.model.responses.CALL_ITEMS` names them).
-const CALL_ITEMS: [&str; 6] = ["function_call", "custom_tool_call", "computer_call",
-                               "local_shell_call", "shell_call", "apply_patch_call"];
+const CALL_ITEMS: [&str; 6] = [
+    "function_call",
+    "custom_tool_call",
+    "computer_call",
+    "local_shell_call",
+    "shell_call",
+    "apply_patch_call",
+];
 
 fn is_call_item(kind: Option<&str>) -> bool {
     kind.is_some_and(|kind| CALL_ITEMS.contains(&kind))
@@ -711,9 +878,15 @@ struct ChatChoice {
     handed: usize,
 }
 
-fn chat_slot(call: &Map<String, Value>, number: i128, index: Option<i128>, keep: usize,
-             answers: &Answers, states: &mut Vec<(i128, ChatChoice)>, seen: &mut usize)
-             -> Option<i128> {
+fn chat_slot(
+    call: &Map<String, Value>,
+    number: i128,
+    index: Option<i128>,
+    keep: usize,
+    answers: &Answers,
+    states: &mut Vec<(i128, ChatChoice)>,
+    seen: &mut usize,
+) -> Option<i128> {
     let at = states.iter().position(|(n, _)| *n == number);
     if let Some(at) = at {
         if let Some((_, slot)) = states[at].1.slots.iter().find(|(i, _)| *i == index) {
@@ -729,7 +902,10 @@ fn chat_slot(call: &Map<String, Value>, number: i128, index: Option<i128>, keep:
         states.len() - 1
     });
     let state = &mut states[at].1;
-    let name = call.get("function").and_then(|f| f.as_object()).and_then(|f| f.get("name"));
+    let name = call
+        .get("function")
+        .and_then(|f| f.as_object())
+        .and_then(|f| f.get("name"));
     let mut taken = answers.is_answer(name);
     if !taken {
         taken = state.work < keep;
@@ -747,13 +923,22 @@ fn chat_slot(call: &Map<String, Value>, number: i128, index: Option<i128>, keep:
     slot
 }
 
-fn chat_rewrite(data: &mut Map<String, Value>, keep: usize, answers: &Answers,
-                states: &mut Vec<(i128, ChatChoice)>, seen: &mut usize) -> Option<Vec<u8>> {
-    let Some(Value::Array(choices)) = data.get_mut("choices") else { return None };
+fn chat_rewrite(
+    data: &mut Map<String, Value>,
+    keep: usize,
+    answers: &Answers,
+    states: &mut Vec<(i128, ChatChoice)>,
+    seen: &mut usize,
+) -> Option<Vec<u8>> {
+    let Some(Value::Array(choices)) = data.get_mut("choices") else {
+        return None;
+    };
     let single = choices.len() == 1;
     let (mut changed, mut empty) = (false, false);
     for choice in choices.iter_mut() {
-        let Value::Object(choice) = choice else { continue };
+        let Value::Object(choice) = choice else {
+            continue;
+        };
         let number = as_int(choice.get("index")).unwrap_or(0);
         let finish_none = matches!(choice.get("finish_reason"), None | Some(Value::Null));
         if let Some(Value::Object(delta)) = choice.get_mut("delta") {
@@ -801,9 +986,16 @@ fn chat_rewrite(data: &mut Map<String, Value>, keep: usize, answers: &Answers,
                 empty = !delta.values().any(truthy) && finish_none;
             }
         }
-        let handed = states.iter().find(|(n, _)| *n == number).map_or(0, |(_, c)| c.handed);
-        if handed == 0 && matches!(str_of(choice.get("finish_reason")),
-                                          Some("tool_calls" | "function_call")) {
+        let handed = states
+            .iter()
+            .find(|(n, _)| *n == number)
+            .map_or(0, |(_, c)| c.handed);
+        if handed == 0
+            && matches!(
+                str_of(choice.get("finish_reason")),
+                Some("tool_calls" | "function_call")
+            )
+        {
             choice.insert("finish_reason".into(), Value::String("stop".into()));
             changed = true;
         }
@@ -823,10 +1015,20 @@ mod tests {
 
     #[test]
     fn floats_as_python_writes_them() {
-        for (value, text) in [(1.0, "1.0"), (0.0, "0.0"), (-0.0, "-0.0"), (1.5, "1.5"),
-                              (1e16, "1e+16"), (1e15, "1000000000000000.0"), (1e-5, "1e-05"),
-                              (0.0001, "0.0001"), (123.456, "123.456"), (1.5e-7, "1.5e-07"),
-                              (1e100, "1e+100"), (0.1, "0.1")] {
+        for (value, text) in [
+            (1.0, "1.0"),
+            (0.0, "0.0"),
+            (-0.0, "-0.0"),
+            (1.5, "1.5"),
+            (1e16, "1e+16"),
+            (1e15, "1000000000000000.0"),
+            (1e-5, "1e-05"),
+            (0.0001, "0.0001"),
+            (123.456, "123.456"),
+            (1.5e-7, "1.5e-07"),
+            (1e100, "1e+100"),
+            (0.1, "0.1"),
+        ] {
             assert_eq!(python_float(value), text);
         }
     }

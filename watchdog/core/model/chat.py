@@ -33,8 +33,8 @@ from watchdog.core.model.wire import (
     append_text,
     can_call,
     clipped,
-    is_structured,
     json_data,
+    json_format,
     judged_data,
     plain_content,
     request_hash,
@@ -105,7 +105,7 @@ class ChatWire:
             said=said,
             include_usage=isinstance(options, dict) and options.get("include_usage") is True,
             input_hash=request_hash(messages),
-            structured=is_structured(body.get("response_format")))
+            answer_format=json_format(body.get("response_format")))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         messages = body.get("messages")

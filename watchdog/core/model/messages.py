@@ -28,8 +28,8 @@ from watchdog.core.model.wire import (
     clipped,
     closed_up,
     dumps,
-    is_structured,
     json_data,
+    json_format,
     judged_data,
     request_hash,
     sse,
@@ -84,7 +84,7 @@ class MessagesWire:
             results=results,
             said=said,
             input_hash=request_hash(messages),
-            structured=is_structured(_output_format(body)))
+            answer_format=json_format(_output_format(body)))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         system = body.get("system")

@@ -32,8 +32,8 @@ from watchdog.core.model.wire import (
     can_call,
     clipped,
     closed_up,
-    is_structured,
     json_data,
+    json_format,
     judged_data,
     request_hash,
     sse,
@@ -126,8 +126,8 @@ class ResponsesWire:
             model=model if isinstance(model, str) else "",
             stream=body.get("stream") is True,
             has_tools=can_call(body.get("tools"), body.get("tool_choice")),
-            structured=isinstance(answer := body.get("text"), dict)
-            and is_structured(answer.get("format")),
+            answer_format=json_format(answer.get("format"))
+            if isinstance(answer := body.get("text"), dict) else None,
             instructions="\n".join(instructions),
             anchor=anchor,
             messages=count,

@@ -62,11 +62,17 @@ class Request:
     # the request sends only the new items, so its length says nothing of the conversation's
     kept: bool = False
     include_usage: bool = False  # chat: stream_options.include_usage
-    # its answer must follow a JSON format (chat ``response_format``, Responses ``text.format``)
-    structured: bool = False
+    # the JSON format its answer must follow (``json_schema``, ``json_object``; None: text):
+    # chat ``response_format``, Responses ``text.format``, Messages ``output_config.format``
+    answer_format: str | None = None
     # its request as a span's is hashed (SpanRecord.input_hash: its last user message, case and
     # spacing ignored); a run's input is its first call's (watchdog.core.cycles)
     input_hash: int | None = None
+
+    @property
+    def structured(self) -> bool:
+        """Its answer must follow a JSON format."""
+        return self.answer_format is not None
 
 
 # the JSON answer formats (chat ``response_format.type``, Responses ``text.format.type``)
@@ -81,9 +87,36 @@ def can_call(tools: object, choice: object) -> bool:
         isinstance(choice, dict) and choice.get("type") == "none")
 
 
-def is_structured(answer_format: object) -> bool:
-    """Whether a request's answer format asks for JSON (a schema, or any JSON object)."""
-    return isinstance(answer_format, dict) and answer_format.get("type") in STRUCTURED_FORMATS
+def json_format(answer_format: object) -> str | None:
+    """The JSON format a request's answer format asks for (a schema, or any JSON object), or
+    None (text)."""
+    if isinstance(answer_format, dict):
+        kind = answer_format.get("type")
+        if isinstance(kind, str) and kind in STRUCTURED_FORMATS:
+            return kind
+    return None
+
+
+ABORT_CODE = "watchdog_aborted"  # an abort's error code, and its answer's in a JSON object
+
+
+def abort_text(note: str, answer_format: str | None) -> str | None:
+    """An aborted run's answer (its stop note) as the request's answer format asks: the note
+    itself for text; a JSON object carrying it for ``json_object`` (an object the run's
+    final report already is stays as it is); for a schema, None: no object of the agent's
+    schema honestly carries a stop note (it has only the agent's fields), so the abort is
+    answered as an error instead, which every client surfaces with its message."""
+    if answer_format is None:
+        return note
+    try:
+        given = json.loads(note)
+    except (ValueError, RecursionError):
+        given = None
+    if isinstance(given, dict):  # the model's own report, in the format it was asked in
+        return note
+    if answer_format == "json_object":
+        return json.dumps({"code": ABORT_CODE, "message": note}, ensure_ascii=False)
+    return None
 
 
 @dataclass(slots=True)

@@ -54,10 +54,12 @@ from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import Act, Counts, Turn, answer_of, decide, kept_calls
 from watchdog.core.model.wire import (
+    ABORT_CODE,
     Observation,
     Request,
     Unjudged,
     Wire,
+    abort_text,
     dumps,
     read_stream,
     unjudged,
@@ -575,12 +577,13 @@ class ModelProxy:
                 log.warning("model run not ended: %s", exc)
             except Exception:
                 self._failed("request")
-        if self.config.model_abort == "error":
-            return Answer(400, dumps(wire.error(400, "watchdog_aborted", text)), JSON)
+        answer = abort_text(text, parsed.answer_format)
+        if self.config.model_abort == "error" or answer is None:
+            return Answer(400, dumps(wire.error(400, ABORT_CODE, text)), JSON)
         if parsed.stream:
-            return Answer(200, wire.answer_stream(parsed.model, text, parsed, time.time()),
+            return Answer(200, wire.answer_stream(parsed.model, answer, parsed, time.time()),
                           {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        return Answer(200, dumps(wire.answer(parsed.model, text, parsed, time.time())), JSON)
+        return Answer(200, dumps(wire.answer(parsed.model, answer, parsed, time.time())), JSON)
 
     def _stop_text(self, turn: Turn, state: EndpointRun, key: str) -> str:
         if state.report:  # the final report the model gave: the run's result

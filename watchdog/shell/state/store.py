@@ -16,7 +16,9 @@ the tracker state; 5 keeps the chunks in a rowid table (appended, indexed by run
 runs' ``session`` column (read out of their rows); 7 reads it with Python from the rows an older
 build wrote with Infinity/NaN, which SQLite's JSON cannot read; 8 adds the span ids applied
 (``applied_spans``: one chunk per flush, the ids it stored the counts of; the last
-:data:`~watchdog.core.sync.MAX_RECENT_SPANS` kept), read back at a start after a crash. An older
+:data:`~watchdog.core.sync.MAX_RECENT_SPANS` kept), read back at a start after a crash; 9 numbers
+them (``upto``: the ids stored up to and with each chunk, since the table began), so a flush
+deletes the chunks past the bound by a range of an index rather than a scan. An older
 file is migrated in place when it is opened (:data:`_MIGRATIONS`); a newer one is refused.
 """
 
@@ -40,7 +42,7 @@ from watchdog.core.sync import MAX_RECENT_SPANS
 if TYPE_CHECKING:
     import msgspec
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 DB_FILE = "watchdog.sqlite3"
 HELD = "runs, activity and sessions"  # what the file holds (to say what moving it aside drops)
 OWNER_FILE = "watchdog.lock"  # held (flock) by the one sidecar that uses the state dir
@@ -80,12 +82,16 @@ CREATE TABLE IF NOT EXISTS tracker_state (
     id INTEGER PRIMARY KEY CHECK (id = 0),
     data TEXT NOT NULL
 );
--- the span ids each flush stored the counts of (a JSON array of [trace + span id, start, end])
+-- the span ids each flush stored the counts of (a JSON array of [trace + span id, start, end]);
+-- upto: the ids stored up to and with this chunk since the table began (it holds the ids
+-- numbered upto - spans + 1 to upto)
 CREATE TABLE IF NOT EXISTS applied_spans (
     seq INTEGER PRIMARY KEY,
     spans INTEGER NOT NULL,
+    upto INTEGER NOT NULL,
     data TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS applied_spans_upto ON applied_spans (upto);
 """
 
 # version -> the statements that bring a file of the version before it up to it. One that
@@ -154,6 +160,22 @@ CREATE TABLE IF NOT EXISTS applied_spans (
     spans INTEGER NOT NULL,
     data TEXT NOT NULL
 );
+""",
+    9: """
+BEGIN;
+CREATE TABLE applied_spans_v9 (
+    seq INTEGER PRIMARY KEY,
+    spans INTEGER NOT NULL,
+    upto INTEGER NOT NULL,
+    data TEXT NOT NULL
+);
+INSERT INTO applied_spans_v9 (seq, spans, upto, data)
+    SELECT seq, spans, SUM(spans) OVER (ORDER BY seq), data FROM applied_spans;
+DROP TABLE applied_spans;
+ALTER TABLE applied_spans_v9 RENAME TO applied_spans;
+CREATE INDEX applied_spans_upto ON applied_spans (upto);
+PRAGMA user_version=9;
+COMMIT;
 """,
 }
 
@@ -406,6 +428,37 @@ class Rows:
             self.applied.append((len(spans), codecs().json_encoder.encode(spans).decode()))
 
 
+def _store_applied(db: sqlite3.Connection, chunks: Sequence[tuple[int, str]]) -> None:
+    """Append the chunks of span ids a flush applied (within the caller's transaction), and keep
+    the newest ``MAX_RECENT_SPANS`` ids exactly, in the newest ``MAX_APPLIED_CHUNKS`` chunks at
+    most: the older chunks go by a range of ``upto`` (its index) and of ``seq`` (the table's
+    key), and the oldest chunk left keeps only its ids within the bound (rewritten)."""
+    top = db.execute("SELECT MAX(upto) FROM applied_spans").fetchone()[0] or 0
+    numbered = []
+    for spans, data in chunks:
+        top += spans
+        numbered.append((spans, top, data))
+    execute_rows(db, "INSERT INTO applied_spans (spans, upto, data)", numbered)
+    cutoff = top - MAX_RECENT_SPANS  # the ids numbered up to this go
+    db.execute("DELETE FROM applied_spans WHERE upto <= ?", (cutoff,))
+    db.execute("DELETE FROM applied_spans WHERE seq <= (SELECT MAX(seq) FROM applied_spans) - ?",
+               (MAX_APPLIED_CHUNKS,))
+    oldest = db.execute("SELECT seq, spans, upto, data FROM applied_spans ORDER BY seq LIMIT 1"
+                        ).fetchone()
+    if oldest is not None and oldest[2] - oldest[1] < cutoff:  # it holds ids past the bound
+        seq, _, upto, data = oldest
+        try:
+            ids = decode(data)
+        except UNREADABLE:
+            ids = None
+        keep = upto - cutoff
+        if isinstance(ids, list) and len(ids) >= keep:
+            db.execute("UPDATE applied_spans SET spans=?, data=? WHERE seq=?",
+                       (keep, codecs().json_encoder.encode(ids[-keep:]).decode(), seq))
+        else:  # (damaged: it cannot be cut, so it goes)
+            db.execute("DELETE FROM applied_spans WHERE seq=?", (seq,))
+
+
 def _delete_runs(db: sqlite3.Connection, keys: Sequence[tuple[str]]) -> None:
     """Delete runs and their activity log (within the caller's transaction)."""
     db.executemany("DELETE FROM runs WHERE key=?", keys)
@@ -549,13 +602,7 @@ class Store:
             execute_rows(db, _UPSERT_SESSION_HEAD, rows.sessions, _UPSERT_SESSION_TAIL)
             _delete_runs(db, rows.gone)
             if rows.applied:
-                execute_rows(db, "INSERT INTO applied_spans (spans, data)", rows.applied)
-                # the chunks wholly older than the newest MAX_RECENT_SPANS ids go, and any
-                # beyond MAX_APPLIED_CHUNKS (flushes of a span or two each)
-                db.execute("DELETE FROM applied_spans WHERE seq IN (SELECT seq FROM (SELECT "
-                           "seq, spans, SUM(spans) OVER (ORDER BY seq DESC) AS upto FROM "
-                           "applied_spans) WHERE upto - spans >= ?) OR seq <= (SELECT MAX(seq) "
-                           "FROM applied_spans) - ?", (MAX_RECENT_SPANS, MAX_APPLIED_CHUNKS))
+                _store_applied(db, rows.applied)
 
     def save_sessions(self, sessions: Iterable[dict[str, Any]]) -> None:
         """Upsert session snapshots (a checkpoint: before the API answers)."""
