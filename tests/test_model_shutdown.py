@@ -245,6 +245,10 @@ def test_a_request_whose_head_comes_once_the_endpoint_stops_is_not_taken(
         body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "late"}]})
         with socket.create_connection(("127.0.0.1", model_port), timeout=10) as late:
             late.sendall(b"POST /agent/late/v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+            # (taken off the listener's backlog before the SIGTERM: one still queued there is
+            # reset when the listener closes, which is not what this test is about)
+            wait_until(lambda: not backlog(model_port), "the late connection accepted",
+                       timeout=30)
             process.send_signal(signal.SIGTERM)
             wait_until(lambda: refused(model_port), "the model listener closed", timeout=30)
             answer = b""
@@ -265,6 +269,17 @@ def test_a_request_whose_head_comes_once_the_endpoint_stops_is_not_taken(
     assert head.startswith(b"HTTP/1.1 503 "), answer
     assert b"\r\nRetry-After: 1\r\n" in head and b"\r\nConnection: close\r\n" in head
     assert json.loads(text)["error"]["code"] == "stopping"
+
+
+def backlog(port: int) -> int:
+    """The connections waiting in the accept queue of the listener on 127.0.0.1:``port``
+    (a listening socket's receive queue in ``/proc/net/tcp``)."""
+    address = f"0100007F:{port:04X}"
+    for line in Path("/proc/net/tcp").read_text(encoding="ascii").splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == address and fields[3] == "0A":  # (LISTEN)
+            return int(fields[4].split(":")[1], 16)
+    return 0
 
 
 @pytest.mark.parametrize("relay", RELAYS)
