@@ -349,10 +349,18 @@ def directive(action: str, rule: str, message: str, **extra: Any) -> Directive:
     return Directive(**values)
 
 
+def counting(*budgets: str) -> Board:
+    """A run's board once its budgets' countdown rules have fired."""
+    return Board(counting=frozenset(budgets))
+
+
 def test_the_decision() -> None:
     budget = {"max_tool_calls": 5.0, "remaining_tool_calls": 2.0}
-    note = decide(Counts(used=3, handed=3, budget=budget), None, "", True)
+    note = decide(Counts(used=3, handed=3, budget=budget), counting("tool_calls"), "", True)
     assert (note.act, note.keep) == (Act.NOTE, 2) and "2 of 5 tool calls left" in note.text
+    # (no countdown before its rule has fired: the pack says from when)
+    assert decide(Counts(used=3, handed=3, budget=budget), None, "", True) == Turn(
+        Act.PASS, keep=2)
     assert decide(Counts(used=1, handed=1, budget=budget), None, "", True).act is Act.PASS
     final = decide(Counts(used=5, handed=5, budget=budget), None, "", True)
     assert (final.act, final.keep) == (Act.FINAL, 0)
@@ -362,13 +370,13 @@ def test_the_decision() -> None:
     assert (abort.act, abort.text) == (Act.ABORT, "[stopped]")
     board = Board()
     board.post(directive("abort", "budget-exhausted", "[budget: all 5 tool calls used]",
-                         report_prompt="REPORT PLEASE"))
+                         report_prompt="REPORT PLEASE", countdown="tool_calls"))
     final = decide(Counts(used=5, handed=5, budget=budget), board, "", True)
     assert final.act is Act.FINAL and "REPORT PLEASE" in final.text
     board = Board()  # an abort's own report prompt, which says the run is being stopped
     board.post(directive("abort", "budget-exhausted", "[budget: all 5 tool calls used]",
                          report_prompt=bare_prompt("[budget: all 5 tool calls used]",
-                                                   "abort")))
+                                                   "abort"), countdown="tool_calls"))
     final = decide(Counts(used=5, handed=5, budget=budget), board, "", True)
     assert final.text.count("This run is being stopped") == 1, final.text
     assert final.text.count("[budget: all 5 tool calls used]") == 1
@@ -411,14 +419,16 @@ def test_a_dollar_budget_asks_for_the_usage_that_prices_a_call() -> None:
     assert decide(Counts(used=0, handed=0, budget={"max_tokens": 1000.0}), None, "",
                   True).usage  # (counted from each call's usage too)
     tokens = {"max_tokens": 1000.0, "remaining_tokens": 200.0}
-    note = decide(Counts(used=0, handed=0, budget=tokens), None, "", True)
+    assert decide(Counts(used=0, handed=0, budget=tokens), None, "", True).act is Act.PASS
+    note = decide(Counts(used=0, handed=0, budget=tokens), counting("tokens"), "", True)
     assert note.act is Act.NOTE and "[budget: 200 of 1000 tokens left — wrap up soon]" in note.text
     # what is left covers about one more call at the run's average: the last call, as the
     # default pack's rules say it (dollars and tokens)
-    last = decide(Counts(used=0, handed=0, budget=tokens, per_call_tokens=250.0), None, "", True)
+    last = decide(Counts(used=0, handed=0, budget=tokens, per_call_tokens=250.0),
+                  counting("tokens"), "", True)
     assert "[budget: 200 of 1000 tokens left, about one model call — finalize now]" in last.text
     last = decide(Counts(used=0, handed=0, budget={**priced, "remaining_cost_usd": 0.05},
-                         per_call_usd=0.06), None, "", True)
+                         per_call_usd=0.06), counting("cost_usd"), "", True)
     assert "[budget: USD 0.05 of 1.00 left, about one model call — finalize now]" in last.text
     final = decide(Counts(used=0, handed=0, budget={**tokens, "remaining_tokens": 0.0}), None,
                    "", True)
@@ -604,8 +614,8 @@ def test_a_request_with_no_tool_call_left_has_its_tools_withdrawn() -> None:
     turn = decide(Counts(used=1, handed=1, budget=budget, reserved=3), None, "", True)
     assert (turn.act, turn.keep) == (Act.WITHDRAW, 0)
     assert "[budget: 0 of 4 tool calls left — no tool will run; report now]" in turn.text
-    assert decide(Counts(used=1, handed=1, budget=budget, reserved=2), None, "",
-                  True).act is Act.NOTE
+    assert decide(Counts(used=1, handed=1, budget=budget, reserved=2), counting("tool_calls"),
+                  "", True).act is Act.NOTE
     assert decide(Counts(used=1, handed=1, budget=budget, reserved=3), None, "",
                   False).act is Act.PASS
     board = Board()
@@ -622,7 +632,7 @@ def test_the_decision_counts_what_was_handed_over() -> None:
     final = decide(Counts(used=0, handed=3, budget=budget), None, "", True)
     assert (final.act, final.keep) == (Act.FINAL, 0)
     assert "all 3 tool calls used" in final.text
-    note = decide(Counts(used=0, handed=2, budget=budget), None, "", True)
+    note = decide(Counts(used=0, handed=2, budget=budget), counting("tool_calls"), "", True)
     assert (note.act, note.keep) == (Act.NOTE, 1) and "1 of 3 tool calls left" in note.text
     board = Board()
     board.post(directive("wind_down", "tool-cycle", "Loop", grace={"tool_calls": 2,

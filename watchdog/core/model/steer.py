@@ -320,9 +320,12 @@ def _decide(counts: Counts, board: Board | None, instructions: str, has_tools: b
     parts: list[str] = []
     # (each budget's countdown once its rule has fired: the tool-call one and a grace's to a
     # request that offers tools; one that offers none, a title or a summary the agent asks
-    # for, has nothing to count down)
+    # for, has nothing to count down. A request that may hand over no tool call, the run's
+    # others with the model holding the rest, is told so whether or not the countdown has
+    # started: its tools are withdrawn, and the note says why)
     counting = board.counting
-    if has_tools and limit is not None and keep is not None and COUNTDOWN_TOOL_CALLS in counting:
+    if has_tools and limit is not None and keep is not None and (
+            COUNTDOWN_TOOL_CALLS in counting or keep == 0):
         parts.append(budget_note(keep, limit))
     dollars, dollar_limit = counts.budget.get("remaining_cost_usd"), counts.budget.get(
         "max_cost_usd")
