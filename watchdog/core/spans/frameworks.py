@@ -689,11 +689,27 @@ AG2 = Convention(
           "carries (a subtask's rollup, compaction) are read as model calls",
 )
 
+GRIPTAPE = Convention(
+    name="Griptape",
+    emitted_by="Griptape's `OpenTelemetryObservabilityDriver` (a span per `@observable` method, "
+               "named `<class>.<method>()`)",
+    # no GenAI attribute at all: only the decorator's `tags` (a string array) says which
+    # spans are the prompt driver's calls and the tools' runs
+    kinds={"tags": {"PromptDriver.run()": Role.LLM, "Tool.run()": Role.TOOL}},
+    notes="its spans carry no model, tokens, messages, tool name, arguments or result: the run "
+          "is the trace (named after the service), its model calls those tagged "
+          "`PromptDriver.run()`, its tool calls those tagged `Tool.run()` (named after the "
+          "tool's class: `LookupTool.try_run()`); a tool's exception fails its span and Griptape "
+          "hands the error to the model; the task's `max_subtasks` stop is an `ErrorArtifact` "
+          "output, on no span (the run reads unanswered); several `Agent.run` calls in one "
+          "`Observability` block are one trace, so one run" + ON_NO_SPAN,
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
-    SPRING_AI, AG2,
+    SPRING_AI, AG2, GRIPTAPE,
 )
