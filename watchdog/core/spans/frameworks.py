@@ -705,11 +705,50 @@ GRIPTAPE = Convention(
           "`Observability` block are one trace, so one run" + ON_NO_SPAN,
 )
 
+VOLTAGENT = Convention(
+    name="VoltAgent",
+    emitted_by="VoltAgent's own traces (npm `@voltagent/core`'s `VoltAgentObservability`, an "
+               "OTLP span processor given to it)",
+    # its own attribute names, generic words (`input`, `output`, `span.type`): read on its
+    # scope's spans alone
+    scopes=("@voltagent/",),
+    # the agent's span carries no `span.type`; the loop's one `llm:generateText` span (or
+    # `llm:streamText`) and each tool's `tool.execution:<tool>` do
+    kinds={"span.type": {"llm": Role.LLM, "tool": Role.TOOL}},
+    agent_name=("entity.name",),
+    tool_name=("tool.name",),
+    tool_args=("input",),
+    tool_result=("output",),
+    answer=("output",),
+    finish_reasons=("llm.finish_reason", "ai.response.finish_reason"),
+    input_tokens=("llm.usage.prompt_tokens",),
+    output_tokens=("llm.usage.completion_tokens",),
+    request_model=("llm.model",),
+    notes="one model-call span for the whole tool loop of a `generateText`/`streamText` (its "
+          "finish reason and usage the last step's), not one per step: a run reads one model "
+          "call unless the agent's span counts its steps (`voltagent.step_count`, written when "
+          "`maxSteps` stopped it); `maxSteps` ends the loop after a step whose model asked for "
+          "tools, once they ran: the agent's span ends OK with finish reason `tool-calls` "
+          "(`max_steps`); a tool's exception fails its span and VoltAgent hands the error to "
+          "the model" + ON_NO_SPAN,
+)
+
+# The VoltAgent agent's own span, by names of VoltAgent's alone (read on every scope): the
+# trace root that names an entity of type `agent` is the agent's invocation, ended by `maxSteps`
+# when its loop's last step asked for tools; the steps it counts are its model calls
+VOLTAGENT_AGENT = Convention(
+    name="VoltAgent (the agent's span)",
+    emitted_by="VoltAgent's own traces (npm `@voltagent/core`)",
+    root_kinds={"entity.type": {"agent": Role.AGENT}},
+    limit_states=(("ai.response.finish_reason", r"tool-calls$", "max_steps"),),
+    turn_counts=("voltagent.step_count",),
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
-    SPRING_AI, AG2, GRIPTAPE,
+    SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT,
 )

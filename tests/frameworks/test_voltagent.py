@@ -1,0 +1,139 @@
+"""VoltAgent (npm ``@voltagent/core``'s ``Agent`` on ``@ai-sdk/openai-compatible``) with
+VoltAgent's own OpenTelemetry traces: its ``VoltAgentObservability`` given a span processor that
+exports over OTLP/HTTP protobuf (``ts/voltagent/voltagent.ts`` under node, installed by ``make
+test`` with ``npm ci --omit=optional`` from ``ts/voltagent/package-lock.json``, apart from
+``ts/``: VoltAgent brings its own OpenTelemetry JS and AI SDK versions).
+
+What it emits (details: the recordings), all on the scope ``@voltagent/core``, in VoltAgent's
+own names: the agent's span (the trace root, named after the agent: ``entity.type`` ``agent``,
+``entity.name``, ``input``, ``output``, ``ai.response.finish_reason``, the usage of the whole
+loop), below it **one** ``llm:generateText`` (``llm:streamText``) span for the whole tool loop
+(``span.type`` ``llm``, ``llm.model``, the last step's ``llm.finish_reason`` and usage) and one
+``tool.execution:<tool>`` per tool run (``span.type`` ``tool``, ``tool.name``, ``tool.call.id``,
+``input``, ``output``). A tool that throws fails its span (the exception event, ``error.type``
+``VoltAgentError``) and VoltAgent hands the error to the model. ``maxSteps`` ends the loop after
+the step that reached it, its tools run: nothing fails, the agent's span says finish reason
+``tool-calls``, ``voltagent.stopped_by_max_steps`` and ``voltagent.step_count``.
+
+Before the VoltAgent entries of ``watchdog/core/spans/frameworks.py`` the sidecar read no run at
+all from it. Known gap, pinned: the loop's model calls are one span, so a run that was not
+stopped by ``maxSteps`` reads one model call (iterations 1), whatever its steps; at ``maxSteps``
+the agent's span counts them (``voltagent.step_count``). The model endpoint sees each request
+(test_model_endpoint_frameworks). Each case runs live (one node process) and from its committed
+recording.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.frameworks import scenarios
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import (
+    RECORDINGS,
+    TS_DIR,
+    Expect,
+    check_recorded,
+    check_runs,
+    replay,
+    run_ts_driver,
+    top_answers,
+)
+from tests.harness import RunningServer, running_server, sidecar_config
+
+DRIVER = "voltagent"
+AGENT = "volt-researcher"
+EXPECTED: dict[str, tuple[list[Expect], str | None]] = {
+    # known gap, pinned: one model-call span for the loop's four requests
+    "three_tools": ([Expect(AGENT, 1, 3, 0, "completed", True, None, None)], scenarios.ANSWER),
+    "three_tools_stream": ([Expect(AGENT, 1, 3, 0, "completed", True, None, None)],
+                           scenarios.ANSWER),
+    # maxSteps 5: five steps, each asking for a tool that ran; no sixth model call (the
+    # agent's span counts the five)
+    "limit": ([Expect(AGENT, 5, 5, 0, "tool_limit_reached", False, "max_steps", None)], None),
+    # VoltAgent hands the tool's error to the model, which answers
+    "tool_error": ([Expect(AGENT, 1, 1, 1, "completed", True, None, None)],
+                   scenarios.ERROR_ANSWER),
+}
+KEYS = {"three_tools": ["a", "b", "c"], "three_tools_stream": ["a", "b", "c"],
+        "limit": [f"k{index}" for index in range(5)], "tool_error": ["broken"]}
+BUDGET_PACK = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: voltagent-budget
+budgets:
+  - agents: [volt-researcher]
+    max_tool_calls: 3
+"""
+
+
+def drive(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> dict[str, Any]:
+    """Run the agent once on the scenario's script; its last stdout line."""
+    if not (TS_DIR / "voltagent" / "node_modules" / "@voltagent" / "core"
+            / "package.json").exists():
+        raise AssertionError(f"{TS_DIR}/voltagent/node_modules is missing: run `make "
+                             f"tests/frameworks/ts/voltagent/node_modules/.installed` (part of "
+                             f"`make test`)")
+    model = scenarios.scripted(llm, DRIVER, scenario)
+    stdout = run_ts_driver("voltagent/voltagent.ts", DRIVER, scenario, sidecar, llm, model)
+    said: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    return said
+
+
+def read(sidecar: RunningServer, scenario: str) -> None:
+    """The answer, the tool's name and arguments (each call its own: no repeats), the error."""
+    assert top_answers(sidecar)[0] == EXPECTED[scenario][1]
+    run = sidecar.get_json(f"/v1/runs/{sidecar.get_json('/v1/runs')['runs'][0]['id']}")
+    signals = run["signals"]
+    assert signals["tools"] == {"lookup": len(KEYS[scenario])}, signals
+    assert signals["repeated_tool_call"] == 1, signals  # three different arguments
+    if scenario == "tool_error":
+        assert signals["last_error"] == "VoltAgentError: backend unavailable for broken", signals
+
+
+@pytest.mark.parametrize("scenario", list(EXPECTED))
+def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
+    said = drive(sidecar, llm, scenario)
+    runs, answer = EXPECTED[scenario]
+    check_runs(sidecar, runs)
+    read(sidecar, scenario)
+    assert said["error"] is None
+    assert said["ran"] == KEYS[scenario]
+    assert said["output"] == (answer or "")
+    # what the one model-call span stands for: the requests the model really got
+    assert len(llm.requests(f"{DRIVER}-{scenario}")) == len(KEYS[scenario]) + (
+        0 if scenario == "limit" else 1)
+
+
+@pytest.mark.parametrize("scenario", list(EXPECTED))
+def test_recorded(sidecar: RunningServer, scenario: str) -> None:
+    runs, _ = EXPECTED[scenario]
+    check_recorded(sidecar, DRIVER, scenario, runs)
+    read(sidecar, scenario)
+
+
+@pytest.fixture
+def budgeted(tmp_path: Path) -> Iterator[RunningServer]:
+    pack = tmp_path / "budget.yaml"
+    pack.write_text(BUDGET_PACK)
+    with running_server(sidecar_config(tmp_path / "state", rules=(str(pack),),
+                                       eval_interval=0.2)) as server:
+        yield server
+
+
+def test_a_tool_budget_of_3_ends_the_run_tool_limit_reached(budgeted: RunningServer) -> None:
+    """A rule pack's budget of 3 tool calls on the ``maxSteps`` run, its export requests sent
+    one by one: the tool spans count it down and the third uses it up (abort); the run ends
+    ``tool_limit_reached`` by the budget (before ``maxSteps`` would say so)."""
+    replay(budgeted, RECORDINGS / DRIVER / "limit.jsonl", after_each=budgeted.flush)
+    (run,) = check_runs(budgeted, [Expect(AGENT, 5, 5, 0, "tool_limit_reached", False,
+                                          "budget-exhausted", None)])
+    assert run["budget"]["max_tool_calls"] == 3
+    assert run["budget"]["remaining_tool_calls"] == 0
+    said = [(directive["action"], directive["rule"]) for directive in run["directives"]]
+    assert said[-1] == ("abort", "budget-exhausted"), said

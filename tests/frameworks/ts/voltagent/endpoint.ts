@@ -1,0 +1,48 @@
+// A tool-calling agent on VoltAgent (npm `@voltagent/core`), pointed at the watchdog's model
+// endpoint by its base URL alone (no OpenTelemetry export, no watchdog client): its model is
+// `@ai-sdk/openai-compatible`'s chat model on OPENAI_BASE_URL with OPENAI_API_KEY (Chat
+// Completions). The task is ENDPOINT_TASK; argv[2] is the mode: `generate` (`generateText`)
+// or `stream` (`streamText`). The tool loop is VoltAgent's own, to `maxSteps: 30`: it ends when
+// the model answers without a tool call. It prints one JSON line last: {"ran": [the search
+// terms its tool ran with], "output": answer}.
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { Agent, createTool } from "@voltagent/core";
+import { z } from "zod";
+
+const TASK = process.env.ENDPOINT_TASK ?? "Find the file.";
+const MODEL = process.env.ENDPOINT_MODEL;
+if (!MODEL) throw new Error("ENDPOINT_MODEL is not set");
+const mode = process.argv[2] ?? "generate";
+const ran: string[] = [];
+
+const search = createTool({
+  name: "search",
+  description: "Search the files for a term.",
+  parameters: z.object({ q: z.string().describe("the term") }),
+  execute: async ({ q }) => {
+    ran.push(q);
+    return `search #${ran.length}: no file matches '${q}'`;
+  },
+});
+const provider = createOpenAICompatible({
+  name: "endpoint", baseURL: process.env.OPENAI_BASE_URL ?? "",
+  apiKey: process.env.OPENAI_API_KEY,
+});
+const agent = new Agent({
+  name: "voltagent-endpoint",
+  instructions: "You are a careful research agent. Use the search tool, then answer.",
+  model: provider.chatModel(MODEL),
+  tools: [search],
+});
+
+let output: string;
+if (mode === "stream") {
+  const stream = await agent.streamText(TASK, { maxSteps: 30 });
+  for await (const _chunk of stream.textStream) { /* the text as it comes */ }
+  output = await stream.text;
+} else {
+  output = (await agent.generateText(TASK, { maxSteps: 30 })).text;
+}
+console.log(JSON.stringify({ ran, output }));
+// (VoltAgent keeps handles open: its observability's storage and timers)
+process.exit(0);
