@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.frameworks import scenarios
+from tests.frameworks import fakellm, scenarios
 from tests.frameworks.fakellm import FakeLLM, Script
 from tests.frameworks.harness import (
     RECORDINGS,
@@ -44,8 +44,12 @@ ENV, DRIVER = "griptape", "griptape_native"
 AGENT = "griptape-agent"  # the service's name: no span names an agent
 TOOL = "LookupTool_lookup"  # the tool as Griptape names it to the model: <class>_<activity>
 SPAN_TOOL = "LookupTool.try_run()"  # ... and as its span does
-SCRIPTS: dict[str, Script] = {name: scenarios.script(name, TOOL)
-                              for name in ("three_tools", "limit", "tool_error")}
+SCRIPTS: dict[str, Script] = {
+    **{name: scenarios.script(name, TOOL) for name in ("three_tools", "limit", "tool_error")},
+    # each invocation one tool call, then its answer
+    "two_runs": fakellm.steps(fakellm.call(TOOL, key="a"), fakellm.answer(scenarios.ANSWER),
+                              fakellm.call(TOOL, key="b"), fakellm.answer(scenarios.ANSWER)),
+}
 CASES: dict[str, list[Expect]] = {
     # known gap, pinned: no span carries the answer (every run reads unanswered)
     "three_tools": [Expect(AGENT, 4, 3, 0, "no_response", False, None, None)],
@@ -53,6 +57,10 @@ CASES: dict[str, list[Expect]] = {
     # an ErrorArtifact output, on no span
     "limit": [Expect(AGENT, 6, 5, 0, "no_response", False, None, None)],
     "tool_error": [Expect(AGENT, 2, 1, 1, "no_response", False, None, None)],
+    # known gap, pinned: two Agent.run calls in one Observability block are one trace, under
+    # its `main` span, and no span says where an invocation begins (`Agent.run()` carries no
+    # attribute): one run of both, not two
+    "two_runs": [Expect(AGENT, 4, 2, 0, "no_response", False, None, None)],
 }
 BUDGET_PACK = """\
 apiVersion: agent-watchdog/v1

@@ -175,8 +175,9 @@ AGENTS = [
     *(Agent("ts", "endpoint_mastra", mode) for mode in ("responses", "chat_stream")),
     # LangGraph.js' ReAct agent on ChatOpenAI, traced by OpenLLMetry's Node SDK
     Agent("ts", "endpoint_langgraphjs_traceloop", "invoke"),
-    # VoltAgent's Agent on @ai-sdk/openai-compatible (Chat Completions), called and streamed
-    *(Agent("ts", "endpoint_voltagent", mode) for mode in ("generate", "stream")),
+    # VoltAgent's Agent: its model string openai/<model> (Responses) and
+    # @ai-sdk/openai-compatible (Chat Completions), each API once, one of them streamed
+    *(Agent("ts", "endpoint_voltagent", mode) for mode in ("responses", "chat_stream")),
     # Griptape's Agent on OpenAiChatPromptDriver (its tool Files, activity search)
     Agent("griptape", "endpoint_griptape", "run", tool="Files_search"),
 ]

@@ -4,8 +4,9 @@ traced by Griptape's own ``OpenTelemetryObservabilityDriver`` inside its ``Obser
 context, as Griptape's docs set it up, on a ``BatchSpanProcessor`` with the OTLP/HTTP exporter
 (and the recorder: :mod:`_otel`). Scenarios (argv[1]): ``three_tools``, ``limit`` (the model
 asks for a tool forever: the task's ``max_subtasks=6`` stops it with an ``ErrorArtifact``),
-``tool_error`` (the tool raises for "broken": Griptape hands the error to the model). It
-prints one JSON line last: {"ran": [the keys its tool ran with], "output": the run's output}.
+``tool_error`` (the tool raises for "broken": Griptape hands the error to the model),
+``two_runs`` (two agents' ``run``, one after the other, in one ``Observability`` block). It prints one JSON line
+last: {"ran": [the keys its tool ran with], "output": the (last) run's output}.
 """
 
 from __future__ import annotations
@@ -49,11 +50,12 @@ def main(scenario: str) -> None:
             SimpleSpanProcessor(JsonLinesExporter(os.environ["RECORD_SPANS"])))
     output = None
     with Observability(observability_driver=driver):
-        agent = Agent(tasks=[PromptTask(
-            tools=[LookupTool()], max_subtasks=6 if scenario == "limit" else 20,
-            prompt_driver=OpenAiChatPromptDriver(model=model, base_url=base_url,
-                                                 api_key="sk-fake"))])
-        output = agent.run(TASKS.get(scenario, "Look up a.")).output.value
+        for _ in range(2 if scenario == "two_runs" else 1):  # (a new agent per invocation)
+            agent = Agent(tasks=[PromptTask(
+                tools=[LookupTool()], max_subtasks=6 if scenario == "limit" else 20,
+                prompt_driver=OpenAiChatPromptDriver(model=model, base_url=base_url,
+                                                     api_key="sk-fake"))])
+            output = agent.run(TASKS.get(scenario, "Look up a.")).output.value
     driver.trace_provider.shutdown()
     print(json.dumps({"ran": RAN, "output": output}), flush=True)
 

@@ -1,8 +1,10 @@
 // A tool-calling agent on VoltAgent (npm `@voltagent/core`), pointed at the watchdog's model
-// endpoint by its base URL alone (no OpenTelemetry export, no watchdog client): its model is
-// `@ai-sdk/openai-compatible`'s chat model on OPENAI_BASE_URL with OPENAI_API_KEY (Chat
-// Completions). The task is ENDPOINT_TASK; argv[2] is the mode: `generate` (`generateText`)
-// or `stream` (`streamText`). The tool loop is VoltAgent's own, to `maxSteps: 30`: it ends when
+// endpoint by its base URL alone (no OpenTelemetry export, no watchdog client): the model is
+// VoltAgent's model string `openai/<ENDPOINT_MODEL>`, whose OpenAI provider reads
+// OPENAI_BASE_URL and OPENAI_API_KEY itself (the Responses API); `chat` modes give
+// `@ai-sdk/openai-compatible` the same URL (Chat Completions). The task is ENDPOINT_TASK;
+// argv[2] is the mode: `responses` or `chat`, with `generateText`, or with `streamText` as
+// `<mode>_stream`. The tool loop is VoltAgent's own, to `maxSteps: 30`: it ends when
 // the model answers without a tool call. It prints one JSON line last: {"ran": [the search
 // terms its tool ran with], "output": answer}.
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
@@ -12,7 +14,7 @@ import { z } from "zod";
 const TASK = process.env.ENDPOINT_TASK ?? "Find the file.";
 const MODEL = process.env.ENDPOINT_MODEL;
 if (!MODEL) throw new Error("ENDPOINT_MODEL is not set");
-const mode = process.argv[2] ?? "generate";
+const mode = process.argv[2] ?? "responses";
 const ran: string[] = [];
 
 const search = createTool({
@@ -31,12 +33,12 @@ const provider = createOpenAICompatible({
 const agent = new Agent({
   name: "voltagent-endpoint",
   instructions: "You are a careful research agent. Use the search tool, then answer.",
-  model: provider.chatModel(MODEL),
+  model: mode.startsWith("chat") ? provider.chatModel(MODEL) : `openai/${MODEL}`,
   tools: [search],
 });
 
 let output: string;
-if (mode === "stream") {
+if (mode.endsWith("_stream")) {
   const stream = await agent.streamText(TASK, { maxSteps: 30 });
   for await (const _chunk of stream.textStream) { /* the text as it comes */ }
   output = await stream.text;
