@@ -5,8 +5,9 @@ context, as Griptape's docs set it up, on a ``BatchSpanProcessor`` with the OTLP
 (and the recorder: :mod:`_otel`). Scenarios (argv[1]): ``three_tools``, ``limit`` (the model
 asks for a tool forever: the task's ``max_subtasks=6`` stops it with an ``ErrorArtifact``),
 ``tool_error`` (the tool raises for "broken": Griptape hands the error to the model),
-``two_runs`` (two agents' ``run``, one after the other, in one ``Observability`` block). It prints one JSON line
-last: {"ran": [the keys its tool ran with], "output": the (last) run's output}.
+``two_runs`` (two agents' ``run``, one after the other, in one ``Observability`` block). It
+prints one JSON line last: {"ran": [the keys its tool ran with], "output": the (last) run's
+output}.
 """
 
 from __future__ import annotations
