@@ -14,8 +14,9 @@ ends the loop with an ``ErrorArtifact`` as its output: nothing fails.
 Before the Griptape entry of ``watchdog/core/spans/frameworks.py`` (a kind map on ``tags``,
 read on a string-array attribute by ``identity.role_of`` and the compiled normaliser alike) the
 sidecar read no run at all from it. Known gaps, pinned: no span carries the answer, the tool's
-name (the span is named after the tool's class: ``LookupTool.try_run()``, not the model's
-``LookupTool_lookup``) or its arguments, nor the ``max_subtasks`` stop: every run reads
+name as the model knows it (the span is named after the tool's class and method,
+``LookupTool.try_run()``: the tool reads ``LookupTool``, not the model's ``LookupTool_lookup``)
+or its arguments, nor the ``max_subtasks`` stop: every run reads
 ``no_response`` (unanswered); the model endpoint sees all of it
 (test_model_endpoint_frameworks). A rule pack's tool budget still counts its tool calls.
 """
@@ -43,7 +44,7 @@ from tests.harness import RunningServer, running_server, sidecar_config
 ENV, DRIVER = "griptape", "griptape_native"
 AGENT = "griptape-agent"  # the service's name: no span names an agent
 TOOL = "LookupTool_lookup"  # the tool as Griptape names it to the model: <class>_<activity>
-SPAN_TOOL = "LookupTool.try_run()"  # ... and as its span does
+SPAN_TOOL = "LookupTool"  # ... and as its span does: `LookupTool.try_run()`, the tool's class
 SCRIPTS: dict[str, Script] = {
     **{name: scenarios.script(name, TOOL) for name in ("three_tools", "limit", "tool_error")},
     # each invocation one tool call, then its answer

@@ -696,13 +696,16 @@ GRIPTAPE = Convention(
     # no GenAI attribute at all: only the decorator's `tags` (a string array) says which
     # spans are the prompt driver's calls and the tools' runs
     kinds={"tags": {"PromptDriver.run()": Role.LLM, "Tool.run()": Role.TOOL}},
+    # a tool's span is named after the tool and the method: `LookupTool.try_run()`
+    tool_name_span_suffixes=(".try_run()",),
     notes="its spans carry no model, tokens, messages, tool name, arguments or result: the run "
           "is the trace (named after the service), its model calls those tagged "
           "`PromptDriver.run()`, its tool calls those tagged `Tool.run()` (named after the "
-          "tool's class: `LookupTool.try_run()`); a tool's exception fails its span and Griptape "
-          "hands the error to the model; the task's `max_subtasks` stop is an `ErrorArtifact` "
-          "output, on no span (the run reads unanswered); several `Agent.run` calls in one "
-          "`Observability` block are one trace, so one run" + ON_NO_SPAN,
+          "tool, `LookupTool`, not its activity: the model's `LookupTool_lookup`); a tool's "
+          "exception fails its span and Griptape hands the error to the model; the task's "
+          "`max_subtasks` stop is an `ErrorArtifact` output, on no span (the run reads "
+          "unanswered); several `Agent.run` calls in one `Observability` block are one trace, "
+          "so one run" + ON_NO_SPAN,
 )
 
 VOLTAGENT = Convention(
