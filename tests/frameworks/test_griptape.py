@@ -32,14 +32,13 @@ import pytest
 from tests.frameworks import fakellm, scenarios
 from tests.frameworks.fakellm import FakeLLM, Script
 from tests.frameworks.harness import (
-    RECORDINGS,
     Expect,
     check_recorded,
-    check_runs,
+    check_tool_budget,
     drive_and_check,
-    replay,
+    tool_budget_sidecar,
 )
-from tests.harness import RunningServer, running_server, sidecar_config
+from tests.harness import RunningServer
 
 ENV, DRIVER = "griptape", "griptape_native"
 AGENT = "griptape-agent"  # the service's name: no span names an agent
@@ -63,14 +62,6 @@ CASES: dict[str, list[Expect]] = {
     # attribute): one run of both, not two
     "two_runs": [Expect(AGENT, 4, 2, 0, "no_response", False, None, None)],
 }
-BUDGET_PACK = """\
-apiVersion: agent-watchdog/v1
-kind: RulePack
-name: griptape-budget
-budgets:
-  - agents: [griptape-agent]
-    max_tool_calls: 3
-"""
 
 
 def _read(sidecar: RunningServer, scenario: str) -> None:
@@ -99,10 +90,7 @@ def test_recorded(sidecar: RunningServer, scenario: str) -> None:
 
 @pytest.fixture
 def budgeted(tmp_path: Path) -> Iterator[RunningServer]:
-    pack = tmp_path / "budget.yaml"
-    pack.write_text(BUDGET_PACK)
-    with running_server(sidecar_config(tmp_path / "state", rules=(str(pack),),
-                                       eval_interval=0.2)) as server:
+    with tool_budget_sidecar(tmp_path, AGENT, 3) as server:
         yield server
 
 
@@ -110,10 +98,6 @@ def test_a_tool_budget_of_3_ends_the_run_tool_limit_reached(budgeted: RunningSer
     """A rule pack's budget of 3 tool calls on the limit run, its spans sent one by one: the
     tool spans tagged ``Tool.run()`` count it down and the fourth uses it up; the run ends
     ``tool_limit_reached`` (budget-exhausted) though no span of Griptape's tells a limit."""
-    replay(budgeted, RECORDINGS / DRIVER / "limit.jsonl", after_each=budgeted.flush)
-    (run,) = check_runs(budgeted, [Expect(AGENT, 6, 5, 0, "tool_limit_reached", False,
-                                          "budget-exhausted", None)])
-    assert run["budget"]["max_tool_calls"] == 3
-    assert run["budget"]["remaining_tool_calls"] == 0
-    said = [(directive["action"], directive["rule"]) for directive in run["directives"]]
-    assert said[-1] == ("abort", "budget-exhausted"), said
+    check_tool_budget(budgeted, DRIVER, "limit",
+                      Expect(AGENT, 6, 5, 0, "tool_limit_reached", False,
+                             "budget-exhausted", None), 3)

@@ -35,16 +35,16 @@ import pytest
 from tests.frameworks import scenarios
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import (
-    RECORDINGS,
     TS_DIR,
     Expect,
     check_recorded,
     check_runs,
-    replay,
+    check_tool_budget,
     run_ts_driver,
+    tool_budget_sidecar,
     top_answers,
 )
-from tests.harness import RunningServer, running_server, sidecar_config
+from tests.harness import RunningServer
 
 DRIVER = "voltagent"
 AGENT = "volt-researcher"
@@ -62,14 +62,6 @@ EXPECTED: dict[str, tuple[list[Expect], str | None]] = {
 }
 KEYS = {"three_tools": ["a", "b", "c"], "three_tools_stream": ["a", "b", "c"],
         "limit": [f"k{index}" for index in range(5)], "tool_error": ["broken"]}
-BUDGET_PACK = """\
-apiVersion: agent-watchdog/v1
-kind: RulePack
-name: voltagent-budget
-budgets:
-  - agents: [volt-researcher]
-    max_tool_calls: 3
-"""
 
 
 def drive(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> dict[str, Any]:
@@ -119,10 +111,7 @@ def test_recorded(sidecar: RunningServer, scenario: str) -> None:
 
 @pytest.fixture
 def budgeted(tmp_path: Path) -> Iterator[RunningServer]:
-    pack = tmp_path / "budget.yaml"
-    pack.write_text(BUDGET_PACK)
-    with running_server(sidecar_config(tmp_path / "state", rules=(str(pack),),
-                                       eval_interval=0.2)) as server:
+    with tool_budget_sidecar(tmp_path, AGENT, 3) as server:
         yield server
 
 
@@ -130,10 +119,6 @@ def test_a_tool_budget_of_3_ends_the_run_tool_limit_reached(budgeted: RunningSer
     """A rule pack's budget of 3 tool calls on the ``maxSteps`` run, its export requests sent
     one by one: the tool spans count it down and the third uses it up (abort); the run ends
     ``tool_limit_reached`` by the budget (before ``maxSteps`` would say so)."""
-    replay(budgeted, RECORDINGS / DRIVER / "limit.jsonl", after_each=budgeted.flush)
-    (run,) = check_runs(budgeted, [Expect(AGENT, 5, 5, 0, "tool_limit_reached", False,
-                                          "budget-exhausted", None)])
-    assert run["budget"]["max_tool_calls"] == 3
-    assert run["budget"]["remaining_tool_calls"] == 0
-    said = [(directive["action"], directive["rule"]) for directive in run["directives"]]
-    assert said[-1] == ("abort", "budget-exhausted"), said
+    check_tool_budget(budgeted, DRIVER, "limit",
+                      Expect(AGENT, 5, 5, 0, "tool_limit_reached", False,
+                             "budget-exhausted", None), 3)
