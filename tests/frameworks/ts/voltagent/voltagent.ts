@@ -1,50 +1,21 @@
 // A tool-calling agent on VoltAgent (npm `@voltagent/core`) with VoltAgent's own OpenTelemetry
-// traces (its `VoltAgentObservability`, given a span processor that exports over OTLP/HTTP
-// protobuf to OTEL_EXPORTER_OTLP_ENDPOINT: the sidecar under test), flushed before exit
+// traces (its `VoltAgentObservability`, given the span processors of ../recording.ts: OTLP/HTTP
+// protobuf to OTEL_EXPORTER_OTLP_ENDPOINT, the sidecar under test), flushed before exit
 // (tests/frameworks/test_voltagent.py). The agent, `volt-researcher`, has the tool `lookup`;
 // its model is FAKE_LLM_MODEL on the scripted server at FAKE_LLM_BASE_URL, through
 // `@ai-sdk/openai-compatible` (Chat Completions). argv[2] is the scenario: `three_tools`
 // (`generateText`; `three_tools_stream`: `streamText`), `limit` (`maxSteps: 5`: the loop ends
 // after its fifth step, which asked for a tool), `tool_error` (the tool throws for "broken":
-// VoltAgent hands the error to the model). With RECORD_SPANS set to a path, every span is also
-// appended there as one OTLP/JSON export request per line. It prints one JSON line last:
+// VoltAgent hands the error to the model). It prints one JSON line last:
 // {"ran": [the keys its tool ran with], "output": the answer, "error": the error's message or
 // null}.
-import { appendFileSync } from "node:fs";
-
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
-import { type ExportResult } from "@opentelemetry/core";
-import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-proto";
-import { JsonTraceSerializer } from "@opentelemetry/otlp-transformer";
-import {
-  BatchSpanProcessor, type ReadableSpan, type SpanExporter,
-} from "@opentelemetry/sdk-trace-base";
 import { Agent, createTool, VoltAgentObservability } from "@voltagent/core";
 import { z } from "zod";
 
-// The sidecar's OTLP exporter, and the recording beside it
-class Recorded implements SpanExporter {
-  private readonly otlp = new OTLPTraceExporter({
-    url: `${process.env.OTEL_EXPORTER_OTLP_ENDPOINT}/v1/traces`,
-  });
-
-  export(spans: ReadableSpan[], done: (result: ExportResult) => void): void {
-    const path = process.env.RECORD_SPANS;
-    if (path) {
-      const body = JsonTraceSerializer.serializeRequest(spans);
-      if (body !== undefined) appendFileSync(path, Buffer.from(body).toString("utf8") + "\n");
-    }
-    this.otlp.export(spans, done);
-  }
-
-  async forceFlush(): Promise<void> {
-    await this.otlp.forceFlush();
-  }
-
-  async shutdown(): Promise<void> {
-    await this.otlp.shutdown();
-  }
-}
+// (the sidecar's exporter and the recorder: ../recording.ts, on ../node_modules' OpenTelemetry
+// JS 2.x, as VoltAgent's own)
+import { spanProcessors } from "../recording.ts";
 
 const scenario = process.argv[2] ?? "three_tools";
 const provider = createOpenAICompatible({
@@ -52,7 +23,7 @@ const provider = createOpenAICompatible({
 });
 const observability = new VoltAgentObservability({
   serviceName: "voltagent-service",
-  spanProcessors: [new BatchSpanProcessor(new Recorded(), { scheduledDelayMillis: 50 })],
+  spanProcessors: spanProcessors(),
 });
 
 const ran: string[] = [];
