@@ -716,9 +716,13 @@ VOLTAGENT = Convention(
     # scope's spans alone
     scopes=("@voltagent/",),
     # the agent's span carries no `span.type`; the loop's one `llm:generateText` span (or
-    # `llm:streamText`) and each tool's `tool.execution:<tool>` do
-    kinds={"span.type": {"llm": Role.LLM, "tool": Role.TOOL}},
-    agent_name=("entity.name",),
+    # `llm:streamText`) and each tool's `tool.execution:<tool>` do. A sub-agent's span
+    # (`subagent:<name>`, below its `delegate_task` tool call) is the one of its spans with
+    # `subagent.type` and no `span.type`
+    kinds={"span.type": {"llm": Role.LLM, "tool": Role.TOOL},
+           "subagent.type": {"agent": Role.AGENT}},
+    # (a sub-agent's spans name their parent in `entity.name`, themselves in `subagent.name`)
+    agent_name=("subagent.name", "entity.name"),
     tool_name=("tool.name",),
     tool_args=("input",),
     tool_result=("output",),
@@ -733,7 +737,9 @@ VOLTAGENT = Convention(
           "`maxSteps` stopped it); `maxSteps` ends the loop after a step whose model asked for "
           "tools, once they ran: the agent's span ends OK with finish reason `tool-calls` "
           "(`max_steps`); a tool's exception fails its span and VoltAgent hands the error to "
-          "the model" + ON_NO_SPAN,
+          "the model; a sub-agent (`subAgents`, reached by its `delegate_task` tool) is a "
+          "child run named by `subagent.name` (its spans' `entity.name` is the parent's)"
+          + ON_NO_SPAN,
 )
 
 # The VoltAgent agent's own span, by names of VoltAgent's alone (read on every scope): the

@@ -6,7 +6,8 @@
 // `@ai-sdk/openai-compatible` (Chat Completions). argv[2] is the scenario: `three_tools`
 // (`generateText`; `three_tools_stream`: `streamText`), `limit` (`maxSteps: 5`: the loop ends
 // after its fifth step, which asked for a tool), `tool_error` (the tool throws for "broken":
-// VoltAgent hands the error to the model). It prints one JSON line last:
+// VoltAgent hands the error to the model), `subagent` (the agent's sub-agent `volt-sub`, on
+// FAKE_LLM_MODEL-sub with `lookup`, reached through VoltAgent's own `delegate_task` tool). It prints one JSON line last:
 // {"ran": [the keys its tool ran with], "output": the answer, "error": the error's message or
 // null}.
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
@@ -37,11 +38,19 @@ const lookup = createTool({
     return `value of ${key}`;
   },
 });
+const sub = new Agent({
+  name: "volt-sub",
+  instructions: "Research the topic with the lookup tool.",
+  model: provider.chatModel(`${process.env.FAKE_LLM_MODEL ?? ""}-sub`),
+  tools: [lookup],
+  observability,
+});
 const agent = new Agent({
   name: "volt-researcher",
   instructions: "You are a careful research agent. Use the lookup tool, then answer.",
   model: provider.chatModel(process.env.FAKE_LLM_MODEL ?? ""),
   tools: [lookup],
+  ...(scenario === "subagent" ? { subAgents: [sub] } : {}),
   observability,
 });
 
