@@ -446,6 +446,34 @@ def test_the_compiled_normalise_reads_every_recorded_span_as_normalise_does() ->
         (sure, kinds)
 
 
+def test_a_kind_told_by_a_string_array_is_read_by_the_compiled_normalise() -> None:
+    """Griptape's recorded spans: the model and tool calls its ``tags`` (a string array) tell
+    are read by the compiled normalise itself (not left to ``normalise``), as ``normalise``
+    reads them; and so are arrays whose named string comes after others, or after no string."""
+    both = [pair for scenario in ("three_tools", "tool_error")
+            for body in deliveries("griptape_native", scenario)["as exported"]
+            for pair in normalised_both_ways(body) if pair is not None]
+    assert all(ours == reference for ours, reference in both), both
+    kinds = sorted(reference.split("kind=", 1)[1].split(",", 1)[0] for _, reference in both)
+    assert kinds == ["<SpanKind.LLM: 'llm'>"] * 6 + ["<SpanKind.TOOL: 'tool'>"] * 4, kinds
+    request = decode.ExportTraceServiceRequest()
+    spans = request.resource_spans.add().scope_spans.add().spans
+    for index, tags in enumerate((["x", "Tool.run()"], [1, "PromptDriver.run()"], ["x"], [],
+                                  ["PromptDriver.run()", "Tool.run()"])):
+        span = spans.add(trace_id=bytes(range(1, 17)), span_id=(index + 1).to_bytes(8, "big"),
+                         parent_span_id=b"\7" * 8, name="Thing.run()",
+                         start_time_unix_nano=1_700_000_000_000_000_000,
+                         end_time_unix_nano=1_700_000_001_000_000_000)
+        values_ = span.attributes.add(key="tags").value.array_value.values
+        for tag in tags:
+            values_.add(**({"string_value": tag} if isinstance(tag, str) else {"int_value": tag}))
+    read = list(normalised_both_ways(request.SerializeToString()))
+    assert [pair is not None for pair in read] == [True, True, False, False, True], read
+    assert all(pair[0] == pair[1] for pair in read if pair is not None), read
+    assert ["kind=<SpanKind.TOOL" in read[0][1], "kind=<SpanKind.LLM" in read[1][1],
+            "kind=<SpanKind.LLM" in read[4][1]] == [True, True, True], read  # type: ignore[index]
+
+
 # What a model or tool call's span may carry where the compiled normalise reads it, and the
 # attributes of every branch it leaves to `normalise`.
 NORMALISED_KEYS = sorted({

@@ -38,7 +38,15 @@ import pytest
 
 from tests.frameworks import scenarios
 from tests.frameworks.fakellm import FakeLLM, Script
-from tests.harness import RunningServer, http_request, run_directory, run_owner, wait_until
+from tests.harness import (
+    RunningServer,
+    http_request,
+    run_directory,
+    run_owner,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -606,6 +614,30 @@ def run_ts_driver(script: str, driver: str, scenario: str, sidecar: RunningServe
         raise AssertionError(f"{driver} {scenario} exited {result.returncode}:\n"
                              f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result.stdout
+
+
+@contextlib.contextmanager
+def tool_budget_sidecar(tmp_path: Path, agent: str, budget: int) -> Iterator[RunningServer]:
+    """A sidecar whose rule pack gives ``agent`` a budget of ``budget`` tool calls."""
+    pack = tmp_path / "budget.yaml"
+    pack.write_text(f"apiVersion: agent-watchdog/v1\nkind: RulePack\nname: tool-budget\n"
+                    f"budgets:\n  - agents: [{agent}]\n    max_tool_calls: {budget}\n")
+    with running_server(sidecar_config(tmp_path / "state", rules=(str(pack),),
+                                       eval_interval=0.2)) as server:
+        yield server
+
+
+def check_tool_budget(sidecar: RunningServer, driver: str, scenario: str, expected: Expect,
+                      budget: int) -> None:
+    """A recording replayed request by request (each applied before the next) to a
+    :func:`tool_budget_sidecar`: its one run reads ``expected``, the budget used up, and the
+    last directive the budget's abort."""
+    replay(sidecar, RECORDINGS / driver / f"{scenario}.jsonl", after_each=sidecar.flush)
+    (run,) = check_runs(sidecar, [expected])
+    assert (run["budget"]["max_tool_calls"], run["budget"]["remaining_tool_calls"]) == (
+        budget, 0), run["budget"]
+    said = [(directive["action"], directive["rule"]) for directive in run["directives"]]
+    assert said[-1] == ("abort", "budget-exhausted"), said
 
 
 def top_answers(sidecar: RunningServer) -> list[Any]:

@@ -7,7 +7,7 @@ Langfuse's docs set it up), LangChain's
 smolagents, AutoGen AgentChat, Agno (Chat Completions and
 Responses), LlamaIndex's ``FunctionAgent``, Strands, google-adk (``LiteLlm``, ``OpenAILlm``,
 ``OpenAIResponsesLlm``), LiteLLM's SDK (``litellm.completion``), Haystack's ``Agent``, AG2's
-``Agent``, an Apache Burr state machine and
+``Agent``, an Apache Burr state machine, Griptape's ``Agent`` and
 Semantic Kernel's ``ChatCompletionAgent`` (and DSPy's ReAct, whose tools are text: its own
 tests at the end), each in its framework's venv
 (``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,
@@ -19,7 +19,8 @@ tests at the end), each in its framework's venv
 TypeScript agents under node (``ts/``, :mod:`tests.frameworks.test_model_endpoint_ts`: a tool
 loop on the ``openai`` npm package, the Vercel AI SDK on ``@ai-sdk/openai`` and
 ``@ai-sdk/anthropic``, the OpenAI Agents SDK for JS; Mastra, ``ts/mastra/endpoint.ts``;
-LangGraph.js traced by OpenLLMetry's Node SDK, ``ts/traceloop/endpoint.ts``) — is
+LangGraph.js traced by OpenLLMetry's Node SDK, ``ts/traceloop/endpoint.ts``; VoltAgent,
+``ts/voltagent/endpoint.ts``) — is
 pointed at a real sidecar by
 ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` alone (``@ai-sdk/anthropic``: its ``baseURL``):
 no OpenTelemetry (``OTEL_SDK_DISABLED``), no client SDK, no header. Behind the sidecar is the
@@ -174,6 +175,11 @@ AGENTS = [
     *(Agent("ts", "endpoint_mastra", mode) for mode in ("responses", "chat_stream")),
     # LangGraph.js' ReAct agent on ChatOpenAI, traced by OpenLLMetry's Node SDK
     Agent("ts", "endpoint_langgraphjs_traceloop", "invoke"),
+    # VoltAgent's Agent: its model string openai/<model> (Responses) and
+    # @ai-sdk/openai-compatible (Chat Completions), each API once, one of them streamed
+    *(Agent("ts", "endpoint_voltagent", mode) for mode in ("responses", "chat_stream")),
+    # Griptape's Agent on OpenAiChatPromptDriver (its tool Files, activity search)
+    Agent("griptape", "endpoint_griptape", "run", tool="Files_search"),
 ]
 # the loop scenario once per framework and API (its stream variants steer the same way)
 LOOPING = [agent for agent in AGENTS if not agent.mode.endswith("stream")]
@@ -305,10 +311,12 @@ def rust_agent() -> Path:
 TS_AGENTS = {"endpoint_ts": "agent.ts", "endpoint_ai_sdk": "ai_sdk.ts",
              "endpoint_openai_agents_js": "openai_agents.ts",
              "endpoint_mastra": "mastra/endpoint.ts",
-             "endpoint_langgraphjs_traceloop": "traceloop/endpoint.ts"}
+             "endpoint_langgraphjs_traceloop": "traceloop/endpoint.ts",
+             "endpoint_voltagent": "voltagent/endpoint.ts"}
 TS_PACKAGES = ("openai", "ai", "@ai-sdk/openai", "@ai-sdk/anthropic", "@openai/agents", "tsx",
                "mastra/node_modules/@mastra/core",
-               "traceloop/node_modules/@traceloop/node-server-sdk")
+               "traceloop/node_modules/@traceloop/node-server-sdk",
+               "voltagent/node_modules/@voltagent/core")
 
 
 def ts_agent(agent: Agent) -> Path:

@@ -14,7 +14,7 @@
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use crate::agents::{self, Agents};
 use crate::failures::{self, Failures, Status};
@@ -443,8 +443,8 @@ enum Role {
     Agent,
 }
 
-/// The span's role by the first of ``KIND_MAPS`` that names one (``identity.role_of``'s first
-/// loop); None for any other role, or none named.
+/// The span's role by the first of ``KIND_MAPS`` that names one, by a string or one of a string
+/// array's (``identity.role_of``'s first loop); None for any other role, or none named.
 fn role_of(
     py: Python<'_>,
     normaliser: &Normaliser,
@@ -454,10 +454,25 @@ fn role_of(
         let Some(value) = attrs.get_item(key.bind(py))? else {
             continue;
         };
-        if !value.is_instance_of::<PyString>() {
-            continue;
-        }
-        let Some(role) = roles.bind(py).get_item(&value)? else {
+        let roles = roles.bind(py);
+        let role = if value.is_instance_of::<PyString>() {
+            roles.get_item(&value)?
+        } else if let Ok(items) = value.cast::<PyList>() {
+            // a string array (Griptape's `tags`): the first of its strings the map names
+            let mut found = None;
+            for item in items.iter() {
+                if item.is_instance_of::<PyString>() {
+                    found = roles.get_item(&item)?;
+                    if found.is_some() {
+                        break;
+                    }
+                }
+            }
+            found
+        } else {
+            None
+        };
+        let Some(role) = role else {
             continue;
         };
         if role.is(&normaliser.roles.0) {

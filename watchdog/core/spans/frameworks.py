@@ -689,11 +689,75 @@ AG2 = Convention(
           "carries (a subtask's rollup, compaction) are read as model calls",
 )
 
+GRIPTAPE = Convention(
+    name="Griptape",
+    emitted_by="Griptape's `OpenTelemetryObservabilityDriver` (a span per `@observable` method, "
+               "named `<class>.<method>()`)",
+    # no GenAI attribute at all: only the decorator's `tags` (a string array) says which
+    # spans are the prompt driver's calls and the tools' runs
+    kinds={"tags": {"PromptDriver.run()": Role.LLM, "Tool.run()": Role.TOOL}},
+    # a tool's span is named after the tool and the method: `LookupTool.try_run()`
+    tool_name_span_suffixes=(".try_run()",),
+    notes="its spans carry no model, tokens, messages, tool name, arguments or result: the run "
+          "is the trace (named after the service), its model calls those tagged "
+          "`PromptDriver.run()`, its tool calls those tagged `Tool.run()` (named after the "
+          "tool, `LookupTool`, not its activity: the model's `LookupTool_lookup`); a tool's "
+          "exception fails its span and Griptape hands the error to the model; the task's "
+          "`max_subtasks` stop is an `ErrorArtifact` output, on no span (the run reads "
+          "unanswered); several `Agent.run` calls in one `Observability` block are one trace, "
+          "so one run" + ON_NO_SPAN,
+)
+
+VOLTAGENT = Convention(
+    name="VoltAgent",
+    emitted_by="VoltAgent's own traces (npm `@voltagent/core`'s `VoltAgentObservability`, an "
+               "OTLP span processor given to it)",
+    # its own attribute names, generic words (`input`, `output`, `span.type`): read on its
+    # scope's spans alone
+    scopes=("@voltagent/",),
+    # the agent's span carries no `span.type`; the loop's one `llm:generateText` span (or
+    # `llm:streamText`) and each tool's `tool.execution:<tool>` do. A sub-agent's span
+    # (`subagent:<name>`, below its `delegate_task` tool call) is the one of its spans with
+    # `subagent.type` and no `span.type`
+    kinds={"span.type": {"llm": Role.LLM, "tool": Role.TOOL},
+           "subagent.type": {"agent": Role.AGENT}},
+    # (a sub-agent's spans name their parent in `entity.name`, themselves in `subagent.name`)
+    agent_name=("subagent.name", "entity.name"),
+    tool_name=("tool.name",),
+    tool_args=("input",),
+    tool_result=("output",),
+    answer=("output",),
+    finish_reasons=("llm.finish_reason", "ai.response.finish_reason"),
+    input_tokens=("llm.usage.prompt_tokens",),
+    output_tokens=("llm.usage.completion_tokens",),
+    request_model=("llm.model",),
+    notes="one model-call span for the whole tool loop of a `generateText`/`streamText` (its "
+          "finish reason and usage the last step's), not one per step: a run reads one model "
+          "call unless the agent's span counts its steps (`voltagent.step_count`, written when "
+          "`maxSteps` stopped it); `maxSteps` ends the loop after a step whose model asked for "
+          "tools, once they ran: the agent's span ends OK with finish reason `tool-calls` "
+          "(`max_steps`); a tool's exception fails its span and VoltAgent hands the error to "
+          "the model; a sub-agent (`subAgents`, reached by its `delegate_task` tool) is a "
+          "child run named by `subagent.name` (its spans' `entity.name` is the parent's)"
+          + ON_NO_SPAN,
+)
+
+# The VoltAgent agent's own span, by names of VoltAgent's alone (read on every scope): the
+# trace root that names an entity of type `agent` is the agent's invocation, ended by `maxSteps`
+# when its loop's last step asked for tools; the steps it counts are its model calls
+VOLTAGENT_AGENT = Convention(
+    name="VoltAgent (the agent's span)",
+    emitted_by="VoltAgent's own traces (npm `@voltagent/core`)",
+    root_kinds={"entity.type": {"agent": Role.AGENT}},
+    limit_states=(("ai.response.finish_reason", r"tool-calls$", "max_steps"),),
+    turn_counts=("voltagent.step_count",),
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
-    SPRING_AI, AG2,
+    SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT,
 )

@@ -68,6 +68,11 @@ def role_of(name: str, attrs: Mapping[str, object], is_root: bool = False) -> Ro
             role = roles.get(value)
             if role is not None:
                 return role
+        elif isinstance(value, list):  # a string array (Griptape's `tags`): any string of it
+            for item in value:
+                role = roles.get(item) if isinstance(item, str) else None
+                if role is not None:
+                    return role
     role = SPAN_NAME_ROLES.get(name)
     if role is not None:
         return role
