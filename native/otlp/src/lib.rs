@@ -24,3 +24,6 @@ mod answers;
 
 #[cfg(feature = "python")]
 mod agents;
+
+#[cfg(feature = "python")]
+mod signatures;

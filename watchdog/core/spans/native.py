@@ -210,6 +210,19 @@ def _use_kernels(on: bool) -> None:
     values.compiled_canonical = json.canonical if json is not None else None
     model_calls.compiled_asked = json.asked if json is not None else None
     values.compiled_hash = _native.stable_hash if on and _native is not None else None
+    values.compiled_signatures = _signatures() if on and _native is not None else None
+
+
+@cache
+def _signatures() -> Callable[..., tuple[int, int, int]]:
+    """The compiled fold of a tool call's signatures (``native/otlp/src/signatures.rs``), with
+    the run's bounds (``watchdog.core.runs.fields``, read as data: no import of the runs)."""
+    assert _native is not None
+    from watchdog.core.bounds import MAX_CYCLE_LENGTH, MAX_DISTINCT_SIGNATURES
+
+    fold: Callable[..., tuple[int, int, int]] = _native.Signatures(
+        MAX_DISTINCT_SIGNATURES, MAX_CYCLE_LENGTH).fold
+    return fold
 
 
 def use_native(on: bool, *, at_first_request: bool = False) -> bool:
