@@ -27,3 +27,6 @@ mod agents;
 
 #[cfg(feature = "python")]
 mod signatures;
+
+#[cfg(feature = "python")]
+mod briefs;

@@ -120,14 +120,17 @@ def _normaliser(phrases: Any, status: Any, json: Any) -> Any:
     ``failures.rs``): the conventions' own, and what takes a span down a branch it leaves to
     the Python ``normalise``."""
     assert _native is not None
+    from watchdog.core import redact
     from watchdog.core.bounds import MAX_REPORTED_COST, MAX_TOKENS_PER_CALL
-    from watchdog.core.redact import brief, mask
+    from watchdog.core.redact import mask
     from watchdog.core.spans import attributes as a
     from watchdog.core.spans import model_calls as model_calls_tables
     from watchdog.core.spans import outcome, values
     from watchdog.core.spans.record import EMPTY_OUTPUTS, KeySource, SpanKind, SpanRecord
     from watchdog.core.spans.schema import Role
 
+    # redact.brief, answered in Rust where a text has nothing to redact (briefs.rs)
+    brief = _native.Briefs(redact.ANCHORS, redact.brief)
     facts = (a.F_RUN_ID, a.F_AGENT_CALL_ID, a.F_AGENT_NAME, a.F_SESSION, a.F_PARENT_RUN,
              a.F_TOOL_NAME, a.F_TRANSFER_TARGET, a.F_TOOL_ARGS, a.F_TOOL_RESULT)
     # a branch of the dispatch it does not read: an agent named in JSON, a budget
