@@ -30,7 +30,8 @@ from watchdog.core.rules.pack import load_rules
 from watchdog.core.runs import counts
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.sessions import SessionBook
-from watchdog.core.spans import native, values
+from watchdog.core.spans import compiled as hooks
+from watchdog.core.spans import native
 from watchdog.core.spans.decode import parse_protobuf
 from watchdog.core.spans.pipeline import records_from, slices_of
 from watchdog.core.step import Core
@@ -42,7 +43,7 @@ Fold = Callable[..., tuple[int, int, int]]
 def compiled_fold() -> Fold:
     assert native.AVAILABLE, NOT_BUILT
     native.use_native(True)
-    fold = values.compiled_signatures
+    fold = hooks.signatures
     assert fold is not None, "the compiled decode is on, its signatures' fold is not"
     return fold
 
@@ -52,11 +53,11 @@ def folding(compiled: bool) -> Iterator[None]:
     """The compiled decode on (both ways read the same records), the signatures folded by the
     compiled fold or by the Python twin."""
     fold = compiled_fold()
-    values.compiled_signatures = fold if compiled else None
+    hooks.signatures = fold if compiled else None
     try:
         yield
     finally:
-        values.compiled_signatures = fold
+        hooks.signatures = fold
 
 
 def stepped(bodies: list[bytes], compiled: bool, slice_spans: int | None = None

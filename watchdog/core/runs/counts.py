@@ -22,7 +22,7 @@ from watchdog.core.runs.fields import (
     Asked,
     RunFields,
 )
-from watchdog.core.spans import values
+from watchdog.core.spans import compiled
 from watchdog.core.spans.record import AGENT, ENDPOINT_SCOPE, LLM, OTHER, TOOL, SpanRecord
 
 
@@ -46,7 +46,7 @@ def tool_signatures(call_counts: dict[int, int], recent: list[int], cycle_runs: 
     none or failed) counted in ``result_counts`` when it came after other arguments (the agent
     learns nothing). Returns the call's count (0: past the bound), the run's
     ``cycle_repeats`` and the result's count (0: none). The compiled twin
-    (``native/otlp/src/signatures.rs``, ``values.compiled_signatures``) answers the same.
+    (``native/otlp/src/signatures.rs``, ``compiled.signatures``) answers the same.
 
     For each cycle length L, ``cycle_runs[L-1]`` counts how many consecutive calls equalled the
     call L positions earlier; the tail then holds (run + L) // L repetitions."""
@@ -591,7 +591,7 @@ class RunCounts(RunFields):
         call = record.args_hash
         if call is None:
             return
-        fold = values.compiled_signatures or tool_signatures
+        fold = compiled.signatures or tool_signatures
         count, self.cycle_repeats, results = fold(
             self._call_counts, self._recent_calls, self._cycle_runs, self._result_counts, call,
             None if record.error else record.result_hash)

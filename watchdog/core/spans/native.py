@@ -26,7 +26,7 @@ from importlib.util import find_spec
 from typing import Any
 
 from watchdog.core.bounds import MIN_SPAN_TIME_NS
-from watchdog.core.spans import decode
+from watchdog.core.spans import compiled, decode
 from watchdog.core.spans.record import MAX_ASKED_TOOLS
 
 # Built (without a Rust toolchain, or for another platform, it is not): found, not loaded
@@ -213,7 +213,7 @@ def _use_kernels(on: bool) -> None:
     values.compiled_canonical = json.canonical if json is not None else None
     model_calls.compiled_asked = json.asked if json is not None else None
     values.compiled_hash = _native.stable_hash if on and _native is not None else None
-    values.compiled_signatures = _signatures() if on and _native is not None else None
+    compiled.signatures = _signatures() if on and _native is not None else None
 
 
 @cache

@@ -194,11 +194,6 @@ compiled_normaliser: Any = None
 # same hash, or None for a text that is no UTF-8 (hashed below, its lone surrogates replaced).
 compiled_hash: Callable[[str], int | None] | None = None
 
-# The compiled fold of a tool call's signatures into its run's (watchdog.core.spans.native
-# installs it with the compiled decode): what ``watchdog.core.runs.counts.tool_signatures``
-# answers, the run's dict and lists changed as it changes them.
-compiled_signatures: Callable[..., tuple[int, int, int]] | None = None
-
 
 def stable_hash(text: str) -> int:
     """A 64-bit hash that is the same in every process (Python's ``hash`` is salted)."""
