@@ -93,6 +93,47 @@ def test_a_recording_steps_the_same_with_either_fold(driver: str, scenario: str)
         assert compiled == python, delivery
 
 
+@contextmanager
+def folding_with(fold: Fold) -> Iterator[None]:
+    compiled_fold()
+    before = hooks.signatures
+    hooks.signatures = fold
+    try:
+        yield
+    finally:
+        hooks.signatures = before
+
+
+def test_a_mutant_fold_changes_what_a_recording_steps_to() -> None:
+    """The recordings' differential can fail: a fold that counts each call once too often, put
+    in the compiled fold's place, steps some recording to other runs than the twin does."""
+    wrong = mutant("count = _bump(call_counts, call) => count = _bump(call_counts, call) + 1")
+    for driver, scenario in ALL:
+        bodies = deliveries(driver, scenario)["as exported"]
+        reference = stepped(bodies, compiled=False)
+        with folding_with(wrong):
+            values_seen = stepped_as_is(bodies)
+        if values_seen != reference:
+            return
+    raise AssertionError("no recording tells the mutant fold from the twin")
+
+
+def stepped_as_is(bodies: list[bytes]) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
+    """:func:`stepped` with whatever fold is installed."""
+    core = Core(RunTracker(), SessionBook(lambda _id: None),
+                RuleEngine(load_rules([], include_default=True)))
+    decided: list[tuple[Any, ...]] = []
+    now = 1_000.0
+    for body in bodies:
+        now += 0.5
+        step = core.apply(records_from(parse_protobuf(body)).records, now)
+        decided += [(d.run.key, d.decision.rule, d.decision.action, d.decision.message,
+                     d.decision.dedup_key) for d in step.decisions]
+    runs = [run.to_dict() for run in core.tracker.active()]
+    core.tracker.expire(1e12)
+    return decided, runs + [run.to_dict() for run in core.tracker.ended()]
+
+
 def bench_workload() -> Any:
     spec = importlib.util.spec_from_file_location("bench_workload", ROOT / "bench" / "workload.py")
     assert spec is not None and spec.loader is not None
