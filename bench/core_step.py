@@ -18,7 +18,9 @@ reads them, no log join) with the step: the in-process path of a span from its b
 callgrind, ``--repeat 2`` less ``--repeat 1`` as above. ``--ingest`` times the ingest instead:
 each payload decoded and normalised in 32-span slices with the GenAI log join
 (:mod:`watchdog.core.spans.logs`), as the receivers read it, its waits expired as the timer
-does. ``--bare`` strips the model calls' content (``gen_ai.input.messages``,
+does. ``--settled`` sets the garbage collector as ``watchdog serve`` does once started (what is
+loaded frozen, full collections rare): the sidecar's; without it, CPython's defaults.
+``--bare`` strips the model calls' content (``gen_ai.input.messages``,
 ``gen_ai.output.messages``) from the workload: each model call is then one the join keeps for
 content that may come late in a log event. ``--baseline TREE`` runs this tree and ``TREE``
 alternately (``--rounds`` times each, every run a process of its own) and prints each figure,
@@ -29,6 +31,7 @@ and after: a ratio from one machine state.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import importlib.util
 import os
@@ -76,6 +79,9 @@ def main() -> None:
     parser.add_argument("--decode", action="store_true",
                         help="time the decode and normalise with the step")
     parser.add_argument("--bare", action="store_true", help="model calls without content")
+    parser.add_argument("--settled", action="store_true",
+                        help="the garbage collector as the sidecar sets it after its start "
+                             "(what is loaded frozen, a full collection every 1,000 middle ones)")
     parser.add_argument("--baseline", help="a source tree to compare with, run alternately")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each tree (--baseline)")
     args = parser.parse_args()
@@ -114,6 +120,8 @@ def main() -> None:
     best, decisions = float("inf"), 0
     for _ in range(args.repeat):
         core = _core(parts, rules)
+        if args.settled:
+            _settle()
         now = 1_000_000.0
         started = time.process_time()
         decisions = 0
@@ -224,6 +232,19 @@ def _read(parts: dict[str, Any], bodies: list[bytes]) -> Iterator[list[Any]]:
         for part in slices_of(parse(body), SLICE):
             if part.records:
                 yield part.records
+
+
+def _settle() -> None:
+    """The collector as ``watchdog serve`` sets it once started (``settle_collector``), what is
+    loaded so far frozen; the flat layout has none: the same done here."""
+    try:
+        from watchdog.shell.server import settle_collector
+    except ImportError:
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(700, 10, 1000)
+    else:
+        settle_collector()
 
 
 def _core(parts: dict[str, Any], rules: Any) -> Any:

@@ -4,6 +4,8 @@ runs: docs/limits.md, "Fuzzing").
 - ``fuzz/native_decode.py`` (atheris, libFuzzer): the compiled decode against the Python one
   (protobuf's upb) on the same bytes: the same refusal, or the same records. As many inputs as
   ``fuzz/ingest.py`` gets in tests/test_fuzz.py.
+- ``fuzz/native_brief.py`` (atheris): the compiled brief against ``redact.brief`` on the same
+  text and limit.
 - ``native/otlp/fuzz`` (cargo-fuzz, libFuzzer, AddressSanitizer): the Rust decoder alone, on
   its own: no panic, and what it reads lies in the body. Built with the stable toolchain
   (``RUSTC_BOOTSTRAP=1`` for the sanitizer flag), cached in the user's cache
@@ -48,6 +50,29 @@ def test_the_compiled_decode_reads_fuzzed_bytes_as_the_python_one(
     log = result.stderr + result.stdout
     assert result.returncode == 0, f"the decodes differ (or crashed):\n{log[-6000:]}"
     finished(log, runs, "native_decode (compiled vs upb)", capsys)
+
+
+# fuzz/native_brief.py's seeds: a first byte (the limit; an anchor spliced in, at or above 0x80)
+# and a text: plain, with a secret, not ASCII, undecodable bytes
+BRIEF_SEEDS = (b"\x00the result is 42", b"\x81password=hunter2hunter2 and more",
+               b"\xc5Authorization: Bearer abcdefghijklmnopqrstuvwx", b"\x02" + "é".encode() * 60,
+               b"\x03" + b"x" * 300 + b"\xff\xfe", b"\x04{\"api_key\": \"xyz-123-456\"}")
+
+
+def test_the_compiled_brief_briefs_fuzzed_texts_as_redact_brief(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = 20_000  # (~45,000 a second: the brief is short work)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for index, seed in enumerate(BRIEF_SEEDS):
+        (corpus / f"seed-{index}").write_bytes(seed)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "fuzz" / "native_brief.py"), str(corpus), f"-runs={runs}",
+         "-seed=1", "-max_len=4096", f"-artifact_prefix={tmp_path}/", "-print_final_stats=1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=170)
+    log = result.stderr + result.stdout
+    assert result.returncode == 0, f"the briefs differ (or crashed):\n{log[-6000:]}"
+    finished(log, runs, "native_brief (compiled vs redact.brief)", capsys)
 
 
 @pytest.mark.timeout(BUILD_SECONDS + 120)

@@ -32,6 +32,12 @@ MAX_EPOCH_SECONDS = 1e11
 # A span's times, in ns (a uint64: at most year 2554). One that ends far after it arrived is the
 # run's to judge (watchdog.core.runs.run: it knows when the span arrived).
 MIN_SPAN_TIME_NS = MIN_EPOCH_SECONDS * 10**9
+# A run's signatures (watchdog.core.runs.fields): distinct tool calls, results and errors it
+# tells apart (more still count, in an overflow bucket), and the longest cycle of tool calls
+# looked for (A→B→C→D→A→B→C→D…). Here, not with the run's other bounds, as the compiled fold
+# of a tool call's signatures is handed them with the compiled decode (spans read no run).
+MAX_DISTINCT_SIGNATURES = 128
+MAX_CYCLE_LENGTH = 4
 
 # C0 and C1 controls, DEL, and lone surrogates (JSON "\ud800" decodes to one).
 _BAD_ID_CHAR = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")

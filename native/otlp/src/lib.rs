@@ -24,3 +24,9 @@ mod answers;
 
 #[cfg(feature = "python")]
 mod agents;
+
+#[cfg(feature = "python")]
+mod signatures;
+
+#[cfg(feature = "python")]
+mod briefs;

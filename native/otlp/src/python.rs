@@ -867,5 +867,7 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ArrayValue>()?;
     m.add_class::<KeyValueList>()?;
     crate::kernels::register(m)?;
+    crate::signatures::register(m)?;
+    crate::briefs::register(m)?;
     Ok(())
 }

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from watchdog.core.bounds import MAX_CYCLE_LENGTH, MAX_DISTINCT_SIGNATURES
 from watchdog.core.runs.fields import (
     CLOCK_SKEW_TOLERANCE,
     MAX_ASKED,
-    MAX_CYCLE_LENGTH,
-    MAX_DISTINCT_SIGNATURES,
     MAX_DISTINCT_TOOLS,
     NS,
     OTHER_TOOL,
@@ -23,6 +22,7 @@ from watchdog.core.runs.fields import (
     Asked,
     RunFields,
 )
+from watchdog.core.spans import compiled
 from watchdog.core.spans.record import AGENT, ENDPOINT_SCOPE, LLM, OTHER, TOOL, SpanRecord
 
 
@@ -36,6 +36,48 @@ def _bump(counts: dict[int, int], key: int) -> int:
     count += 1
     counts[key] = count
     return count
+
+
+def tool_signatures(call_counts: dict[int, int], recent: list[int], cycle_runs: list[int],
+                    result_counts: dict[int, tuple[int, int]], call: int,
+                    result: int | None) -> tuple[int, int, int]:
+    """A tool call's signatures folded into its run's: ``call`` (its arguments' hash) counted
+    in ``call_counts`` (within the bound), its cycles, and ``result`` (its result's hash, None:
+    none or failed) counted in ``result_counts`` when it came after other arguments (the agent
+    learns nothing). Returns the call's count (0: past the bound), the run's
+    ``cycle_repeats`` and the result's count (0: none). The compiled twin
+    (``native/otlp/src/signatures.rs``, ``compiled.signatures``) answers the same.
+
+    For each cycle length L, ``cycle_runs[L-1]`` counts how many consecutive calls equalled the
+    call L positions earlier; the tail then holds (run + L) // L repetitions."""
+    count = _bump(call_counts, call)
+    best = 0
+    for index in range(MAX_CYCLE_LENGTH):
+        length = index + 1
+        if len(recent) >= length and recent[-length] == call:
+            cycle_runs[index] += 1
+            repeats = (cycle_runs[index] + length) // length
+            if repeats >= 2 and repeats > best:
+                best = repeats
+        else:
+            cycle_runs[index] = 0  # (0 + length) // length is one: no repeat
+    recent.append(call)
+    if len(recent) > MAX_CYCLE_LENGTH:
+        del recent[0]
+    if result is None:
+        return count, best, 0
+    entry = result_counts.get(result)
+    if entry is None:
+        if len(result_counts) >= MAX_DISTINCT_SIGNATURES:
+            return count, best, 0
+        counted = 1
+        result_counts[result] = (counted, call)
+    elif entry[1] != call:  # same result, other arguments: the agent learns nothing
+        counted = entry[0] + 1
+        result_counts[result] = (counted, call)
+    else:
+        counted = entry[0]
+    return count, best, counted
 
 
 def claimable(record: SpanRecord) -> bool:
@@ -549,48 +591,18 @@ class RunCounts(RunFields):
         call = record.args_hash
         if call is None:
             return
-        count = _bump(self._call_counts, call)
+        fold = compiled.signatures or tool_signatures
+        count, self.cycle_repeats, results = fold(
+            self._call_counts, self._recent_calls, self._cycle_runs, self._result_counts, call,
+            None if record.error else record.result_hash)
         if count > self.repeated_tool_call:
             self.repeated_tool_call = count
-        self._track_cycle(call)
-        if record.result_hash is not None and not record.error:
-            results = self._result_counts
-            entry = results.get(record.result_hash)
-            if entry is None:
-                if len(results) >= MAX_DISTINCT_SIGNATURES:
-                    return
-                count = 1
-                results[record.result_hash] = (count, call)
-            elif entry[1] != call:  # same result, other arguments: the agent learns nothing
-                count = entry[0] + 1
-                results[record.result_hash] = (count, call)
-            else:
-                count = entry[0]
-            if count > self.repeated_tool_result:
-                self.repeated_tool_result = count
+        if results > self.repeated_tool_result:
+            self.repeated_tool_result = results
 
     def result_hashes(self) -> Iterable[int]:
         """The hashes of the distinct tool results counted (``repeated_tool_result``)."""
         return self._result_counts.keys()
-
-    def _track_cycle(self, call: int) -> None:
-        """For each cycle length L, ``_cycle_runs[L-1]`` counts how many consecutive calls
-        equalled the call L positions earlier; the tail then holds (run + L) // L repetitions."""
-        recent, runs = self._recent_calls, self._cycle_runs
-        best = 0
-        for index in range(MAX_CYCLE_LENGTH):
-            length = index + 1
-            if len(recent) >= length and recent[-length] == call:
-                runs[index] += 1
-                repeats = (runs[index] + length) // length
-                if repeats >= 2 and repeats > best:
-                    best = repeats
-            else:
-                runs[index] = 0  # (0 + length) // length is one: no repeat
-        self.cycle_repeats = best
-        recent.append(call)
-        if len(recent) > MAX_CYCLE_LENGTH:
-            del recent[0]
 
     def clock_skew(self) -> float:
         """How far the agent's clock is behind the sidecar's, in seconds (negative: ahead), as

@@ -6,14 +6,13 @@ into the fields is :mod:`watchdog.core.runs.counts`; how a run ends and what it 
 
 from __future__ import annotations
 
+from watchdog.core.bounds import MAX_CYCLE_LENGTH
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.spans.record import MAX_ASKED_TOOLS, KeySource
 
 # Per-run bounds. A run with more distinct tools/signatures than this still counts every call;
 # it just stops telling new ones apart (they go to an overflow bucket).
 MAX_DISTINCT_TOOLS = 64
-MAX_DISTINCT_SIGNATURES = 128
-MAX_CYCLE_LENGTH = 4  # A→B→C→D→A→B→C→D… is the longest cycle looked for
 OTHER_TOOL = "_other"
 # Model calls a run keeps to pair a twin with (the same call traced by two instrumentations)
 # that comes after other calls (out of order)

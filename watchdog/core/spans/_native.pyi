@@ -229,5 +229,19 @@ class Json:
     def canonical(self, text: str) -> str | None: ...
     def asked(self, text: str) -> tuple[tuple[str, str], ...] | None: ...
 
+class Signatures:
+    """A run's tool-call signatures folded in Rust (``counts.tool_signatures``'s twin)."""
+    def __init__(self, max_distinct: int, max_cycle: int) -> None: ...
+    def fold(self, call_counts: dict[int, int], recent: list[int], cycle_runs: list[int],
+             result_counts: dict[int, tuple[int, int]], call: int,
+             result: int | None) -> tuple[int, int, int]:
+        """(the call's count or 0, the cycle repeats, the result's count or 0); the dict and
+        lists changed as the twin changes them."""
+
+class Briefs:
+    """``redact.brief`` answered in Rust for an ASCII text with none of ``anchors`` in it."""
+    def __init__(self, anchors: list[str], python: Callable[[str, int], str]) -> None: ...
+    def __call__(self, text: str, limit: int) -> str: ...
+
 def stable_hash(text: str) -> int | None:
     """BLAKE2b-64 of the text's UTF-8, signed; None for a text with a lone surrogate."""

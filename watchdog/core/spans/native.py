@@ -26,7 +26,7 @@ from importlib.util import find_spec
 from typing import Any
 
 from watchdog.core.bounds import MIN_SPAN_TIME_NS
-from watchdog.core.spans import decode
+from watchdog.core.spans import compiled, decode
 from watchdog.core.spans.record import MAX_ASKED_TOOLS
 
 # Built (without a Rust toolchain, or for another platform, it is not): found, not loaded
@@ -120,14 +120,17 @@ def _normaliser(phrases: Any, status: Any, json: Any) -> Any:
     ``failures.rs``): the conventions' own, and what takes a span down a branch it leaves to
     the Python ``normalise``."""
     assert _native is not None
+    from watchdog.core import redact
     from watchdog.core.bounds import MAX_REPORTED_COST, MAX_TOKENS_PER_CALL
-    from watchdog.core.redact import brief, mask
+    from watchdog.core.redact import mask
     from watchdog.core.spans import attributes as a
     from watchdog.core.spans import model_calls as model_calls_tables
     from watchdog.core.spans import outcome, values
     from watchdog.core.spans.record import EMPTY_OUTPUTS, KeySource, SpanKind, SpanRecord
     from watchdog.core.spans.schema import Role
 
+    # redact.brief, answered in Rust where a text has nothing to redact (briefs.rs)
+    brief = _native.Briefs(redact.ANCHORS, redact.brief)
     facts = (a.F_RUN_ID, a.F_AGENT_CALL_ID, a.F_AGENT_NAME, a.F_SESSION, a.F_PARENT_RUN,
              a.F_TOOL_NAME, a.F_TRANSFER_TARGET, a.F_TOOL_ARGS, a.F_TOOL_RESULT)
     # a branch of the dispatch it does not read: an agent named in JSON, a budget
@@ -210,6 +213,19 @@ def _use_kernels(on: bool) -> None:
     values.compiled_canonical = json.canonical if json is not None else None
     model_calls.compiled_asked = json.asked if json is not None else None
     values.compiled_hash = _native.stable_hash if on and _native is not None else None
+    compiled.signatures = _signatures() if on and _native is not None else None
+
+
+@cache
+def _signatures() -> Callable[..., tuple[int, int, int]]:
+    """The compiled fold of a tool call's signatures (``native/otlp/src/signatures.rs``), with
+    the run's bounds (``watchdog.core.runs.fields``, read as data: no import of the runs)."""
+    assert _native is not None
+    from watchdog.core.bounds import MAX_CYCLE_LENGTH, MAX_DISTINCT_SIGNATURES
+
+    fold: Callable[..., tuple[int, int, int]] = _native.Signatures(
+        MAX_DISTINCT_SIGNATURES, MAX_CYCLE_LENGTH).fold
+    return fold
 
 
 def use_native(on: bool, *, at_first_request: bool = False) -> bool:
