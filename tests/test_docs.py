@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import io
 import json
 import os
 import re
@@ -93,7 +94,7 @@ import subprocess
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
-from contextlib import suppress
+from contextlib import redirect_stderr, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1037,33 +1038,50 @@ def test_the_repository_paths_documents_name_exist() -> None:
     assert not missing, "\n".join(missing)
 
 
-INLINE_COMMAND = re.compile(r"`(?:kubectl [^`]*? -- )?(?:\.venv/bin/)?watchdog ((?:serve|runs"
-                            r"|directives|rules|report|session|demo)\b[^`\[]*)`")
+# (any word after `watchdog `: a misspelt command, `watchdog run`, is a command line too)
+INLINE_COMMAND = re.compile(r"`(?:kubectl [^`]*? -- )?(?:\.venv/bin/)?watchdog ([a-z][\w-]*\b"
+                            r"[^`\[]*)`")
 
 
-def test_the_inline_watchdog_commands_parse() -> None:
-    """`watchdog runs --state active --agent AGENT` and the like, anywhere in the prose (or
-    after `kubectl exec ... --`), are command lines the CLI takes (a placeholder in capitals
-    stands for any value)."""
+def commands_not_parsed(paths: list[Path]) -> list[str]:
+    """The inline `watchdog ...` command lines of ``paths`` the CLI does not take."""
     from watchdog.shell.cli import build_parser
 
     wrong = []
-    for path in DOCUMENTS:
+    for path in paths:
         for command in INLINE_COMMAND.findall(path.read_text("utf-8")):
             args = [re.sub(r"^[A-Z][A-Z_]+$", "x", word.removesuffix("..."))
                     for word in command.replace("\\|", "|").split()]
             if args in (["rules", "check"], ["rules", "test"]):  # the command's name alone
                 continue
             try:
-                build_parser().parse_args(args)
+                with redirect_stderr(io.StringIO()):  # (argparse's usage line)
+                    build_parser().parse_args(args)
             except SystemExit:
-                wrong.append(f"{path.relative_to(ROOT)}: watchdog {command}")
+                wrong.append(f"{path.name}: watchdog {command}")
+    return wrong
+
+
+def test_the_inline_watchdog_commands_parse() -> None:
+    """`watchdog runs --state active --agent AGENT` and the like, anywhere in the prose (or
+    after `kubectl exec ... --`), are command lines the CLI takes (a placeholder in capitals
+    stands for any value)."""
+    wrong = commands_not_parsed(DOCUMENTS)
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_watchdog_variables_documents_name_exist() -> None:
-    """A `WATCHDOG_*` variable a document names is a configuration key's, or one the sidecar,
-    the client, the chart or the image reads (by its name in their sources), or a Kubernetes
+def test_a_misspelt_inline_command_is_caught(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("`watchdog runs --state active`, `watchdog run --state active`, "
+                    "`watchdog runs --agent AGENT`, `watchdog report`, `watchdog serv`\n")
+    assert commands_not_parsed([page]) == [
+        "page.md: watchdog run --state active", "page.md: watchdog report",
+        "page.md: watchdog serv"]
+
+
+def unknown_variables(paths: list[Path]) -> list[str]:
+    """The `WATCHDOG_*` variables ``paths`` name that are no configuration key's, none the
+    sidecar, the client, the chart or the image names whole in its sources, and no Kubernetes
     service link (`WATCHDOG_SERVICE_HOST`, ..., which the configuration loader lets pass)."""
     from watchdog.shell.config import Config
 
@@ -1072,12 +1090,29 @@ def test_the_watchdog_variables_documents_name_exist() -> None:
         "watchdog", "client/agent_watchdog_client", "helm/agent-watchdog/templates")
         for path in (ROOT / folder).rglob("*") if path.suffix in {".py", ".tpl", ".yaml", ".c"})
     sources += (ROOT / "Dockerfile").read_text("utf-8")
-    unknown = sorted({f"{path.relative_to(ROOT)}: {name}" for path in DOCUMENTS
-                      for name in re.findall(r"\bWATCHDOG_[A-Z0-9_]*[A-Z0-9]", path.read_text(
-                          "utf-8"))
-                      if name not in keys and name not in sources
-                      and not re.search(r"_SERVICE_HOST$|_SERVICE_PORT|_PORT$", name)})
+    # whole names: a part of one (`WATCHDOG_MODEL` of `WATCHDOG_MODEL_ADDRESS`) is none
+    named = set(re.findall(r"\bWATCHDOG_[A-Z0-9_]*[A-Z0-9]\b", sources))
+    return sorted({f"{path.name}: {name}" for path in paths
+                   for name in re.findall(r"\bWATCHDOG_[A-Z0-9_]*[A-Z0-9]",
+                                          path.read_text("utf-8"))
+                   if name not in keys and name not in named
+                   and not re.search(r"_SERVICE_HOST$|_SERVICE_PORT|_PORT$", name)})
+
+
+def test_the_watchdog_variables_documents_name_exist() -> None:
+    """A `WATCHDOG_*` variable a document names is one the sidecar, its client, chart or image
+    reads."""
+    unknown = unknown_variables(DOCUMENTS)
     assert not unknown, "\n".join(unknown)
+
+
+def test_an_unknown_variable_is_caught(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("`WATCHDOG_MODEL_ADDRESS`, `WATCHDOG_MODEL`, `WATCHDOG_EVAL_INTERVA`, "
+                    "`WATCHDOG_SERVICE_HOST`, `WATCHDOG_NO_SUCH_KEY`\n")
+    assert unknown_variables([page]) == [
+        "page.md: WATCHDOG_EVAL_INTERVA", "page.md: WATCHDOG_MODEL",
+        "page.md: WATCHDOG_NO_SUCH_KEY"]
 
 
 def _control_api_routes() -> dict[tuple[str, str], set[str]]:
