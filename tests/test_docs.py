@@ -1172,17 +1172,46 @@ def test_the_log_events_are_documented_with_their_fields() -> None:
     assert not any(missing.values()), missing
 
 
+def make_rules() -> set[str]:
+    """The targets the Makefile has a rule for, by make's own database (``make -p``): a
+    folder or file of the same name without one (`docs`, `tests`) is none."""
+    database = subprocess.run(["make", "-npq", ".DEFAULT"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60).stdout
+    rules: set[str] = set()
+    before = ""
+    for line in database.split("\n"):
+        rule = re.match(r"^([^#\s:%=][^:=]*?):(?![=:])", line)
+        if rule and not before.startswith("# Not a target:"):
+            rules.update(rule.group(1).split())
+        before = line
+    return rules
+
+
+def targets_not_made(targets: set[str]) -> list[str]:
+    """Of ``targets``, those the Makefile has no rule for, or that `make -n` refuses."""
+    rules = make_rules()
+    return [target for target in sorted(targets)
+            if target not in rules
+            or subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True,
+                              timeout=60).returncode != 0]
+
+
 def test_the_make_targets_documents_name_exist() -> None:
-    """`make TARGET` anywhere, and the README's list of the other targets: `make -n` takes each."""
+    """`make TARGET` anywhere, and the README's list of the other targets: each is a rule of the
+    Makefile that `make -n` takes."""
     targets = {target for path in DOCUMENTS
                for target in re.findall(r"`make ([a-z][\w./-]*)", path.read_text("utf-8"))}
     listed = re.search(r"Also `make demo`, (.*)$", README.read_text("utf-8"), re.M)
     assert listed, "README: the other targets"
     targets |= set(re.findall(r"`(\w[\w-]*)`", listed.group(1)))
-    failed = [target for target in sorted(targets)
-              if subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True,
-                                timeout=60).returncode != 0]
+    failed = targets_not_made(targets)
     assert not failed, failed
+
+
+def test_a_target_the_makefile_has_no_rule_for_is_caught() -> None:
+    """`make docs` would print "Nothing to be done" and succeed (the folder is there): no rule."""
+    assert targets_not_made({"lint", "bench", "docs", "tests", "no-such-target"}) == [
+        "docs", "no-such-target", "tests"]
 
 
 def test_bench_and_tool_commands_exist() -> None:
