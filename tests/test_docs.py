@@ -988,19 +988,23 @@ def anchors(text: str) -> set[str]:
     return found
 
 
-def link_problems(paths: list[Path]) -> list[str]:
-    """Relative links (inline and reference-style) whose file or heading is not there."""
+def link_problems(paths: list[Path], root: Path = ROOT) -> list[str]:
+    """Relative links (inline, with a title or none, and reference-style) whose file or heading
+    is not there, or whose file is outside the repository ``root`` (there on this machine, not
+    where the repository is read)."""
     problems = []
     for path in paths:
         text = path.read_text("utf-8")
-        targets = [*re.findall(r"\]\(([^)\s]+)\)", text),
+        targets = [*re.findall(r"\]\(<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\)", text),
                    *re.findall(r"^\[[^]]+\]:\s*(\S+)", text, re.M)]
         for target in targets:
             if re.match(r"[a-z]+:", target):
                 continue
             file, _, anchor = target.partition("#")
             linked = (path.parent / file).resolve() if file else path
-            if not linked.exists():
+            if not linked.is_relative_to(root.resolve()):
+                problems.append(f"{path.name}: {target}: outside the repository")
+            elif not linked.exists():
                 problems.append(f"{path.name}: {target}: no such file")
             elif anchor and linked.suffix == ".md" and anchor not in anchors(
                     linked.read_text("utf-8")):
@@ -1019,9 +1023,25 @@ def test_a_broken_link_is_caught(tmp_path: Path) -> None:
     page.write_text("# Page\n\n```python\n# not a heading\n```\n\n"
                     "[a](other.md#twice-1) [b](#page) [c](other.md#twice-2) [d](missing.md)\n"
                     "[e](#not-a-heading)\n\n[f]: other.md#nowhere\n")
-    assert link_problems([page]) == [
+    assert link_problems([page], tmp_path) == [
         "page.md: other.md#twice-2: no such heading", "page.md: missing.md: no such file",
         "page.md: #not-a-heading: no such heading", "page.md: other.md#nowhere: no such heading"]
+
+
+def test_a_link_with_a_title_or_out_of_the_repository_is_checked(tmp_path: Path) -> None:
+    """A link with a title (`[a](other.md "Other")`) is checked as one without; one to a file
+    beside the repository (`../shared/DESIGN.md`: there on this machine) is refused."""
+    repository = tmp_path / "repository"
+    repository.mkdir()
+    (tmp_path / "DESIGN.md").write_text("# Design\n")
+    (repository / "other.md").write_text("# Other\n")
+    page = repository / "page.md"
+    page.write_text('[a](other.md "Other") [b](missing.md "Missing") [c](<other.md#nowhere>)\n'
+                    "[d](../DESIGN.md) [e](../DESIGN.md#design)\n")
+    assert link_problems([page], repository) == [
+        "page.md: missing.md: no such file", "page.md: other.md#nowhere: no such heading",
+        "page.md: ../DESIGN.md: outside the repository",
+        "page.md: ../DESIGN.md#design: outside the repository"]
 
 
 REPO_PATH = re.compile(r"`((?:watchdog|native|helm|rules|tests|bench|tools|client|docs|fuzz)/"
