@@ -1320,6 +1320,42 @@ def test_configuration_reference_lists_every_key() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def reference_table_problems(text: str) -> list[str]:
+    """The configuration reference's key table (``| key | default | meaning |``) beside the
+    configuration: a row for a key it does not have (removed, misspelt), a key given two rows
+    (the check above reads the first), and the integer maxima the prose gives beside
+    ``INT_MAXIMUMS``."""
+    from watchdog.shell.config import INT_MAXIMUMS, Config
+
+    table = text.split("\n| key | default | meaning |\n", 1)[1].split("\n\n", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \|", table, re.M)
+    keys = {f.name for f in dataclasses.fields(Config)}
+    problems = [f"{row}: no such key" for row in rows if row not in keys]
+    problems += [f"{row}: {rows.count(row)} rows" for row in sorted(set(rows))
+                 if rows.count(row) > 1]
+    prose = re.search(r"Integers are from 1 to a maximum of their own: (.*?)\.\s", text, re.S)
+    assert prose, "the integer keys' maxima"
+    maxima: dict[str, int] = {}
+    for names, most in re.findall(r"((?:`\w+`(?:\s+and\s+|,\s+)?)+)\s+(\d+)",
+                                  prose.group(1)):
+        maxima.update(dict.fromkeys(re.findall(r"`(\w+)`", names), int(most)))
+    if maxima != INT_MAXIMUMS:
+        problems.append(f"the integer maxima: {maxima} documented, {INT_MAXIMUMS} read")
+    return problems
+
+
+def test_the_configuration_reference_table_holds_the_keys_alone() -> None:
+    text = (ROOT / "docs" / "configuration.md").read_text("utf-8")
+    assert not reference_table_problems(text)
+    wrong = (text.replace("| `max_runs` |", "| `max_run` |", 1)
+             .replace("`forward_queue_size` 1000000", "`forward_queue_size` 100000", 1)
+             + "\n\n| key | default | meaning |\n|---|---|---|\n| `eval_interval` | x | y |\n")
+    assert wrong != text and len(reference_table_problems(wrong)) == 2, \
+        reference_table_problems(wrong)  # the stale row and the maximum (the second table: none)
+    doubled = text.replace("| `max_runs` |", "| `eval_interval` | `1s` | x |\n| `max_runs` |", 1)
+    assert reference_table_problems(doubled) == ["eval_interval: 2 rows"]
+
+
 if __name__ == "__main__":  # python -m tests.test_docs: list the blocks and how each is checked
     for found in all_blocks():
         print(found.where, found.lang, found.kind, found.options, sorted(found.flags))
