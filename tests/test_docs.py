@@ -1048,14 +1048,40 @@ REPO_PATH = re.compile(r"`((?:watchdog|native|helm|rules|tests|bench|tools|clien
                        r"[\w./*-]+)`")
 
 
+def missing_paths(paths: list[Path]) -> list[str]:
+    """The repository files and folders ``paths`` name that are not there. A word in capitals
+    that names no file of the repository (`NAME` of `envs/NAME.txt`; not `README`) is a
+    placeholder: some file must fit it."""
+    stems = set()
+    for _, folders, files in os.walk(ROOT):
+        folders[:] = [name for name in folders if not name.startswith(".")
+                      and name not in {"node_modules", "target", "__pycache__"}]
+        stems.update(name.split(".")[0] for name in files + folders)
+    missing = []
+    for path in paths:
+        for named in REPO_PATH.findall(path.read_text("utf-8")):
+            pattern = re.sub(r"\b[A-Z][A-Z0-9_]{2,}\b",
+                             lambda word: word.group() if word.group() in stems else "*", named)
+            if not any(ROOT.glob(pattern.rstrip("/"))):
+                missing.append(f"{path.name}: {named}")
+    return missing
+
+
 def test_the_repository_paths_documents_name_exist() -> None:
     """A file or folder a document names (`watchdog/core/bounds.py`, `alerts/*.yaml` of the
     chart) is there; a placeholder in capitals (`envs/NAME.txt`) stands for any."""
-    missing = [f"{path.relative_to(ROOT)}: {named}" for path in DOCUMENTS
-               for named in REPO_PATH.findall(path.read_text("utf-8"))
-               if not re.search(r"[A-Z]{3,}", named)
-               and not any(ROOT.glob(named.rstrip("/")))]
+    missing = missing_paths(DOCUMENTS)
     assert not missing, "\n".join(missing)
+
+
+def test_a_missing_path_in_capitals_is_caught(tmp_path: Path) -> None:
+    """`docs/README.md` (there is none) is no placeholder: README names files of the
+    repository."""
+    page = tmp_path / "page.md"
+    page.write_text("`tests/frameworks/envs/NAME.txt`, `tests/frameworks/envs/NAME.toml`, "
+                    "`docs/README.md`, `helm/agent-watchdog/README.md`, `docs/NAME.md`\n")
+    assert missing_paths([page]) == ["page.md: tests/frameworks/envs/NAME.toml",
+                                     "page.md: docs/README.md"]
 
 
 # (any word after `watchdog `: a misspelt command, `watchdog run`, is a command line too)
