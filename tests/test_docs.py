@@ -1382,6 +1382,23 @@ def test_the_configuration_reference_table_holds_the_keys_alone() -> None:
     assert reference_table_problems(doubled) == ["eval_interval: 2 rows"]
 
 
+def test_the_open_files_figures_are_the_sidecars() -> None:
+    """docs/limits.md's open files: what `watchdog serve` needs to start, per model request,
+    and in all with the defaults and the model endpoint, as `watchdog/shell/open_files.py`
+    counts them."""
+    from watchdog.shell import open_files
+    from watchdog.shell.config import Config
+
+    text = (ROOT / "docs" / "limits.md").read_text("utf-8")
+    bullet = " ".join(text.split("- **Open files**", 1)[1].split("\n- ", 1)[0].split())
+    with_model = dataclasses.replace(Config(), model_address="127.0.0.1:9478")
+    assert re.search(
+        rf"needs {open_files.START_FILES} to start .*?{open_files.START_FILES} \+ "
+        rf"`max_pending_requests` \+ {open_files.FILES_PER_MODEL_REQUEST} per "
+        rf"`model_max_concurrent` with the model endpoint \({open_files.needed(with_model)} with "
+        rf"the defaults\).*?below {open_files.START_FILES} is one line", bullet), bullet
+
+
 if __name__ == "__main__":  # python -m tests.test_docs: list the blocks and how each is checked
     for found in all_blocks():
         print(found.where, found.lang, found.kind, found.options, sorted(found.flags))
