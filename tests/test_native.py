@@ -15,6 +15,7 @@ say so, where it was not.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import random
@@ -474,52 +475,33 @@ def test_a_kind_told_by_a_string_array_is_read_by_the_compiled_normalise() -> No
             "kind=<SpanKind.LLM" in read[4][1]] == [True, True, True], read  # type: ignore[index]
 
 
-def _any_values(values_: Any, items: list[Any]) -> None:
-    """``items`` into an OTLP array's values: strings, bytes, bools, ints, floats, lists
-    (arrays) and dicts (key-value lists) as the kinds of value they are."""
-    for item in items:
-        value = values_.add()
-        if isinstance(item, str):
-            value.string_value = item
-        elif isinstance(item, bytes):
-            value.bytes_value = item
-        elif isinstance(item, bool):
-            value.bool_value = item
-        elif isinstance(item, int):
-            value.int_value = item
-        elif isinstance(item, float):
-            value.double_value = item
-        elif isinstance(item, list):
-            _any_values(value.array_value.values, item)
-        else:
-            for key, inner in item.items():
-                value.kvlist_value.values.add(key=key).value.string_value = inner
-
-
 def test_an_odd_string_array_reads_the_same_both_ways() -> None:
     """A kind attribute's array is read for the strings directly in it alone: a named string
     inside a nested array or a key-value list, as bytes, with a space or in other case names
     nothing (the span is left to ``normalise``); one after other kinds of value, or after
     100,000 strings, is read; both normalises read each alike, and so do both decodes."""
-    prompt, tool = "PromptDriver.run()", "Tool.run()"
-    arrays: list[tuple[list[Any], str | None]] = [
-        ([[prompt]], None), ([{"tags": prompt}], None), ([prompt.encode()], None),
-        ([""], None), ([prompt + " "], None), ([prompt.lower()], None), ([None], None),
-        ([True, 1.5, b"x", 7, tool], "TOOL"), (["x", [prompt], tool], "TOOL"),
-        (["x"] * 100_000 + [prompt], "LLM"), ([prompt, prompt], "LLM"), (["é", tool], "TOOL")]
-    request = decode.ExportTraceServiceRequest()
-    spans = request.resource_spans.add().scope_spans.add().spans
-    for index, (tags, _) in enumerate(arrays):
-        span = spans.add(trace_id=bytes(range(1, 17)), span_id=(index + 1).to_bytes(8, "big"),
-                         parent_span_id=b"\7" * 8, name="Thing.run()",
-                         start_time_unix_nano=1_700_000_000_000_000_000,
-                         end_time_unix_nano=1_700_000_001_000_000_000)
-        values_ = span.attributes.add(key="tags").value.array_value.values
-        if tags == [None]:
-            values_.add()  # a value of no kind
-        else:
-            _any_values(values_, tags)
-    body = request.SerializeToString()
+    def text(value: str) -> dict[str, Any]:
+        return {"stringValue": value}
+
+    prompt, tool = text("PromptDriver.run()"), text("Tool.run()")
+    nested = {"arrayValue": {"values": [prompt]}}
+    arrays: list[tuple[list[dict[str, Any]], str | None]] = [
+        ([nested], None), ([{"kvlistValue": {"values": [{"key": "tags", "value": prompt}]}}],
+                           None),
+        ([{"bytesValue": base64.b64encode(b"PromptDriver.run()").decode()}], None),
+        ([text("")], None), ([text("PromptDriver.run() ")], None),
+        ([text("promptdriver.run()")], None), ([{}], None),
+        ([{"boolValue": True}, {"doubleValue": 1.5}, {"intValue": "7"}, tool], "TOOL"),
+        ([text("x"), nested, tool], "TOOL"), ([text("x")] * 100_000 + [prompt], "LLM"),
+        ([prompt, prompt], "LLM"), ([text("é"), tool], "TOOL")]
+    spans = [{"traceId": bytes(range(1, 17)).hex(), "spanId": f"{index + 1:016x}",
+              "parentSpanId": "07" * 8, "name": "Thing.run()",
+              "startTimeUnixNano": "1700000000000000000",
+              "endTimeUnixNano": "1700000001000000000",
+              "attributes": [{"key": "tags", "value": {"arrayValue": {"values": tags}}}]}
+             for index, (tags, _) in enumerate(arrays)]
+    body = parse_json(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]})
+                      .encode()).SerializeToString()
     read_ = list(normalised_both_ways(body))
     assert all(pair is None or pair[0] == pair[1] for pair in read_), read_
     kinds = [None if pair is None else pair[1].split("kind=<SpanKind.", 1)[1].split(":", 1)[0]
