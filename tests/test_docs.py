@@ -1116,15 +1116,6 @@ def test_the_inline_watchdog_commands_parse() -> None:
     assert not wrong, "\n".join(wrong)
 
 
-def test_a_misspelt_inline_command_is_caught(tmp_path: Path) -> None:
-    page = tmp_path / "page.md"
-    page.write_text("`watchdog runs --state active`, `watchdog run --state active`, "
-                    "`watchdog runs --agent AGENT`, `watchdog report`, `watchdog serv`\n")
-    assert commands_not_parsed([page]) == [
-        "page.md: watchdog run --state active", "page.md: watchdog report",
-        "page.md: watchdog serv"]
-
-
 def unknown_variables(paths: list[Path]) -> list[str]:
     """The `WATCHDOG_*` variables ``paths`` name that are no configuration key's, none the
     sidecar, the client, the chart or the image names whole in its sources, and no Kubernetes
@@ -1152,13 +1143,22 @@ def test_the_watchdog_variables_documents_name_exist() -> None:
     assert not unknown, "\n".join(unknown)
 
 
-def test_an_unknown_variable_is_caught(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("check", "prose", "caught"), [
+    ("commands", "`watchdog runs --state active`, `watchdog run --state active`, "
+     "`watchdog runs --agent AGENT`, `watchdog report`, `watchdog serv`",
+     ["watchdog run --state active", "watchdog report", "watchdog serv"]),
+    ("variables", "`WATCHDOG_MODEL_ADDRESS`, `WATCHDOG_MODEL`, `WATCHDOG_EVAL_INTERVA`, "
+     "`WATCHDOG_SERVICE_HOST`, `WATCHDOG_NO_SUCH_KEY`",
+     ["WATCHDOG_EVAL_INTERVA", "WATCHDOG_MODEL", "WATCHDOG_NO_SUCH_KEY"]),
+])
+def test_a_wrong_name_in_the_prose_is_caught(check: str, prose: str, caught: list[str],
+                                             tmp_path: Path) -> None:
+    """A misspelt command (`watchdog run`) is a command line too; a part of a variable's name
+    (`WATCHDOG_MODEL` of `WATCHDOG_MODEL_ADDRESS`) is no variable."""
     page = tmp_path / "page.md"
-    page.write_text("`WATCHDOG_MODEL_ADDRESS`, `WATCHDOG_MODEL`, `WATCHDOG_EVAL_INTERVA`, "
-                    "`WATCHDOG_SERVICE_HOST`, `WATCHDOG_NO_SUCH_KEY`\n")
-    assert unknown_variables([page]) == [
-        "page.md: WATCHDOG_EVAL_INTERVA", "page.md: WATCHDOG_MODEL",
-        "page.md: WATCHDOG_NO_SUCH_KEY"]
+    page.write_text(prose + "\n")
+    found = {"commands": commands_not_parsed, "variables": unknown_variables}[check]([page])
+    assert found == [f"page.md: {name}" for name in caught]
 
 
 def _control_api_routes() -> dict[tuple[str, str], set[str]]:
