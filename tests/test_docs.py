@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import io
 import json
 import os
 import re
@@ -93,7 +94,7 @@ import subprocess
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
-from contextlib import suppress
+from contextlib import redirect_stderr, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -987,19 +988,23 @@ def anchors(text: str) -> set[str]:
     return found
 
 
-def link_problems(paths: list[Path]) -> list[str]:
-    """Relative links (inline and reference-style) whose file or heading is not there."""
+def link_problems(paths: list[Path], root: Path = ROOT) -> list[str]:
+    """Relative links (inline, with a title or none, and reference-style) whose file or heading
+    is not there, or whose file is outside the repository ``root`` (there on this machine, not
+    where the repository is read)."""
     problems = []
     for path in paths:
         text = path.read_text("utf-8")
-        targets = [*re.findall(r"\]\(([^)\s]+)\)", text),
+        targets = [*re.findall(r"\]\(<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\)", text),
                    *re.findall(r"^\[[^]]+\]:\s*(\S+)", text, re.M)]
         for target in targets:
             if re.match(r"[a-z]+:", target):
                 continue
             file, _, anchor = target.partition("#")
             linked = (path.parent / file).resolve() if file else path
-            if not linked.exists():
+            if not linked.is_relative_to(root.resolve()):
+                problems.append(f"{path.name}: {target}: outside the repository")
+            elif not linked.exists():
                 problems.append(f"{path.name}: {target}: no such file")
             elif anchor and linked.suffix == ".md" and anchor not in anchors(
                     linked.read_text("utf-8")):
@@ -1018,52 +1023,102 @@ def test_a_broken_link_is_caught(tmp_path: Path) -> None:
     page.write_text("# Page\n\n```python\n# not a heading\n```\n\n"
                     "[a](other.md#twice-1) [b](#page) [c](other.md#twice-2) [d](missing.md)\n"
                     "[e](#not-a-heading)\n\n[f]: other.md#nowhere\n")
-    assert link_problems([page]) == [
+    assert link_problems([page], tmp_path) == [
         "page.md: other.md#twice-2: no such heading", "page.md: missing.md: no such file",
         "page.md: #not-a-heading: no such heading", "page.md: other.md#nowhere: no such heading"]
+
+
+def test_a_link_with_a_title_or_out_of_the_repository_is_checked(tmp_path: Path) -> None:
+    """A link with a title (`[a](other.md "Other")`) is checked as one without; one to a file
+    beside the repository (`../shared/DESIGN.md`: there on this machine) is refused."""
+    repository = tmp_path / "repository"
+    repository.mkdir()
+    (tmp_path / "DESIGN.md").write_text("# Design\n")
+    (repository / "other.md").write_text("# Other\n")
+    page = repository / "page.md"
+    page.write_text('[a](other.md "Other") [b](missing.md "Missing") [c](<other.md#nowhere>)\n'
+                    "[d](../DESIGN.md) [e](../DESIGN.md#design)\n")
+    assert link_problems([page], repository) == [
+        "page.md: missing.md: no such file", "page.md: other.md#nowhere: no such heading",
+        "page.md: ../DESIGN.md: outside the repository",
+        "page.md: ../DESIGN.md#design: outside the repository"]
 
 
 REPO_PATH = re.compile(r"`((?:watchdog|native|helm|rules|tests|bench|tools|client|docs|fuzz)/"
                        r"[\w./*-]+)`")
 
 
+def missing_paths(paths: list[Path]) -> list[str]:
+    """The repository files and folders ``paths`` name that are not there. A word in capitals
+    that names no file of the repository (`NAME` of `envs/NAME.txt`; not `README`) is a
+    placeholder: some file must fit it."""
+    stems = set()
+    for _, folders, files in os.walk(ROOT):
+        folders[:] = [name for name in folders if not name.startswith(".")
+                      and name not in {"node_modules", "target", "__pycache__"}]
+        stems.update(name.split(".")[0] for name in files + folders)
+    missing = []
+    for path in paths:
+        for named in REPO_PATH.findall(path.read_text("utf-8")):
+            pattern = re.sub(r"\b[A-Z][A-Z0-9_]{2,}\b",
+                             lambda word: word.group() if word.group() in stems else "*", named)
+            if not any(ROOT.glob(pattern.rstrip("/"))):
+                missing.append(f"{path.name}: {named}")
+    return missing
+
+
 def test_the_repository_paths_documents_name_exist() -> None:
     """A file or folder a document names (`watchdog/core/bounds.py`, `alerts/*.yaml` of the
     chart) is there; a placeholder in capitals (`envs/NAME.txt`) stands for any."""
-    missing = [f"{path.relative_to(ROOT)}: {named}" for path in DOCUMENTS
-               for named in REPO_PATH.findall(path.read_text("utf-8"))
-               if not re.search(r"[A-Z]{3,}", named)
-               and not any(ROOT.glob(named.rstrip("/")))]
+    missing = missing_paths(DOCUMENTS)
     assert not missing, "\n".join(missing)
 
 
-INLINE_COMMAND = re.compile(r"`(?:kubectl [^`]*? -- )?(?:\.venv/bin/)?watchdog ((?:serve|runs"
-                            r"|directives|rules|report|session|demo)\b[^`\[]*)`")
+def test_a_missing_path_in_capitals_is_caught(tmp_path: Path) -> None:
+    """`docs/README.md` (there is none) is no placeholder: README names files of the
+    repository."""
+    page = tmp_path / "page.md"
+    page.write_text("`tests/frameworks/envs/NAME.txt`, `tests/frameworks/envs/NAME.toml`, "
+                    "`docs/README.md`, `helm/agent-watchdog/README.md`, `docs/NAME.md`\n")
+    assert missing_paths([page]) == ["page.md: tests/frameworks/envs/NAME.toml",
+                                     "page.md: docs/README.md"]
 
 
-def test_the_inline_watchdog_commands_parse() -> None:
-    """`watchdog runs --state active --agent AGENT` and the like, anywhere in the prose (or
-    after `kubectl exec ... --`), are command lines the CLI takes (a placeholder in capitals
-    stands for any value)."""
+# (any word after `watchdog `: a misspelt command, `watchdog run`, is a command line too)
+INLINE_COMMAND = re.compile(r"`(?:kubectl [^`]*? -- )?(?:\.venv/bin/)?watchdog ([a-z][\w-]*\b"
+                            r"[^`\[]*)`")
+
+
+def commands_not_parsed(paths: list[Path]) -> list[str]:
+    """The inline `watchdog ...` command lines of ``paths`` the CLI does not take."""
     from watchdog.shell.cli import build_parser
 
     wrong = []
-    for path in DOCUMENTS:
+    for path in paths:
         for command in INLINE_COMMAND.findall(path.read_text("utf-8")):
             args = [re.sub(r"^[A-Z][A-Z_]+$", "x", word.removesuffix("..."))
                     for word in command.replace("\\|", "|").split()]
             if args in (["rules", "check"], ["rules", "test"]):  # the command's name alone
                 continue
             try:
-                build_parser().parse_args(args)
+                with redirect_stderr(io.StringIO()):  # (argparse's usage line)
+                    build_parser().parse_args(args)
             except SystemExit:
-                wrong.append(f"{path.relative_to(ROOT)}: watchdog {command}")
+                wrong.append(f"{path.name}: watchdog {command}")
+    return wrong
+
+
+def test_the_inline_watchdog_commands_parse() -> None:
+    """`watchdog runs --state active --agent AGENT` and the like, anywhere in the prose (or
+    after `kubectl exec ... --`), are command lines the CLI takes (a placeholder in capitals
+    stands for any value)."""
+    wrong = commands_not_parsed(DOCUMENTS)
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_watchdog_variables_documents_name_exist() -> None:
-    """A `WATCHDOG_*` variable a document names is a configuration key's, or one the sidecar,
-    the client, the chart or the image reads (by its name in their sources), or a Kubernetes
+def unknown_variables(paths: list[Path]) -> list[str]:
+    """The `WATCHDOG_*` variables ``paths`` name that are no configuration key's, none the
+    sidecar, the client, the chart or the image names whole in its sources, and no Kubernetes
     service link (`WATCHDOG_SERVICE_HOST`, ..., which the configuration loader lets pass)."""
     from watchdog.shell.config import Config
 
@@ -1072,12 +1127,38 @@ def test_the_watchdog_variables_documents_name_exist() -> None:
         "watchdog", "client/agent_watchdog_client", "helm/agent-watchdog/templates")
         for path in (ROOT / folder).rglob("*") if path.suffix in {".py", ".tpl", ".yaml", ".c"})
     sources += (ROOT / "Dockerfile").read_text("utf-8")
-    unknown = sorted({f"{path.relative_to(ROOT)}: {name}" for path in DOCUMENTS
-                      for name in re.findall(r"\bWATCHDOG_[A-Z0-9_]*[A-Z0-9]", path.read_text(
-                          "utf-8"))
-                      if name not in keys and name not in sources
-                      and not re.search(r"_SERVICE_HOST$|_SERVICE_PORT|_PORT$", name)})
+    # whole names: a part of one (`WATCHDOG_MODEL` of `WATCHDOG_MODEL_ADDRESS`) is none
+    named = set(re.findall(r"\bWATCHDOG_[A-Z0-9_]*[A-Z0-9]\b", sources))
+    return sorted({f"{path.name}: {name}" for path in paths
+                   for name in re.findall(r"\bWATCHDOG_[A-Z0-9_]*[A-Z0-9]",
+                                          path.read_text("utf-8"))
+                   if name not in keys and name not in named
+                   and not re.search(r"_SERVICE_HOST$|_SERVICE_PORT|_PORT$", name)})
+
+
+def test_the_watchdog_variables_documents_name_exist() -> None:
+    """A `WATCHDOG_*` variable a document names is one the sidecar, its client, chart or image
+    reads."""
+    unknown = unknown_variables(DOCUMENTS)
     assert not unknown, "\n".join(unknown)
+
+
+@pytest.mark.parametrize(("check", "prose", "caught"), [
+    ("commands", "`watchdog runs --state active`, `watchdog run --state active`, "
+     "`watchdog runs --agent AGENT`, `watchdog report`, `watchdog serv`",
+     ["watchdog run --state active", "watchdog report", "watchdog serv"]),
+    ("variables", "`WATCHDOG_MODEL_ADDRESS`, `WATCHDOG_MODEL`, `WATCHDOG_EVAL_INTERVA`, "
+     "`WATCHDOG_SERVICE_HOST`, `WATCHDOG_NO_SUCH_KEY`",
+     ["WATCHDOG_EVAL_INTERVA", "WATCHDOG_MODEL", "WATCHDOG_NO_SUCH_KEY"]),
+])
+def test_a_wrong_name_in_the_prose_is_caught(check: str, prose: str, caught: list[str],
+                                             tmp_path: Path) -> None:
+    """A misspelt command (`watchdog run`) is a command line too; a part of a variable's name
+    (`WATCHDOG_MODEL` of `WATCHDOG_MODEL_ADDRESS`) is no variable."""
+    page = tmp_path / "page.md"
+    page.write_text(prose + "\n")
+    found = {"commands": commands_not_parsed, "variables": unknown_variables}[check]([page])
+    assert found == [f"page.md: {name}" for name in caught]
 
 
 def _control_api_routes() -> dict[tuple[str, str], set[str]]:
@@ -1137,17 +1218,46 @@ def test_the_log_events_are_documented_with_their_fields() -> None:
     assert not any(missing.values()), missing
 
 
+def make_rules() -> set[str]:
+    """The targets the Makefile has a rule for, by make's own database (``make -p``): a
+    folder or file of the same name without one (`docs`, `tests`) is none."""
+    database = subprocess.run(["make", "-npq", ".DEFAULT"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60).stdout
+    rules: set[str] = set()
+    before = ""
+    for line in database.split("\n"):
+        rule = re.match(r"^([^#\s:%=][^:=]*?):(?![=:])", line)
+        if rule and not before.startswith("# Not a target:"):
+            rules.update(rule.group(1).split())
+        before = line
+    return rules
+
+
+def targets_not_made(targets: set[str]) -> list[str]:
+    """Of ``targets``, those the Makefile has no rule for, or that `make -n` refuses."""
+    rules = make_rules()
+    return [target for target in sorted(targets)
+            if target not in rules
+            or subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True,
+                              timeout=60).returncode != 0]
+
+
 def test_the_make_targets_documents_name_exist() -> None:
-    """`make TARGET` anywhere, and the README's list of the other targets: `make -n` takes each."""
+    """`make TARGET` anywhere, and the README's list of the other targets: each is a rule of the
+    Makefile that `make -n` takes."""
     targets = {target for path in DOCUMENTS
                for target in re.findall(r"`make ([a-z][\w./-]*)", path.read_text("utf-8"))}
     listed = re.search(r"Also `make demo`, (.*)$", README.read_text("utf-8"), re.M)
     assert listed, "README: the other targets"
     targets |= set(re.findall(r"`(\w[\w-]*)`", listed.group(1)))
-    failed = [target for target in sorted(targets)
-              if subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True,
-                                timeout=60).returncode != 0]
+    failed = targets_not_made(targets)
     assert not failed, failed
+
+
+def test_a_target_the_makefile_has_no_rule_for_is_caught() -> None:
+    """`make docs` would print "Nothing to be done" and succeed (the folder is there): no rule."""
+    assert targets_not_made({"lint", "bench", "docs", "tests", "no-such-target"}) == [
+        "docs", "no-such-target", "tests"]
 
 
 def test_bench_and_tool_commands_exist() -> None:
@@ -1234,6 +1344,59 @@ def test_configuration_reference_lists_every_key() -> None:
         if documented != default:
             wrong.append(f"{f.name}: {row.group(1)} documented, the default is {default!r}")
     assert not wrong, "\n".join(wrong)
+
+
+def reference_table_problems(text: str) -> list[str]:
+    """The configuration reference's key table (``| key | default | meaning |``) beside the
+    configuration: a row for a key it does not have (removed, misspelt), a key given two rows
+    (the check above reads the first), and the integer maxima the prose gives beside
+    ``INT_MAXIMUMS``."""
+    from watchdog.shell.config import INT_MAXIMUMS, Config
+
+    table = text.split("\n| key | default | meaning |\n", 1)[1].split("\n\n", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \|", table, re.M)
+    keys = {f.name for f in dataclasses.fields(Config)}
+    problems = [f"{row}: no such key" for row in rows if row not in keys]
+    problems += [f"{row}: {rows.count(row)} rows" for row in sorted(set(rows))
+                 if rows.count(row) > 1]
+    prose = re.search(r"Integers are from 1 to a maximum of their own: (.*?)\.\s", text, re.S)
+    assert prose, "the integer keys' maxima"
+    maxima: dict[str, int] = {}
+    for names, most in re.findall(r"((?:`\w+`(?:\s+and\s+|,\s+)?)+)\s+(\d+)",
+                                  prose.group(1)):
+        maxima.update(dict.fromkeys(re.findall(r"`(\w+)`", names), int(most)))
+    if maxima != INT_MAXIMUMS:
+        problems.append(f"the integer maxima: {maxima} documented, {INT_MAXIMUMS} read")
+    return problems
+
+
+def test_the_configuration_reference_table_holds_the_keys_alone() -> None:
+    text = (ROOT / "docs" / "configuration.md").read_text("utf-8")
+    assert not reference_table_problems(text)
+    wrong = (text.replace("| `max_runs` |", "| `max_run` |", 1)
+             .replace("`forward_queue_size` 1000000", "`forward_queue_size` 100000", 1)
+             + "\n\n| key | default | meaning |\n|---|---|---|\n| `eval_interval` | x | y |\n")
+    assert wrong != text and len(reference_table_problems(wrong)) == 2, \
+        reference_table_problems(wrong)  # the stale row and the maximum (the second table: none)
+    doubled = text.replace("| `max_runs` |", "| `eval_interval` | `1s` | x |\n| `max_runs` |", 1)
+    assert reference_table_problems(doubled) == ["eval_interval: 2 rows"]
+
+
+def test_the_open_files_figures_are_the_sidecars() -> None:
+    """docs/limits.md's open files: what `watchdog serve` needs to start, per model request,
+    and in all with the defaults and the model endpoint, as `watchdog/shell/open_files.py`
+    counts them."""
+    from watchdog.shell import open_files
+    from watchdog.shell.config import Config
+
+    text = (ROOT / "docs" / "limits.md").read_text("utf-8")
+    bullet = " ".join(text.split("- **Open files**", 1)[1].split("\n- ", 1)[0].split())
+    with_model = dataclasses.replace(Config(), model_address="127.0.0.1:9478")
+    assert re.search(
+        rf"needs {open_files.START_FILES} to start .*?{open_files.START_FILES} \+ "
+        rf"`max_pending_requests` \+ {open_files.FILES_PER_MODEL_REQUEST} per "
+        rf"`model_max_concurrent` with the model endpoint \({open_files.needed(with_model)} with "
+        rf"the defaults\).*?below {open_files.START_FILES} is one line", bullet), bullet
 
 
 if __name__ == "__main__":  # python -m tests.test_docs: list the blocks and how each is checked

@@ -15,6 +15,7 @@ say so, where it was not.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import random
@@ -472,6 +473,41 @@ def test_a_kind_told_by_a_string_array_is_read_by_the_compiled_normalise() -> No
     assert all(pair[0] == pair[1] for pair in read if pair is not None), read
     assert ["kind=<SpanKind.TOOL" in read[0][1], "kind=<SpanKind.LLM" in read[1][1],
             "kind=<SpanKind.LLM" in read[4][1]] == [True, True, True], read  # type: ignore[index]
+
+
+def test_an_odd_string_array_reads_the_same_both_ways() -> None:
+    """A kind attribute's array is read for the strings directly in it alone: a named string
+    inside a nested array or a key-value list, as bytes, with a space or in other case names
+    nothing (the span is left to ``normalise``); one after other kinds of value, or after
+    100,000 strings, is read; both normalises read each alike, and so do both decodes."""
+    def text(value: str) -> dict[str, Any]:
+        return {"stringValue": value}
+
+    prompt, tool = text("PromptDriver.run()"), text("Tool.run()")
+    nested = {"arrayValue": {"values": [prompt]}}
+    arrays: list[tuple[list[dict[str, Any]], str | None]] = [
+        ([nested], None), ([{"kvlistValue": {"values": [{"key": "tags", "value": prompt}]}}],
+                           None),
+        ([{"bytesValue": base64.b64encode(b"PromptDriver.run()").decode()}], None),
+        ([text("")], None), ([text("PromptDriver.run() ")], None),
+        ([text("promptdriver.run()")], None), ([{}], None),
+        ([{"boolValue": True}, {"doubleValue": 1.5}, {"intValue": "7"}, tool], "TOOL"),
+        ([text("x"), nested, tool], "TOOL"), ([text("x")] * 100_000 + [prompt], "LLM"),
+        ([prompt, prompt], "LLM"), ([text("é"), tool], "TOOL")]
+    spans = [{"traceId": bytes(range(1, 17)).hex(), "spanId": f"{index + 1:016x}",
+              "parentSpanId": "07" * 8, "name": "Thing.run()",
+              "startTimeUnixNano": "1700000000000000000",
+              "endTimeUnixNano": "1700000001000000000",
+              "attributes": [{"key": "tags", "value": {"arrayValue": {"values": tags}}}]}
+             for index, (tags, _) in enumerate(arrays)]
+    body = parse_json(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]})
+                      .encode()).SerializeToString()
+    read_ = list(normalised_both_ways(body))
+    assert all(pair is None or pair[0] == pair[1] for pair in read_), read_
+    kinds = [None if pair is None else pair[1].split("kind=<SpanKind.", 1)[1].split(":", 1)[0]
+             for pair in read_]
+    assert kinds == [kind for _, kind in arrays], kinds
+    assert read([body], compiled=True) == read([body], compiled=False)
 
 
 # What a model or tool call's span may carry where the compiled normalise reads it, and the
