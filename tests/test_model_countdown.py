@@ -6,6 +6,7 @@ on ahead alike), and a wind-down of the user's own whose name or message speaks 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sqlite3
@@ -187,6 +188,35 @@ def test_a_users_budget_named_wind_down_reaches_the_model(
     assert "tool calls left" not in requests[2]["messages"][0]["content"]
     wait_until(lambda: any(d["rule"] == "token-budget-guard" and d["countdown"] is None
                            for d in directives(sidecar, "guarded")), "the guard's directive")
+
+
+def test_a_reload_that_makes_a_wind_down_a_countdown_leaves_no_stale_count(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    """The pack's budget-countdown first says ``countdown: none`` (its message is told as a
+    wind-down's: 5, then 4 of 8 left); a rules reload makes it the tool-call countdown before
+    the request at 3 left. From then each request carries the true count once: the rule's
+    earlier wind-down, which quotes a count no longer true, is not told beside it."""
+    path = tmp_path / "countdown.yaml"
+    path.write_text(PACK.replace("countdown: tool_calls", "countdown: none"))
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, rules=(str(path),))
+    model = llm.script("reloaded", looping("search", lambda i: {"q": f"page {i}"},
+                                           answer_without_tools="REPORT"))
+    with running_server(config) as server:
+        sent = iter(range(1, 12))
+
+        def between() -> None:
+            if next(sent) == 5:  # (before the sixth request: 3 of 8 left)
+                path.write_text(PACK)
+                ok, message = asyncio.run_coroutine_threadsafe(
+                    server.server.reload_rules(), server.loop).result(10)
+                assert ok, message
+
+        assert agent_loop(server, model, "counted", between) == 8
+    seen, requests = notes(llm, model)
+    assert seen == [*COUNTED, None], seen
+    for request in requests[5:8]:
+        assert request["messages"][0]["content"].count("[budget:") == 1, request["messages"][0]
 
 
 def directives(sidecar: RunningServer, agent: str) -> list[dict[str, Any]]:

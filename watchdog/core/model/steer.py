@@ -205,6 +205,10 @@ class Board:
         elif directive.action == Action.WIND_DOWN:
             if directive.countdown is not None:
                 self.countdown = directive
+                if self.wind_down is not None and self.wind_down.rule == directive.rule:
+                    # (its rule told before a rules reload made it a countdown: the count it
+                    # quotes is stale, and the note says the true one)
+                    self.wind_down = None
             else:
                 self.wind_down = directive
             ends = grace_end(directive)
