@@ -219,6 +219,34 @@ def test_a_reload_that_makes_a_wind_down_a_countdown_leaves_no_stale_count(
         assert request["messages"][0]["content"].count("[budget:") == 1, request["messages"][0]
 
 
+def test_a_traced_runs_countdown_does_not_wait_for_its_spans(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """A traced agent (``traceparent`` on each request) whose spans have not come: the rules
+    have counted none of its tool calls, so no countdown rule has fired, yet the endpoint
+    knows what is left. It counts down from 3 left, as the client SDK does while the sidecar
+    does not answer (the pack's "from 5" needs the spans); the final request as before."""
+    model = llm.script("traced", looping("search", lambda i: {"q": f"page {i}"},
+                                         answer_without_tools="REPORT"))
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                           default_headers={"X-Watchdog-Agent": "counted",
+                                            "traceparent": f"00-{trace}-00f067aa0ba902b7-01"})
+    messages: list[Any] = [{"role": "system", "content": "You are terse."},
+                           {"role": "user", "content": "find it, traced"}]
+    for _ in range(12):
+        message = client.chat.completions.create(model=model, messages=messages,
+                                                 tools=TOOLS).choices[0].message
+        if not message.tool_calls:
+            break
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [call.model_dump() for call in message.tool_calls]})
+        messages += [{"role": "tool", "tool_call_id": call.id, "content": "found"}
+                     for call in message.tool_calls]
+    seen, requests = notes(llm, model)
+    assert seen == [None] * 5 + ["3 of 8", "2 of 8", "1 of 8", None], seen
+    assert requests[-1].get("tool_choice") == "none"
+
+
 def directives(sidecar: RunningServer, agent: str) -> list[dict[str, Any]]:
     """The directives of ``agent``'s runs, as the API gives them."""
     found = []
