@@ -6,6 +6,7 @@ on ahead alike), and a wind-down of the user's own whose name or message speaks 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sqlite3
@@ -187,6 +188,63 @@ def test_a_users_budget_named_wind_down_reaches_the_model(
     assert "tool calls left" not in requests[2]["messages"][0]["content"]
     wait_until(lambda: any(d["rule"] == "token-budget-guard" and d["countdown"] is None
                            for d in directives(sidecar, "guarded")), "the guard's directive")
+
+
+def test_a_reload_that_makes_a_wind_down_a_countdown_leaves_no_stale_count(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    """The pack's budget-countdown first says ``countdown: none`` (its message is told as a
+    wind-down's: 5, then 4 of 8 left); a rules reload makes it the tool-call countdown before
+    the request at 3 left. From then each request carries the true count once: the rule's
+    earlier wind-down, which quotes a count no longer true, is not told beside it."""
+    path = tmp_path / "countdown.yaml"
+    path.write_text(PACK.replace("countdown: tool_calls", "countdown: none"))
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, rules=(str(path),))
+    model = llm.script("reloaded", looping("search", lambda i: {"q": f"page {i}"},
+                                           answer_without_tools="REPORT"))
+    with running_server(config) as server:
+        sent = iter(range(1, 12))
+
+        def between() -> None:
+            if next(sent) == 5:  # (before the sixth request: 3 of 8 left)
+                path.write_text(PACK)
+                ok, message = asyncio.run_coroutine_threadsafe(
+                    server.server.reload_rules(), server.loop).result(10)
+                assert ok, message
+
+        assert agent_loop(server, model, "counted", between) == 8
+    seen, requests = notes(llm, model)
+    assert seen == [*COUNTED, None], seen
+    for request in requests[5:8]:
+        assert request["messages"][0]["content"].count("[budget:") == 1, request["messages"][0]
+
+
+def test_a_traced_runs_countdown_does_not_wait_for_its_spans(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """A traced agent (``traceparent`` on each request) whose spans have not come: the rules
+    have counted none of its tool calls, so no countdown rule has fired, yet the endpoint
+    knows what is left. It counts down from 3 left, as the client SDK does while the sidecar
+    does not answer (the pack's "from 5" needs the spans); the final request as before."""
+    model = llm.script("traced", looping("search", lambda i: {"q": f"page {i}"},
+                                         answer_without_tools="REPORT"))
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                           default_headers={"X-Watchdog-Agent": "counted",
+                                            "traceparent": f"00-{trace}-00f067aa0ba902b7-01"})
+    messages: list[Any] = [{"role": "system", "content": "You are terse."},
+                           {"role": "user", "content": "find it, traced"}]
+    for _ in range(12):
+        message = client.chat.completions.create(model=model, messages=messages,
+                                                 tools=TOOLS).choices[0].message
+        if not message.tool_calls:
+            break
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [call.model_dump() for call in message.tool_calls]})
+        messages += [{"role": "tool", "tool_call_id": call.id, "content": "found"}
+                     for call in message.tool_calls]
+    seen, requests = notes(llm, model)
+    assert seen == [None] * 5 + ["3 of 8", "2 of 8", "1 of 8", None], seen
+    assert requests[-1].get("tool_choice") == "none"
 
 
 def directives(sidecar: RunningServer, agent: str) -> list[dict[str, Any]]:

@@ -53,6 +53,10 @@ from watchdog.core.runs.steps import format_usd
 
 # What the client SDK puts in the instructions it steers (agent_watchdog_client.steer)
 SDK_MARKS = ("[agent-watchdog: system instruction", "[budget: ", "[grace: ")
+# The tool-call countdown shows from this many left while the run's rules are behind the
+# endpoint's count (``Counts.ruled``): the default pack's, as the client SDK's without the
+# sidecar
+COUNTDOWN_FROM = 3
 REPORT_HEADER = ("[agent-watchdog: system instruction. This comes from the supervisor that "
                  "monitors this agent run, not from the user.]")
 STOP_LINE = "This run is being stopped: "  # (an abort's report prompt opens with it too)
@@ -205,6 +209,10 @@ class Board:
         elif directive.action == Action.WIND_DOWN:
             if directive.countdown is not None:
                 self.countdown = directive
+                if self.wind_down is not None and self.wind_down.rule == directive.rule:
+                    # (its rule told before a rules reload made it a countdown: the count it
+                    # quotes is stale, and the note says the true one)
+                    self.wind_down = None
             else:
                 self.wind_down = directive
             ends = grace_end(directive)
@@ -280,6 +288,9 @@ class Counts:
     reserved: int = 0  # tool calls the run's requests still with the model may hand over
     per_call_usd: float = 0.0  # the run's model calls' average cost so far (0: none priced)
     per_call_tokens: float = 0.0  # and tokens
+    # tool calls the run's rules have counted (None: as many as ``used``): fewer when a traced
+    # run's spans have not come yet, so its countdown's rule cannot have fired on them
+    ruled: int | None = None
 
 
 def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bool,
@@ -322,10 +333,13 @@ def _decide(counts: Counts, board: Board | None, instructions: str, has_tools: b
     # request that offers tools; one that offers none, a title or a summary the agent asks
     # for, has nothing to count down. A request that may hand over no tool call, the run's
     # others with the model holding the rest, is told so whether or not the countdown has
-    # started: its tools are withdrawn, and the note says why)
+    # started: its tools are withdrawn, and the note says why. While the rules have counted
+    # fewer calls than the endpoint, a traced run's spans not in yet, from COUNTDOWN_FROM left)
     counting = board.counting
+    behind = counts.ruled is not None and counts.ruled < spent
     if has_tools and limit is not None and keep is not None and (
-            COUNTDOWN_TOOL_CALLS in counting or keep == 0):
+            COUNTDOWN_TOOL_CALLS in counting or keep == 0
+            or (behind and keep <= COUNTDOWN_FROM)):
         parts.append(budget_note(keep, limit))
     dollars, dollar_limit = counts.budget.get("remaining_cost_usd"), counts.budget.get(
         "max_cost_usd")

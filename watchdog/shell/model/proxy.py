@@ -488,7 +488,10 @@ class ModelProxy:
                             budget=dict(run.budget), final_used=state.final_used,
                             stop=state.stop, reserved=state.reserved,
                             per_call_usd=run.cost_usd / calls,
-                            per_call_tokens=run.total_tokens / calls)
+                            per_call_tokens=run.total_tokens / calls,
+                            # (a run whose spans count its tools: the rules may lag behind)
+                            ruled=run.tool_calls if state.traced
+                            or state.key_source is KeySource.TRACE else None)
             state.run_key, state.used = run.key, counts.used
             state.tool_limit = run.budget.get("max_tool_calls")
             return state, decide(counts, service.board(run.key), parsed.instructions,
