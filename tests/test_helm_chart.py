@@ -777,7 +777,7 @@ def test_every_configuration_key_the_chart_does_not_set_goes_under_config(
 # time keys under config:, and rules.watchInterval), as it renders it into the environment.
 SECONDS_KEYS = {"run_end_timeout", "loose_run_gap", "state_flush_interval", "eval_interval",
                 "fleet_window", "log_content_wait", "model_upstream_timeout",
-                "model_body_timeout"}
+                "model_body_timeout", "model_shutdown_grace"}
 
 
 @pytest.mark.parametrize("seconds", [1e-07, 1.25e-05, 2.5e-10, 0.1, 0.3, 123.456, 0.5])
@@ -790,15 +790,17 @@ def test_a_number_of_seconds_reaches_the_watchdog_as_written(chart: helm.Chart,
     numbers = {key for key, spec in schema["properties"]["config"]["properties"].items()
                if any(choice.get("type") == "number" for choice in spec.get("anyOf", [spec]))}
     assert numbers == SECONDS_KEYS
-    values = {**MODES["gateway"], "config": dict.fromkeys(SECONDS_KEYS, seconds),
-              "rules": {"watchInterval": seconds}}
+    written = dict.fromkeys(SECONDS_KEYS, seconds)
+    # (the shutdown grace stays below the gateway's terminationGracePeriodSeconds of 30)
+    written["model_shutdown_grace"] = seconds if seconds < 30 else seconds / 10
+    values = {**MODES["gateway"], "config": written, "rules": {"watchInterval": seconds}}
     container = watchdog_containers(render(chart, values))[0]
     env = rendered_env(container, {"api-token": "gateway-token-0123456789"})
     for key in (*SECONDS_KEYS, "rules_watch_interval"):
         assert "e" not in env[f"WATCHDOG_{key.upper()}"], (key, env[f"WATCHDOG_{key.upper()}"])
     config = load(env=env)
     assert {key: getattr(config, key) for key in (*SECONDS_KEYS, "rules_watch_interval")} == \
-        dict.fromkeys((*SECONDS_KEYS, "rules_watch_interval"), seconds)
+        {**written, "rules_watch_interval": seconds}
 
 
 def test_the_gateway_starts_among_its_own_services_links(chart: helm.Chart) -> None:

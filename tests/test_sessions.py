@@ -355,7 +355,7 @@ def test_a_version_1_state_file_is_migrated_and_keeps_its_runs(tmp_path: Path) -
     assert store.get_session("s") == session.to_dict()
     store.close()
     check = sqlite3.connect(tmp_path / DB_FILE)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
     check.close()
     reopened = Store(str(tmp_path))  # opening a current file again changes nothing
     assert reopened.get_session("s") == session.to_dict()
