@@ -14,8 +14,8 @@ from watchdog.shell.config import Config
 
 # What a started sidecar holds, everything on (its listeners, the two state stores' database,
 # WAL and shared-memory files, the event loop's, the gRPC server's, the compiled relay's): 29
-# measured once started, 36 after a first gRPC export; with room for the files imports and the rule packs open on the way, and a few
-# connections.
+# measured once started, 36 after a first gRPC export; with room for the files imports and the
+# rule packs open on the way, and a few connections.
 START_FILES = 64
 # A request through the model endpoint holds two: the agent's connection and the upstream's.
 FILES_PER_MODEL_REQUEST = 2
