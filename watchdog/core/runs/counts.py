@@ -113,9 +113,11 @@ class RunCounts(RunFields):
         if lag >= -CLOCK_SKEW_TOLERANCE or record.start_ns / NS > now:
             lags = self.clock_lags
             if lags is None:
-                self.clock_lags = (lag, lag)
-            elif lag < lags[0] or lag > lags[1]:
-                self.clock_lags = (min(lag, lags[0]), max(lag, lags[1]))
+                self.clock_lags = [lag, lag]
+            elif lag < lags[0]:  # (updated in place: no new object a span)
+                lags[0] = lag
+            elif lag > lags[1]:
+                lags[1] = lag
         else:
             # It ends far after it arrived though it started before: its end is wrong (an
             # instrumentation's unit mix-up, year 2500), no word on the clock, and its start is
@@ -183,10 +185,20 @@ class RunCounts(RunFields):
                     record.tool_name = None
             else:
                 name = record.tool_name or ""
-                self._named = (*self._named[1 - RECENT_FAILURES:],
-                               (record.parent_span_id or "", name))
-                self._tool_spans = (*self._tool_spans[1 - RECENT_FAILURES:],
-                                    (record.span_id, name))
+                parent = record.parent_span_id or ""
+                named = self._named  # (rings updated in place; a call of the same tool from
+                if named:  # the same span as the last shares its entry: no new object)
+                    last = named[-1]
+                    entry = last if last[0] == parent and last[1] == name else (parent, name)
+                    if len(named) >= RECENT_FAILURES:
+                        del named[0]
+                    named.append(entry)
+                else:
+                    named.append((parent, name))
+                spans = self._tool_spans
+                if len(spans) >= RECENT_FAILURES:
+                    del spans[0]
+                spans.append((record.span_id, name))
         if record.loop_end:
             self._loop_ended = True
             if self._loop_capped:  # (it ended by this tool, not at its cap)
@@ -392,11 +404,11 @@ class RunCounts(RunFields):
             call = (record.span_id, record.parent_span_id or "", input_tokens, output_tokens,
                     record.response_id or "", record.scope, UNPRICED if cost is None else cost)
             if match >= 0:  # the pair is one call: its entry is the half that came last
-                self._models = (*models[:match], call, *models[match + 1:])
-            elif len(models) < RECENT_MODEL_CALLS:
-                self._models = (*models, call)
+                models[match] = call
             else:
-                self._models = (*models[1:], call)
+                if len(models) >= RECENT_MODEL_CALLS:
+                    del models[0]
+                models.append(call)
 
     def _pair_cost(self, cost: float | None, twin_cost: float | None) -> float | None:
         """The second half of a call traced twice: the pair is one call, priced by the half
@@ -474,8 +486,10 @@ class RunCounts(RunFields):
                 echo = True
                 break
         counted = echo or record.kind is not OTHER or record.tool_name is not None
-        self._failures = (*self._failures[1 - RECENT_FAILURES:],
-                          (span, parent, exception, counted))
+        failures = self._failures
+        if len(failures) >= RECENT_FAILURES:
+            del failures[0]
+        failures.append((span, parent, exception, counted))
         return echo
 
     def _remember_asked(self, record: SpanRecord) -> None:
@@ -489,8 +503,9 @@ class RunCounts(RunFields):
         if new and self._answered:
             new = tuple(self._reopen(entry) for entry in new)
         if new:
-            asked = (*self._asked, *new)
-            self._asked = asked[-MAX_ASKED:] if len(asked) > MAX_ASKED else asked
+            asked.extend(new)
+            if len(asked) > MAX_ASKED:
+                del asked[:-MAX_ASKED]
 
     def _reopen(self, entry: Asked) -> Asked:
         """The request ``entry`` of a model call come after tool calls it asked for (its
@@ -508,8 +523,7 @@ class RunCounts(RunFields):
         if found < 0:
             return entry
         tool, earlier_id, earlier_at, _ = answered[found]
-        self._answered = (*answered[:found], (name, call_id, start, first),
-                          *answered[found + 1:])
+        answered[found] = (name, call_id, start, first)
         return tool, earlier_id, earlier_at
 
     def counted_around(self, record: SpanRecord, tool: str | None) -> bool:
@@ -579,12 +593,13 @@ class RunCounts(RunFields):
                 elif answered < 0:
                     answered = index
         if answered >= 0:
-            self._asked = (*asked[:answered], *asked[answered + 1:])
+            name, asked_id, asked_at = asked[answered]
+            del asked[answered]
             if not call_id:  # (by name: a call that asked after that one may come yet)
-                name, asked_id, asked_at = asked[answered]
-                pairs = (*self._answered, (name, asked_id, asked_at, record.start_ns))
-                self._answered = pairs[-RECENT_ANSWERED:] if len(pairs) > RECENT_ANSWERED \
-                    else pairs
+                pairs = self._answered
+                if len(pairs) >= RECENT_ANSWERED:
+                    del pairs[0]
+                pairs.append((name, asked_id, asked_at, record.start_ns))
         if tool not in self.tools and len(self.tools) >= MAX_DISTINCT_TOOLS:
             tool = OTHER_TOOL
         self.tools[tool] = self.tools.get(tool, 0) + 1

@@ -291,15 +291,15 @@ class RunState(RunCounts):
             if name in ("_call_counts", "_error_counts"):
                 value = {int(k): v for k, v in value.items()}
             elif name == "clock_lags" and value is not None:  # stored as a JSON list
-                value = (float(value[0]), float(value[1]))
+                value = [float(value[0]), float(value[1])]
             elif name == "_cap_request" and value is not None:  # stored as a JSON list
                 value = (str(value[0]), str(value[1]))
             elif name == "_models":  # stored as JSON lists
-                value = tuple(_model_call(call) for call in value[-RECENT_MODEL_CALLS:])
+                value = [_model_call(call) for call in value[-RECENT_MODEL_CALLS:]]
             elif name == "_result_counts":  # stored as JSON lists
                 value = {int(k): (int(v[0]), int(v[1])) for k, v in value.items()}
             elif name in _TUPLE_LIST_SLOTS:
-                value = tuple(tuple(item) for item in value)
+                value = [tuple(item) for item in value]
             elif name in ("terminal_state", "forced_state") and value is not None:
                 value = TerminalState(value)
             elif name == "key_source":
@@ -309,7 +309,7 @@ class RunState(RunCounts):
                          if (limit := budget_limit(v)) is not None}
             setattr(run, name, value)
         if "_models" not in data and data.get("_last_model"):  # an older build's: the last one
-            run._models = (_model_call(data["_last_model"]),)
+            run._models = [_model_call(data["_last_model"])]
         if "agent_spans" not in data:  # an older build's: whether one came is not known, and
             run.agent_spans = True  # its answer does not end it as an endpoint run's (expire)
         return run

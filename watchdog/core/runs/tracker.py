@@ -113,17 +113,23 @@ class RunTracker(RunBook):
         remember, per trace, the run named last (bounded)."""
         traces = self._trace_runs
         unnamed = False
-        last: tuple[str, str, KeySource] | None = None  # the trace named last, and its run
+        # the trace named last, and its run (no tuple made a span: less for the collector)
+        last_trace: str | None = None
+        last_key: str | None = None
+        last_source: KeySource | None = None
         for record in records:
             if record.key_source is KEY_TRACE:
                 unnamed = True
             elif record.pinned:
                 continue  # (its run was its trace's at its request: not necessarily now)
-            elif last is None or last[0] != record.trace_id or last[1] != record.run_key \
-                    or last[2] is not record.key_source:  # (the span before said as much)
-                traces[record.trace_id] = (record.run_key, record.key_source)
-                traces.move_to_end(record.trace_id)
-                last = (record.trace_id, record.run_key, record.key_source)
+            elif last_trace != record.trace_id or last_key != record.run_key \
+                    or last_source is not record.key_source:  # (the span before said as much)
+                trace, key, source = record.trace_id, record.run_key, record.key_source
+                owner = traces.get(trace)
+                if owner is None or owner[0] != key or owner[1] is not source:
+                    traces[trace] = (key, source)
+                traces.move_to_end(trace)
+                last_trace, last_key, last_source = trace, key, source
         while len(traces) > MAX_TRACE_ALIASES:
             traces.popitem(last=False)
         if not unnamed:
