@@ -20,6 +20,8 @@ each payload decoded and normalised in 32-span slices with the GenAI log join
 (:mod:`watchdog.core.spans.logs`), as the receivers read it, its waits expired as the timer
 does. ``--settled`` sets the garbage collector as ``watchdog serve`` does once started (what is
 loaded frozen, full collections rare): the sidecar's; without it, CPython's defaults.
+Each line also says how many collections of each generation the garbage collector made per
+1,000 spans in the last run (young ones are what the spans' new objects cost it).
 ``--bare`` strips the model calls' content (``gen_ai.input.messages``,
 ``gen_ai.output.messages``) from the workload: each model call is then one the join keeps for
 content that may come late in a log event. ``--baseline TREE`` runs this tree and ``TREE``
@@ -118,10 +120,12 @@ def main() -> None:
     spans = sum(len(records) for records in slices)
     rules = parts["pack"].load_rules([], include_default=True)
     best, decisions = float("inf"), 0
+    collections = [0, 0, 0]
     for _ in range(args.repeat):
         core = _core(parts, rules)
         if args.settled:
             _settle()
+        before = [generation["collections"] for generation in gc.get_stats()]
         now = 1_000_000.0
         started = time.process_time()
         decisions = 0
@@ -129,6 +133,8 @@ def main() -> None:
             now += 0.0005
             decisions += len(core.apply(records, now).decisions)
         best = min(best, time.process_time() - started)
+        collections = [generation["collections"] - was
+                       for generation, was in zip(gc.get_stats(), before, strict=True)]
     if not args.repeat:  # the core made (the price data loaded), no step
         _core(parts, rules)
         print(f"{args.workload}: {spans} spans made and decoded, the core made; no step")
@@ -136,7 +142,9 @@ def main() -> None:
     what = " with the decode" if args.decode else ""
     print(f"{args.workload}{what}: {best * 1e6 / spans:.2f} CPU µs per span "
           f"(best of {args.repeat}), "
-          f"{spans} spans, {decisions} decisions")
+          f"{spans} spans, {decisions} decisions; collections per 1,000 spans: "
+          f"{', '.join(f'{count * 1000 / spans:.1f}' for count in collections)} "
+          "(generations 0, 1, 2)")
 
 
 def _this_workload() -> Any:

@@ -566,6 +566,38 @@ def test_to_dict_from_dict_round_trip_keeps_signals_and_continues_identically(
     assert copy.terminal_reason == "cycle"
 
 
+def test_a_runs_copy_shares_nothing_it_updates_in_place(otel: SpanMaker) -> None:
+    """The run's rings of recent calls, failures, asks and its clock lags are updated in place:
+    a copy (what a request would make of the run) is the run's as it was, whatever folds into
+    the run or the copy after, and each goes on as the run stored then restored does."""
+    root = otel.open("invoke_agent a", {"gen_ai.agent.name": "planner"})
+    otel.span("chat m", chat_attrs(10, 2, finish="tool_calls"), parent=root, start=T0,
+              end=T0 + 0.5)
+    tool_calls(otel, root, [("A", {"i": 1}, "r"), ("B", {"i": 2}, "r")])
+    failing_call(otel, root, "no /tmp/x1", T0 + 9)
+    tracker, _ = run_spans(otel.take(), now=T0 + 10)
+    original = only_run(tracker)
+    as_stored = json.dumps(original.to_dict(), sort_keys=True)
+    clone = original.copy()
+
+    otel.span("chat m", chat_attrs(20, 4, finish="tool_calls"), parent=root, start=T0 + 19,
+              end=T0 + 19.5)
+    tool_calls(otel, root, [("B", {"i": 2}, "r"), ("A", {"i": 1}, "r")], start=T0 + 20)
+    failing_call(otel, root, "no /tmp/y2", T0 + 25)
+    more = records_of(otel.take())
+    for record in more:
+        clone.apply(record, T0 + 5000)  # (a lag past the first ones: the clock lags move too)
+    copied = json.dumps(clone.to_dict(), sort_keys=True)
+    assert copied != as_stored
+    assert json.dumps(original.to_dict(), sort_keys=True) == as_stored
+    restored = RunState.from_dict(json.loads(as_stored))
+    for run in (original, restored):  # the same spans into the run itself, and its snapshot
+        for record in more:
+            run.apply(record, T0 + 5000)
+        assert json.dumps(run.to_dict(), sort_keys=True) == copied
+    assert json.dumps(clone.to_dict(), sort_keys=True) == copied
+
+
 @pytest.mark.parametrize("fields", [4, 5, 6])
 def test_an_older_builds_last_model_call_still_pairs_its_twin(otel: SpanMaker,
                                                                fields: int) -> None:
