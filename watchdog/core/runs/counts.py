@@ -194,11 +194,14 @@ class RunCounts(RunFields):
                         del named[0]
                     named.append(entry)
                 else:
-                    named.append((parent, name))
+                    self._named = [(parent, name)]
                 spans = self._tool_spans
-                if len(spans) >= RECENT_FAILURES:
-                    del spans[0]
-                spans.append((record.span_id, name))
+                if spans:
+                    if len(spans) >= RECENT_FAILURES:
+                        del spans[0]
+                    spans.append((record.span_id, name))
+                else:
+                    self._tool_spans = [(record.span_id, name)]
         if record.loop_end:
             self._loop_ended = True
             if self._loop_capped:  # (it ended by this tool, not at its cap)
@@ -403,7 +406,9 @@ class RunCounts(RunFields):
         if not paired_in_request:
             call = (record.span_id, record.parent_span_id or "", input_tokens, output_tokens,
                     record.response_id or "", record.scope, UNPRICED if cost is None else cost)
-            if match >= 0:  # the pair is one call: its entry is the half that came last
+            if not models:
+                self._models = [call]
+            elif match >= 0:  # the pair is one call: its entry is the half that came last
                 models[match] = call
             else:
                 if len(models) >= RECENT_MODEL_CALLS:
@@ -487,6 +492,9 @@ class RunCounts(RunFields):
                 break
         counted = echo or record.kind is not OTHER or record.tool_name is not None
         failures = self._failures
+        if not failures:
+            self._failures = [(span, parent, exception, counted)]
+            return echo
         if len(failures) >= RECENT_FAILURES:
             del failures[0]
         failures.append((span, parent, exception, counted))
@@ -502,10 +510,14 @@ class RunCounts(RunFields):
                     if not (call_id and call_id in ids))
         if new and self._answered:
             new = tuple(self._reopen(entry) for entry in new)
-        if new:
+        if not new:
+            return
+        if not asked:
+            self._asked = asked = list(new)
+        else:
             asked.extend(new)
-            if len(asked) > MAX_ASKED:
-                del asked[:-MAX_ASKED]
+        if len(asked) > MAX_ASKED:
+            del asked[:-MAX_ASKED]
 
     def _reopen(self, entry: Asked) -> Asked:
         """The request ``entry`` of a model call come after tool calls it asked for (its
@@ -515,6 +527,8 @@ class RunCounts(RunFields):
         still to come answers it), and returned in its place."""
         name, call_id, start = entry
         answered = self._answered
+        if not answered:
+            return entry
         found, first = -1, 0
         for index, (tool, _, asked_at, tool_start) in enumerate(answered):
             if tool == name and asked_at < start <= tool_start \
@@ -592,14 +606,18 @@ class RunCounts(RunFields):
                         answered, latest = index, asked_at
                 elif answered < 0:
                     answered = index
-        if answered >= 0:
+        if answered >= 0 and asked:
             name, asked_id, asked_at = asked[answered]
             del asked[answered]
             if not call_id:  # (by name: a call that asked after that one may come yet)
+                pair = (name, asked_id, asked_at, record.start_ns)
                 pairs = self._answered
-                if len(pairs) >= RECENT_ANSWERED:
-                    del pairs[0]
-                pairs.append((name, asked_id, asked_at, record.start_ns))
+                if not pairs:
+                    self._answered = [pair]
+                else:
+                    if len(pairs) >= RECENT_ANSWERED:
+                        del pairs[0]
+                    pairs.append(pair)
         if tool not in self.tools and len(self.tools) >= MAX_DISTINCT_TOOLS:
             tool = OTHER_TOOL
         self.tools[tool] = self.tools.get(tool, 0) + 1

@@ -158,24 +158,25 @@ class RunFields:
         self._llm_start_ns = self._llm_end_ns = 0  # the last model call to end: its span
         self._llm_parent: str | None = None  # ... and the span it hangs from
         # (The rings below are lists updated in place, never handed out: to_dict and copy copy
-        # them. A tuple rebuilt on every span was new garbage for the collector a span.)
+        # them; an empty one is the empty tuple, no list for a run that never fills it. A tuple
+        # rebuilt on every span was new garbage for the collector a span.)
         # the last RECENT_MODEL_CALLS model calls, in the order they came (a pair of twins as
         # one, the half that came last): (span id, parent span id or "", input tokens, output
         # tokens, response id or "", scope)
-        self._models: list[ModelCall] = []
+        self._models: list[ModelCall] | tuple[()] = ()
         # The tool calls the run's model calls asked for that no tool call has answered yet,
         # (name, call id, when the call that asked started), the last MAX_ASKED kept: a span
         # after that call named after one of them is that tool's execution (see asked_for)
-        self._asked: list[Asked] = []
-        self._answered: list[Answered] = []  # ... and those answered by name (Answered)
+        self._asked: list[Asked] | tuple[()] = ()
+        self._answered: list[Answered] | tuple[()] = ()  # ... and those answered by name (Answered)
         # the tool calls counted lately (a span taken as a tool's execution by its name too):
         # (parent span id, tool); a tool call around one of them is that call, traced twice
-        self._named: list[tuple[str, str]] = []
+        self._named: list[tuple[str, str]] | tuple[()] = ()
         # ... and (span id, tool): a tool call inside one of them, come after it, is too
-        self._tool_spans: list[tuple[str, str]] = []
+        self._tool_spans: list[tuple[str, str]] | tuple[()] = ()
         # the last RECENT_FAILURES failed spans (not agent spans): an exception seen again on
         # the span around one of them, or inside it, is one failure (see _echo)
-        self._failures: list[Failure] = []
+        self._failures: list[Failure] | tuple[()] = ()
         self.final_output: str | None = None
         self.limit_stop: str | None = None  # a framework limit a span reported (first wins)
         self.budget: dict[str, float] = {}
