@@ -10,7 +10,7 @@ DIST_PY   := $(DIST_VENV)/bin/python
 
 .PHONY: run demo test check lint bench deps-test system-deps frameworks clean dist dist-python \
 	dist-image dist-chart collector loadgen goagent genkit-go rust-agent rig-agent java-agent \
-	spring-ai-agent
+	spring-ai-agent koog-agent
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -315,6 +315,37 @@ $(SPRING_AI_AGENT): $(SPRING_AI_AGENT_DIR)/classpath
 
 spring-ai-agent: $(SPRING_AI_AGENT)
 
+## koog-agent: the Koog agent of tests/frameworks/test_koog.py and of the model endpoint's tests
+## (tests/frameworks/koog: JetBrains' Koog, Kotlin, with its own OpenTelemetry feature, as its
+## pom.xml pins them), compiled by the Kotlin Maven plugin from Maven Central the same way into
+## AGENT_WATCHDOG_CACHE/koog-agent/<hash of its sources>/ (agent.jar, lib/, classpath);
+## .cache/koog-agent/<hash>/ links there (tests/frameworks/jvm.py hashes the same files). Cold
+## (Maven downloads 130 MB with the Kotlin compiler, its lib/ is 44 MB): 48 s to resolve and 26 s
+## to compile, 18 CPU-seconds, on two cores shared with a load of 8; then nothing.
+KOOG_AGENT_SOURCES := tests/frameworks/koog/pom.xml \
+	$(shell find tests/frameworks/koog/src -type f -name '*.kt' | LC_ALL=C sort)
+KOOG_AGENT_HASH    := $(shell cat $(KOOG_AGENT_SOURCES) | sha256sum | cut -c1-16)
+KOOG_AGENT_DIR     := $(AGENT_WATCHDOG_CACHE)/koog-agent/$(KOOG_AGENT_HASH)
+KOOG_AGENT         := .cache/koog-agent/$(KOOG_AGENT_HASH)/classpath
+
+$(KOOG_AGENT_DIR)/classpath:
+	@mkdir -p $(@D) && exec 9>$(KOOG_AGENT_DIR).lock && flock 9 && if [ ! -f $@ ]; then \
+		echo "building the Koog agent into $(KOOG_AGENT_DIR)"; \
+		rm -rf $(KOOG_AGENT_DIR).tmp $(@D)/* \
+		&& mvn -B -q -f tests/frameworks/koog/pom.xml \
+			-Dmaven.repo.local=$(AGENT_WATCHDOG_CACHE)/m2 \
+			-Dagent.build.dir=$(KOOG_AGENT_DIR).tmp package \
+		&& mv $(KOOG_AGENT_DIR).tmp/lib $(KOOG_AGENT_DIR).tmp/agent.jar $(@D)/ \
+		&& rm -rf $(KOOG_AGENT_DIR).tmp \
+		&& printf '%s\n' "$(@D)/agent.jar$$(ls $(@D)/lib | LC_ALL=C sort | sed 's|^|:$(@D)/lib/|' | tr -d '\n')" \
+			> $@.tmp && mv $@.tmp $@ || exit 1; \
+	fi
+
+$(KOOG_AGENT): $(KOOG_AGENT_DIR)/classpath
+	mkdir -p .cache/koog-agent && ln -sfn $(KOOG_AGENT_DIR) $(@D)
+
+koog-agent: $(KOOG_AGENT)
+
 ## collector: the OpenTelemetry Collector the scale-out tests run (tests/test_scale_out.py), built
 ## by the Collector builder from Go modules as tests/collector/builder-config.yaml says, into
 ## the user's cache (AGENT_WATCHDOG_CACHE/otelcol/<hash of that file>/, the builder beside it, as
@@ -363,7 +394,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 

@@ -753,11 +753,31 @@ VOLTAGENT_AGENT = Convention(
     turn_counts=("voltagent.step_count",),
 )
 
+KOOG = Convention(
+    name="Koog",
+    emitted_by="Koog's own OpenTelemetry feature (`install(OpenTelemetry)`: GenAI spans "
+               "`create_agent`, `invoke_agent`, `chat`, `execute_tool`, and its own `strategy`, "
+               "`node` spans)",
+    # the agent's `maxIterations` (its graph's steps) fails the `invoke_agent` span with
+    # `error.type` the (qualified) exception class
+    limit_exceptions=frozenset({"AIAgentMaxNumberOfIterationsReachedException"}),
+    # without `setVerbose(true)` (its default) every message, tool argument and result, on the
+    # spans and in their events, is this placeholder (its instrumentation scope is the
+    # application's service name, so the placeholder is read on every scope)
+    hidden_content=frozenset({"HIDDEN:non-empty"}),
+    notes="the spans name no agent (`gen_ai.agent.id` is the agent's id, a random UUID unless "
+          "given one): the run is named after the service; a tool's exception fails its "
+          "`execute_tool` span as `AIAgentError` with the message `Unknown error` (the "
+          "exception's own message reaches the model in the next request, on no span of the "
+          "tool's); the messages and the tools' arguments and results are on the spans only "
+          "with `setVerbose(true)`" + ON_NO_SPAN,
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
-    SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT,
+    SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG,
 )
