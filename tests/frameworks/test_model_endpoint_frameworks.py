@@ -15,7 +15,8 @@ tests at the end), each in its framework's venv
 ``go/genkit``); a rig agent (``rust/rig``, rig-core's ``Agent``); the Rust agent
 (``rust/``: a tool loop on ``async-openai``, Chat Completions and Responses); the Java agents
 (``java/``: LangChain4j, anthropic-java; :mod:`tests.frameworks.test_model_endpoint_java`;
-``spring_ai/``: Spring AI's ``ChatClient``, called and streamed); the
+``spring_ai/``: Spring AI's ``ChatClient``, called and streamed; ``koog/``: Koog's ``AIAgent``,
+Kotlin, on Chat Completions and the Responses API); the
 TypeScript agents under node (``ts/``, :mod:`tests.frameworks.test_model_endpoint_ts`: a tool
 loop on the ``openai`` npm package, the Vercel AI SDK on ``@ai-sdk/openai`` and
 ``@ai-sdk/anthropic``, the OpenAI Agents SDK for JS; Mastra, ``ts/mastra/endpoint.ts``;
@@ -164,6 +165,9 @@ AGENTS = [
     # Spring AI's ChatClient on its OpenAI model (the official openai-java SDK beneath it)
     Agent("spring-ai", "spring_ai", "call"),
     Agent("spring-ai", "spring_ai", "stream"),
+    # Koog's AIAgent (Kotlin) on its OpenAILLMClient: Chat Completions, and the Responses API
+    # (a model that speaks only that)
+    *(Agent("koog", "koog", mode) for mode in ("chat", "responses")),
     *(Agent("ts", "endpoint_ts", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream")),
     *(Agent("ts", "endpoint_ai_sdk", mode) for mode in (
@@ -340,6 +344,9 @@ COMMANDS: dict[str, Callable[[Agent], tuple[list[str], Path]]] = {
     "spring-ai": lambda agent: (["java", *jvm.jvm_flags(), "-cp", (jvm.built(
         jvm.SPRING_AI_DIR) / "classpath").read_text().strip(), "agent.Main", "endpoint",
                                  agent.mode], jvm.SPRING_AI_DIR),
+    "koog": lambda agent: (["java", *jvm.jvm_flags(), "-cp", (jvm.built(
+        jvm.KOOG_DIR) / "classpath").read_text().strip(), "agent.MainKt", "endpoint",
+                            agent.mode], jvm.KOOG_DIR),
 }
 
 
