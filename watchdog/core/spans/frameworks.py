@@ -773,6 +773,30 @@ KOOG = Convention(
           "with `setVerbose(true)`" + ON_NO_SPAN,
 )
 
+AGENTOPS = Convention(
+    name="AgentOps",
+    emitted_by="the AgentOps SDK's own tracing (its decorators `@trace`, `@agent`, "
+               "`@operation`/`@task`, `@tool`, `@workflow`; its own OpenAI instrumentation)",
+    # its own names, generic words (`operation.name`): read on its scopes' spans alone (the
+    # decorators' `agentops`, its OpenAI wrappers' `agentops.instrumentation...`)
+    scopes=("agentops",),
+    # the `@trace` span (`<name>.session`) frames the invocation; `@agent` on a class spans
+    # the agent's methods (`<name>.agent`); `@tool` spans an execution (`<name>.tool`)
+    kinds={"agentops.span.kind": {"session": Role.WORKFLOW, "workflow": Role.WORKFLOW,
+                                  "agent": Role.AGENT, "tool": Role.TOOL}},
+    agent_span_name=("operation.name",),
+    tool_name=("operation.name",),
+    tool_args=("agentops.tool.input",),
+    tool_result=("agentops.tool.output",),
+    answer=("agentops.entity.output",),
+    notes="each model call is its OpenAI instrumentation's `openai.chat.completion` span (the "
+          "messages as indexed `gen_ai.prompt.N`/`gen_ai.completion.N`), with a "
+          "`tool_call.<name>` span below it per tool call the model asked for (a request, "
+          "no execution: what runs is the `@tool` span); a tool's exception fails its span "
+          "(and is recorded on it twice); the arguments are the decorated function's "
+          "(`{\"args\": [...], \"kwargs\": {...}}`)",
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
@@ -780,4 +804,5 @@ CONVENTIONS: tuple[Convention, ...] = (
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
     SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG,
+    AGENTOPS,
 )
