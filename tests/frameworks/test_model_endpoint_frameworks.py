@@ -1,6 +1,7 @@
 """Real agents steered through the sidecar's model endpoint with no code in them (DESIGN §12).
 
-Each agent — the ``openai`` SDK (Chat Completions and Responses, streamed and not), the
+Each agent — the ``openai`` SDK (Chat Completions and Responses, streamed and not; its Chat
+Completions loop also under the AgentOps SDK's decorators and instrumentation), the
 ``anthropic`` SDK (streamed and not), the OpenAI Agents SDK, pydantic-ai (alone and traced as
 Langfuse's docs set it up), LangChain's
 ``ChatOpenAI`` agent (alone and traced by Langfuse's ``CallbackHandler``), crewai,
@@ -120,6 +121,9 @@ AGENTS = [
     Agent("openai_v2", "endpoint_openai", "chat_stream"),
     Agent("openai_v2", "endpoint_openai", "responses"),
     Agent("openai_v2", "endpoint_openai", "responses_stream"),
+    # the same loop under the AgentOps SDK (its OpenAI instrumentation wraps the calls)
+    Agent("agentops", "endpoint_agentops", "chat"),
+    Agent("agentops", "endpoint_agentops", "chat_stream"),
     Agent("anthropic", "endpoint_anthropic", "messages"),
     Agent("anthropic", "endpoint_anthropic", "messages_stream"),
     Agent("openai_agents", "endpoint_openai_agents", "responses"),
