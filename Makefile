@@ -320,8 +320,9 @@ spring-ai-agent: $(SPRING_AI_AGENT)
 ## pom.xml pins them), compiled by the Kotlin Maven plugin from Maven Central the same way into
 ## AGENT_WATCHDOG_CACHE/koog-agent/<hash of its sources>/ (agent.jar, lib/, classpath);
 ## .cache/koog-agent/<hash>/ links there (tests/frameworks/jvm.py hashes the same files). Cold
-## (Maven downloads 130 MB with the Kotlin compiler, its lib/ is 44 MB): 48 s to resolve and 26 s
-## to compile, 18 CPU-seconds, on two cores shared with a load of 8; then nothing.
+## (an empty Maven repository: 152 MB downloaded with the Kotlin compiler and Maven's plugins;
+## lib/ is 44 MB, 163 jars): 83 s and 16 CPU-seconds on two cores shared with a load of 11; with
+## the repository kept and a changed source, 26 s (the Kotlin compile); then nothing.
 KOOG_AGENT_SOURCES := tests/frameworks/koog/pom.xml \
 	$(shell find tests/frameworks/koog/src -type f -name '*.kt' | LC_ALL=C sort)
 KOOG_AGENT_HASH    := $(shell cat $(KOOG_AGENT_SOURCES) | sha256sum | cut -c1-16)
