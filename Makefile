@@ -284,6 +284,23 @@ $(JAVA_AGENT): $(JAVA_AGENT_DIR)/classpath
 
 java-agent: $(JAVA_AGENT)
 
+## maven-agent(LABEL,POM): the recipe of a Maven-built agent's classpath file, in the directory
+## its sources' hash names ($(@D)): POM packaged into $(@D).tmp from Maven Central (Maven's
+## repository AGENT_WATCHDOG_CACHE/m2), its agent.jar and lib/ moved into $(@D), and the
+## classpath naming them written last (a build cut off leaves none); one build at a time.
+define maven-agent
+	@mkdir -p $(@D) && exec 9>$(@D).lock && flock 9 && if [ ! -f $@ ]; then \
+		echo "building $(1) into $(@D)"; \
+		rm -rf $(@D).tmp $(@D)/* \
+		&& mvn -B -q -f $(2) -Dmaven.repo.local=$(AGENT_WATCHDOG_CACHE)/m2 \
+			-Dagent.build.dir=$(@D).tmp package \
+		&& mv $(@D).tmp/lib $(@D).tmp/agent.jar $(@D)/ \
+		&& rm -rf $(@D).tmp \
+		&& printf '%s\n' "$(@D)/agent.jar$$(ls $(@D)/lib | LC_ALL=C sort | sed 's|^|:$(@D)/lib/|' | tr -d '\n')" \
+			> $@.tmp && mv $@.tmp $@ || exit 1; \
+	fi
+endef
+
 ## spring-ai-agent: the Spring AI agent of tests/frameworks/test_spring_ai.py (tests/frameworks/
 ## spring_ai: Spring AI's ChatClient on its OpenAI model, Micrometer Tracing's OpenTelemetry
 ## bridge and the OTLP exporter, as its pom.xml pins them), built by Maven from Maven Central the
@@ -298,17 +315,7 @@ SPRING_AI_AGENT_DIR     := $(AGENT_WATCHDOG_CACHE)/spring-ai-agent/$(SPRING_AI_A
 SPRING_AI_AGENT         := .cache/spring-ai-agent/$(SPRING_AI_AGENT_HASH)/classpath
 
 $(SPRING_AI_AGENT_DIR)/classpath:
-	@mkdir -p $(@D) && exec 9>$(SPRING_AI_AGENT_DIR).lock && flock 9 && if [ ! -f $@ ]; then \
-		echo "building the Spring AI agent into $(SPRING_AI_AGENT_DIR)"; \
-		rm -rf $(SPRING_AI_AGENT_DIR).tmp $(@D)/* \
-		&& mvn -B -q -f tests/frameworks/spring_ai/pom.xml \
-			-Dmaven.repo.local=$(AGENT_WATCHDOG_CACHE)/m2 \
-			-Dagent.build.dir=$(SPRING_AI_AGENT_DIR).tmp package \
-		&& mv $(SPRING_AI_AGENT_DIR).tmp/lib $(SPRING_AI_AGENT_DIR).tmp/agent.jar $(@D)/ \
-		&& rm -rf $(SPRING_AI_AGENT_DIR).tmp \
-		&& printf '%s\n' "$(@D)/agent.jar$$(ls $(@D)/lib | LC_ALL=C sort | sed 's|^|:$(@D)/lib/|' | tr -d '\n')" \
-			> $@.tmp && mv $@.tmp $@ || exit 1; \
-	fi
+	$(call maven-agent,the Spring AI agent,tests/frameworks/spring_ai/pom.xml)
 
 $(SPRING_AI_AGENT): $(SPRING_AI_AGENT_DIR)/classpath
 	mkdir -p .cache/spring-ai-agent && ln -sfn $(SPRING_AI_AGENT_DIR) $(@D)
@@ -330,17 +337,7 @@ KOOG_AGENT_DIR     := $(AGENT_WATCHDOG_CACHE)/koog-agent/$(KOOG_AGENT_HASH)
 KOOG_AGENT         := .cache/koog-agent/$(KOOG_AGENT_HASH)/classpath
 
 $(KOOG_AGENT_DIR)/classpath:
-	@mkdir -p $(@D) && exec 9>$(KOOG_AGENT_DIR).lock && flock 9 && if [ ! -f $@ ]; then \
-		echo "building the Koog agent into $(KOOG_AGENT_DIR)"; \
-		rm -rf $(KOOG_AGENT_DIR).tmp $(@D)/* \
-		&& mvn -B -q -f tests/frameworks/koog/pom.xml \
-			-Dmaven.repo.local=$(AGENT_WATCHDOG_CACHE)/m2 \
-			-Dagent.build.dir=$(KOOG_AGENT_DIR).tmp package \
-		&& mv $(KOOG_AGENT_DIR).tmp/lib $(KOOG_AGENT_DIR).tmp/agent.jar $(@D)/ \
-		&& rm -rf $(KOOG_AGENT_DIR).tmp \
-		&& printf '%s\n' "$(@D)/agent.jar$$(ls $(@D)/lib | LC_ALL=C sort | sed 's|^|:$(@D)/lib/|' | tr -d '\n')" \
-			> $@.tmp && mv $@.tmp $@ || exit 1; \
-	fi
+	$(call maven-agent,the Koog agent,tests/frameworks/koog/pom.xml)
 
 $(KOOG_AGENT): $(KOOG_AGENT_DIR)/classpath
 	mkdir -p .cache/koog-agent && ln -sfn $(KOOG_AGENT_DIR) $(@D)
