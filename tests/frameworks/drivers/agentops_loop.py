@@ -19,6 +19,7 @@ from _handwritten_loop import StepLimitReached, recording_relay, run_loop
 from _tools import lookup
 
 recording_relay()
+os.environ["AGENTOPS_LOGGING_TO_FILE"] = "False"  # (else its log goes to ./agentops.log)
 
 import agentops  # noqa: E402
 from agentops.sdk.decorators import agent, operation, tool, trace  # noqa: E402
