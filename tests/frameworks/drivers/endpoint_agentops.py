@@ -11,11 +11,11 @@ import sys
 
 os.environ["AGENTOPS_LOGGING_TO_FILE"] = "False"  # (else its log goes to ./agentops.log)
 
-import agentops  # noqa: E402
-from agentops.sdk.decorators import agent, operation, trace  # noqa: E402
-from endpoint_common import done  # noqa: E402
-from endpoint_openai import chat  # noqa: E402
-from openai import OpenAI  # noqa: E402
+import agentops
+from agentops.sdk.decorators import agent, operation, trace
+from endpoint_common import done
+from endpoint_openai import chat
+from openai import OpenAI
 
 
 @agent(name="endpoint-agent")
