@@ -186,12 +186,12 @@ The volumes of the watchdog container. Context: as for "agent-watchdog.container
     medium: {{ . }}
     {{- end }}
     {{- with $v.state.sizeLimit }}
-    sizeLimit: {{ . }}
+    sizeLimit: {{ include "agent-watchdog.envValue" . }}
     {{- end }}
   {{- end }}
 - name: watchdog-tmp
   emptyDir:
-    sizeLimit: {{ $v.state.tmpSizeLimit }}
+    sizeLimit: {{ include "agent-watchdog.envValue" $v.state.tmpSizeLimit }}
 - name: watchdog-rules
   configMap:
     name: {{ include "agent-watchdog.rulesConfigMapName" . }}

@@ -96,14 +96,14 @@ app.kubernetes.io/part-of: agent-watchdog
 {{- end }}
 
 {{/*
-A values scalar as an env var value, a number as written: Helm reads numbers as float64, which
-prints 16777216 as 1.6777216e+07 and 0.0000001 as 1e-07 (a form the watchdog does not read).
-Whole numbers print as integers; others as the fewest decimals that read back as the same
-number, never with an exponent.
+A values scalar as an env var value or a quantity (a volume's size), a number as written: Helm
+reads numbers as float64, which prints 16777216 as 1.6777216e+07 and 0.0000001 as 1e-07 (a form
+the watchdog does not read). Whole numbers print as their digits (any size); others as the
+fewest decimals that read back as the same number, never with an exponent.
 */}}
 {{- define "agent-watchdog.envValue" -}}
 {{- if and (kindIs "float64" .) (eq (floor .) .) }}
-{{- int64 . | toString }}
+{{- printf "%.0f" . }}
 {{- else if kindIs "float64" . }}
 {{- $number := . }}
 {{- $text := "" }}
@@ -157,8 +157,8 @@ Refusals: values that cannot work are stopped at render time with a message nami
 {{- $seconds = addf $seconds (mulf (float64 (regexFind "^[0-9]+" .)) (get $units (regexReplaceAll "^[0-9]+" . ""))) }}
 {{- end }}
 {{- end }}
-{{- if ge $seconds (float64 .Values.gateway.terminationGracePeriodSeconds) }}
-{{- fail (printf "config.model_shutdown_grace=%s is not less than gateway.terminationGracePeriodSeconds=%v: Kubernetes would kill the gateway before the model requests in flight finish and the state is stored; raise terminationGracePeriodSeconds (some 10 s above the grace) or lower the grace" $text .Values.gateway.terminationGracePeriodSeconds) }}
+{{- if gt (addf $seconds 10.0) (float64 .Values.gateway.terminationGracePeriodSeconds) }}
+{{- fail (printf "config.model_shutdown_grace=%s leaves less than 10 s of gateway.terminationGracePeriodSeconds=%v: at a SIGTERM the gRPC receiver's stop (up to 5 s) comes before the model requests in flight get their grace, and the state's last flush after them; Kubernetes would kill the gateway first. Raise terminationGracePeriodSeconds to the grace and 10 s more, or lower the grace" $text .Values.gateway.terminationGracePeriodSeconds) }}
 {{- end }}
 {{- end }}
 {{- /* The listeners share one network namespace (the pod): the watchdog refuses two on one port. */}}
