@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -752,9 +753,41 @@ def test_the_gateway_waits_for_the_model_requests_in_flight_at_a_stop(
                "gateway.terminationGracePeriodSeconds=30" in str(refused.value)
     render(chart, {**MODES["gateway"], "config": {"model_shutdown_grace": "1m30s"},
                    "gateway": {"terminationGracePeriodSeconds": 100}})
+    # unset, the grace is the watchdog's default (20 s), not none
+    for period in (29, 0):
+        with pytest.raises(helm.HelmRenderError) as refused:
+            render(chart, {**MODES["gateway"],
+                           "gateway": {"terminationGracePeriodSeconds": period}})
+        assert f"config.model_shutdown_grace=20s (the default) leaves less than 10 s of " \
+               f"gateway.terminationGracePeriodSeconds={period}" in str(refused.value)
+    assert Config().model_shutdown_grace == 20
     with pytest.raises(helm.HelmRenderError, match="terminationGracePeriodSeconds=99"):
         render(chart, {**MODES["gateway"], "config": {"model_shutdown_grace": "1m30s"},
                        "gateway": {"terminationGracePeriodSeconds": 99}})
+
+
+def test_every_whole_number_renders_as_its_digits(chart: helm.Chart) -> None:
+    """Helm reads a values file's numbers as float64 and prints one of a million or more with an
+    exponent (``replicas: 1e+06``), which Kubernetes does not take for an integer field: every
+    number the chart writes itself is written as its digits, in the manifests and the notes."""
+    big = 1_000_000
+    probe = {"periodSeconds": big, "timeoutSeconds": big, "failureThreshold": big}
+    values = {"mode": "gateway", "auth": {"existingSecret": TOKEN_SECRET},
+              "gateway": {"replicas": big, "terminationGracePeriodSeconds": big,
+                          "podDisruptionBudget": {"enabled": True, "minAvailable": big},
+                          "headlessService": True,
+                          "collector": {"enabled": True, "queueSize": big}},
+              "probes": {"startup": probe, "liveness": probe, "readiness": probe},
+              "state": {"sizeLimit": big, "tmpSizeLimit": big}}
+    files = render_files(chart, values)
+    exponents = [f"{path.rsplit('/', 1)[-1]}: {line.strip()}" for path, text in files.items()
+                 for line in text.splitlines()
+                 if re.search(r"\b\d+(\.\d+)?e[+-]?\d+\b", line)]
+    assert not exponents, exponents
+    deployment = one(render(chart, values), "Deployment")
+    assert (deployment["spec"]["replicas"], pod_spec(deployment)["terminationGracePeriodSeconds"]) \
+        == (big, big)
+    validate(render(chart, values))
 
 
 @pytest.mark.parametrize(("size", "written"), [
