@@ -211,7 +211,8 @@ def test_bad_url_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("url", ["localhost:9477", "127.0.0.1:9477", "ftp://127.0.0.1:9477",
-                                 "http://", "http://[::1"])
+                                 "http://", "http://[::1", "http://127.0.0.1:99999",
+                                 "http://127.0.0.1:port"])
 def test_a_url_without_http_says_what_a_url_is(url: str, capsys: pytest.CaptureFixture[str],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """``WATCHDOG_URL=localhost:9477`` (no scheme: ``localhost`` reads as one) is named as

@@ -343,7 +343,7 @@ def _client(args: argparse.Namespace) -> ApiClient:
     given = "--url" if args.url else URL_ENV if os.environ.get(URL_ENV) else "the default"
     try:
         parts = urllib.parse.urlsplit(url.strip())
-        scheme, host = parts.scheme, parts.hostname
+        scheme, host, _ = parts.scheme, parts.hostname, parts.port  # (a bad port raises)
     except ValueError:
         scheme, host = "", None
     if scheme not in ("http", "https") or not host:  # (`localhost:9477` reads as a scheme)
