@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -27,23 +27,9 @@ def parser_refusal(error: BaseException | None) -> str:
     return said or (type(error).__name__ if error is not None else "malformed HTTP request")
 
 
-class QuietRunner(web.AppRunner):
-    """aiohttp's runner whose refusals of a request it cannot parse do not echo its bytes."""
+class QuietRefusals(RequestHandler):
+    """aiohttp's connection handler, saying what its parser refused without the bytes."""
 
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()  # aiohttp builds it (Application._make_handler)
-        server.__class__ = _QuietServer
-        return server
-
-
-class _QuietServer(web.Server):
-    def __call__(self) -> Any:  # the protocol factory of every accepted connection
-        handler = super().__call__()
-        handler.__class__ = _QuietRefusals
-        return handler
-
-
-class _QuietRefusals(RequestHandler):
     __slots__ = ()
 
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
@@ -51,6 +37,32 @@ class _QuietRefusals(RequestHandler):
         if status < 500 and message is not None:
             message = parser_refusal(exc)
         return super().handle_error(request, status, exc, message)
+
+
+class QuietRunner(web.AppRunner):
+    """aiohttp's runner whose connections' handler is ``handler`` (aiohttp's, refusing a
+    request it cannot parse without echoing its bytes; a subclass says more its own way), each
+    connection's protocol made by ``wrap`` of it."""
+
+    handler: type[RequestHandler] = QuietRefusals
+
+    def wrap(self, handler: RequestHandler) -> asyncio.Protocol:
+        return handler
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()  # aiohttp builds it (Application._make_handler)
+        server.__class__ = _QuietServer
+        cast(_QuietServer, server).runner = self
+        return server
+
+
+class _QuietServer(web.Server):
+    runner: QuietRunner
+
+    def __call__(self) -> Any:  # the protocol factory of every accepted connection
+        handler = super().__call__()
+        handler.__class__ = self.runner.handler
+        return self.runner.wrap(handler)
 
 
 class Wrapped(asyncio.Protocol):
