@@ -460,6 +460,36 @@ def test_abort_is_answered_without_calling_upstream(stop_sidecar: RunningServer,
 
 
 @pytest.mark.parametrize("stream", [False, True])
+def test_a_conversation_that_goes_on_from_the_stop_answer_gets_the_error(
+        stop_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
+    """An agent that does not take the stop answer as its run's end sends it on with a new
+    user message (a framework's validation retry: "answer in the schema"). That request is
+    the stopped run's, not the session's next run: the upstream gets nothing, and the answer
+    is the API's error with the stop note, which the agent raises. A new conversation of the
+    same agent is a run of its own, as before."""
+    model = llm.script("stopped-retry", looping("search", lambda i: {"q": f"page {i}"}))
+    chat = client(stop_sidecar, "stopper")
+    messages: list[Any] = []
+    output, ran = run_loop(chat, model, stream, messages=messages)
+    assert (ran, len(llm.requests(model))) == (2, 2)
+    assert "[stopped: two tool calls are enough]" in output
+    # the agent's validation fails; it says so, the stop answer in its history (stripped)
+    messages += [{"role": "assistant", "content": output.strip()},
+                 {"role": "user", "content": "Validation failed: answer with a JSON object."}]
+    with pytest.raises(openai.BadRequestError) as failure:
+        chat.chat.completions.create(model=model, messages=messages, tools=TOOLS,
+                                     stream=stream)
+    assert failure.value.code == "watchdog_aborted"
+    assert "two tool calls are enough" in failure.value.message
+    assert len(llm.requests(model)) == 2  # nothing reached the upstream
+    # a conversation of its own goes upstream: the stop was that run's
+    fresh = chat.chat.completions.create(model=model, messages=[
+        {"role": "user", "content": "Another task."}], tools=TOOLS)
+    assert fresh.choices[0].message.tool_calls
+    assert len(llm.requests(model)) == 3
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_abort_as_an_error(error_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
     model = llm.script("stopped", looping("search", lambda i: {"q": f"page {i}"}))
     with pytest.raises(openai.BadRequestError) as failure:

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 
 from watchdog.core.model.failure import looks_failed, refusal_of
 from watchdog.core.model.steer import answer_of, is_answer_tool
-from watchdog.core.model.wire import Observation, Request, ToolCall, ToolResult
+from watchdog.core.model.wire import Observation, Request, ToolCall, ToolResult, answer_digest
 from watchdog.core.redact import brief, mask
 from watchdog.core.spans.record import ENDPOINT_SCOPE, KeySource, SpanKind, SpanRecord
 
@@ -134,6 +134,9 @@ class EndpointRun:
     final_used: bool = False  # the final (no tools) request went upstream
     report: str | None = None  # its answer
     stop: str | None = None  # the stop note of an abort answered by the endpoint
+    # the digests of the answers it gave at the stop (:func:`answer_digest`; a text, a JSON
+    # object): a request whose last model answer is one goes on from the stop
+    stop_answers: frozenset[str] = frozenset()
     # as last read from the tracker's run (they steer it while the state cannot take records):
     run_key: str | None = None  # the run's key
     tool_limit: float | None = None  # its max_tool_calls
@@ -220,7 +223,8 @@ class ModelBook:
             previous = self._responses.get(request.previous_response_id)
             known = self._runs.get(previous) if previous is not None else None
             if known is not None:
-                if not (request.last_is_user and _over(known, ended)):
+                if not (request.last_is_user and _over(known, ended)) \
+                        or goes_on_from_stop(known, request):
                     self._going_on = self._answers_calls_of(known, request)
                     return self._touch(known)
                 # a new user message in a conversation the server keeps, once its run has
@@ -296,6 +300,9 @@ class ModelBook:
                 key, answers_its_calls = handed.key, True
                 break
         state = self._runs.get(key) if key is not None else None
+        if state is not None and goes_on_from_stop(state, request):
+            self._conversations.move_to_end(digest)  # (its agent did not take the stop)
+            return self._touch(state)
         if state is not None and not (
                 (request.last_is_user and _over(state, ended))
                 or (not request.kept and (
@@ -527,6 +534,24 @@ def _answered(waiting: dict[str, ToolCall], call_id: str) -> ToolCall | None:
         key = next((key for key in waiting if key.startswith(prefix)), None)
         call = waiting.pop(key) if key is not None else None
     return call
+
+
+def stopped(state: EndpointRun, answer: str) -> None:
+    """The endpoint answered ``state``'s run with ``answer`` at its stop: a request that goes
+    on from it is the stopped run's (:func:`goes_on_from_stop`)."""
+    digest = answer_digest(answer)
+    if digest is not None and digest not in state.stop_answers and len(state.stop_answers) < 4:
+        state.stop_answers |= {digest}
+
+
+def goes_on_from_stop(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request`` goes on from the answer the endpoint gave at ``state``'s stop: its
+    conversation's last model answer is that answer. An agent that sends it on did not take it
+    as the run's end (a framework's validation retry: the stop answer failed its output's
+    schema, and a retry prompt follows as a user message), so it is still the stopped run's,
+    not the next run's."""
+    return bool(state.stop_answers) and request.last_answer is not None \
+        and answer_digest(request.last_answer) in state.stop_answers
 
 
 def _over(state: EndpointRun, ended: Callable[[str], bool]) -> bool:

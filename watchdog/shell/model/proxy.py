@@ -47,7 +47,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from watchdog.core.bounds import id_problem, load_json
-from watchdog.core.model.book import Caller, EndpointRun, ModelBook
+from watchdog.core.model.book import Caller, EndpointRun, ModelBook, goes_on_from_stop, stopped
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
 from watchdog.core.model.messages import MessagesWire
@@ -581,8 +581,12 @@ class ModelProxy:
             except Exception:
                 self._failed("request")
         answer = abort_text(text, parsed.answer_format)
-        if self.config.model_abort == "error" or answer is None:
+        if self.config.model_abort == "error" or answer is None \
+                or goes_on_from_stop(state, parsed):
+            # (an agent that sent the stop answer on did not take it as its run's end, a
+            # framework's validation retry: the error ends it, its message the note)
             return Answer(400, dumps(wire.error(400, ABORT_CODE, text)), JSON)
+        stopped(state, answer)
         if parsed.stream:
             return Answer(200, wire.answer_stream(parsed.model, answer, parsed, time.time()),
                           {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
