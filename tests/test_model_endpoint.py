@@ -460,6 +460,24 @@ def test_abort_is_answered_without_calling_upstream(stop_sidecar: RunningServer,
 
 
 @pytest.mark.parametrize("stream", [False, True])
+def test_a_model_call_budget_is_counted_down_before_its_last_call(
+        sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
+    """``x-watchdog-budget-iterations: 4``: the last of the 4 model calls is the run's final
+    request (tools withdrawn, the report asked for), so the default pack's countdown tells the
+    model before it: the request with 2 calls left carries the true count."""
+    model = llm.script("iterations", looping("search", lambda i: {"q": f"page {i}"},
+                                             "REPORT: in text"))
+    chat = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                         default_headers={"x-watchdog-budget-iterations": "4"})
+    output, ran = run_loop(chat, model, stream)
+    assert (output, ran) == ("REPORT: in text", 3)
+    told = [re.findall(r"\[budget: [^\]]*\]", system_of(body)) for body in llm.requests(model)]
+    assert told == [[], [], ["[budget: 2 of 4 model calls left — wrap up soon]"],
+                    ["[budget: model calls used — this is the last of 4: report]"]], told
+    assert llm.requests(model)[-1]["tool_choice"] == "none"
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_a_conversation_that_goes_on_from_the_stop_answer_gets_the_error(
         stop_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
     """An agent that does not take the stop answer as its run's end sends it on with a new
