@@ -1111,3 +1111,89 @@ def test_a_new_user_message_after_a_kept_conversations_run_ended_is_the_next_run
     assert [(run["tool_calls"], run["iterations"], run["terminal_state"]) for run in runs] == [
         (3, 4, "tool_limit_reached")] * 2
     assert len({run["session"] for run in runs}) == 1 and runs[0]["session"]
+
+
+def test_an_answer_the_client_could_not_read_and_asked_again_hands_nothing_over(
+        tmp_path: Path) -> None:
+    """A streamed answer with a ``data:`` line that is not JSON: the endpoint passes it on
+    whole, but the ``openai`` SDK raises on that line, and the agent sends the same request
+    again. The calls of the answer it could not read were never run: the request that only
+    resends the one before is a retry, not the run going on, and the budget (5) is spent by
+    the calls the agent ran, each counted once."""
+    from tests.test_model_proxy import RawUpstream
+
+    answers = iter(range(1000))
+
+    def stream(handler: Any, seen: Any) -> None:
+        body = json.loads(seen.body)
+        number = next(answers)
+        chunks = [{"id": f"chatcmpl-{number}", "object": "chat.completion.chunk",
+                   "created": 1, "model": "m", "choices": [{"index": 0, "delta": delta,
+                                                           "finish_reason": finish}]}
+                  for delta, finish in (
+                      ({"role": "assistant", "tool_calls": [
+                          {"index": slot, "id": f"call-{number}-{slot}", "type": "function",
+                           "function": {"name": "search",
+                                        "arguments": json.dumps({"q": f"{number}.{slot}"})}}
+                          for slot in range(2)]} if body.get("tool_choice") != "none"
+                       else {"role": "assistant", "content": "REPORT"}, None),
+                      ({}, "tool_calls" if body.get("tool_choice") != "none" else "stop"))]
+        events = [b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in chunks]
+        if number == 1:  # the second answer: a line the client cannot read, at its end
+            events.append(b"data: not json\n\n")
+        events.append(b"data: [DONE]\n\n")
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Content-Length", str(sum(map(len, events))))
+        handler.end_headers()
+        handler.wfile.write(b"".join(events))
+
+    raw = RawUpstream(stream)
+    try:
+        config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                                model_upstream=raw.base + "/v1")
+        with running_server(config) as server:
+            chat = openai.OpenAI(base_url=server.url("model") + "/v1", api_key=KEY,
+                                 max_retries=0, default_headers={
+                                     "x-watchdog-agent": "unread",
+                                     "x-watchdog-budget-tool-calls": "5"})
+            messages: list[Any] = [{"role": "user", "content": "Find it."}]
+            handed, ran, failed = [], 0, 0
+            opened: list[Any] = []  # the stream that failed, open until the test's end
+            for _ in range(8):
+                calls: dict[int, dict[str, str]] = {}
+                content = ""
+                events = chat.chat.completions.create(model="m", messages=messages,
+                                                      tools=TOOLS, stream=True)
+                try:  # (the stream is left open, as by an agent that reads it in a loop)
+                    for chunk in events:
+                        delta = chunk.choices[0].delta if chunk.choices else None
+                        content += (delta.content or "") if delta else ""
+                        for part in (delta.tool_calls or ()) if delta else ():
+                            entry = calls.setdefault(part.index, {"id": "", "args": ""})
+                            entry["id"] = part.id or entry["id"]
+                            entry["args"] += part.function.arguments or "" \
+                                if part.function else ""
+                except json.JSONDecodeError:  # the SDK cannot read the answer: asked again
+                    failed += 1
+                    opened.append(events)
+                    continue
+                handed.append(len(calls))
+                if not calls:
+                    break
+                messages.append({"role": "assistant", "content": None, "tool_calls": [
+                    {"id": call["id"], "type": "function",
+                     "function": {"name": "search", "arguments": call["args"]}}
+                    for call in calls.values()]})
+                for call in calls.values():
+                    ran += 1
+                    messages.append({"role": "tool", "tool_call_id": call["id"],
+                                     "content": f"result {ran}"})
+            assert failed == 1 and content == "REPORT"
+            assert (handed, ran) == ([2, 2, 1, 0], 5)
+            run = wait_until(lambda: next((r for r in server.get_json(
+                "/v1/runs?limit=10")["runs"] if r["agent"] == "unread"
+                and r["state"] == "ended"), None), "the run ended")
+            assert (run["iterations"], run["tool_calls"]) == (5, 5), run
+    finally:
+        raw.close()

@@ -144,6 +144,9 @@ class EndpointRun:
     # the request identified last goes on from the run's own calls (its results answer calls
     # the run handed over): a run ended at an answer (to a request aside) is taken back
     going_on: bool = False
+    # what its last request carried past the model's last answer (:func:`_asked`): a request
+    # that carries the same, answering none of the calls handed over since, sends it again
+    asked: tuple[object, ...] | None = None
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
@@ -359,6 +362,16 @@ class ModelBook:
                 or _answered(state.begun, result.call_id)
             if call is not None:
                 answered.append((call, result))
+        asked, state.asked = state.asked, _asked(request)
+        retried: list[ToolCall] = []
+        if state.pending and not answered and asked == state.asked and state.asking <= 1:
+            # the request before, sent again (none other of the run with the model): the
+            # agent did not take the answer it got (its client could not read it), so the
+            # calls it handed over never ran. They are no longer handed over; as a broken-off
+            # answer's, one counts if the next request answers it
+            state.handed = max(state.handed - len(state.pending), 0)
+            retried = list(state.pending.values())
+            state.pending.clear()
         unanswered = list(state.pending.values())
         state.pending.clear()
         for call in unanswered:
@@ -367,6 +380,8 @@ class ModelBook:
             if (said := _said_result(call, request.said, 0)) is not None:
                 answered.append((call, said))
         state.begun.clear()
+        for call in retried:
+            _wait(state.begun, call)
         for call, found in answered:
             state.results += 1
             if not state.traced:
@@ -514,6 +529,14 @@ class ModelBook:
             # (named as the client SDK names its run: the run exists, opened at the request)
             record.run_key, record.key_source, record.pinned = run_key, KeySource.WATCHDOG, True
         return record
+
+
+def _asked(request: Request) -> tuple[object, ...]:
+    """What a request carries past the model's last answer, as far as it tells one request
+    sent again from the next: its length, the response it continues, the calls its results
+    answer and what else it says there."""
+    return (request.messages, request.previous_response_id,
+            tuple(result.call_id for result in request.results), hash(tuple(request.said)))
 
 
 def _wait(waiting: dict[str, ToolCall], call: ToolCall) -> None:

@@ -542,7 +542,9 @@ class ModelProxy:
             return None
         counts = Counts(used=max(state.used, state.results), handed=state.handed,
                         budget={} if limit is None else {"max_tool_calls": limit},
-                        final_used=state.final_used, stop=state.stop, reserved=state.reserved)
+                        final_used=state.final_used, stop=state.stop, reserved=state.reserved,
+                        # (the rules saw the calls recorded, no more: from COUNTDOWN_FROM left)
+                        ruled=state.used)
         return state, decide(counts, board, parsed.instructions, parsed.has_tools,
                              parsed.structured), key, \
             agent or state.agent or "unknown"
