@@ -11,6 +11,7 @@ import json
 import random
 import re
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,10 @@ name: countdown-from-five
 budgets:
   - agents: ["counted", "guarded"]
     max_tool_calls: 8
+  - agents: ["tokened"]
+    max_tokens: 1500
+  - agents: ["priced"]
+    max_cost_usd: 0.00025
 rules:
   - name: budget-countdown
     countdown: tool_calls
@@ -389,6 +394,63 @@ def test_a_traced_runs_countdown_does_not_wait_for_its_spans(
     seen, requests = notes(llm, model)
     assert seen == [None] * 5 + ["3 of 8", "2 of 8", "1 of 8", None], seen
     assert requests[-1].get("tool_choice") == "none"
+
+
+# what a note says is left of a budget in tokens or dollars
+LEFT_OF = {"tokens": re.compile(r"\[budget: (\d+) of \d+ tokens left"),
+           "dollars": re.compile(r"\[budget: USD ([0-9.]+) of [0-9.]+ left")}
+
+
+@pytest.mark.parametrize(("agent", "limit"), [("tokened", 1500.0), ("priced", 0.00025)])
+def test_a_traced_runs_token_and_dollar_countdowns_do_not_wait_for_its_spans(
+        sidecar: RunningServer, llm: FakeLLM, agent: str, limit: float) -> None:
+    """A traced agent (``traceparent`` on each request) whose spans have not come, with a
+    budget of 1,500 tokens or of USD 0.00025: each call's usage is the endpoint's to count
+    (and to price, from the response's model), at the request, as for a run with no trace.
+    The model reads the true amount left at every request from a quarter left (the default
+    pack's countdowns), and none before; at the budget the tools are withdrawn."""
+    service = sidecar.server.service
+    assert service is not None
+    kind = "tokens" if agent == "tokened" else "dollars"
+    model = llm.script("gpt-4o-mini", looping("search", lambda i: {"q": f"page {i}"},  # priced
+                                                 answer_without_tools="REPORT"))
+    trace = "5bf92f3577b34da6a3ce929d0e0e4737" if kind == "tokens" else \
+        "6bf92f3577b34da6a3ce929d0e0e4738"
+    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                           default_headers={"X-Watchdog-Agent": agent,
+                                            "traceparent": f"00-{trace}-00f067aa0ba902b7-01"})
+    messages: list[Any] = [{"role": "system", "content": "You are terse."},
+                           {"role": "user", "content": f"find it, traced, in {kind}"}]
+    used: list[float] = []
+    for _ in range(40):
+        response = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+        usage = response.usage
+        assert usage is not None
+        cost = service.pricer(response.model, None, usage.prompt_tokens,
+                              usage.completion_tokens, 0, 0, time.time_ns())
+        assert cost is not None
+        used.append(usage.total_tokens if kind == "tokens" else cost)
+        message = response.choices[0].message
+        if not message.tool_calls:
+            break
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [call.model_dump() for call in message.tool_calls]})
+        messages += [{"role": "tool", "tool_call_id": call.id, "content": "found"}
+                     for call in message.tool_calls]
+    requests = llm.requests(model)
+    assert requests[-1].get("tool_choice") == "none" and len(requests) > 3
+    told_at = []
+    for index, request in enumerate(requests[:-1]):
+        left = limit - sum(used[:index])
+        told = LEFT_OF[kind].search(request["messages"][0]["content"])
+        if left <= limit / 4:
+            assert told is not None, (index, left)
+            assert float(told.group(1)) == pytest.approx(left, rel=0.01), (index, left, told)
+            told_at.append(index)
+        else:
+            assert told is None, (index, left, told)
+    assert told_at, used
+    assert sum(used[:-1]) >= limit > sum(used[:-2])
 
 
 def directives(sidecar: RunningServer, agent: str) -> list[dict[str, Any]]:
