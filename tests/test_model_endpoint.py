@@ -507,6 +507,62 @@ def test_a_conversation_that_goes_on_from_the_stop_answer_gets_the_error(
     assert len(llm.requests(model)) == 3
 
 
+@pytest.mark.parametrize("api", ["responses", "messages"])
+def test_the_stop_answer_sent_on_gets_the_error_on_the_other_apis(
+        stop_sidecar: RunningServer, llm: FakeLLM, api: str) -> None:
+    """As for Chat Completions: the Responses API with the conversation sent whole and
+    Anthropic Messages, the stop answer in the history (a text block, an output_text part)
+    and a retry prompt after it: the API's error with the stop note, nothing upstream."""
+    import anthropic
+
+    model = llm.script(f"stopped-{api}", looping("search", lambda i: {"q": f"page {i}"}))
+    history: list[Any] = [{"role": "user", "content": "Find the answer."}]
+    claude = anthropic.Anthropic(base_url=stop_sidecar.url("model"), api_key=KEY, max_retries=0,
+                                 default_headers={"x-watchdog-agent": "stopper"})
+    chat = client(stop_sidecar, "stopper")
+
+    def ask() -> str | None:
+        """One request: the stop answer's text, else None (the tools asked for, run)."""
+        if api == "messages":
+            message = claude.messages.create(model=model, max_tokens=512, messages=history,
+                                             tools=ANTHROPIC_TOOLS)  # type: ignore[arg-type]
+            uses = [block for block in message.content if block.type == "tool_use"]
+            if not uses:
+                history.append({"role": "assistant", "content": [
+                    block.model_dump() for block in message.content]})
+                return "".join(block.text for block in message.content if block.type == "text")
+            history.append({"role": "assistant",
+                            "content": [block.model_dump() for block in message.content]})
+            history.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": use.id, "content": "result"}
+                for use in uses]})
+            return None
+        response = chat.responses.create(model=model, input=history,
+                                          tools=RESPONSES_TOOLS)  # type: ignore[arg-type]
+        calls = [item for item in response.output if item.type == "function_call"]
+        if not calls:
+            history.append({"role": "assistant", "content": [
+                {"type": "output_text", "text": response.output_text}]})
+            return response.output_text
+        for item in calls:
+            history.extend([{"type": "function_call", "call_id": item.call_id,
+                             "name": item.name, "arguments": item.arguments},
+                            {"type": "function_call_output", "call_id": item.call_id,
+                             "output": "result"}])
+        return None
+
+    answers = [ask() for _ in range(3)]
+    assert answers[:2] == [None, None] and "two tool calls are enough" in (answers[2] or "")
+    assert len(llm.requests(model)) == 2
+    history.append({"role": "user", "content": "Validation failed: answer in the schema."})
+    failure = anthropic.BadRequestError if api == "messages" else openai.BadRequestError
+    with pytest.raises(failure) as raised:
+        ask()
+    assert "watchdog_aborted" in str(raised.value.body)
+    assert "two tool calls are enough" in str(raised.value.body)
+    assert len(llm.requests(model)) == 2
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_abort_as_an_error(error_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
     model = llm.script("stopped", looping("search", lambda i: {"q": f"page {i}"}))
