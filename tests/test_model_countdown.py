@@ -368,6 +368,30 @@ def test_a_reload_that_makes_a_wind_down_a_countdown_leaves_no_stale_count(
         assert request["messages"][0]["content"].count("[budget:") == 1, request["messages"][0]
 
 
+def traced_loop(sidecar: RunningServer, model: str, agent: str, trace: str,
+                task: str) -> list[Any]:
+    """A real OpenAI client's tool loop under ``agent`` that sends ``traceparent`` (of the
+    trace ``trace``) on each request, whose spans never come, until an answer with no tool
+    call: its responses."""
+    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                           default_headers={"X-Watchdog-Agent": agent,
+                                            "traceparent": f"00-{trace}-00f067aa0ba902b7-01"})
+    messages: list[Any] = [{"role": "system", "content": "You are terse."},
+                           {"role": "user", "content": task}]
+    responses = []
+    for _ in range(40):
+        response = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+        responses.append(response)
+        message = response.choices[0].message
+        if not message.tool_calls:
+            return responses
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [call.model_dump() for call in message.tool_calls]})
+        messages += [{"role": "tool", "tool_call_id": call.id, "content": "found"}
+                     for call in message.tool_calls]
+    raise AssertionError("no final answer")
+
+
 def test_a_traced_runs_countdown_does_not_wait_for_its_spans(
         sidecar: RunningServer, llm: FakeLLM) -> None:
     """A traced agent (``traceparent`` on each request) whose spans have not come: the rules
@@ -377,20 +401,7 @@ def test_a_traced_runs_countdown_does_not_wait_for_its_spans(
     model = llm.script("traced", looping("search", lambda i: {"q": f"page {i}"},
                                          answer_without_tools="REPORT"))
     trace = "4bf92f3577b34da6a3ce929d0e0e4736"
-    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
-                           default_headers={"X-Watchdog-Agent": "counted",
-                                            "traceparent": f"00-{trace}-00f067aa0ba902b7-01"})
-    messages: list[Any] = [{"role": "system", "content": "You are terse."},
-                           {"role": "user", "content": "find it, traced"}]
-    for _ in range(12):
-        message = client.chat.completions.create(model=model, messages=messages,
-                                                 tools=TOOLS).choices[0].message
-        if not message.tool_calls:
-            break
-        messages.append({"role": "assistant", "content": None,
-                         "tool_calls": [call.model_dump() for call in message.tool_calls]})
-        messages += [{"role": "tool", "tool_call_id": call.id, "content": "found"}
-                     for call in message.tool_calls]
+    traced_loop(sidecar, model, "counted", trace, "find it, traced")
     seen, requests = notes(llm, model)
     assert seen == [None] * 5 + ["3 of 8", "2 of 8", "1 of 8", None], seen
     assert requests[-1].get("tool_choice") == "none"
@@ -416,27 +427,14 @@ def test_a_traced_runs_token_and_dollar_countdowns_do_not_wait_for_its_spans(
                                                  answer_without_tools="REPORT"))
     trace = "5bf92f3577b34da6a3ce929d0e0e4737" if kind == "tokens" else \
         "6bf92f3577b34da6a3ce929d0e0e4738"
-    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
-                           default_headers={"X-Watchdog-Agent": agent,
-                                            "traceparent": f"00-{trace}-00f067aa0ba902b7-01"})
-    messages: list[Any] = [{"role": "system", "content": "You are terse."},
-                           {"role": "user", "content": f"find it, traced, in {kind}"}]
     used: list[float] = []
-    for _ in range(40):
-        response = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    for response in traced_loop(sidecar, model, agent, trace, f"find it, traced, in {kind}"):
         usage = response.usage
         assert usage is not None
         cost = service.pricer(response.model, None, usage.prompt_tokens,
                               usage.completion_tokens, 0, 0, time.time_ns())
         assert cost is not None
         used.append(usage.total_tokens if kind == "tokens" else cost)
-        message = response.choices[0].message
-        if not message.tool_calls:
-            break
-        messages.append({"role": "assistant", "content": None,
-                         "tool_calls": [call.model_dump() for call in message.tool_calls]})
-        messages += [{"role": "tool", "tool_call_id": call.id, "content": "found"}
-                     for call in message.tool_calls]
     requests = llm.requests(model)
     assert requests[-1].get("tool_choice") == "none" and len(requests) > 3
     told_at = []

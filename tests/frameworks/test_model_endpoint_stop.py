@@ -25,21 +25,12 @@ from tests.frameworks.test_model_endpoint_frameworks import (
 )
 from tests.harness import RunningServer, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+from tests.test_model_endpoint import STOP_RULE
 
-NOTE = "[stopped: two searches are enough]"
-STOP_PACK = f"""\
-apiVersion: agent-watchdog/v1
-kind: RulePack
-name: endpoint-stop
-rules:
-  - name: stop-at-two
-    description: A test's abort at two tool calls.
-    when: "!run.ended && run.agent == '{AGENT}' && run.tool_calls >= 2"
-    action: abort
-    severity: critical
-    terminal_state: loop_detected
-    message: "{NOTE}"
-"""
+NOTE = "[stopped: two tool calls are enough]"
+# the endpoint tests' stop at two tool calls, for the agent these drivers are named
+STOP_PACK = ("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: endpoint-stop\n"
+             + STOP_RULE.replace("'stopper'", f"'{AGENT}'"))
 
 
 @pytest.fixture(scope="module")
