@@ -564,6 +564,38 @@ def test_the_stop_answer_sent_on_gets_the_error_on_the_other_apis(
 
 
 @pytest.mark.parametrize("stream", [False, True])
+def test_a_chained_conversation_that_goes_on_from_the_stop_answer_gets_the_error(
+        stop_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
+    """The Responses API with the conversation chained by ``previous_response_id``: a request
+    that goes on from the stop answer's id with a retry prompt gets the error with the stop
+    note, and the upstream nothing."""
+    model = llm.script("stopped-chained", looping("search", lambda i: {"q": f"page {i}"}))
+    chat = client(stop_sidecar, "stopper")
+    items: list[Any] = [{"role": "user", "content": "Find the answer."}]
+    previous: str | None = None
+    for _ in range(3):
+        if stream:
+            with chat.responses.stream(model=model, input=items, tools=RESPONSES_TOOLS,
+                                       previous_response_id=previous) as events:  # type: ignore[arg-type]
+                response = events.get_final_response()
+        else:
+            response = chat.responses.create(model=model, input=items, tools=RESPONSES_TOOLS,
+                                              previous_response_id=previous)  # type: ignore[arg-type]
+        previous = response.id
+        items = [{"type": "function_call_output", "call_id": item.call_id, "output": "result"}
+                 for item in response.output if item.type == "function_call"]
+    assert "two tool calls are enough" in response.output_text
+    assert len(llm.requests(model)) == 2
+    with pytest.raises(openai.BadRequestError) as failure:
+        chat.responses.create(model=model, previous_response_id=previous, input=[
+            {"role": "user", "content": "Validation failed: answer in the schema."}],
+            tools=RESPONSES_TOOLS)  # type: ignore[arg-type]
+    assert failure.value.code == "watchdog_aborted"
+    assert "two tool calls are enough" in failure.value.message
+    assert len(llm.requests(model)) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_abort_as_an_error(error_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
     model = llm.script("stopped", looping("search", lambda i: {"q": f"page {i}"}))
     with pytest.raises(openai.BadRequestError) as failure:

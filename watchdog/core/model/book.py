@@ -135,7 +135,8 @@ class EndpointRun:
     report: str | None = None  # its answer
     stop: str | None = None  # the stop note of an abort answered by the endpoint
     # the digests of the answers it gave at the stop (:func:`answer_digest`; a text, a JSON
-    # object): a request whose last model answer is one goes on from the stop
+    # object) and their Responses ids: a request whose last model answer is one, or that
+    # continues one by its id, goes on from the stop
     stop_answers: frozenset[str] = frozenset()
     # as last read from the tracker's run (they steer it while the state cannot take records):
     run_key: str | None = None  # the run's key
@@ -409,6 +410,19 @@ class ModelBook:
             records.append(record)
         return records
 
+    def stopped(self, state: EndpointRun, answer: str, response_id: str | None = None) -> None:
+        """The endpoint answered ``state``'s run with ``answer`` at its stop (``response_id``:
+        the id it gave that answer, which a conversation the server keeps goes on from): a
+        request that goes on from it is the stopped run's (:func:`goes_on_from_stop`)."""
+        for known in (answer_digest(answer), response_id):
+            if known is not None and known not in state.stop_answers \
+                    and len(state.stop_answers) < 8:
+                state.stop_answers |= {known}
+        if response_id is not None:
+            self._responses[response_id] = state.key
+            while len(self._responses) > MAX_RESPONSE_IDS:
+                self._responses.popitem(last=False)
+
     def handed_by(self, call_id: str) -> str | None:
         """The run that last handed over the tool call ``call_id`` (as far as remembered)."""
         return self._calls.get(call_id)
@@ -559,21 +573,18 @@ def _answered(waiting: dict[str, ToolCall], call_id: str) -> ToolCall | None:
     return call
 
 
-def stopped(state: EndpointRun, answer: str) -> None:
-    """The endpoint answered ``state``'s run with ``answer`` at its stop: a request that goes
-    on from it is the stopped run's (:func:`goes_on_from_stop`)."""
-    digest = answer_digest(answer)
-    if digest is not None and digest not in state.stop_answers and len(state.stop_answers) < 4:
-        state.stop_answers |= {digest}
-
-
 def goes_on_from_stop(state: EndpointRun, request: Request) -> bool:
     """Whether ``request`` goes on from the answer the endpoint gave at ``state``'s stop: its
     conversation's last model answer is that answer. An agent that sends it on did not take it
     as the run's end (a framework's validation retry: the stop answer failed its output's
     schema, and a retry prompt follows as a user message), so it is still the stopped run's,
     not the next run's."""
-    return bool(state.stop_answers) and request.last_answer is not None \
+    if not state.stop_answers:
+        return False
+    if request.previous_response_id is not None and request.previous_response_id \
+            in state.stop_answers:
+        return True
+    return request.last_answer is not None \
         and answer_digest(request.last_answer) in state.stop_answers
 
 
