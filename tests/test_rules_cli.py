@@ -297,6 +297,34 @@ def test_yaml_that_expands_or_nests_without_end_is_refused_with_its_line(
                               f"20); save it as UTF-8\n")
 
 
+def test_a_pack_budget_past_the_bound_is_a_problem_and_the_default_rules_still_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A budget is a finite number up to MAX_BUDGET (10^12) wherever it comes from: a pack's
+    count past it was taken, and every default budget rule for its agents then failed to
+    evaluate (CEL's int is 64 bits) while `rules check` said ok."""
+    pack = write(tmp_path / "huge.yaml", HEADER + "budgets:\n  - agents: ['x*']\n"
+                 "    max_tool_calls: 99999999999999999999999999\n"
+                 "    max_tokens: 1000000000001\n    max_iterations: 1000000000000\n")
+    code, _, err = cli(capsys, "rules", "check", pack)
+    assert (code, err.splitlines()) == (1, [
+        f"{pack}:6: budgets: max_tool_calls: must be at most 1e+12",
+        f"{pack}:7: budgets: max_tokens: must be at most 1e+12", "2 problems found"])
+    write(tmp_path / "huge.yaml", HEADER + "budgets:\n  - agents: ['x*']\n"
+          "    max_tool_calls: 1000000000000\n    max_tokens: 1000000000000\n")
+    tests = write(tmp_path / "huge.test.yaml", """\
+        rule_files: [huge.yaml]
+        tests:
+          - name: the largest budgets count down
+            agent: x1
+            steps:
+              - {at: 0, llm: {input_tokens: 100, output_tokens: 10}}
+              - {at: 1, tool: search, args: {q: a}, result: r}
+            expect: []
+    """)
+    code, out, _ = cli(capsys, "rules", "test", "-v", tests)
+    assert code == 0 and "failed to evaluate" not in out, out
+
+
 def test_an_integer_of_more_digits_than_python_reads_is_a_problem_with_its_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """YAML's integer of 5,000 digits: Python's int() refuses past 4,300 (a ValueError, a
