@@ -507,6 +507,28 @@ def test_a_conversation_that_goes_on_from_the_stop_answer_gets_the_error(
     assert len(llm.requests(model)) == 3
 
 
+def test_a_new_message_after_the_models_own_report_is_the_next_run(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """At its budget the run ends with the model's report; a request of the run after it gets
+    that report again from the endpoint. A new user message after the report is the
+    session's next run, as after any answer: it goes upstream (no error)."""
+    model = llm.script("reported", looping("search", lambda i: {"q": f"page {i}"},
+                                           answer_without_tools="REPORT: three pages"))
+    chat = client(sidecar, "budgeted")
+    messages: list[Any] = []
+    output, ran = run_loop(chat, model, messages=messages)
+    assert (output, ran) == ("REPORT: three pages", 3)
+    sent = len(llm.requests(model))
+    again = chat.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    assert again.choices[0].message.content == "REPORT: three pages"
+    assert len(llm.requests(model)) == sent  # answered by the endpoint
+    messages += [{"role": "assistant", "content": output},
+                 {"role": "user", "content": "Now look at page 4."}]
+    going_on = chat.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    assert going_on.choices[0].message.tool_calls
+    assert len(llm.requests(model)) == sent + 1
+
+
 @pytest.mark.parametrize("api", ["responses", "messages"])
 def test_the_stop_answer_sent_on_gets_the_error_on_the_other_apis(
         stop_sidecar: RunningServer, llm: FakeLLM, api: str) -> None:

@@ -596,9 +596,11 @@ class ModelProxy:
             headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         else:
             body, headers = dumps(wire.answer(parsed.model, answer, parsed, time.time())), JSON
-        # (a conversation the server keeps goes on from the answer by its id: Responses)
-        named = STOP_ANSWER_ID.search(body) if wire.api == "responses" else None
-        self.book.stopped(state, answer, named.group(1).decode() if named else None)
+        if text != state.report:  # (the model's own report ended its run: what follows
+            # it with a new user message is the session's next run, as after any answer)
+            # (a conversation the server keeps goes on from the answer by its id: Responses)
+            named = STOP_ANSWER_ID.search(body) if wire.api == "responses" else None
+            self.book.stopped(state, answer, named.group(1).decode() if named else None)
         return Answer(200, body, headers)
 
     def _stop_text(self, turn: Turn, state: EndpointRun, key: str) -> str:
