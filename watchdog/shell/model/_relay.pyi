@@ -20,7 +20,9 @@ class Relay:
     def forward(self, id: int, method: str, url: str, headers: list[tuple[str, str]],
                 body: bytes, observe: bool = False, notify: bool = True,
                 direct: bool = False, api: str = "", keep: int = -1,
-                watch: bool = False) -> bool: ...
+                watch: bool = False, unasked: bytes | None = None,
+                ahead: str | None = None, hold: bool = False) -> bool: ...
+    def release(self, id: int, body: bytes | None = None) -> bool: ...
     @staticmethod
     def observed(api: str, data: bytes) -> tuple[
             str | None, int, int, int, int, str | None, str | None,
