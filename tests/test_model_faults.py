@@ -555,6 +555,110 @@ def test_a_final_request_the_upstream_did_not_answer_goes_upstream_again_when_se
         raw.close()
 
 
+def finals(sidecar: RunningServer) -> int:
+    """The final requests the compiled relay carried itself (0 on the aiohttp relay)."""
+    native = sidecar.server.native
+    return 0 if native is None else native.finals
+
+
+@pytest.mark.parametrize("fault", ["reset", "gone"])
+def test_a_final_answer_broken_off_or_left_goes_upstream_again_when_sent_again(
+        relay: str, tmp_path: Path, released: threading.Event, fault: str) -> None:
+    """A run's final answer, held until it ends, that the upstream resets mid-way (the agent
+    gets what was held, then its answer broken off) or whose client goes away mid-way (the
+    upstream request dropped): the final turn did not happen, so the request sent again goes
+    upstream for the report again and the agent gets it, on both relays (the compiled relay
+    carries the three final requests itself)."""
+    def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if len(raw.seen) == 1:  # the one tool call
+            send(handler, 200, json.dumps({
+                "id": "chatcmpl-1", "object": "chat.completion", "model": "m",
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                    "role": "assistant", "content": None, "tool_calls": [
+                        {"id": "call_1", "type": "function",
+                         "function": {"name": "search", "arguments": "{}"}}]}}]}).encode())
+            return
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        words = ["partly"] if len(raw.seen) == 2 else ["The model's ", "report."]
+        for word in words:
+            chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                     "choices": [{"index": 0, "delta": {"content": word},
+                                  "finish_reason": None}]}
+            handler.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        if len(raw.seen) == 2:
+            if fault == "reset":
+                reset(handler)
+            else:
+                handler.wfile.flush()
+                released.wait(30)  # (the client has gone by then: the request dropped)
+                handler.close_connection = True
+            return
+        end = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        handler.wfile.write(b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n")
+        handler.close_connection = True
+
+    raw = RawUpstream(reply)
+    messages: list[dict[str, object]] = [{"role": "user", "content": f"find it {fault}"}]
+    agent = f"broken-{fault}"
+
+    def request(stream: bool) -> bytes:
+        body = json.dumps({"model": "m", "stream": stream, "tools": TOOLS,
+                           "messages": messages}).encode()
+        return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                b"x-watchdog-agent: %s\r\n"
+                b"x-watchdog-budget-tool-calls: 1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (agent.encode(), len(body), body))
+
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay,
+                         model_upstream_timeout=5.0) as sidecar:
+            answered, answer = post(sidecar, "/v1/chat/completions", json.dumps({
+                "model": "m", "tools": TOOLS, "messages": messages}).encode(),
+                {"x-watchdog-agent": agent, "x-watchdog-budget-tool-calls": "1"})
+            assert answered == 200, answer
+            messages += [json.loads(answer)["choices"][0]["message"],
+                         {"role": "tool", "tool_call_id": "call_1", "content": "found"}]
+            if fault == "reset":
+                got = raw_exchange(sidecar, request(True))
+                assert got.startswith(b"HTTP/1.1 200 "), got[:300]
+                # broken off at once (what was held goes first, when the relay read it before
+                # the reset: an RST may drop what the relay had not read yet)
+                assert not got.endswith((b"0\r\n\r\n", b"<no end>")), got[-300:]
+                counted = "upstream_error"
+            else:
+                host, port = sidecar.server.addresses["model"]
+                with socket.create_connection((host, port), timeout=10) as sock:
+                    sock.sendall(request(True))
+                    wait_until(lambda: len(raw.seen) == 2, "the final request upstream")
+                counted = "cancelled"
+                native = sidecar.server.native
+                if native is not None:  # the relay tells the client's end (it cannot tell a
+                    # half-close from a client gone): the request sent again lets it go
+                    wait_until(lambda: any(sent.ended for sent in native.forwarded.values()),
+                               "the client's end told")
+                    counted = ""
+            if counted:
+                wait_until(lambda: outcomes(sidecar, agent).get(counted) == 1.0,
+                           lambda: f"counted: {outcomes(sidecar, agent)}")
+            got = raw_exchange(sidecar, request(True))  # sent again
+            assert got.startswith(b"HTTP/1.1 200 "), got[:300]
+            assert b"The model's " in got and got.endswith(b"0\r\n\r\n"), got[-600:]
+            assert b"stopped this run" not in got, got[-600:]
+            assert len(raw.seen) == 3
+            for seen in raw.seen[1:]:
+                assert json.loads(seen.body)["tool_choice"] == "none"  # the final turn
+            assert finals(sidecar) == (2 if relay == "native" else 0)
+            if not counted:  # (let go by the request sent again: the relay dropped it)
+                wait_until(lambda: outcomes(sidecar, agent).get("cancelled") == 1.0,
+                           lambda: f"counted: {outcomes(sidecar, agent)}")
+    finally:
+        released.set()
+        raw.close()
+
+
 # -- a client that half-closes its connection --------------------------------------------------
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
