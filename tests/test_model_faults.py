@@ -61,6 +61,12 @@ def outcomes(sidecar: RunningServer, agent: str) -> dict[str, float]:
             for line in text.decode().splitlines() if line.startswith(prefix)}
 
 
+def finals(sidecar: RunningServer) -> int:
+    """The final requests the compiled relay carried itself (0 on the aiohttp relay)."""
+    native = sidecar.server.native
+    return 0 if native is None else native.finals
+
+
 def raw_exchange(sidecar: RunningServer, request: bytes, wait: float = 10) -> bytes:
     """What the endpoint answers to these bytes, until it closes the connection (or ``wait``
     seconds pass: then the answer so far, and ``<no end>``)."""
@@ -82,7 +88,7 @@ def raw_exchange(sidecar: RunningServer, request: bytes, wait: float = 10) -> by
 def test_a_final_request_whose_upstream_never_answers_is_504_and_its_run_settled(
         relay: str, tmp_path: Path, released: threading.Event, stream: bool) -> None:
     """A run's budget is spent: its next request goes upstream once more for the final
-    report (on the compiled relay through this process's own relay, which holds the answer).
+    report (on the compiled relay too, which holds the answer until Python releases it).
     An upstream that sends no head within ``model_upstream_timeout`` gets the agent a 504, on
     both relays, and the run has no model call running any more."""
     def silent(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
@@ -107,6 +113,7 @@ def test_a_final_request_whose_upstream_never_answers_is_504_and_its_run_settled
             wait_until(lambda: (run_detail(sidecar.api, runs[0]["id"]) or {}).get(
                 "signals", {}).get("in_flight") == 0, "the run has no model call running")
             assert outcomes(sidecar, "finisher") == {"upstream_timeout": 1.0}
+            assert finals(sidecar) == (1 if relay == "native" else 0)
     finally:
         released.set()
         raw.close()
@@ -257,13 +264,13 @@ def test_a_whole_response_too_long_to_read_that_breaks_off_is_the_upstreams_fail
 
 def test_a_final_answer_that_keeps_coming_is_not_cut_however_long(
         relay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run's final request (its answer held until it ends; on the compiled relay it goes
-    through this process's own relay on loopback) whose upstream streams its answer slowly
-    but without a stall longer than ``model_upstream_timeout``: the agent gets the whole
-    answer, however much longer it takes than the upstream's connect and read timeouts
-    (``CONNECT_TIMEOUT`` made 0.5 s here, so that is 1 s, and the compiled relay waited on its
-    loopback hop 6 s at most). A stall is still bounded: before the head, the test above
-    (504); mid-answer, :func:`test_a_final_answer_that_stalls_mid_way_is_broken_off`."""
+    """A run's final request (its answer held until it ends, on the compiled relay too)
+    whose upstream streams its answer slowly but without a stall longer than
+    ``model_upstream_timeout``: the agent gets the whole answer, however much longer it takes
+    than the upstream's connect and read timeouts (``CONNECT_TIMEOUT`` made 0.5 s here, so
+    that is 1 s: the compiled relay sets no bound of its own on a held answer). A stall is
+    still bounded: before the head, the test above (504); mid-answer,
+    :func:`test_a_final_answer_that_stalls_mid_way_is_broken_off`."""
     from watchdog.shell.model import native
     monkeypatch.setattr(native, "CONNECT_TIMEOUT", 0.5)
     words = 40
@@ -298,6 +305,7 @@ def test_a_final_answer_that_keeps_coming_is_not_cut_however_long(
             assert all(f"w{index} ".encode() in answer for index in range(words))
             wait_until(lambda: outcomes(sidecar, "slowfinal") == {"steered": 1.0},
                        lambda: f"counted: {outcomes(sidecar, 'slowfinal')}")
+            assert finals(sidecar) == (1 if relay == "native" else 0)
     finally:
         raw.close()
 
@@ -306,8 +314,8 @@ def test_a_final_answer_that_stalls_mid_way_is_broken_off(
         relay: str, tmp_path: Path, released: threading.Event) -> None:
     """A run's final answer whose upstream sends part of it, then nothing: past
     ``model_upstream_timeout`` the agent's answer is broken off (what was held, then the
-    connection closed mid-body), on the compiled relay too, which waits on its loopback hop
-    with no bound of its own."""
+    connection closed mid-body), on the compiled relay too, which holds the answer with no
+    bound of its own."""
     def stalls(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         handler.send_response(200)
         handler.send_header("Content-Type", "text/event-stream")
@@ -336,6 +344,7 @@ def test_a_final_answer_that_stalls_mid_way_is_broken_off(
             assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
             assert b"partly" in answer and not answer.endswith(b"0\r\n\r\n"), answer[-300:]
             assert json.loads(raw.seen[0].body)["tool_choice"] == "none"  # the final turn
+            assert finals(sidecar) == (1 if relay == "native" else 0)
     finally:
         released.set()
         raw.close()
@@ -553,12 +562,6 @@ def test_a_final_request_the_upstream_did_not_answer_goes_upstream_again_when_se
             assert text == "The model's report."
     finally:
         raw.close()
-
-
-def finals(sidecar: RunningServer) -> int:
-    """The final requests the compiled relay carried itself (0 on the aiohttp relay)."""
-    native = sidecar.server.native
-    return 0 if native is None else native.finals
 
 
 @pytest.mark.parametrize("fault", ["reset", "gone"])
