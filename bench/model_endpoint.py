@@ -32,7 +32,10 @@ the countdown in its instructions), the path every request of a budgeted run but
 takes. ``--budget-pack N`` gives it instead through a rule pack (``max_tool_calls: N`` for the
 bench's agent): the budget the compiled relay's requests sent on ahead carry, their bound and,
 from three calls left, the countdown's note (with ``--turns 5 --budget-pack 5``, the third and
-fourth requests of each conversation carry it).
+fourth requests of each conversation carry it). A conversation ends at its run's final request:
+with a budget of N calls and ``--turns`` past N, each conversation is N + 1 requests, the last
+offering the tool too (the sidecar withdraws it and holds the answer, the final report's path;
+the upstream calls the tool all the same, so the sidecar sends the stop note in its place).
 
 ``--floor`` (on unless ``--no-floor``, or neither the client nor the upstream is Go) adds a
 side named ``floor``: a bare proxy (Go's ``net/http``, bench/loadgen: each read of the
@@ -356,7 +359,8 @@ class Timings:
 
 BUDGET: dict[str, str] = {}  # --budget: the header that gives each run its budget
 PACK: dict[str, str] = {}  # --budget-pack: the rule pack's file (WATCHDOG_RULES)
-CONVERSATION = {"turns": 1}  # --turns: requests a conversation
+# --turns: requests a conversation; final: its last is its run's final request (a budget's)
+CONVERSATION = {"turns": 1, "final": 0}
 
 
 SEARCH_TOOL = [{"type": "function", "function": {"name": "search", "parameters": {
@@ -386,11 +390,13 @@ def answered(event: bytes, turn: int) -> list[dict[str, object]]:
 
 async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int, turn: int,
                      timings: Timings, history: list[dict[str, object]] | None = None,
-                     tools: bool = False) -> None:
+                     tools: bool = False, expect: bool | None = None) -> None:
     """Turn ``turn`` of conversation ``number`` after ``history`` (the turns before); with
-    ``tools`` (a turn that is not its conversation's last), the tool call the model hands over
-    and its result are added to it."""
+    ``tools`` it offers the tool, and with ``expect`` (a turn that is not its conversation's
+    last; by default ``tools``) the tool call the model hands over and its result are added to
+    it."""
     history = [] if history is None else history
+    expect = tools if expect is None else expect
     body = request_body(number, history, tools)
     handed = b""
     start = time.perf_counter()
@@ -406,12 +412,12 @@ async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int,
             pending += data
             while b"\n\n" in pending:
                 event, pending = pending.split(b"\n\n", 1)
-                if tools and not handed and b'"tool_calls"' in event:
+                if expect and not handed and b'"tool_calls"' in event:
                     handed = event
                 arrivals.append(now)
     if len(arrivals) < 2:
         raise SystemExit(f"{base_url}: a stream of {len(arrivals)} events")
-    if tools:
+    if expect:
         if not handed:
             raise SystemExit(f"{base_url}: no tool call handed over")
         history += answered(handed, turn)
@@ -437,7 +443,7 @@ async def phase(session: aiohttp.ClientSession, base_url: str, streams: int,
             history: list[dict[str, object]] = []
             for turn in range(1, min(turns, streams - number * turns) + 1):
                 await one_stream(session, base_url, first + number, turn, timings, history,
-                                 turn < turns)
+                                 turn < turns or bool(CONVERSATION["final"]), turn < turns)
     await asyncio.gather(*(worker(index) for index in range(concurrency)))
     return timings
 
@@ -494,7 +500,8 @@ class GoClient:
             process = self.processes[url] = subprocess.Popen(
                 [self.binary, "client", "-url", url, "-connections", str(self.connections),
                  "-budget", BUDGET.get("x-watchdog-budget-tool-calls", "0"),
-                 "-turns", str(CONVERSATION["turns"])],
+                 "-turns", str(CONVERSATION["turns"]),
+                 *(["-final"] if CONVERSATION["final"] else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 text=True)
         assert process.stdin is not None and process.stdout is not None
@@ -726,6 +733,11 @@ def main() -> None:
         BUDGET["x-watchdog-budget-tool-calls"] = str(args.budget)
     if args.budget_pack is not None and not 0 < args.budget_pack <= 1_000_000:
         parser.error("--budget-pack: 1 to 1000000 tool calls")
+    limit = min(calls for calls in (args.budget, args.budget_pack) if calls is not None) \
+        if args.budget is not None or args.budget_pack is not None else None
+    if limit is not None and args.turns > limit:  # (its budget spent: its final request)
+        args.turns = limit + 1
+        CONVERSATION.update(turns=args.turns, final=1)
     relays = list(dict.fromkeys(relay.strip() for relay in args.relay.split(",")))
     if not relays or any(relay not in ("python", "native") for relay in relays):
         parser.error("--relay: python, native or both, comma-separated")
@@ -764,7 +776,8 @@ def main() -> None:
     if args.budget_pack:
         budget += f", each run a rule pack's budget of {args.budget_pack} tool calls"
     if args.turns > 1:
-        budget += f", {args.turns} requests a conversation"
+        budget += f", {args.turns} requests a conversation" + (
+            " (the last its run's final one)" if CONVERSATION["final"] else "")
     print(f"model endpoint: streamed chat completions, {args.chunks} events "
           f"{args.chunk_ms:g} ms apart{budget}; client {args.client}, upstream "
           f"{args.upstream}; same client, same run, direct vs through the sidecar")
