@@ -50,7 +50,9 @@ relay that decides each request on one thread); and ``--concurrency`` streams at
 first starts are spread over one stream's length (as independent agents' requests arrive).
 Reported per phase and relay against the direct side, pooled per side:
 
-* time to first byte (the first SSE event): p50 and p99, and what the sidecar adds;
+* time to first byte (the first SSE event): p50 and p99, and what the sidecar adds (a run's
+  final requests apart: from the request to the answer's last event, as the sidecar holds the
+  answer until it ends);
 * per chunk: the gap between consecutive events p50 and p99 (the upstream's pace plus the
   relay), and what the sidecar adds;
 * stream time (first event to [DONE]) p50 and p99: chunk timing changed or not, end to end;
@@ -342,6 +344,9 @@ class Timings:
     gaps: list[float] = field(default_factory=list)  # seconds between consecutive events
     streams: list[float] = field(default_factory=list)  # first event to the last
     chunks: int = 0
+    # a run's final requests (--turns past a budget): seconds from the request to its last
+    # event (the sidecar holds the answer until it ends), kept out of the figures above
+    finals: list[float] = field(default_factory=list)
     cpu: float = 0.0  # the sidecar's CPU seconds over its phases
     wall: float = 0.0  # the phase's seconds
     idle: dict[str, float] = field(default_factory=dict)  # each sidecar's CPU, direct phases
@@ -351,10 +356,16 @@ class Timings:
         self.gaps += other.gaps
         self.streams += other.streams
         self.chunks += other.chunks
+        self.finals += other.finals
         self.cpu += other.cpu
         self.wall += other.wall
         for relay, cpu in other.idle.items():
             self.idle[relay] = self.idle.get(relay, 0.0) + cpu
+
+    @property
+    def count(self) -> int:
+        """The streams timed."""
+        return len(self.ttfb) + len(self.finals)
 
 
 BUDGET: dict[str, str] = {}  # --budget: the header that gives each run its budget
@@ -421,10 +432,13 @@ async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int,
         if not handed:
             raise SystemExit(f"{base_url}: no tool call handed over")
         history += answered(handed, turn)
+    timings.chunks += len(arrivals)
+    if tools and not expect:  # a run's final request: its answer held until it ends
+        timings.finals.append(arrivals[-1] - start)
+        return
     timings.ttfb.append(arrivals[0] - start)
     timings.gaps += [b - a for a, b in itertools.pairwise(arrivals)]
     timings.streams.append(arrivals[-1] - arrivals[0])
-    timings.chunks += len(arrivals)
 
 
 async def phase(session: aiohttp.ClientSession, base_url: str, streams: int,
@@ -513,10 +527,13 @@ class GoClient:
             if "wall" in one:
                 timings.wall = one["wall"]
                 return timings
+            timings.chunks += len(one["gaps"]) + 1
+            if one.get("final"):
+                timings.finals.append(one["ttfb"] + one["stream"])
+                continue
             timings.ttfb.append(one["ttfb"])
             timings.gaps += one["gaps"]
             timings.streams.append(one["stream"])
-            timings.chunks += len(one["gaps"]) + 1
         assert process.stderr is not None
         raise SystemExit(f"the Go client: {process.stderr.read().strip()[-2000:]}")
 
@@ -557,7 +574,7 @@ def ms(seconds: float) -> str:
 
 
 def report(label: str, relay: str, direct: Timings, proxied: Timings) -> list[str]:
-    rows = [f"{label}, relay {relay}: {len(direct.ttfb)} + {len(proxied.ttfb)} streams, "
+    rows = [f"{label}, relay {relay}: {direct.count} + {proxied.count} streams, "
             f"{direct.chunks} + {proxied.chunks} events (direct + through the sidecar)",
             f"  {'':26} {'direct ms':>10} {'sidecar ms':>10} {'added ms':>10} {'ratio':>7}"]
     for name, values in (("time to first byte", "ttfb"), ("gap between chunks", "gaps"),
@@ -566,6 +583,10 @@ def report(label: str, relay: str, direct: Timings, proxied: Timings) -> list[st
             d, p = pct(getattr(direct, values), q), pct(getattr(proxied, values), q)
             rows.append(f"  {name + f' p{round(q * 100)}':26} {ms(d):>10} {ms(p):>10} "
                         f"{ms(p - d):>10} {p / d if d else float('nan'):7.2f}")
+    for q in (0.5, 0.99) if direct.finals and proxied.finals else ():
+        d, p = pct(direct.finals, q), pct(proxied.finals, q)
+        rows.append(f"  {f'final, to its end p{round(q * 100)}':26} {ms(d):>10} {ms(p):>10} "
+                    f"{ms(p - d):>10} {p / d if d else float('nan'):7.2f}")
     d_mean, p_mean = (statistics.fmean(side.gaps) if side.gaps else math.nan
                       for side in (direct, proxied))
     rows.append(f"  {'gap between chunks mean':26} {ms(d_mean):>10} {ms(p_mean):>10} "
@@ -575,7 +596,7 @@ def report(label: str, relay: str, direct: Timings, proxied: Timings) -> list[st
                 f"{together[1]} direct, {together[0]} through the sidecar")
     idle = direct.idle.get(relay, 0.0) / direct.wall if direct.wall else 0.0  # its own timers
     busy = max(proxied.cpu - idle * proxied.wall, 0.0)
-    rows.append(f"  sidecar CPU per stream: {busy / len(proxied.ttfb) * 1000:.2f} ms, per "
+    rows.append(f"  sidecar CPU per stream: {busy / proxied.count * 1000:.2f} ms, per "
                 f"event {busy / proxied.chunks * 1e6:.0f} µs, busy "
                 f"{busy / proxied.wall * 100 if proxied.wall else 0:.0f} % of the wall time "
                 f"(its idle {idle * 1000:.1f} ms/s, measured while the direct side ran, "
