@@ -19,6 +19,7 @@ from tests.frameworks.fakellm import FakeLLM, looping
 from tests.frameworks.fakellm import offers_tools as offered
 from tests.harness import RunningServer, running_server, sidecar_config
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+from tests.test_model_endpoint import anthropic_loop
 
 KEY = "sk-final-0123456789"
 BUDGET = 2
@@ -27,8 +28,6 @@ STOPPED = "The agent-watchdog stopped this run: the model asked for tools again 
           "final report"
 TOOLS = [{"type": "function", "function": {
     "name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
-ANTHROPIC_TOOLS = [{"name": "search", "description": "Search.",
-                    "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}]
 
 
 @pytest.fixture(scope="module")
@@ -80,37 +79,14 @@ def openai_loop(sidecar: RunningServer, model: str, agent: str, stream: bool) ->
     raise AssertionError("no final answer")
 
 
-def anthropic_loop(sidecar: RunningServer, model: str, agent: str, stream: bool
-                   ) -> tuple[str, int]:
-    """A real Anthropic client's tool loop, as :func:`openai_loop`."""
-    import anthropic  # here: only these tests need the SDK
-
-    claude = anthropic.Anthropic(base_url=sidecar.url("model"), api_key=KEY, max_retries=0,
-                                 default_headers=headers(agent))
-    messages: list[Any] = [{"role": "user", "content": "find it"}]
-    ran = 0
-    for _ in range(BUDGET + 3):
-        if stream:
-            with claude.messages.stream(model=model, max_tokens=256, system="You are terse.",
-                                        messages=messages, tools=ANTHROPIC_TOOLS) as events:
-                message = events.get_final_message()
-        else:
-            message = claude.messages.create(model=model, max_tokens=256, system="You are terse.",
-                                             messages=messages, tools=ANTHROPIC_TOOLS)
-        uses = [block for block in message.content if block.type == "tool_use"]
-        if not uses:
-            return "".join(block.text for block in message.content if block.type == "text"), ran
-        messages.append({"role": "assistant", "content": [b.model_dump() for b in message.content]})
-        results = []
-        for use in uses:
-            ran += 1
-            results.append({"type": "tool_result", "tool_use_id": use.id,
-                            "content": f"page {ran}"})
-        messages.append({"role": "user", "content": results})
-    raise AssertionError("no final answer")
+def claude_loop(sidecar: RunningServer, model: str, agent: str, stream: bool
+                ) -> tuple[str, int]:
+    """A real Anthropic client's tool loop, as :func:`openai_loop` (test_model_endpoint's)."""
+    return anthropic_loop(sidecar, model, agent, stream, BUDGET + 3,
+                          extra_headers={"X-Watchdog-Budget-Tool-Calls": str(BUDGET)})
 
 
-LOOPS = {"openai": openai_loop, "anthropic": anthropic_loop}
+LOOPS = {"openai": openai_loop, "anthropic": claude_loop}
 
 
 def finals(sidecar: RunningServer) -> tuple[int, int]:
