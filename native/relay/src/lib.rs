@@ -149,7 +149,6 @@ enum Reply {
         body: Bytes,
         observe: bool,
         notify: bool,
-        direct: bool,
         trim: Option<Trim>,
         watch: Option<Api>,
         unasked: Option<Bytes>,
@@ -187,8 +186,6 @@ struct Shared {
     /// Python said (or took back) what a conversation's next request gets.
     told: Notify,
     client: reqwest::Client,
-    /// For this process's own loopback relay: never through a proxy.
-    direct: reqwest::Client,
     /// The upstream refused a request's `stream_options` (`Relay.usage_refused`).
     usage_refused: AtomicBool,
     /// The requests whose client's end is watched: their connection (`Relay.let_go`) and
@@ -1036,7 +1033,6 @@ async fn handle(
                 body: sent,
                 observe: true,
                 notify: true,
-                direct: false,
                 trim: usize::try_from(keep).ok().map(|keep| Trim {
                     api: admitted.api,
                     keep: Some(keep),
@@ -1085,7 +1081,6 @@ async fn handle(
                 body,
                 observe,
                 notify,
-                direct,
                 mut trim,
                 watch,
                 unasked,
@@ -1116,11 +1111,7 @@ async fn handle(
                 ticket.started = Instant::now();
                 let method =
                     reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::POST);
-                let client = if direct {
-                    &shared.direct
-                } else {
-                    &shared.client
-                };
+                let client = &shared.client;
                 let send = |body: Bytes| {
                     client
                         .request(method.clone(), &url)
@@ -1578,11 +1569,6 @@ impl Relay {
             |error: reqwest::Error| PyOSError::new_err(format!("the relay's HTTP client: {error}"));
         // the upstream: `read` is the longest wait for its head, and between its body's bytes
         let client = builder()?.read_timeout(read).build().map_err(failed)?;
-        // this process's own loopback relay (a run's final request, its answer held until it
-        // ends): no wait of its own, so a final answer that keeps coming is never cut however
-        // long it is; the loopback relay bounds what it waits for itself (the upstream's
-        // connect and read timeouts: a 504 or 502 of its own when the upstream stalls)
-        let direct = builder()?.no_proxy().build().map_err(failed)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1))
             .thread_name("watchdog-relay")
@@ -1632,7 +1618,6 @@ impl Relay {
             admission: Mutex::new(None),
             told: Notify::new(),
             client,
-            direct,
             usage_refused: AtomicBool::new(false),
             watched: Mutex::new(HashMap::new()),
             draining: tokio::sync::watch::Sender::new(false),
@@ -1788,8 +1773,7 @@ impl Relay {
     }
 
     /// Sends request ``id`` on to ``url``; with ``observe`` the response's bytes come back in
-    /// its ``done`` event, which comes with ``notify`` (or ``observe``); ``direct``: never
-    /// through the environment's proxy (this process's own loopback relay); ``api`` (chat,
+    /// its ``done`` event, which comes with ``notify`` (or ``observe``); ``api`` (chat,
     /// responses, messages) and ``keep`` >= 0: a successful response hands the agent at most
     /// ``keep`` tool calls (final-answer ones aside), trimmed as the Python relay trims; with
     /// ``keep`` < 0 and ``watch``, a successful stream passes as it comes and its end is told
@@ -1801,7 +1785,7 @@ impl Relay {
     /// observe limit: past it, it passes on as it comes), its ``done`` event then comes with
     /// ``held`` and the relay waits for ``release``.
     #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
-                        direct=false, api="", keep=-1, watch=false, unasked=None, ahead=None,
+                        api="", keep=-1, watch=false, unasked=None, ahead=None,
                         hold=false))]
     #[allow(clippy::too_many_arguments)]
     fn forward(
@@ -1813,7 +1797,6 @@ impl Relay {
         body: PyBackedBytes,
         observe: bool,
         notify: bool,
-        direct: bool,
         api: &str,
         keep: i64,
         watch: bool,
@@ -1862,7 +1845,6 @@ impl Relay {
                 body: Bytes::from_owner(body),
                 observe,
                 notify: notify || observe,
-                direct,
                 trim,
                 watch,
                 unasked: unasked.map(Bytes::copy_from_slice),
