@@ -414,18 +414,21 @@ impl Ticket {
         self.shared.releases.lock().unwrap().insert(self.id, tx);
         self.holding = true;
         self.end("ok");
-        Some(Box::pin(tokio::time::timeout(self.shared.decide_timeout, rx)))
+        Some(Box::pin(tokio::time::timeout(
+            self.shared.decide_timeout,
+            rx,
+        )))
     }
 }
 
 /// Python's word on a held answer, awaited (`Ticket::ask_release`).
-type Release = Pin<
-    Box<tokio::time::Timeout<oneshot::Receiver<Option<Bytes>>>>,
->;
+type Release = Pin<Box<tokio::time::Timeout<oneshot::Receiver<Option<Bytes>>>>>;
 
 /// What a release says to send: the replacement, or (None, Python said nothing in time or
 /// is gone) the held bytes.
-fn released(word: Result<Result<Option<Bytes>, oneshot::error::RecvError>, tokio::time::error::Elapsed>) -> Option<Bytes> {
+fn released(
+    word: Result<Result<Option<Bytes>, oneshot::error::RecvError>, tokio::time::error::Elapsed>,
+) -> Option<Bytes> {
     word.ok().and_then(Result::ok).flatten()
 }
 
@@ -1151,7 +1154,8 @@ async fn handle(
                     (_, Some(failure)) => failure,
                     (Ok(upstream), None) => {
                         match relayed(&shared, upstream, read, ticket, observe, trim, watch, hold)
-                            .await {
+                            .await
+                        {
                             Ok(response) => return Ok(response),
                             Err((back, kind, detail)) => {
                                 ticket = back;
