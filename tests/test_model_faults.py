@@ -6,6 +6,7 @@ request names — a real sidecar in front of a raw upstream the test scripts byt
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import socket
@@ -659,6 +660,43 @@ def test_a_final_answer_broken_off_or_left_goes_upstream_again_when_sent_again(
                            lambda: f"counted: {outcomes(sidecar, agent)}")
     finally:
         released.set()
+        raw.close()
+
+
+@pytest.mark.parametrize("empty", [False, True], ids=["report", "tools-again"])
+def test_a_final_whole_answer_in_gzip_passes_as_it_came_or_is_the_stop_note_plain(
+        relay: str, tmp_path: Path, empty: bool) -> None:
+    """A run's final request answered whole, in gzip: the model's report goes on as it came
+    (compressed, its ``Content-Encoding`` kept); an answer that asks for tools again is
+    trimmed empty and replaced by the stop note, plain JSON, on both relays."""
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "search", "arguments": "{}"}}]} \
+        if empty else {"role": "assistant", "content": "REPORT: done"}
+    data = gzip.compress(json.dumps({
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "finish_reason": "tool_calls" if empty else "stop",
+                     "message": message}]}).encode())
+    raw = RawUpstream(lambda handler, seen: send(handler, 200, data,
+                                                 {"Content-Encoding": "gzip"}))
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            status, answer = post(sidecar, "/v1/chat/completions", json.dumps({
+                "model": "m", "tools": TOOLS, "messages": [
+                    {"role": "user", "content": "final gzip"}]}).encode(),
+                {"x-watchdog-agent": "gzipfinal", "x-watchdog-budget-tool-calls": "0"})
+            assert status == 200, answer
+            assert json.loads(raw.seen[0].body)["tool_choice"] == "none"  # the final turn
+            if empty:
+                got = json.loads(answer)["choices"][0]["message"]
+                assert got["content"].startswith("The agent-watchdog stopped this run: the "
+                                                 "model asked for tools again"), got
+                assert not got.get("tool_calls"), got
+            else:
+                assert answer == data
+            native = sidecar.server.native
+            if native is not None:
+                assert (native.finals, native.stopped) == (1, int(empty))
+    finally:
         raw.close()
 
 
