@@ -93,7 +93,7 @@ from watchdog.shell.model.plans import (
     Plan,
     refuses_usage,
 )
-from watchdog.shell.model.streams import read_upto, relay, relay_json, relay_stream
+from watchdog.shell.model.streams import is_stream, read_upto, relay, relay_json, relay_stream
 from watchdog.shell.service import WatchdogService
 from watchdog.shell.tls import context_for
 
@@ -759,19 +759,8 @@ class ModelProxy:
         observed as :func:`~watchdog.shell.model.streams.relay_stream` and ``relay_json``
         observe what they pass on; with ``into``, its record goes there, for
         :meth:`book_calls`; ``seen``: a stream's observation, read by the relay already."""
-        wire = exchange.wire
-        if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
-            if seen is None:
-                accumulator = wire.accumulator()
-                read_stream(accumulator, data)
-                seen = accumulator.observation
-        else:
-            body: object = None
-            with contextlib.suppress(ValueError, RecursionError):
-                body = json.loads(data)
-            if not isinstance(body, dict):
-                return
-            seen = wire.read_response(body)
+        if seen is None and (seen := read_observation(exchange.wire, data, content_type)) is None:
+            return
         handed = kept_calls(seen.calls, exchange.turn.keep)
         if changed or len(handed) < len(seen.calls):
             self.steered(exchange.agent, "trim")
@@ -913,3 +902,17 @@ class ModelProxy:
     def steered(self, agent: str, action: str) -> None:
         if self.metrics is not None:
             self.metrics.model_steered(agent, action)
+
+
+def read_observation(wire: Wire, data: bytes, content_type: str) -> Observation | None:
+    """What a response relayed as it came said (``data``: its bytes, inflated), read as the
+    aiohttp relay reads it on the way: a stream by the API's accumulator, a whole response as
+    JSON (None: not a JSON object)."""
+    if is_stream(content_type):
+        accumulator = wire.accumulator()
+        read_stream(accumulator, data)
+        return accumulator.observation
+    body: object = None
+    with contextlib.suppress(ValueError, RecursionError):
+        body = json.loads(data)
+    return wire.read_response(body) if isinstance(body, dict) else None
