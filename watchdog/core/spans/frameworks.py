@@ -753,11 +753,37 @@ VOLTAGENT_AGENT = Convention(
     turn_counts=("voltagent.step_count",),
 )
 
+AGENTOPS = Convention(
+    name="AgentOps",
+    emitted_by="the AgentOps SDK's own instrumentation (`agentops.init`: its tracer provider, "
+               "`agentops.*` names; its smolagents instrumentation)",
+    # its words (`tool.status`, `tool.parameters`): read on its scopes' spans alone
+    scopes=("agentops",),
+    # no kind attribute: an agent's span (`<name>.run`) has its `agent.role` (`executor`, a
+    # managed agent's `managed`), a tool's (`tool.execute`) its `tool.status`
+    kinds={"agent.role": {"executor": Role.AGENT, "managed": Role.AGENT},
+           "tool.status": {"success": Role.TOOL, "error": Role.TOOL}},
+    tool_name=("tool.name",),
+    tool_args=("tool.parameters",),
+    tool_result=("tool.result",),
+    answer=("agentops.entity.output",),
+    # what it writes for a tool's arguments it could not read (every smolagents call's): no
+    # arguments, not the empty ones (calls with "{}" are no repeats of each other)
+    hidden_content=frozenset({"{}"}),
+    notes="its smolagents instrumentation names no tool (`tool.name` `unknown`: its wrapper "
+          "reads a `ToolCall` smolagents no longer passes) and no arguments (`{}`): the "
+          "`final_answer` call is a tool call like the others and no call a repeat of another; "
+          "a model call carries its usage and the tools it offered, no finish reason or "
+          "messages; `max_steps` ends the loop with a last request offering no tools (on no "
+          "span: the run reads `completed`, answered by that request's text; a known gap)"
+          + ON_NO_SPAN,
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
-    SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT,
+    SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, AGENTOPS,
 )
