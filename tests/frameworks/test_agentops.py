@@ -72,8 +72,8 @@ def _read(sidecar: RunningServer, scenario: str) -> None:
     assert signals["repeated_tool_call"] == 0, signals
     if scenario == "tool_error":  # smolagents' error around the tool's, from the failed span
         assert signals["last_error"].startswith(
-            "smolagents.utils.AgentToolExecutionError: Error executing tool 'lookup' with arguments "
-            "{'key': 'broken'}: RuntimeError: backend unavailable for broken"), signals
+            "smolagents.utils.AgentToolExecutionError: Error executing tool 'lookup' with "
+            "arguments {'key': 'broken'}: RuntimeError: backend unavailable for broken"), signals
 
 
 @pytest.mark.parametrize("scenario", sorted(CASES))
