@@ -779,6 +779,25 @@ AGENTOPS = Convention(
           + ON_NO_SPAN,
 )
 
+LAMINAR = Convention(
+    name="Laminar",
+    emitted_by="Laminar's own spans (`lmnr`: `Laminar.initialize()`; its trace processor for the "
+               "OpenAI Agents SDK)",
+    # its words (`lmnr.span.input`, `lmnr.span.output`): read on its scope's spans alone
+    scopes=("lmnr",),
+    # what a span is: `lmnr.span.type` LLM or TOOL (a handoff too); everything else DEFAULT
+    kinds={"lmnr.span.type": {"LLM": Role.LLM, "TOOL": Role.TOOL}},
+    # an agent's span (named after it, DEFAULT) records the agent as its input: {"name": …,
+    # "tools": […]}; the span so named is the agent's invocation
+    agent_name_json=(("lmnr.span.input", ("name",)),),
+    tool_args=("lmnr.span.input",),
+    tool_result=("lmnr.span.output",),
+    notes="a span's kind is `lmnr.span.type` (`LLM`, `TOOL`, else `DEFAULT`): an agent's span "
+          "is a `DEFAULT` one named after the agent whose input names it (`{\"name\": …}`); "
+          "`service.name` is the script's path unless set; the answer is the last model call's "
+          "output (the agent's span records none)",
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
@@ -786,4 +805,5 @@ CONVENTIONS: tuple[Convention, ...] = (
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
     SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, AGENTOPS,
+    LAMINAR,
 )
