@@ -123,6 +123,7 @@ AGENTS = [
     Agent("anthropic", "endpoint_anthropic", "messages_stream"),
     Agent("openai_agents", "endpoint_openai_agents", "responses"),
     Agent("openai_agents", "endpoint_openai_agents", "chat"),
+    Agent("openai_agents_laminar", "endpoint_openai_agents", "laminar"),  # traced by Laminar
     Agent("pydantic_ai", "endpoint_pydantic_ai", "run"),
     Agent("pydantic_ai", "endpoint_pydantic_ai", "stream"),
     # traced as Langfuse's docs set it up (Agent.instrument_all() under the Langfuse SDK)
@@ -132,6 +133,8 @@ AGENTS = [
     Agent("langfuse", "endpoint_langchain", "langfuse"),  # traced by Langfuse's CallbackHandler
     Agent("crewai", "endpoint_crewai", "kickoff"),
     Agent("smolagents", "endpoint_smolagents", "run", answer_tool="final_answer"),
+    # on LiteLLM, traced by the AgentOps SDK
+    Agent("agentops", "endpoint_smolagents", "agentops", answer_tool="final_answer"),
     Agent("autogen", "endpoint_autogen", "run"),
     Agent("autogen", "endpoint_autogen", "stream"),
     *(Agent("agno", "endpoint_agno", mode) for mode in (

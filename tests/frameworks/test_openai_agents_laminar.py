@@ -28,7 +28,7 @@ import pytest
 from tests.frameworks import scenarios
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import check_recorded, drive_and_check, top_answers
-from tests.frameworks.test_openai_agents import AGENT, EXPECTED, SCRIPTS
+from tests.frameworks.test_openai_agents import EXPECTED, SCRIPTS
 from tests.harness import RunningServer
 
 ENV = DRIVER = "openai_agents_laminar"

@@ -13,9 +13,9 @@ import sys
 from typing import Any
 
 from _otel import JsonLinesExporter
+from openai_agents_sdk import main
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from openai_agents_sdk import main
 
 
 class _Laminar:
