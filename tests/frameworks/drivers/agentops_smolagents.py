@@ -31,10 +31,14 @@ def lookup(key: str) -> str:
 
 
 def main(scenario: str) -> None:
+    # smolagents first: AgentOps instruments what is imported when it initialises (imported
+    # after, smolagents' modules are instrumented half-loaded: an error, then a retry)
+    from smolagents import LiteLLMModel, ToolCallingAgent, tool
+
+    os.environ["AGENTOPS_LOGGING_TO_FILE"] = "False"  # (else an agentops.log in the cwd)
     import agentops
     from agentops.sdk.core import tracer
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from smolagents import LiteLLMModel, ToolCallingAgent, tool
 
     agentops.init(
         api_key=None, trace_name="agentops-smolagents", auto_start_session=False,
