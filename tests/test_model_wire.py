@@ -224,6 +224,44 @@ def test_notes_go_into_the_instructions_never_a_user_message() -> None:
     assert "parallel_tool_calls" not in responses
 
 
+def test_a_responses_note_goes_where_the_agent_gave_its_instructions() -> None:
+    """Into ``instructions`` when the agent gave them there, or gave none; else into its first
+    system/developer input item (Koog's system prompt: its client cannot read back an
+    ``instructions`` echoed as a string), unless the server keeps the conversation."""
+    note = "[budget: 2 of 3 tool calls left — wrap up soon]"
+    wire = ResponsesWire()
+    developer = {"role": "developer", "content": [{"type": "input_text", "text": "be brief"}]}
+    user = {"role": "user", "content": [{"type": "input_text", "text": "q"}]}
+    noted = wire.add_note({"input": [developer, user]}, note)
+    assert "instructions" not in noted and noted["input"] == [
+        {**developer, "content": [*developer["content"], {"type": "input_text", "text": note}]},
+        user]
+    assert wire.read_request(noted).instructions == "be brief\n" + note
+    system = wire.add_note({"input": [user, {"role": "system", "content": "sys"}]}, note)
+    assert system["input"][1]["content"] == "sys\n\n" + note
+    for body in ({"instructions": "You research.", "input": [developer, user]},
+                 {"input": [user]}, {"input": "q"},
+                 {"previous_response_id": "resp_1", "input": [developer, user]},
+                 {"conversation": "conv_1", "input": [developer, user]}):
+        told = wire.add_note(body, note)
+        assert told["input"] == body["input"], told
+        assert told["instructions"].endswith(note) and told["instructions"].startswith(
+            body.get("instructions", note)), told
+
+
+def test_the_sidecars_own_responses_answer_says_its_text_format() -> None:
+    """Its own answer (a stopped run's), whole and streamed, has every field the API's
+    response always has, ``text`` among them: strict clients (Koog's) require it."""
+    request = ResponsesWire().read_request({"model": "m", "input": "q"})
+    whole = ResponsesWire().answer("m", "stopped", request, 0.0)
+    assert {"id", "object", "created_at", "status", "model", "output", "parallel_tool_calls",
+            "text"} <= whole.keys() and whole["text"] == {"format": {"type": "text"}}
+    streamed = ResponsesWire().answer_stream("m", "stopped", request, 0.0).decode()
+    completed = [json.loads(line.removeprefix("data: ")) for line in streamed.splitlines()
+                 if line.startswith("data: ") and '"response.completed"' in line]
+    assert [event["response"]["text"] for event in completed] == [{"format": {"type": "text"}}]
+
+
 def test_requests_read_their_tool_results_since_the_last_answer() -> None:
     chat = ChatWire().read_request({"model": "m", "tools": [1], "messages": [
         {"role": "system", "content": "sys"}, {"role": "user", "content": "q"},

@@ -117,8 +117,8 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "burr": (*_OTEL, "_burr", "burr.core", "burr.integrations.opentelemetry",
              "opentelemetry.instrumentation.openai", "opentelemetry.instrumentation.openai.v1",
              *_OPENAI),
-    # AgentOps is imported by the driver (its init hooks the imports that follow)
-    "agentops": (*_OTEL, *_LITELLM),
+    # AgentOps is imported by the driver, after smolagents (its init instruments those imported)
+    "agentops_smolagents": (*_OTEL, *_LITELLM),
     "crewai": (*_OTEL, "crewai", "crewai.tools", "openinference.instrumentation.crewai",
                *_OPENAI),
     "crewai_openlit": (*_OTEL, "crewai", "crewai.tools", "openlit", *_OPENAI),

@@ -16,7 +16,8 @@ and the agent's span: named after the agent, its ``lmnr.span.input`` ``{"name": 
 Before the Laminar entry of ``watchdog/core/spans/frameworks.py`` (data: the kind map on
 ``lmnr.span.type``, the agent named in its span's input JSON, a tool's input and output, on its
 scope's spans alone) every run was named after the script's path (``service.name``), its
-agent's span no invocation. Each case runs live and from its committed recording.
+agent's span no invocation (a handoff's or an agent-as-tool's calls folded into one run), no
+tool's arguments read. Each case runs live and from its committed recording.
 """
 
 from __future__ import annotations

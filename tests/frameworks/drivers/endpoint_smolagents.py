@@ -2,7 +2,7 @@
 reads ``OPENAI_BASE_URL``, so the base URL alone points it at the sidecar). Mode (argv[1]):
 ``run``, or ``agentops`` (on ``LiteLLMModel`` ``openai/<model>``, no ``api_base``: LiteLLM reads
 ``OPENAI_BASE_URL``; traced as the AgentOps SDK's docs set it up, ``agentops.init()`` before the
-agent, venv ``agentops``; its spans go nowhere: its exporter's endpoint is a closed port). See
+agent, venv ``agentops_smolagents``; its spans go nowhere: its exporter's endpoint is a closed port). See
 :mod:`endpoint_common`."""
 
 from __future__ import annotations
