@@ -1,8 +1,8 @@
 """A smolagents ``ToolCallingAgent`` on ``OpenAIServerModel`` (no ``api_base``: its OpenAI client
 reads ``OPENAI_BASE_URL``, so the base URL alone points it at the sidecar). Mode (argv[1]):
 ``run``, or ``agentops`` (on ``LiteLLMModel`` ``openai/<model>``, no ``api_base``: LiteLLM reads
-``OPENAI_BASE_URL``; traced as the AgentOps SDK's docs set it up, ``agentops.init()`` before the
-agent, venv ``agentops_smolagents``; its spans go nowhere: its exporter's endpoint is a closed port). See
+``OPENAI_BASE_URL``; traced by the AgentOps SDK, ``agentops.init()`` before the agent, venv
+``agentops_smolagents``; its spans go nowhere: its exporter's endpoint is a closed port). See
 :mod:`endpoint_common`."""
 
 from __future__ import annotations
