@@ -832,6 +832,22 @@ LAMINAR = Convention(
           "output (the agent's span records none)",
 )
 
+LANGTRACE = Convention(
+    name="Langtrace",
+    emitted_by="Langtrace's own instrumentation (`langtrace-python-sdk`: `langtrace.init()`; "
+               "its Agno and OpenAI instrumentations)",
+    # Agno's agent span (`Agent.run`) names its agent; no span carries a kind of any convention
+    # (`langtrace.service.type` says `framework` or `llm`)
+    agent_name=("agno.agent.name",),
+    # a model call's messages are in its span events, as JSON lists
+    input_messages=("gen_ai.content.prompt:gen_ai.prompt",),
+    output_messages=("gen_ai.content.completion:gen_ai.completion",),
+    notes="a model call's messages only in its `gen_ai.content.prompt`/`gen_ai.content.completion` "
+          "events, no finish reason; its Agno instrumentation (written for Agno 1.x) traces the "
+          "agent's run and no tool: the model's requests for tools are in its output messages "
+          "alone, no tool call is seen (a known gap)" + ON_NO_SPAN,
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
@@ -839,5 +855,5 @@ CONVENTIONS: tuple[Convention, ...] = (
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
     SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG,
-    AGENTOPS, LAMINAR,
+    AGENTOPS, LAMINAR, LANGTRACE,
 )
