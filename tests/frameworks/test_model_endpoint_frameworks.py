@@ -142,6 +142,7 @@ AGENTS = [
     Agent("agentops_smolagents", "endpoint_smolagents", "agentops", answer_tool="final_answer"),
     Agent("autogen", "endpoint_autogen", "run"),
     Agent("autogen", "endpoint_autogen", "stream"),
+    Agent("agno_langtrace", "endpoint_agno", "langtrace"),  # traced by Langtrace
     *(Agent("agno", "endpoint_agno", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream")),
     *(Agent("llamaindex", "endpoint_llamaindex", mode) for mode in ("run", "stream", "workflow")),

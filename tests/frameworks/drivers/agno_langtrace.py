@@ -19,10 +19,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 
 def main(scenario: str) -> None:
+    os.environ["LANGTRACE_ERROR_REPORTING"] = "False"  # (else Sentry, off this machine)
     from langtrace_python_sdk import langtrace
 
-    langtrace.init(custom_remote_exporter=OTLPSpanExporter(), batch=True,
-                   disable_logging=True)
+    # (it takes OTEL_EXPORTER_OTLP_ENDPOINT for its host: without one and without an API key
+    # for its own backend it traces nothing)
+    langtrace.init(custom_remote_exporter=OTLPSpanExporter(), batch=True)
     provider = trace.get_tracer_provider()
     if os.environ.get("RECORD_SPANS"):
         provider.add_span_processor(  # type: ignore[attr-defined]
@@ -32,6 +34,7 @@ def main(scenario: str) -> None:
 
     base_url, name = model_settings()
     agent = Agent(name="agno_researcher", tools=[lookup], instructions="You look keys up.",
+                  telemetry=False,
                   model=OpenAIChat(id=name, base_url=base_url, api_key="sk-fake"),
                   tool_call_limit=3 if scenario == "limit" else None)
     result = agent.run(TASKS[scenario])
