@@ -752,6 +752,46 @@ def test_calls_handed_over_count_at_the_next_request_once() -> None:
     assert state.results == 3 and state.handed == 3
 
 
+def test_a_request_sent_again_is_a_retry_whose_calls_never_ran() -> None:
+    """The request before sent again, nothing of the calls handed over since in it (its client
+    could not read the answer): those calls are handed over no more and count nothing; one
+    that the next request answers after all counts then. Not so while another request of the
+    run is with the model (parallel agents of one run may send the same request)."""
+    book = ModelBook()
+    asked = chat_request({"role": "assistant", "tool_calls": [{"id": "call_0"}]},
+                         {"role": "tool", "tool_call_id": "call_0", "content": "found"})
+    state = book.identify("chat", asked, Caller(), "a", lambda _key: False)
+    book.tool_records(state, asked, 1)
+    book.call_record(state, asked, Observation(complete=True), [
+        Call("call_1", "search", "{}"), Call("call_2", "search", "{}")], 2, 3)
+    book.settle(state)
+    assert state.handed == 2
+    again = book.identify("chat", asked, Caller(), "a", lambda _key: False)
+    assert again is state and book.tool_records(state, asked, 4) == []
+    assert (state.handed, state.results, list(state.pending)) == (0, 0, [])
+    book.call_record(state, asked, Observation(complete=True), [
+        Call("call_3", "search", "{}")], 5, 6)
+    book.settle(state)
+    answered = chat_request(
+        {"role": "assistant", "tool_calls": [{"id": "call_0"}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "found"},
+        {"role": "assistant", "tool_calls": [{"id": "call_3"}, {"id": "call_1"}]},
+        {"role": "tool", "tool_call_id": "call_3", "content": "three"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "one, run after all"})
+    book.identify("chat", answered, Caller(), "a", lambda _key: False)
+    records = book.tool_records(state, answered, 7)
+    assert [record.result_brief for record in records] == ["three", "one, run after all"]
+    assert (state.handed, state.results) == (1, 2)
+    # parallel: the same request while another of the run is with the model is no retry
+    book.call_record(state, answered, Observation(complete=True), [
+        Call("call_4", "search", "{}")], 8, 9)
+    book.identify("chat", answered, Caller(), "a", lambda _key: False)
+    book.identify("chat", answered, Caller(), "a", lambda _key: False)
+    assert state.asking == 3
+    [record] = book.tool_records(state, answered, 10)
+    assert record.tool_name == "search" and state.handed == 2
+
+
 def test_a_response_asking_only_for_the_answer_tool_is_the_answer() -> None:
     book = ModelBook()
     request = chat_request()

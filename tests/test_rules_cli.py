@@ -36,7 +36,7 @@ def write(path: Path, text: str, header: bool = False) -> str:
 def test_check_accepts_the_default_pack(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = cli(capsys, "rules", "check", str(REPO / "rules" / "default.yaml"))
     assert (code, err) == (0, "")
-    assert out == "ok: 20 rules enabled, 0 disabled, 0 budgets, from 1 files\n"
+    assert out == "ok: 21 rules enabled, 0 disabled, 0 budgets, from 1 files\n"
 
 
 def test_check_a_user_pack_over_the_default(tmp_path: Path,
@@ -45,7 +45,7 @@ def test_check_a_user_pack_over_the_default(tmp_path: Path,
                  "budgets: [{agents: ['*'], max_tool_calls: 40}]\n")
     code, out, _ = cli(capsys, "rules", "check", pack)
     assert code == 0
-    assert out == "ok: 19 rules enabled, 1 disabled, 1 budgets, from 2 files\n"
+    assert out == "ok: 20 rules enabled, 1 disabled, 1 budgets, from 2 files\n"
     code, _, err = cli(capsys, "rules", "check", "--no-default", pack)
     assert code == 1
     assert err.splitlines() == [

@@ -96,6 +96,7 @@ class ResponsesWire:
         results: list[ToolResult] = []
         said: list[str] = []
         count, last_is_user = 1, isinstance(items, str)
+        last_answer: object = None
         if isinstance(items, list):
             count = len(items)
             for item in items:
@@ -108,6 +109,7 @@ class ResponsesWire:
                     anchor = anchor_of(item.get("content"))
                 if role == "assistant" or kind in CALL_ITEMS:
                     results, said = [], []
+                    last_answer = item.get("content") if role == "assistant" else None
                 elif role == "user" and len(said) < MAX_TOOL_CALLS_SEEN:
                     said.append(text_of(item.get("content")))
                 elif kind in RESULT_ITEMS and len(results) < MAX_TOOL_CALLS_SEEN:
@@ -136,7 +138,8 @@ class ResponsesWire:
             said=said,
             previous_response_id=previous if isinstance(previous, str) and previous else None,
             kept=kept is not None or (isinstance(previous, str) and bool(previous)),
-            input_hash=request_hash(items if isinstance(items, (str, list)) else None))
+            input_hash=request_hash(items if isinstance(items, (str, list)) else None),
+            last_answer=last_answer)
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         """The note where the agent gave its instructions: in ``instructions`` when it gave

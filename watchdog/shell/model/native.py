@@ -274,6 +274,7 @@ class NativeEndpoint:
                    if SESSION_DIGEST.fullmatch(digest))  # (another's session may be "model:…")
         proxy.service.stepped = self._stepped
         proxy.service.session_changed = self._session_changed
+        proxy.service.state.writable_changed = self.check_basis
         proxy.service.tracker.dropped = self._dropped
         proxy.book.let_go = self._dropped
         self.loop = asyncio.get_running_loop()
@@ -490,6 +491,7 @@ class NativeEndpoint:
         self.continued += continued
         metrics = proxy.metrics
         kind = "continued" if continued else "first"
+        decided = "an answer"
         if isinstance(plan, Plan):
             exchange = plan.exchange
             if continued and exchange is not None:
@@ -497,27 +499,36 @@ class NativeEndpoint:
                 self.answered += any(handed_by(result.call_id) == key
                                      for result in exchange.request.results)
             self._publish(plan, None)
-            if exchange is None or (plan.keep == keep and exchange.unasked is None and (
-                    (exchange.turn.act is Act.PASS and not note)
-                    or (exchange.turn.act is Act.NOTE and exchange.turn.text == note != ""))):
-                plan.body = b""  # (the relay's, sent on already: not held here as well)
-                self.noted += bool(note)
-                self.pending[number] = plan
-                self._asking(number, plan)
+            same = exchange is None or (plan.keep == keep and exchange.unasked is None and (
+                (exchange.turn.act is Act.PASS and not note)
+                or (exchange.turn.act is Act.NOTE and exchange.turn.text == note != "")))
+            decided = exchange.turn.act.value if exchange is not None else "unread"
+            if exchange is not None and not same:
+                # what went upstream is the relay's (its bound, its note): booked as that, so
+                # what its answer hands over is counted however this process decides now
+                exchange.state.final_used = False  # the final turn did not go: the request did
+                exchange.release()
+                exchange.turn = Turn(Act.NOTE if note else Act.PASS, note,
+                                     None if keep < 0 else keep, "ahead")
+                exchange.unasked = None
+                exchange.reserved = max(keep, 0)
+                exchange.state.reserved += exchange.reserved
+            plan.body = b""  # (the relay's, sent on already: not held here as well)
+            self.noted += bool(note)
+            self.pending[number] = plan
+            self._asking(number, plan)
+            if same:
                 if metrics is not None:
                     metrics.model_ahead(kind, "same")
                 return
-            exchange.state.final_used = False  # the final turn did not go: the request did
-            exchange.settle()
         self.missed += 1
         if metrics is not None:
             metrics.model_ahead(kind, "missed")
         self._forget()
         log.warning("model request sent on as %s (bound %s) but decided otherwise "
-                    "once read (%s): the rules or the fleet changed meanwhile",
-                    "its run's next" if continued else "a new run's", keep,
-                    "an answer" if isinstance(plan, Answer) else plan.exchange.turn.act.value
-                    if plan.exchange is not None else "unread")
+                    "once read (%s): the rules, the fleet or the state's writes changed "
+                    "meanwhile; its call is booked as sent",
+                    "its run's next" if continued else "a new run's", keep, decided)
 
     # -- what the relay sends on before this loop reads it -------------------------------------
 
@@ -537,7 +548,8 @@ class NativeEndpoint:
                 and exchange.request.has_tools  # (one that offers none is told no countdown)
                 and state.answered == 0 and state.asking == 1 and not state.handed):
             self.check_basis()
-            self.relay.admit_agent(learn, plan.keep)
+            if self._basis is not None:
+                self.relay.admit_agent(learn, plan.keep)
 
     def _ahead(self, plan: Plan) -> str | None:
         """The conversation of a request whose booked call may tell the relay what its next
@@ -716,11 +728,19 @@ class NativeEndpoint:
 
     def check_basis(self) -> None:
         """What the relay learned holds while the rules and the fleet's failing tools are
-        those it was learned under (checked at each batch of events, when the rules are
-        loaded again and after each step of the core)."""
+        those it was learned under and the state can be written (checked at each batch of
+        events, when the rules are loaded again, after each step of the core and when the
+        state's writes fail or succeed again); while it cannot, the relay learns nothing."""
         if self.relay is None or self.closed:
             return
-        core = self.proxy.service.core
+        service = self.proxy.service
+        core = service.core
+        if service.state_error is not None:
+            # (the state cannot take a request's records: Python steers each one by the
+            # book's counts, ModelProxy._steer_unrecorded, which no proof says ahead)
+            if self._basis is not None:
+                self._forget()
+            return
         rules = core.engine.ruleset if core.engine is not None else None
         fleet = core.fleet.activation()
         basis = self._basis

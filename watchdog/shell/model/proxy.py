@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -47,7 +48,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from watchdog.core.bounds import id_problem, load_json
-from watchdog.core.model.book import Caller, EndpointRun, ModelBook
+from watchdog.core.model.book import Caller, EndpointRun, ModelBook, goes_on_from_stop
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
 from watchdog.core.model.messages import MessagesWire
@@ -102,6 +103,8 @@ CONNECT_TIMEOUT = 30.0  # seconds to open a connection to the upstream
 RETRY_AFTER = "1"  # seconds, when too many requests are in flight
 MAX_REPORT_LINES = 20  # the run's last steps in an abort answer
 MAX_FAILURES_LOGGED = 20  # tracebacks of failed observations logged (then only counted)
+# the id of a Responses answer the endpoint gave (ResponsesWire.answer, answer_stream)
+STOP_ANSWER_ID = re.compile(rb'"id": ?"(resp_watchdog[0-9a-f]{20})"')
 
 
 # A request the upstream gave no answer the client could have, by how it failed: the status
@@ -542,7 +545,9 @@ class ModelProxy:
             return None
         counts = Counts(used=max(state.used, state.results), handed=state.handed,
                         budget={} if limit is None else {"max_tool_calls": limit},
-                        final_used=state.final_used, stop=state.stop, reserved=state.reserved)
+                        final_used=state.final_used, stop=state.stop, reserved=state.reserved,
+                        # (the rules saw the calls recorded, no more: from COUNTDOWN_FROM left)
+                        ruled=state.used)
         return state, decide(counts, board, parsed.instructions, parsed.has_tools,
                              parsed.structured), key, \
             agent or state.agent or "unknown"
@@ -581,12 +586,22 @@ class ModelProxy:
             except Exception:
                 self._failed("request")
         answer = abort_text(text, parsed.answer_format)
-        if self.config.model_abort == "error" or answer is None:
+        if self.config.model_abort == "error" or answer is None \
+                or goes_on_from_stop(state, parsed):
+            # (an agent that sent the stop answer on did not take it as its run's end, a
+            # framework's validation retry: the error ends it, its message the note)
             return Answer(400, dumps(wire.error(400, ABORT_CODE, text)), JSON)
         if parsed.stream:
-            return Answer(200, wire.answer_stream(parsed.model, answer, parsed, time.time()),
-                          {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        return Answer(200, dumps(wire.answer(parsed.model, answer, parsed, time.time())), JSON)
+            body = wire.answer_stream(parsed.model, answer, parsed, time.time())
+            headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        else:
+            body, headers = dumps(wire.answer(parsed.model, answer, parsed, time.time())), JSON
+        if text != state.report:  # (the model's own report ended its run: what follows
+            # it with a new user message is the session's next run, as after any answer)
+            # (a conversation the server keeps goes on from the answer by its id: Responses)
+            named = STOP_ANSWER_ID.search(body) if wire.api == "responses" else None
+            self.book.stopped(state, answer, named.group(1).decode() if named else None)
+        return Answer(200, body, headers)
 
     def _stop_text(self, turn: Turn, state: EndpointRun, key: str) -> str:
         if state.report:  # the final report the model gave: the run's result

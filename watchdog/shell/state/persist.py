@@ -110,6 +110,9 @@ class StateWriter:
         self._checkpointed: set[str] | None = None
         self._lane = Lane("watchdog-store")
         self.state_error: str | None = None  # why the last store write failed; None: writable
+        # told when the state becomes unwritable or writable again (the model relay's proofs
+        # hold only while it is writable)
+        self.writable_changed: Callable[[], None] | None = None
 
     # -- what changed -----------------------------------------------------------------------------
 
@@ -286,13 +289,16 @@ class StateWriter:
         self.sessions.requeue(sessions)
 
     def failed(self, exc: Exception) -> None:
-        if self.state_error is None:  # logged once per change of state, not every flush
+        was = self.state_error
+        self.state_error = str(exc) or type(exc).__name__
+        if was is None:  # logged once per change of state, not every flush
             log.error("the state in %s cannot be written (%s): exports are refused with 503 / "
                       "UNAVAILABLE and /readyz is unready until a write succeeds; %d runs and "
                       "%d activity entries wait in memory", self.state_dir, exc,
                       len(self._dirty), len(self._pending))
             self.observer.state_writable(False)
-        self.state_error = str(exc) or type(exc).__name__
+            if self.writable_changed is not None:
+                self.writable_changed()
 
     def _written(self) -> None:
         if self.state_error is not None:
@@ -300,6 +306,8 @@ class StateWriter:
                         self.state_dir)
             self.state_error = None
             self.observer.state_writable(True)
+            if self.writable_changed is not None:
+                self.writable_changed()
 
     async def close(self) -> None:
         """Persist what is pending and close the store (shutdown)."""
