@@ -33,17 +33,11 @@ def lookup(key: str) -> str:
 def main(scenario: str) -> None:
     # smolagents first: AgentOps instruments what is imported when it initialises (imported
     # after, smolagents' modules are instrumented half-loaded: an error, then a retry)
+    from _agentops import init_agentops
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from smolagents import LiteLLMModel, ToolCallingAgent, tool
 
-    os.environ["AGENTOPS_LOGGING_TO_FILE"] = "False"  # (else an agentops.log in the cwd)
-    import agentops
-    from agentops.sdk.core import tracer
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-
-    agentops.init(
-        api_key=None, trace_name="agentops-smolagents", auto_start_session=False,
-        exporter_endpoint=os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] + "/v1/traces",
-        log_level="ERROR")
+    tracer = init_agentops(os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] + "/v1/traces")
     if os.environ.get("RECORD_SPANS"):
         assert tracer.provider is not None
         tracer.provider.add_span_processor(

@@ -16,15 +16,10 @@ from endpoint_common import TASK, done, model, search
 def main(mode: str) -> None:
     model_object: Any
     if mode == "agentops":
-        import os
-
+        from _agentops import CLOSED_PORT, init_agentops
         from smolagents import LiteLLMModel  # (before AgentOps: agentops_smolagents says why)
 
-        os.environ["AGENTOPS_LOGGING_TO_FILE"] = "False"
-        import agentops
-
-        agentops.init(api_key=None, auto_start_session=False, log_level="ERROR",
-                      exporter_endpoint="http://127.0.0.1:9/v1/traces")
+        init_agentops(CLOSED_PORT + "/v1/traces")
         model_object = LiteLLMModel(f"openai/{model()}")
     else:
         from smolagents import OpenAIServerModel
