@@ -35,12 +35,11 @@ from typing import Any
 import pytest
 
 from tests.frameworks import cases
-from tests.frameworks.fakellm import FakeLLM, Script
+from tests.frameworks.fakellm import Script
 from tests.frameworks.harness import (
     Expect,
-    check_recorded,
     check_tool_budget,
-    drive_and_check,
+    scenario_tests,
     tool_budget_sidecar,
 )
 from tests.harness import RunningServer
@@ -78,18 +77,8 @@ def _read(sidecar: RunningServer, scenario: str) -> None:
             "arguments {'key': 'broken'}: RuntimeError: backend unavailable for broken"), signals
 
 
-@pytest.mark.parametrize("scenario", sorted(CASES))
-def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
-    drive_and_check(sidecar, llm, ENV, DRIVER, scenario, {"": SCRIPTS[scenario]},
-                    [CASES[scenario]])
-    _read(sidecar, scenario)
-    assert len(llm.requests(f"{DRIVER}-{scenario}")) == CASES[scenario].iterations
-
-
-@pytest.mark.parametrize("scenario", sorted(CASES))
-def test_recorded(sidecar: RunningServer, scenario: str) -> None:
-    check_recorded(sidecar, DRIVER, scenario, [CASES[scenario]])
-    _read(sidecar, scenario)
+test_live, test_recorded = scenario_tests(
+    ENV, DRIVER, {name: {"": script} for name, script in SCRIPTS.items()}, CASES, _read)
 
 
 @pytest.fixture

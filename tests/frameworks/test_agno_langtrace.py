@@ -23,11 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from tests.frameworks import scenarios
-from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import Expect, check_recorded, drive_and_check
+from tests.frameworks.harness import Expect, scenario_tests
 from tests.frameworks.test_agno import AGENT, SCRIPTS
 from tests.harness import RunningServer
 
@@ -52,14 +49,4 @@ def _read(sidecar: RunningServer, scenario: str) -> None:
     assert run["signals"]["last_error"] == "", run["signals"]
 
 
-@pytest.mark.parametrize("scenario", sorted(CASES))
-def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
-    drive_and_check(sidecar, llm, ENV, DRIVER, scenario, SCRIPTS[scenario], [CASES[scenario]])
-    _read(sidecar, scenario)
-    assert len(llm.requests(f"{DRIVER}-{scenario}")) == CASES[scenario].iterations
-
-
-@pytest.mark.parametrize("scenario", sorted(CASES))
-def test_recorded(sidecar: RunningServer, scenario: str) -> None:
-    check_recorded(sidecar, DRIVER, scenario, [CASES[scenario]])
-    _read(sidecar, scenario)
+test_live, test_recorded = scenario_tests(ENV, DRIVER, SCRIPTS, CASES, _read)
