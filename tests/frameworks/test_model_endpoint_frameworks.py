@@ -128,6 +128,7 @@ AGENTS = [
     Agent("anthropic", "endpoint_anthropic", "messages_stream"),
     Agent("openai_agents", "endpoint_openai_agents", "responses"),
     Agent("openai_agents", "endpoint_openai_agents", "chat"),
+    Agent("openai_agents_laminar", "endpoint_openai_agents", "laminar"),  # traced by Laminar
     Agent("pydantic_ai", "endpoint_pydantic_ai", "run"),
     Agent("pydantic_ai", "endpoint_pydantic_ai", "stream"),
     # traced as Langfuse's docs set it up (Agent.instrument_all() under the Langfuse SDK)
@@ -137,8 +138,11 @@ AGENTS = [
     Agent("langfuse", "endpoint_langchain", "langfuse"),  # traced by Langfuse's CallbackHandler
     Agent("crewai", "endpoint_crewai", "kickoff"),
     Agent("smolagents", "endpoint_smolagents", "run", answer_tool="final_answer"),
+    # on LiteLLM, traced by the AgentOps SDK
+    Agent("agentops_smolagents", "endpoint_smolagents", "agentops", answer_tool="final_answer"),
     Agent("autogen", "endpoint_autogen", "run"),
     Agent("autogen", "endpoint_autogen", "stream"),
+    Agent("agno_langtrace", "endpoint_agno", "langtrace"),  # traced by Langtrace
     *(Agent("agno", "endpoint_agno", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream")),
     *(Agent("llamaindex", "endpoint_llamaindex", mode) for mode in ("run", "stream", "workflow")),
