@@ -15,13 +15,12 @@ import os
 import sys
 from typing import Any
 
+from _agentops import init_agentops
 from _handwritten_loop import StepLimitReached, recording_relay, run_loop
 from _tools import lookup
 
 recording_relay()
-os.environ["AGENTOPS_LOGGING_TO_FILE"] = "False"  # (else its log goes to ./agentops.log)
 
-import agentops  # noqa: E402
 from agentops.sdk.decorators import agent, operation, tool, trace  # noqa: E402
 
 
@@ -47,10 +46,7 @@ def research(scenario: str) -> str:
 
 
 def main(scenario: str) -> None:
-    agentops.init(api_key="00000000-0000-0000-0000-000000000000",
-                  exporter_endpoint=os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/")
-                  + "/v1/traces",
-                  auto_start_session=False, log_level="ERROR")
+    init_agentops(os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + "/v1/traces")
     try:
         print("answer:", research(scenario))
     except StepLimitReached as exc:

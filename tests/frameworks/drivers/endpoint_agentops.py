@@ -1,17 +1,15 @@
 """The hand-written tool loop of :mod:`endpoint_openai` under the AgentOps SDK as
 :mod:`agentops_loop` traces it (``agentops.init``: its OpenAI instrumentation wraps the client's
 calls and streams; its decorators on the agent), pointed at the sidecar by ``OPENAI_BASE_URL``
-alone. Its spans go nowhere: its exporter's endpoint is a closed port, and no AgentOps key
-works offline. Modes (argv[1]): ``chat``, ``chat_stream``. See :mod:`endpoint_common`."""
+alone. Its spans go nowhere: its exporter's endpoint is a closed port (:mod:`_agentops`: no key,
+nothing sent off this machine). Modes (argv[1]): ``chat``, ``chat_stream``. See
+:mod:`endpoint_common`."""
 
 from __future__ import annotations
 
-import os
 import sys
 
-os.environ["AGENTOPS_LOGGING_TO_FILE"] = "False"  # (else its log goes to ./agentops.log)
-
-import agentops
+from _agentops import CLOSED_PORT, init_agentops
 from agentops.sdk.decorators import agent, operation, trace
 from endpoint_common import done
 from endpoint_openai import chat
@@ -31,9 +29,7 @@ def invoke(stream: bool) -> str:
 
 
 def main(mode: str) -> None:
-    agentops.init(api_key="00000000-0000-0000-0000-000000000000",
-                  exporter_endpoint="http://127.0.0.1:9/v1/traces", auto_start_session=False,
-                  log_level="CRITICAL")
+    init_agentops(CLOSED_PORT + "/v1/traces")
     done(invoke(mode.endswith("_stream")))
 
 
