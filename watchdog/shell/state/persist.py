@@ -47,7 +47,7 @@ class Snapshotted(Protocol):
 
     key: str
 
-    def to_dict(self) -> dict[str, Any]: ...
+    def to_row(self) -> dict[str, Any]: ...
 
 
 class AppliedSpans(Protocol):
@@ -149,7 +149,7 @@ class StateWriter:
 
     def flush(self) -> None:
         """Persist everything pending, synchronously (only when no loop is running: tests)."""
-        rows = [run.to_dict() for run in self._dirty.values()]
+        rows = [run.to_row() for run in self._dirty.values()]
         activity, gone = self._pending.entries, self._gone
         self._dirty, self._pending, self._gone = {}, PendingActivity(), set()
         sessions = [state.to_dict() for state in self.sessions.take_dirty()]
@@ -200,7 +200,7 @@ class StateWriter:
                 rows = Rows(size)
                 parts.append(rows)
             try:
-                rows.add_run(run.to_dict())  # a run changed after this is dirty again
+                rows.add_run(run.to_row())  # a run changed after this is dirty again
             except Exception:
                 rows.refused.append(run.key)
             entries = by_run.get(run.key)
@@ -256,7 +256,7 @@ class StateWriter:
             return
         for run in self._dirty.values():
             try:
-                last.add_run(run.to_dict())
+                last.add_run(run.to_row())
             except Exception:  # (its refusal is counted when the next flush meets it)
                 continue
         applied.extend(late)
