@@ -10,7 +10,7 @@ DIST_PY   := $(DIST_VENV)/bin/python
 
 .PHONY: run demo test check lint bench deps-test system-deps frameworks clean dist dist-python \
 	dist-image dist-chart collector loadgen goagent genkit-go rust-agent rig-agent java-agent \
-	spring-ai-agent
+	spring-ai-agent koog-agent
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -284,6 +284,23 @@ $(JAVA_AGENT): $(JAVA_AGENT_DIR)/classpath
 
 java-agent: $(JAVA_AGENT)
 
+## maven-agent(LABEL,POM): the recipe of a Maven-built agent's classpath file, in the directory
+## its sources' hash names ($(@D)): POM packaged into $(@D).tmp from Maven Central (Maven's
+## repository AGENT_WATCHDOG_CACHE/m2), its agent.jar and lib/ moved into $(@D), and the
+## classpath naming them written last (a build cut off leaves none); one build at a time.
+define maven-agent
+	@mkdir -p $(@D) && exec 9>$(@D).lock && flock 9 && if [ ! -f $@ ]; then \
+		echo "building $(1) into $(@D)"; \
+		rm -rf $(@D).tmp $(@D)/* \
+		&& mvn -B -q -f $(2) -Dmaven.repo.local=$(AGENT_WATCHDOG_CACHE)/m2 \
+			-Dagent.build.dir=$(@D).tmp package \
+		&& mv $(@D).tmp/lib $(@D).tmp/agent.jar $(@D)/ \
+		&& rm -rf $(@D).tmp \
+		&& printf '%s\n' "$(@D)/agent.jar$$(ls $(@D)/lib | LC_ALL=C sort | sed 's|^|:$(@D)/lib/|' | tr -d '\n')" \
+			> $@.tmp && mv $@.tmp $@ || exit 1; \
+	fi
+endef
+
 ## spring-ai-agent: the Spring AI agent of tests/frameworks/test_spring_ai.py (tests/frameworks/
 ## spring_ai: Spring AI's ChatClient on its OpenAI model, Micrometer Tracing's OpenTelemetry
 ## bridge and the OTLP exporter, as its pom.xml pins them), built by Maven from Maven Central the
@@ -298,22 +315,34 @@ SPRING_AI_AGENT_DIR     := $(AGENT_WATCHDOG_CACHE)/spring-ai-agent/$(SPRING_AI_A
 SPRING_AI_AGENT         := .cache/spring-ai-agent/$(SPRING_AI_AGENT_HASH)/classpath
 
 $(SPRING_AI_AGENT_DIR)/classpath:
-	@mkdir -p $(@D) && exec 9>$(SPRING_AI_AGENT_DIR).lock && flock 9 && if [ ! -f $@ ]; then \
-		echo "building the Spring AI agent into $(SPRING_AI_AGENT_DIR)"; \
-		rm -rf $(SPRING_AI_AGENT_DIR).tmp $(@D)/* \
-		&& mvn -B -q -f tests/frameworks/spring_ai/pom.xml \
-			-Dmaven.repo.local=$(AGENT_WATCHDOG_CACHE)/m2 \
-			-Dagent.build.dir=$(SPRING_AI_AGENT_DIR).tmp package \
-		&& mv $(SPRING_AI_AGENT_DIR).tmp/lib $(SPRING_AI_AGENT_DIR).tmp/agent.jar $(@D)/ \
-		&& rm -rf $(SPRING_AI_AGENT_DIR).tmp \
-		&& printf '%s\n' "$(@D)/agent.jar$$(ls $(@D)/lib | LC_ALL=C sort | sed 's|^|:$(@D)/lib/|' | tr -d '\n')" \
-			> $@.tmp && mv $@.tmp $@ || exit 1; \
-	fi
+	$(call maven-agent,the Spring AI agent,tests/frameworks/spring_ai/pom.xml)
 
 $(SPRING_AI_AGENT): $(SPRING_AI_AGENT_DIR)/classpath
 	mkdir -p .cache/spring-ai-agent && ln -sfn $(SPRING_AI_AGENT_DIR) $(@D)
 
 spring-ai-agent: $(SPRING_AI_AGENT)
+
+## koog-agent: the Koog agent of tests/frameworks/test_koog.py and of the model endpoint's tests
+## (tests/frameworks/koog: JetBrains' Koog, Kotlin, with its own OpenTelemetry feature, as its
+## pom.xml pins them), compiled by the Kotlin Maven plugin from Maven Central the same way into
+## AGENT_WATCHDOG_CACHE/koog-agent/<hash of its sources>/ (agent.jar, lib/, classpath);
+## .cache/koog-agent/<hash>/ links there (tests/frameworks/jvm.py hashes the same files). Cold
+## (an empty Maven repository: 152 MB downloaded with the Kotlin compiler and Maven's plugins;
+## lib/ is 44 MB, 163 jars): 83 s and 16 CPU-seconds on two cores shared with a load of 11; with
+## the repository kept and a changed source, 26 s (the Kotlin compile); then nothing.
+KOOG_AGENT_SOURCES := tests/frameworks/koog/pom.xml \
+	$(shell find tests/frameworks/koog/src -type f -name '*.kt' | LC_ALL=C sort)
+KOOG_AGENT_HASH    := $(shell cat $(KOOG_AGENT_SOURCES) | sha256sum | cut -c1-16)
+KOOG_AGENT_DIR     := $(AGENT_WATCHDOG_CACHE)/koog-agent/$(KOOG_AGENT_HASH)
+KOOG_AGENT         := .cache/koog-agent/$(KOOG_AGENT_HASH)/classpath
+
+$(KOOG_AGENT_DIR)/classpath:
+	$(call maven-agent,the Koog agent,tests/frameworks/koog/pom.xml)
+
+$(KOOG_AGENT): $(KOOG_AGENT_DIR)/classpath
+	mkdir -p .cache/koog-agent && ln -sfn $(KOOG_AGENT_DIR) $(@D)
+
+koog-agent: $(KOOG_AGENT)
 
 ## collector: the OpenTelemetry Collector the scale-out tests run (tests/test_scale_out.py), built
 ## by the Collector builder from Go modules as tests/collector/builder-config.yaml says, into
@@ -363,7 +392,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 

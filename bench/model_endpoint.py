@@ -32,7 +32,10 @@ the countdown in its instructions), the path every request of a budgeted run but
 takes. ``--budget-pack N`` gives it instead through a rule pack (``max_tool_calls: N`` for the
 bench's agent): the budget the compiled relay's requests sent on ahead carry, their bound and,
 from three calls left, the countdown's note (with ``--turns 5 --budget-pack 5``, the third and
-fourth requests of each conversation carry it).
+fourth requests of each conversation carry it). A conversation ends at its run's final request:
+with a budget of N calls and ``--turns`` past N, each conversation is N + 1 requests, the last
+offering the tool too (the sidecar withdraws it and holds the answer, the final report's path;
+the upstream calls the tool all the same, so the sidecar sends the stop note in its place).
 
 ``--floor`` (on unless ``--no-floor``, or neither the client nor the upstream is Go) adds a
 side named ``floor``: a bare proxy (Go's ``net/http``, bench/loadgen: each read of the
@@ -47,7 +50,9 @@ relay that decides each request on one thread); and ``--concurrency`` streams at
 first starts are spread over one stream's length (as independent agents' requests arrive).
 Reported per phase and relay against the direct side, pooled per side:
 
-* time to first byte (the first SSE event): p50 and p99, and what the sidecar adds;
+* time to first byte (the first SSE event): p50 and p99, and what the sidecar adds (a run's
+  final requests apart: from the request to the answer's last event, as the sidecar holds the
+  answer until it ends);
 * per chunk: the gap between consecutive events p50 and p99 (the upstream's pace plus the
   relay), and what the sidecar adds;
 * stream time (first event to [DONE]) p50 and p99: chunk timing changed or not, end to end;
@@ -339,6 +344,9 @@ class Timings:
     gaps: list[float] = field(default_factory=list)  # seconds between consecutive events
     streams: list[float] = field(default_factory=list)  # first event to the last
     chunks: int = 0
+    # a run's final requests (--turns past a budget): seconds from the request to its last
+    # event (the sidecar holds the answer until it ends), kept out of the figures above
+    finals: list[float] = field(default_factory=list)
     cpu: float = 0.0  # the sidecar's CPU seconds over its phases
     wall: float = 0.0  # the phase's seconds
     idle: dict[str, float] = field(default_factory=dict)  # each sidecar's CPU, direct phases
@@ -348,15 +356,22 @@ class Timings:
         self.gaps += other.gaps
         self.streams += other.streams
         self.chunks += other.chunks
+        self.finals += other.finals
         self.cpu += other.cpu
         self.wall += other.wall
         for relay, cpu in other.idle.items():
             self.idle[relay] = self.idle.get(relay, 0.0) + cpu
 
+    @property
+    def count(self) -> int:
+        """The streams timed."""
+        return len(self.ttfb) + len(self.finals)
+
 
 BUDGET: dict[str, str] = {}  # --budget: the header that gives each run its budget
 PACK: dict[str, str] = {}  # --budget-pack: the rule pack's file (WATCHDOG_RULES)
-CONVERSATION = {"turns": 1}  # --turns: requests a conversation
+# --turns: requests a conversation; final: its last is its run's final request (a budget's)
+CONVERSATION = {"turns": 1, "final": 0}
 
 
 SEARCH_TOOL = [{"type": "function", "function": {"name": "search", "parameters": {
@@ -386,11 +401,13 @@ def answered(event: bytes, turn: int) -> list[dict[str, object]]:
 
 async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int, turn: int,
                      timings: Timings, history: list[dict[str, object]] | None = None,
-                     tools: bool = False) -> None:
+                     tools: bool = False, expect: bool | None = None) -> None:
     """Turn ``turn`` of conversation ``number`` after ``history`` (the turns before); with
-    ``tools`` (a turn that is not its conversation's last), the tool call the model hands over
-    and its result are added to it."""
+    ``tools`` it offers the tool, and with ``expect`` (a turn that is not its conversation's
+    last; by default ``tools``) the tool call the model hands over and its result are added to
+    it."""
     history = [] if history is None else history
+    expect = tools if expect is None else expect
     body = request_body(number, history, tools)
     handed = b""
     start = time.perf_counter()
@@ -406,19 +423,22 @@ async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int,
             pending += data
             while b"\n\n" in pending:
                 event, pending = pending.split(b"\n\n", 1)
-                if tools and not handed and b'"tool_calls"' in event:
+                if expect and not handed and b'"tool_calls"' in event:
                     handed = event
                 arrivals.append(now)
     if len(arrivals) < 2:
         raise SystemExit(f"{base_url}: a stream of {len(arrivals)} events")
-    if tools:
+    if expect:
         if not handed:
             raise SystemExit(f"{base_url}: no tool call handed over")
         history += answered(handed, turn)
+    timings.chunks += len(arrivals)
+    if tools and not expect:  # a run's final request: its answer held until it ends
+        timings.finals.append(arrivals[-1] - start)
+        return
     timings.ttfb.append(arrivals[0] - start)
     timings.gaps += [b - a for a, b in itertools.pairwise(arrivals)]
     timings.streams.append(arrivals[-1] - arrivals[0])
-    timings.chunks += len(arrivals)
 
 
 async def phase(session: aiohttp.ClientSession, base_url: str, streams: int,
@@ -437,7 +457,7 @@ async def phase(session: aiohttp.ClientSession, base_url: str, streams: int,
             history: list[dict[str, object]] = []
             for turn in range(1, min(turns, streams - number * turns) + 1):
                 await one_stream(session, base_url, first + number, turn, timings, history,
-                                 turn < turns)
+                                 turn < turns or bool(CONVERSATION["final"]), turn < turns)
     await asyncio.gather(*(worker(index) for index in range(concurrency)))
     return timings
 
@@ -494,7 +514,8 @@ class GoClient:
             process = self.processes[url] = subprocess.Popen(
                 [self.binary, "client", "-url", url, "-connections", str(self.connections),
                  "-budget", BUDGET.get("x-watchdog-budget-tool-calls", "0"),
-                 "-turns", str(CONVERSATION["turns"])],
+                 "-turns", str(CONVERSATION["turns"]),
+                 *(["-final"] if CONVERSATION["final"] else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 text=True)
         assert process.stdin is not None and process.stdout is not None
@@ -506,10 +527,13 @@ class GoClient:
             if "wall" in one:
                 timings.wall = one["wall"]
                 return timings
+            timings.chunks += len(one["gaps"]) + 1
+            if one.get("final"):
+                timings.finals.append(one["ttfb"] + one["stream"])
+                continue
             timings.ttfb.append(one["ttfb"])
             timings.gaps += one["gaps"]
             timings.streams.append(one["stream"])
-            timings.chunks += len(one["gaps"]) + 1
         assert process.stderr is not None
         raise SystemExit(f"the Go client: {process.stderr.read().strip()[-2000:]}")
 
@@ -550,7 +574,7 @@ def ms(seconds: float) -> str:
 
 
 def report(label: str, relay: str, direct: Timings, proxied: Timings) -> list[str]:
-    rows = [f"{label}, relay {relay}: {len(direct.ttfb)} + {len(proxied.ttfb)} streams, "
+    rows = [f"{label}, relay {relay}: {direct.count} + {proxied.count} streams, "
             f"{direct.chunks} + {proxied.chunks} events (direct + through the sidecar)",
             f"  {'':26} {'direct ms':>10} {'sidecar ms':>10} {'added ms':>10} {'ratio':>7}"]
     for name, values in (("time to first byte", "ttfb"), ("gap between chunks", "gaps"),
@@ -559,6 +583,10 @@ def report(label: str, relay: str, direct: Timings, proxied: Timings) -> list[st
             d, p = pct(getattr(direct, values), q), pct(getattr(proxied, values), q)
             rows.append(f"  {name + f' p{round(q * 100)}':26} {ms(d):>10} {ms(p):>10} "
                         f"{ms(p - d):>10} {p / d if d else float('nan'):7.2f}")
+    for q in (0.5, 0.99) if direct.finals and proxied.finals else ():
+        d, p = pct(direct.finals, q), pct(proxied.finals, q)
+        rows.append(f"  {f'final, to its end p{round(q * 100)}':26} {ms(d):>10} {ms(p):>10} "
+                    f"{ms(p - d):>10} {p / d if d else float('nan'):7.2f}")
     d_mean, p_mean = (statistics.fmean(side.gaps) if side.gaps else math.nan
                       for side in (direct, proxied))
     rows.append(f"  {'gap between chunks mean':26} {ms(d_mean):>10} {ms(p_mean):>10} "
@@ -568,7 +596,7 @@ def report(label: str, relay: str, direct: Timings, proxied: Timings) -> list[st
                 f"{together[1]} direct, {together[0]} through the sidecar")
     idle = direct.idle.get(relay, 0.0) / direct.wall if direct.wall else 0.0  # its own timers
     busy = max(proxied.cpu - idle * proxied.wall, 0.0)
-    rows.append(f"  sidecar CPU per stream: {busy / len(proxied.ttfb) * 1000:.2f} ms, per "
+    rows.append(f"  sidecar CPU per stream: {busy / proxied.count * 1000:.2f} ms, per "
                 f"event {busy / proxied.chunks * 1e6:.0f} µs, busy "
                 f"{busy / proxied.wall * 100 if proxied.wall else 0:.0f} % of the wall time "
                 f"(its idle {idle * 1000:.1f} ms/s, measured while the direct side ran, "
@@ -726,6 +754,11 @@ def main() -> None:
         BUDGET["x-watchdog-budget-tool-calls"] = str(args.budget)
     if args.budget_pack is not None and not 0 < args.budget_pack <= 1_000_000:
         parser.error("--budget-pack: 1 to 1000000 tool calls")
+    limit = min(calls for calls in (args.budget, args.budget_pack) if calls is not None) \
+        if args.budget is not None or args.budget_pack is not None else None
+    if limit is not None and args.turns > limit:  # (its budget spent: its final request)
+        args.turns = limit + 1
+        CONVERSATION.update(turns=args.turns, final=1)
     relays = list(dict.fromkeys(relay.strip() for relay in args.relay.split(",")))
     if not relays or any(relay not in ("python", "native") for relay in relays):
         parser.error("--relay: python, native or both, comma-separated")
@@ -764,7 +797,8 @@ def main() -> None:
     if args.budget_pack:
         budget += f", each run a rule pack's budget of {args.budget_pack} tool calls"
     if args.turns > 1:
-        budget += f", {args.turns} requests a conversation"
+        budget += f", {args.turns} requests a conversation" + (
+            " (the last its run's final one)" if CONVERSATION["final"] else "")
     print(f"model endpoint: streamed chat completions, {args.chunks} events "
           f"{args.chunk_ms:g} ms apart{budget}; client {args.client}, upstream "
           f"{args.upstream}; same client, same run, direct vs through the sidecar")

@@ -57,7 +57,7 @@ PARTS: tuple[tuple[str, str, str, bool], ...] = (
     ("decisions carried", "watchdog.shell.service", "WatchdogService._decided", False),
     ("decisions carried", "watchdog.shell.service", "WatchdogService._decided_row", False),
     ("step carried", "watchdog.shell.service", "WatchdogService._carry", False),
-    ("flush encoding", "watchdog.core.runs.run", "RunState.to_dict", True),
+    ("flush encoding", "watchdog.core.runs.run", "RunState.to_row", True),
     ("flush encoding", "watchdog.core.sessions", "SessionState.to_dict", True),
     ("flush encoding", "watchdog.shell.state.store", "Rows.add_run", True),
     ("flush encoding", "watchdog.shell.state.store", "Rows.add_activity", True),

@@ -211,7 +211,8 @@ def test_bad_url_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("url", ["localhost:9477", "127.0.0.1:9477", "ftp://127.0.0.1:9477",
-                                 "http://", "http://[::1"])
+                                 "http://", "http://[::1", "http://127.0.0.1:99999",
+                                 "http://127.0.0.1:port"])
 def test_a_url_without_http_says_what_a_url_is(url: str, capsys: pytest.CaptureFixture[str],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """``WATCHDOG_URL=localhost:9477`` (no scheme: ``localhost`` reads as one) is named as
@@ -571,3 +572,19 @@ def test_serve_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -> N
         assert f"(default: {shown})" in after[:end], (flag, after[:end])
     assert "(default: state)" in text and "(default: 127.0.0.1:9477)" in text
     assert "(default: 900s)" in text and "(default: 10000)" in text
+
+
+@pytest.mark.parametrize("url", ["http://admin:hunter2@127.0.0.1:9477",
+                                 "http://admin:hunter2@localhost", "ftp://u:hunter2@h/"])
+def test_a_url_with_credentials_is_refused_without_showing_them(
+        url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """urllib sends no credentials from a URL, and a password before a portless host read as
+    a port (``admin:hunter2@localhost``) was quoted back in its error; the URL is refused,
+    its password never shown."""
+    monkeypatch.setenv("WATCHDOG_URL", url)
+    assert main(["runs"]) == 2
+    err = capsys.readouterr().err
+    assert "hunter2" not in err and ":***@" in err, err
+    assert main(["report", "r1", "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert "hunter2" not in err and err.startswith("watchdog: --url "), err

@@ -706,8 +706,11 @@ def test_budget_validation() -> None:
         assert run.budget == {"max_tool_calls": 2.0, "max_seconds": 0.5}
         with pytest.raises(ValueError, match="failed_approaches='pin aiohttp' is not allowed"):
             run.checkpoint("x", failed_approaches="pin aiohttp")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="WATCHDOG_URL"):
-        Watchdog("ftp://x")
+    for url in ("ftp://x", "http://[::1", "http://127.0.0.1:99999", "http://127.0.0.1:port"):
+        with pytest.raises(ValueError) as refused:
+            Watchdog(url)
+        assert str(refused.value) == (f"WATCHDOG_URL={url!r} is not allowed: expected "
+                                      f"http://HOST:PORT or https://HOST:PORT")
 
 
 def test_client_modules_import_each_other_without_a_cycle() -> None:

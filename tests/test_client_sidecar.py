@@ -173,6 +173,19 @@ def test_the_iterations_note_is_recounted_at_each_request(sidecar: RunningServer
         assert "[budget: all 2 model calls used — give your final answer now]" in past
 
 
+def test_the_model_calls_are_counted_down_from_two_left(sidecar: RunningServer) -> None:
+    """The default pack counts a model-call budget down from 2 left (once a call has been
+    made): with 3 allowed, the second request reads 2 left, the third its last call, the
+    fourth that all are used."""
+    wd = Watchdog(sidecar.api, tracer_provider=TracerProvider())
+    seen = _instructions_of_four_calls(wd, max_iterations=3)
+    assert "model calls" not in seen[0]
+    assert "[budget: 2 of 3 model calls left — wrap up soon]" in seen[1]
+    assert "[budget: 1 of 3 model calls left — finalize now]" in seen[2]
+    assert "[budget: 2 of 3 model calls left" not in seen[2]
+    assert "[budget: all 3 model calls used — give your final answer now]" in seen[3]
+
+
 def test_the_budget_counts_from_the_first_sync_whenever_the_heartbeat_comes(
         sidecar: RunningServer) -> None:
     """The run's budget goes with its syncs until the sidecar has heard it: with no heartbeat

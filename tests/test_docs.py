@@ -150,7 +150,7 @@ def parse(path: Path) -> list[Block]:
             continue
         ticks, lang = opening.groups()
         end = index + 1
-        while end < len(lines) and lines[end].rstrip() != ticks:
+        while end < len(lines) and not closes(lines[end], ticks):
             end += 1
         assert end < len(lines), f"{path}:{index + 1}: unclosed fence"
         marker = MARKER.match(lines[index - 1]) if index else None
@@ -782,13 +782,30 @@ def test_a_block_without_a_check_fails() -> None:
 FENCE_LIKE = re.compile(r"^\s*(`{3,}|~{3,})")
 
 
+def opens(line: str) -> str | None:
+    """The fence ``line`` opens, as CommonMark takes one: three or more backticks or tildes, and
+    after backticks an info string without one (```` ```a` ```` is inline code, no fence)."""
+    opening = FENCE_LIKE.match(line)
+    if opening is None or (opening.group(1)[0] == "`" and "`" in line[opening.end():]):
+        return None
+    return opening.group(1)
+
+
+def closes(line: str, fence: str) -> bool:
+    """Whether ``line`` closes the block ``fence`` opened (CommonMark): a run of its character at
+    least as long, with nothing but spaces after it."""
+    body = line.strip()
+    run = len(body) - len(body.lstrip(fence[0]))
+    return run >= len(fence) and run == len(body)
+
+
 def fences_not_parsed(path: Path) -> list[str]:
     """Lines that look like a fence but open or close no block :func:`parse` found (indented, in
     a list; ``~~~``; an info string it does not take): a block there would go unchecked."""
-    ends = {line for block in parse(path) for line in (block.line, block.end)}
+    taken = {line for block in parse(path) for line in range(block.line, block.end + 1)}
     return [f"{path.name}:{number}: {line.strip()}"
             for number, line in enumerate(path.read_text("utf-8").split("\n"), 1)
-            if FENCE_LIKE.match(line) and number not in ends]
+            if FENCE_LIKE.match(line) and number not in taken]
 
 
 def test_every_fence_opens_or_closes_a_checked_block() -> None:
@@ -976,10 +993,9 @@ def anchors(text: str) -> set[str]:
     seen: dict[str, int] = {}
     fence: str | None = None
     for line in text.split("\n"):
-        opening = FENCE_LIKE.match(line)
-        if fence is None and opening:
-            fence = opening.group(1)
-        elif fence is not None and line.strip() == fence:
+        if fence is None and (opening := opens(line)):
+            fence = opening
+        elif fence is not None and closes(line, fence):
             fence = None
         elif fence is None and (heading := re.match(r"^#{1,6} (.+)$", line)):
             slug = _slug(heading.group(1))
@@ -1026,6 +1042,21 @@ def test_a_broken_link_is_caught(tmp_path: Path) -> None:
     assert link_problems([page], tmp_path) == [
         "page.md: other.md#twice-2: no such heading", "page.md: missing.md: no such file",
         "page.md: #not-a-heading: no such heading", "page.md: other.md#nowhere: no such heading"]
+
+
+def test_a_fence_closes_as_commonmark_says(tmp_path: Path) -> None:
+    """A closing fence is a run of the opening's character at least as long, with nothing but
+    spaces after it (CommonMark 4.5): ```` closes ```, ``` does not close ````, ~~~ does not
+    close ```, and ```` ``` x ```` is text. Headings after a block are headings, in either
+    reading (the anchors and the checked blocks)."""
+    page = tmp_path / "page.md"
+    page.write_text("# Page\n\n```sh\ntrue\n````\n\n## After a longer close\n\n"
+                    "````text\n```\n# inside\n~~~\n````  \n\n## After a tilde inside\n\n"
+                    "```sh\ntrue\n``` x\n```\n\n## Last\n")
+    assert anchors(page.read_text()) == {"page", "after-a-longer-close",
+                                         "after-a-tilde-inside", "last"}
+    assert [(block.line, block.end) for block in parse(page)] == [(3, 5), (9, 13), (17, 20)]
+    assert fences_not_parsed(page) == []
 
 
 def test_a_link_with_a_title_or_out_of_the_repository_is_checked(tmp_path: Path) -> None:

@@ -236,3 +236,37 @@ def test_a_row_an_older_build_wrote_with_infinity_loads(tmp_path: Path) -> None:
     assert RunState.from_dict(loaded).budget == {}
     assert store.child_runs("x", 10) == []  # not JSON to SQLite: skipped, not an error
     store.close()
+
+
+def test_the_flush_s_row_of_a_run_encodes_as_its_snapshot_does() -> None:
+    """``RunState.to_row`` (what the state flush and a directive's snapshot encode at once)
+    leaves tuples and integer keys as they are: the text stored, by msgspec or by the stdlib,
+    is :meth:`RunState.to_dict`'s to the byte, for the runs of every workload (ended, stopped
+    and still running), and a value JSON refuses is refused alike."""
+    from bench.workload import WORKLOADS
+    from watchdog.core.rules.engine import RuleEngine
+    from watchdog.core.rules.pack import load_rules
+    from watchdog.core.sessions import SessionBook
+    from watchdog.core.step import Core
+
+    runs: list[RunState] = []
+    for workload in WORKLOADS:
+        core = Core(RunTracker(max_runs=10_000), SessionBook(lambda _key: None),
+                    RuleEngine(load_rules([], include_default=True)))
+        now = time.time()
+        for body in batches(100, 256, 4096, workload=workload):
+            now += 0.05
+            core.apply(records_from(parse_protobuf(body)).records, now)
+        runs.extend([*core.tracker.active(), *core.tracker.ended()])
+    held = {name: sum(1 for run in runs if run.to_dict()[name]) for name in (
+        "_call_counts", "_error_counts", "_result_counts", "clock_lags", "_models", "_asked",
+        "_named", "_tool_spans", "_failures", "forced_state", "terminal_state")}
+    assert all(held.values()), held  # each conversion to_dict makes is met
+    for run in runs:
+        assert encode_row(run.to_row()) == encode_row(run.to_dict())
+        assert stdlib_row(run.to_row()) == stdlib_row(run.to_dict())
+    run = runs[0]
+    run.budget = {"max_tool_calls": math.nan}
+    for row in (run.to_row(), run.to_dict()):
+        with pytest.raises(ValueError):
+            encode_row(row)

@@ -17,6 +17,7 @@ import urllib.parse
 import zlib
 from collections import Counter
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from tests.harness import (
     wait_until,
 )
 from tests.otel import export_http
+from tests.ports import free_port
 from tests.processes import fresh_ports, running_sidecar, serve_env
 from tests.spans import SpanMaker, chat_attrs, encode, tool_attrs
 from tests.test_bad_input import (
@@ -642,6 +644,45 @@ def test_deeply_nested_attribute_values_over_grpc(guarded: Guarded, depth: int) 
     else:
         assert depth < 100  # upb's recursion limit: deeper is refused
     guarded.assert_intact()
+
+
+@pytest.mark.parametrize("relay", ["python", "native"])
+def test_a_header_the_http_parser_refuses_is_not_shown(tmp_path: Path, relay: str) -> None:
+    """A header the parser refuses (past its limit, a control character in it) is refused
+    without its value: an `Authorization` bearing an API key is neither logged nor echoed, on
+    every HTTP port, the model endpoint's on both relays (aiohttp's own messages quote the
+    line: its first 100 bytes, or the bytes around the character)."""
+    ports = {**fresh_ports(), "model": free_port()}
+    secret = "sk-proj-" + "Q7" * 40
+    env = serve_env(tmp_path / "state", ports, WATCHDOG_MODEL_RELAY=relay,
+                    WATCHDOG_MODEL_UPSTREAM="http://127.0.0.1:9/v1")
+    answered = []
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+        with running_sidecar(env, ports["metrics"], log):
+            # (aiohttp reads a header line up to 8,190 bytes, the compiled relay a head up to
+            # some 400 KiB)
+            long = 600_000 if relay == "native" else 9000
+            for port, path, size in ((ports["api"], b"/v1/runs", 9000),
+                                     (ports["otlp_http"], b"/v1/traces", 9000),
+                                     (ports["model"], b"/v1/chat/completions", long)):
+                for rest in (b"x" * size, b"\x01"):  # too long; a control character in it
+                    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                        with suppress(OSError):  # (the server may close before it has all)
+                            sock.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\n"
+                                         b"Authorization: Bearer " + secret.encode() + rest
+                                         + b"\r\nContent-Length: 2\r\n\r\n{}")
+                        answer = b""
+                        with suppress(OSError):
+                            while chunk := sock.recv(65536):
+                                answer += chunk
+                    answered.append(answer)
+                    status = answer.split(b"\r\n")[0].split(b" ")[1]
+                    assert status in (b"400", b"431"), answer[:300]
+        log.seek(0)
+        text = log.read()
+    assert secret[:20] not in text, text[-3000:]
+    for answer in answered:
+        assert secret[:20].encode() not in answer, answer[:300]
 
 
 def test_a_request_the_http_parser_refuses_is_one_warning_line(tmp_path: Path) -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import re
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from tests.harness import RunningServer, running_server, sidecar_config, wait_un
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 from watchdog.shell.directives.store import DB_FILE
 from watchdog.shell.model.native import NativeEndpoint
-from watchdog.shell.state.store import codecs
+from watchdog.shell.state.store import StoreWriteError, codecs
 
 KEY = "sk-countdown-0123456789"
 LEFT = re.compile(r"\[budget: (\d+ of \d+) tool calls left")
@@ -40,6 +42,10 @@ name: countdown-from-five
 budgets:
   - agents: ["counted", "guarded"]
     max_tool_calls: 8
+  - agents: ["tokened"]
+    max_tokens: 1500
+  - agents: ["priced"]
+    max_cost_usd: 0.00025
 rules:
   - name: budget-countdown
     countdown: tool_calls
@@ -172,6 +178,149 @@ def test_the_countdown_starts_where_the_pack_says(sidecar: RunningServer, llm: F
         assert sidecar.call(lambda: native.missed) == 0
 
 
+def filling(sidecar: RunningServer, native: NativeEndpoint | None, fill: int | None,
+            monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """What an agent loop calls before each request but the first: waits, with ``native``,
+    until the call before is booked (the compiled relay then sends the request on ahead), and
+    before the request ``fill`` (from 0) the state's writes fail (a full disk) from then on."""
+    service = sidecar.server.service
+    assert service is not None
+    sent = iter(range(1, 100))
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise StoreWriteError("database or disk is full")
+
+    def refuse() -> None:
+        assert service is not None
+        monkeypatch.setattr(service.state.store, "write", full)
+        monkeypatch.setattr(service.state.store, "save_sessions", full)
+        service.state.failed(StoreWriteError("database or disk is full"))
+
+    def between() -> None:
+        if native is not None:
+            wait_until(lambda: sidecar.call(lambda: not native.pending and not native.ended),
+                       "booked")
+        if next(sent) == fill:
+            sidecar.call(refuse)
+
+    return between
+
+
+@pytest.mark.parametrize("latency", [0.0, 0.02, 0.15])
+def test_a_run_whose_state_cannot_be_written_still_counts_down(
+        sidecar: RunningServer, llm: FakeLLM, model_relay: str, latency: float,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state cannot be written (a full disk) from the run's third request on, before its
+    countdown has started (the pack's, from 5 left): the calls go unrecorded, so the rules
+    never see them and no countdown rule fires. The endpoint steers them by its own counts,
+    and tells the count from 3 left, as while a traced run's spans are behind; then the final
+    request, and no tool call past the 8. On the compiled relay nothing is sent on ahead while
+    the state cannot be written (what it was told is taken back when the write fails), so
+    no request is decided otherwise; paced or not, at 0, 20 and 150 ms."""
+    service = sidecar.server.service
+    assert service is not None
+    native = native_of(sidecar) if model_relay == "native" else None
+
+    for paced in (False, True):
+        model = llm.script(f"unwritable-{paced}", looping(
+            "search", lambda i: {"q": f"page {i}"}, answer_without_tools="REPORT"), delay=latency)
+        between = filling(sidecar, native if paced else None, 2, monkeypatch)
+        try:
+            ran = agent_loop(sidecar, model, "counted", between)
+        finally:
+            sidecar.call(monkeypatch.undo)
+            sidecar.call(service.state._written)
+        assert ran == 8
+        seen, requests = notes(llm, model)
+        assert seen == [None] * 5 + ["3 of 8", "2 of 8", "1 of 8", None], seen
+        assert [request.get("tool_choice") for request in requests] == [None] * 8 + ["none"]
+    if native is not None:
+        assert sidecar.call(lambda: native.missed) == 0
+
+
+def generated_runs(seed: int, count: int) -> list[tuple[str, int, int, int | None, bool]]:
+    """``count`` runs drawn from ``seed``: each an agent of its own with a budget of tool calls
+    (2 to 9), counted down from a number of its pack (2 to 6), the state unwritable from one
+    of its requests on (or never), paced (each request once the call before is booked: the
+    compiled relay sends it on ahead) or not."""
+    draw = random.Random(seed)
+    runs = []
+    for number in range(count):
+        budget = draw.randint(2, 9)
+        fill = draw.choice([None, None, *range(1, budget + 1)])
+        runs.append((f"generated-{number}", budget, draw.randint(2, 6), fill,
+                     draw.random() < 0.7))
+    return runs
+
+
+GENERATED = generated_runs(20251130, 14)
+
+
+def generated_pack(runs: list[tuple[str, int, int, int | None, bool]]) -> str:
+    """Each generated run's budget and its own countdown rule (the default pack's switched
+    off, its last call's kept)."""
+    lines = ["apiVersion: agent-watchdog/v1", "kind: RulePack", "name: generated",
+             "disable: [budget-countdown]", "budgets:"]
+    for agent, budget, _, _, _ in runs:
+        lines += [f"  - agents: [{agent}]", f"    max_tool_calls: {budget}"]
+    lines.append("rules:")
+    for agent, _, start, _, _ in runs:
+        lines += [f"  - name: countdown-{agent}", f"    agents: [{agent}]",
+                  "    countdown: tool_calls",
+                  "    when: >-", "      !run.ended && has(run.budget.remaining_tool_calls)",
+                  f"      && run.budget.remaining_tool_calls <= {start}",
+                  "      && run.budget.remaining_tool_calls > 1",
+                  "    action: wind_down", "    severity: warning",
+                  '    message: "[budget: counting down]"', "    repeat: on_change"]
+    return "\n".join(lines) + "\n"
+
+
+def test_the_ahead_proof_and_the_loops_decision_agree_over_generated_runs(
+        tmp_path: Path, llm: FakeLLM, model_relay: str,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A differential of what the compiled relay is told a run's next request gets (the
+    proof, ``NativeEndpoint._bound_next``) and what the loop decides once it reads that
+    request (``decide``, by the rules' count or, while the state cannot be written, by the
+    book's): over generated runs (budgets, where the pack starts counting down, the state
+    unwritable from some request on, paced or not), no request sent on ahead is decided
+    otherwise, and on both relays each request carries the true count exactly when it should
+    (from the pack's number while the rules see the calls; once the state cannot be written,
+    as the countdown stood, else from 3 left), no tool call runs past the budget and the
+    final request withdraws the tools."""
+    path = tmp_path / "generated.yaml"
+    path.write_text(generated_pack(GENERATED))
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, rules=(str(path),))
+    with running_server(config) as server:
+        service = server.server.service
+        assert service is not None
+        native = server.server.native if model_relay == "native" else None
+        for agent, budget, start, fill, paced in GENERATED:
+            model = llm.script(agent, looping("search", lambda i: {"q": f"page {i}"},
+                                              answer_without_tools="REPORT"))
+            between = filling(server, native if paced else None, fill, monkeypatch)
+            try:
+                ran = agent_loop(server, model, agent, between)
+            finally:
+                server.call(monkeypatch.undo)
+                server.call(service.state._written)
+            assert ran == budget, (agent, ran)
+            seen, requests = notes(llm, model)
+            expected: list[str | None] = []
+            started = False
+            for index, left in enumerate(range(budget, 0, -1)):
+                recorded = fill is None or index < fill
+                started = started or (recorded and left <= start)
+                expected.append(f"{left} of {budget}" if started or left == 1
+                                or (not recorded and left <= 3) else None)
+            assert seen == [*expected, None], (agent, budget, start, fill, paced, seen)
+            assert [request.get("tool_choice") for request in requests] == \
+                [None] * budget + ["none"]
+        if native is not None:
+            assert server.call(lambda: native.missed) == 0
+            assert server.call(lambda: native.continued) > 0  # (the proofs were put to use)
+
+
 def test_a_users_budget_named_wind_down_reaches_the_model(
         sidecar: RunningServer, llm: FakeLLM) -> None:
     """``token-budget-guard``, a wind-down of the user's whose name and message speak of a
@@ -219,6 +368,30 @@ def test_a_reload_that_makes_a_wind_down_a_countdown_leaves_no_stale_count(
         assert request["messages"][0]["content"].count("[budget:") == 1, request["messages"][0]
 
 
+def traced_loop(sidecar: RunningServer, model: str, agent: str, trace: str,
+                task: str) -> list[Any]:
+    """A real OpenAI client's tool loop under ``agent`` that sends ``traceparent`` (of the
+    trace ``trace``) on each request, whose spans never come, until an answer with no tool
+    call: its responses."""
+    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                           default_headers={"X-Watchdog-Agent": agent,
+                                            "traceparent": f"00-{trace}-00f067aa0ba902b7-01"})
+    messages: list[Any] = [{"role": "system", "content": "You are terse."},
+                           {"role": "user", "content": task}]
+    responses = []
+    for _ in range(40):
+        response = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+        responses.append(response)
+        message = response.choices[0].message
+        if not message.tool_calls:
+            return responses
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [call.model_dump() for call in message.tool_calls]})
+        messages += [{"role": "tool", "tool_call_id": call.id, "content": "found"}
+                     for call in message.tool_calls]
+    raise AssertionError("no final answer")
+
+
 def test_a_traced_runs_countdown_does_not_wait_for_its_spans(
         sidecar: RunningServer, llm: FakeLLM) -> None:
     """A traced agent (``traceparent`` on each request) whose spans have not come: the rules
@@ -228,23 +401,54 @@ def test_a_traced_runs_countdown_does_not_wait_for_its_spans(
     model = llm.script("traced", looping("search", lambda i: {"q": f"page {i}"},
                                          answer_without_tools="REPORT"))
     trace = "4bf92f3577b34da6a3ce929d0e0e4736"
-    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
-                           default_headers={"X-Watchdog-Agent": "counted",
-                                            "traceparent": f"00-{trace}-00f067aa0ba902b7-01"})
-    messages: list[Any] = [{"role": "system", "content": "You are terse."},
-                           {"role": "user", "content": "find it, traced"}]
-    for _ in range(12):
-        message = client.chat.completions.create(model=model, messages=messages,
-                                                 tools=TOOLS).choices[0].message
-        if not message.tool_calls:
-            break
-        messages.append({"role": "assistant", "content": None,
-                         "tool_calls": [call.model_dump() for call in message.tool_calls]})
-        messages += [{"role": "tool", "tool_call_id": call.id, "content": "found"}
-                     for call in message.tool_calls]
+    traced_loop(sidecar, model, "counted", trace, "find it, traced")
     seen, requests = notes(llm, model)
     assert seen == [None] * 5 + ["3 of 8", "2 of 8", "1 of 8", None], seen
     assert requests[-1].get("tool_choice") == "none"
+
+
+# what a note says is left of a budget in tokens or dollars
+LEFT_OF = {"tokens": re.compile(r"\[budget: (\d+) of \d+ tokens left"),
+           "dollars": re.compile(r"\[budget: USD ([0-9.]+) of [0-9.]+ left")}
+
+
+@pytest.mark.parametrize(("agent", "limit"), [("tokened", 1500.0), ("priced", 0.00025)])
+def test_a_traced_runs_token_and_dollar_countdowns_do_not_wait_for_its_spans(
+        sidecar: RunningServer, llm: FakeLLM, agent: str, limit: float) -> None:
+    """A traced agent (``traceparent`` on each request) whose spans have not come, with a
+    budget of 1,500 tokens or of USD 0.00025: each call's usage is the endpoint's to count
+    (and to price, from the response's model), at the request, as for a run with no trace.
+    The model reads the true amount left at every request from a quarter left (the default
+    pack's countdowns), and none before; at the budget the tools are withdrawn."""
+    service = sidecar.server.service
+    assert service is not None
+    kind = "tokens" if agent == "tokened" else "dollars"
+    model = llm.script("gpt-4o-mini", looping("search", lambda i: {"q": f"page {i}"},  # priced
+                                                 answer_without_tools="REPORT"))
+    trace = "5bf92f3577b34da6a3ce929d0e0e4737" if kind == "tokens" else \
+        "6bf92f3577b34da6a3ce929d0e0e4738"
+    used: list[float] = []
+    for response in traced_loop(sidecar, model, agent, trace, f"find it, traced, in {kind}"):
+        usage = response.usage
+        assert usage is not None
+        cost = service.pricer(response.model, None, usage.prompt_tokens,
+                              usage.completion_tokens, 0, 0, time.time_ns())
+        assert cost is not None
+        used.append(usage.total_tokens if kind == "tokens" else cost)
+    requests = llm.requests(model)
+    assert requests[-1].get("tool_choice") == "none" and len(requests) > 3
+    told_at = []
+    for index, request in enumerate(requests[:-1]):
+        left = limit - sum(used[:index])
+        told = LEFT_OF[kind].search(request["messages"][0]["content"])
+        if left <= limit / 4:
+            assert told is not None, (index, left)
+            assert float(told.group(1)) == pytest.approx(left, rel=0.01), (index, left, told)
+            told_at.append(index)
+        else:
+            assert told is None, (index, left, told)
+    assert told_at, used
+    assert sum(used[:-1]) >= limit > sum(used[:-2])
 
 
 def directives(sidecar: RunningServer, agent: str) -> list[dict[str, Any]]:

@@ -460,6 +460,164 @@ def test_abort_is_answered_without_calling_upstream(stop_sidecar: RunningServer,
 
 
 @pytest.mark.parametrize("stream", [False, True])
+def test_a_model_call_budget_is_counted_down_before_its_last_call(
+        sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
+    """``x-watchdog-budget-iterations: 4``: the last of the 4 model calls is the run's final
+    request (tools withdrawn, the report asked for), so the default pack's countdown tells the
+    model before it: the request with 2 calls left carries the true count."""
+    model = llm.script("iterations", looping("search", lambda i: {"q": f"page {i}"},
+                                             "REPORT: in text"))
+    chat = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                         default_headers={"x-watchdog-budget-iterations": "4"})
+    output, ran = run_loop(chat, model, stream)
+    assert (output, ran) == ("REPORT: in text", 3)
+    told = [re.findall(r"\[budget: [^\]]*\]", system_of(body)) for body in llm.requests(model)]
+    assert told == [[], [], ["[budget: 2 of 4 model calls left — wrap up soon]"],
+                    ["[budget: model calls used — this is the last of 4: report]"]], told
+    assert llm.requests(model)[-1]["tool_choice"] == "none"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_conversation_that_goes_on_from_the_stop_answer_gets_the_error(
+        stop_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
+    """An agent that does not take the stop answer as its run's end sends it on with a new
+    user message (a framework's validation retry: "answer in the schema"). That request is
+    the stopped run's, not the session's next run: the upstream gets nothing, and the answer
+    is the API's error with the stop note, which the agent raises. A new conversation of the
+    same agent is a run of its own, as before."""
+    model = llm.script("stopped-retry", looping("search", lambda i: {"q": f"page {i}"}))
+    chat = client(stop_sidecar, "stopper")
+    messages: list[Any] = []
+    output, ran = run_loop(chat, model, stream, messages=messages)
+    assert (ran, len(llm.requests(model))) == (2, 2)
+    assert "[stopped: two tool calls are enough]" in output
+    # the agent's validation fails; it says so, the stop answer in its history (stripped)
+    messages += [{"role": "assistant", "content": output.strip()},
+                 {"role": "user", "content": "Validation failed: answer with a JSON object."}]
+    with pytest.raises(openai.BadRequestError) as failure:
+        chat.chat.completions.create(model=model, messages=messages, tools=TOOLS,
+                                     stream=stream)
+    assert failure.value.code == "watchdog_aborted"
+    assert "two tool calls are enough" in failure.value.message
+    assert len(llm.requests(model)) == 2  # nothing reached the upstream
+    # a conversation of its own goes upstream: the stop was that run's
+    fresh = chat.chat.completions.create(model=model, messages=[
+        {"role": "user", "content": "Another task."}], tools=TOOLS)
+    assert fresh.choices[0].message.tool_calls
+    assert len(llm.requests(model)) == 3
+
+
+def test_a_new_message_after_the_models_own_report_is_the_next_run(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """At its budget the run ends with the model's report; a request of the run after it gets
+    that report again from the endpoint. A new user message after the report is the
+    session's next run, as after any answer: it goes upstream (no error)."""
+    model = llm.script("reported", looping("search", lambda i: {"q": f"page {i}"},
+                                           answer_without_tools="REPORT: three pages"))
+    chat = client(sidecar, "budgeted")
+    messages: list[Any] = []
+    output, ran = run_loop(chat, model, messages=messages)
+    assert (output, ran) == ("REPORT: three pages", 3)
+    sent = len(llm.requests(model))
+    again = chat.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    assert again.choices[0].message.content == "REPORT: three pages"
+    assert len(llm.requests(model)) == sent  # answered by the endpoint
+    messages += [{"role": "assistant", "content": output},
+                 {"role": "user", "content": "Now look at page 4."}]
+    going_on = chat.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    assert going_on.choices[0].message.tool_calls
+    assert len(llm.requests(model)) == sent + 1
+
+
+@pytest.mark.parametrize("api", ["responses", "messages"])
+def test_the_stop_answer_sent_on_gets_the_error_on_the_other_apis(
+        stop_sidecar: RunningServer, llm: FakeLLM, api: str) -> None:
+    """As for Chat Completions: the Responses API with the conversation sent whole and
+    Anthropic Messages, the stop answer in the history (a text block, an output_text part)
+    and a retry prompt after it: the API's error with the stop note, nothing upstream."""
+    import anthropic
+
+    model = llm.script(f"stopped-{api}", looping("search", lambda i: {"q": f"page {i}"}))
+    history: list[Any] = [{"role": "user", "content": "Find the answer."}]
+    claude = anthropic.Anthropic(base_url=stop_sidecar.url("model"), api_key=KEY, max_retries=0,
+                                 default_headers={"x-watchdog-agent": "stopper"})
+    chat = client(stop_sidecar, "stopper")
+
+    def ask() -> str | None:
+        """One request: the stop answer's text, else None (the tools asked for, run)."""
+        if api == "messages":
+            message = claude.messages.create(model=model, max_tokens=512, messages=history,
+                                             tools=ANTHROPIC_TOOLS)  # type: ignore[arg-type]
+            uses = [block for block in message.content if block.type == "tool_use"]
+            if not uses:
+                history.append({"role": "assistant", "content": [
+                    block.model_dump() for block in message.content]})
+                return "".join(block.text for block in message.content if block.type == "text")
+            history.append({"role": "assistant",
+                            "content": [block.model_dump() for block in message.content]})
+            history.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": use.id, "content": "result"}
+                for use in uses]})
+            return None
+        response = chat.responses.create(model=model, input=history,
+                                          tools=RESPONSES_TOOLS)  # type: ignore[arg-type]
+        calls = [item for item in response.output if item.type == "function_call"]
+        if not calls:
+            history.append({"role": "assistant", "content": [
+                {"type": "output_text", "text": response.output_text}]})
+            return response.output_text
+        for item in calls:
+            history.extend([{"type": "function_call", "call_id": item.call_id,
+                             "name": item.name, "arguments": item.arguments},
+                            {"type": "function_call_output", "call_id": item.call_id,
+                             "output": "result"}])
+        return None
+
+    answers = [ask() for _ in range(3)]
+    assert answers[:2] == [None, None] and "two tool calls are enough" in (answers[2] or "")
+    assert len(llm.requests(model)) == 2
+    history.append({"role": "user", "content": "Validation failed: answer in the schema."})
+    failure = anthropic.BadRequestError if api == "messages" else openai.BadRequestError
+    with pytest.raises(failure) as raised:
+        ask()
+    assert "watchdog_aborted" in str(raised.value.body)
+    assert "two tool calls are enough" in str(raised.value.body)
+    assert len(llm.requests(model)) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_chained_conversation_that_goes_on_from_the_stop_answer_gets_the_error(
+        stop_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
+    """The Responses API with the conversation chained by ``previous_response_id``: a request
+    that goes on from the stop answer's id with a retry prompt gets the error with the stop
+    note, and the upstream nothing."""
+    model = llm.script("stopped-chained", looping("search", lambda i: {"q": f"page {i}"}))
+    chat = client(stop_sidecar, "stopper")
+    items: list[Any] = [{"role": "user", "content": "Find the answer."}]
+    previous: str | None = None
+    for _ in range(3):
+        if stream:
+            with chat.responses.stream(model=model, input=items, tools=RESPONSES_TOOLS,
+                                       previous_response_id=previous) as events:  # type: ignore[arg-type]
+                response = events.get_final_response()
+        else:
+            response = chat.responses.create(model=model, input=items, tools=RESPONSES_TOOLS,
+                                              previous_response_id=previous)  # type: ignore[arg-type]
+        previous = response.id
+        items = [{"type": "function_call_output", "call_id": item.call_id, "output": "result"}
+                 for item in response.output if item.type == "function_call"]
+    assert "two tool calls are enough" in response.output_text
+    assert len(llm.requests(model)) == 2
+    with pytest.raises(openai.BadRequestError) as failure:
+        chat.responses.create(model=model, previous_response_id=previous, input=[
+            {"role": "user", "content": "Validation failed: answer in the schema."}],
+            tools=RESPONSES_TOOLS)  # type: ignore[arg-type]
+    assert failure.value.code == "watchdog_aborted"
+    assert "two tool calls are enough" in failure.value.message
+    assert len(llm.requests(model)) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_abort_as_an_error(error_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
     model = llm.script("stopped", looping("search", lambda i: {"q": f"page {i}"}))
     with pytest.raises(openai.BadRequestError) as failure:
@@ -1063,3 +1221,89 @@ def test_a_new_user_message_after_a_kept_conversations_run_ended_is_the_next_run
     assert [(run["tool_calls"], run["iterations"], run["terminal_state"]) for run in runs] == [
         (3, 4, "tool_limit_reached")] * 2
     assert len({run["session"] for run in runs}) == 1 and runs[0]["session"]
+
+
+def test_an_answer_the_client_could_not_read_and_asked_again_hands_nothing_over(
+        tmp_path: Path) -> None:
+    """A streamed answer with a ``data:`` line that is not JSON: the endpoint passes it on
+    whole, but the ``openai`` SDK raises on that line, and the agent sends the same request
+    again. The calls of the answer it could not read were never run: the request that only
+    resends the one before is a retry, not the run going on, and the budget (5) is spent by
+    the calls the agent ran, each counted once."""
+    from tests.test_model_proxy import RawUpstream
+
+    answers = iter(range(1000))
+
+    def stream(handler: Any, seen: Any) -> None:
+        body = json.loads(seen.body)
+        number = next(answers)
+        chunks = [{"id": f"chatcmpl-{number}", "object": "chat.completion.chunk",
+                   "created": 1, "model": "m", "choices": [{"index": 0, "delta": delta,
+                                                           "finish_reason": finish}]}
+                  for delta, finish in (
+                      ({"role": "assistant", "tool_calls": [
+                          {"index": slot, "id": f"call-{number}-{slot}", "type": "function",
+                           "function": {"name": "search",
+                                        "arguments": json.dumps({"q": f"{number}.{slot}"})}}
+                          for slot in range(2)]} if body.get("tool_choice") != "none"
+                       else {"role": "assistant", "content": "REPORT"}, None),
+                      ({}, "tool_calls" if body.get("tool_choice") != "none" else "stop"))]
+        events = [b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in chunks]
+        if number == 1:  # the second answer: a line the client cannot read, at its end
+            events.append(b"data: not json\n\n")
+        events.append(b"data: [DONE]\n\n")
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Content-Length", str(sum(map(len, events))))
+        handler.end_headers()
+        handler.wfile.write(b"".join(events))
+
+    raw = RawUpstream(stream)
+    try:
+        config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                                model_upstream=raw.base + "/v1")
+        with running_server(config) as server:
+            chat = openai.OpenAI(base_url=server.url("model") + "/v1", api_key=KEY,
+                                 max_retries=0, default_headers={
+                                     "x-watchdog-agent": "unread",
+                                     "x-watchdog-budget-tool-calls": "5"})
+            messages: list[Any] = [{"role": "user", "content": "Find it."}]
+            handed, ran, failed = [], 0, 0
+            opened: list[Any] = []  # the stream that failed, open until the test's end
+            for _ in range(8):
+                calls: dict[int, dict[str, str]] = {}
+                content = ""
+                events = chat.chat.completions.create(model="m", messages=messages,
+                                                      tools=TOOLS, stream=True)
+                try:  # (the stream is left open, as by an agent that reads it in a loop)
+                    for chunk in events:
+                        delta = chunk.choices[0].delta if chunk.choices else None
+                        content += (delta.content or "") if delta else ""
+                        for part in (delta.tool_calls or ()) if delta else ():
+                            entry = calls.setdefault(part.index, {"id": "", "args": ""})
+                            entry["id"] = part.id or entry["id"]
+                            entry["args"] += part.function.arguments or "" \
+                                if part.function else ""
+                except json.JSONDecodeError:  # the SDK cannot read the answer: asked again
+                    failed += 1
+                    opened.append(events)
+                    continue
+                handed.append(len(calls))
+                if not calls:
+                    break
+                messages.append({"role": "assistant", "content": None, "tool_calls": [
+                    {"id": call["id"], "type": "function",
+                     "function": {"name": "search", "arguments": call["args"]}}
+                    for call in calls.values()]})
+                for call in calls.values():
+                    ran += 1
+                    messages.append({"role": "tool", "tool_call_id": call["id"],
+                                     "content": f"result {ran}"})
+            assert failed == 1 and content == "REPORT"
+            assert (handed, ran) == ([2, 2, 1, 0], 5)
+            run = wait_until(lambda: next((r for r in server.get_json(
+                "/v1/runs?limit=10")["runs"] if r["agent"] == "unread"
+                and r["state"] == "ended"), None), "the run ended")
+            assert (run["iterations"], run["tool_calls"]) == (5, 5), run
+    finally:
+        raw.close()

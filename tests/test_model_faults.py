@@ -6,6 +6,7 @@ request names — a real sidecar in front of a raw upstream the test scripts byt
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import socket
@@ -61,6 +62,12 @@ def outcomes(sidecar: RunningServer, agent: str) -> dict[str, float]:
             for line in text.decode().splitlines() if line.startswith(prefix)}
 
 
+def finals(sidecar: RunningServer) -> int:
+    """The final requests the compiled relay carried itself (0 on the aiohttp relay)."""
+    native = sidecar.server.native
+    return 0 if native is None else native.finals
+
+
 def raw_exchange(sidecar: RunningServer, request: bytes, wait: float = 10) -> bytes:
     """What the endpoint answers to these bytes, until it closes the connection (or ``wait``
     seconds pass: then the answer so far, and ``<no end>``)."""
@@ -82,7 +89,7 @@ def raw_exchange(sidecar: RunningServer, request: bytes, wait: float = 10) -> by
 def test_a_final_request_whose_upstream_never_answers_is_504_and_its_run_settled(
         relay: str, tmp_path: Path, released: threading.Event, stream: bool) -> None:
     """A run's budget is spent: its next request goes upstream once more for the final
-    report (on the compiled relay through this process's own relay, which holds the answer).
+    report (on the compiled relay too, which holds the answer until Python releases it).
     An upstream that sends no head within ``model_upstream_timeout`` gets the agent a 504, on
     both relays, and the run has no model call running any more."""
     def silent(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
@@ -107,6 +114,7 @@ def test_a_final_request_whose_upstream_never_answers_is_504_and_its_run_settled
             wait_until(lambda: (run_detail(sidecar.api, runs[0]["id"]) or {}).get(
                 "signals", {}).get("in_flight") == 0, "the run has no model call running")
             assert outcomes(sidecar, "finisher") == {"upstream_timeout": 1.0}
+            assert finals(sidecar) == (1 if relay == "native" else 0)
     finally:
         released.set()
         raw.close()
@@ -257,13 +265,13 @@ def test_a_whole_response_too_long_to_read_that_breaks_off_is_the_upstreams_fail
 
 def test_a_final_answer_that_keeps_coming_is_not_cut_however_long(
         relay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run's final request (its answer held until it ends; on the compiled relay it goes
-    through this process's own relay on loopback) whose upstream streams its answer slowly
-    but without a stall longer than ``model_upstream_timeout``: the agent gets the whole
-    answer, however much longer it takes than the upstream's connect and read timeouts
-    (``CONNECT_TIMEOUT`` made 0.5 s here, so that is 1 s, and the compiled relay waited on its
-    loopback hop 6 s at most). A stall is still bounded: before the head, the test above
-    (504); mid-answer, :func:`test_a_final_answer_that_stalls_mid_way_is_broken_off`."""
+    """A run's final request (its answer held until it ends, on the compiled relay too)
+    whose upstream streams its answer slowly but without a stall longer than
+    ``model_upstream_timeout``: the agent gets the whole answer, however much longer it takes
+    than the upstream's connect and read timeouts (``CONNECT_TIMEOUT`` made 0.5 s here, so
+    that is 1 s: the compiled relay sets no bound of its own on a held answer). A stall is
+    still bounded: before the head, the test above (504); mid-answer,
+    :func:`test_a_final_answer_that_stalls_mid_way_is_broken_off`."""
     from watchdog.shell.model import native
     monkeypatch.setattr(native, "CONNECT_TIMEOUT", 0.5)
     words = 40
@@ -298,6 +306,7 @@ def test_a_final_answer_that_keeps_coming_is_not_cut_however_long(
             assert all(f"w{index} ".encode() in answer for index in range(words))
             wait_until(lambda: outcomes(sidecar, "slowfinal") == {"steered": 1.0},
                        lambda: f"counted: {outcomes(sidecar, 'slowfinal')}")
+            assert finals(sidecar) == (1 if relay == "native" else 0)
     finally:
         raw.close()
 
@@ -306,8 +315,8 @@ def test_a_final_answer_that_stalls_mid_way_is_broken_off(
         relay: str, tmp_path: Path, released: threading.Event) -> None:
     """A run's final answer whose upstream sends part of it, then nothing: past
     ``model_upstream_timeout`` the agent's answer is broken off (what was held, then the
-    connection closed mid-body), on the compiled relay too, which waits on its loopback hop
-    with no bound of its own."""
+    connection closed mid-body), on the compiled relay too, which holds the answer with no
+    bound of its own."""
     def stalls(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         handler.send_response(200)
         handler.send_header("Content-Type", "text/event-stream")
@@ -336,6 +345,7 @@ def test_a_final_answer_that_stalls_mid_way_is_broken_off(
             assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
             assert b"partly" in answer and not answer.endswith(b"0\r\n\r\n"), answer[-300:]
             assert json.loads(raw.seen[0].body)["tool_choice"] == "none"  # the final turn
+            assert finals(sidecar) == (1 if relay == "native" else 0)
     finally:
         released.set()
         raw.close()
@@ -551,6 +561,141 @@ def test_a_final_request_the_upstream_did_not_answer_goes_upstream_again_when_se
             text = got["content"][0]["text"] if messages_api \
                 else got["choices"][0]["message"]["content"]
             assert text == "The model's report."
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("fault", ["reset", "gone"])
+def test_a_final_answer_broken_off_or_left_goes_upstream_again_when_sent_again(
+        relay: str, tmp_path: Path, released: threading.Event, fault: str) -> None:
+    """A run's final answer, held until it ends, that the upstream resets mid-way (the agent
+    gets what was held, then its answer broken off) or whose client goes away mid-way (the
+    upstream request dropped): the final turn did not happen, so the request sent again goes
+    upstream for the report again and the agent gets it, on both relays (the compiled relay
+    carries the three final requests itself)."""
+    def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if len(raw.seen) == 1:  # the one tool call
+            send(handler, 200, json.dumps({
+                "id": "chatcmpl-1", "object": "chat.completion", "model": "m",
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                    "role": "assistant", "content": None, "tool_calls": [
+                        {"id": "call_1", "type": "function",
+                         "function": {"name": "search", "arguments": "{}"}}]}}]}).encode())
+            return
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        words = ["partly"] if len(raw.seen) == 2 else ["The model's ", "report."]
+        for word in words:
+            chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                     "choices": [{"index": 0, "delta": {"content": word},
+                                  "finish_reason": None}]}
+            handler.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        if len(raw.seen) == 2:
+            if fault == "reset":
+                reset(handler)
+            else:
+                handler.wfile.flush()
+                released.wait(30)  # (the client has gone by then: the request dropped)
+                handler.close_connection = True
+            return
+        end = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        handler.wfile.write(b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n")
+        handler.close_connection = True
+
+    raw = RawUpstream(reply)
+    messages: list[dict[str, object]] = [{"role": "user", "content": f"find it {fault}"}]
+    agent = f"broken-{fault}"
+
+    def request(stream: bool) -> bytes:
+        body = json.dumps({"model": "m", "stream": stream, "tools": TOOLS,
+                           "messages": messages}).encode()
+        return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                b"x-watchdog-agent: %s\r\n"
+                b"x-watchdog-budget-tool-calls: 1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (agent.encode(), len(body), body))
+
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay,
+                         model_upstream_timeout=5.0) as sidecar:
+            answered, answer = post(sidecar, "/v1/chat/completions", json.dumps({
+                "model": "m", "tools": TOOLS, "messages": messages}).encode(),
+                {"x-watchdog-agent": agent, "x-watchdog-budget-tool-calls": "1"})
+            assert answered == 200, answer
+            messages += [json.loads(answer)["choices"][0]["message"],
+                         {"role": "tool", "tool_call_id": "call_1", "content": "found"}]
+            if fault == "reset":
+                got = raw_exchange(sidecar, request(True))
+                assert got.startswith(b"HTTP/1.1 200 "), got[:300]
+                # broken off at once (what was held goes first, when the relay read it before
+                # the reset: an RST may drop what the relay had not read yet)
+                assert not got.endswith((b"0\r\n\r\n", b"<no end>")), got[-300:]
+                counted = "upstream_error"
+            else:
+                host, port = sidecar.server.addresses["model"]
+                with socket.create_connection((host, port), timeout=10) as sock:
+                    sock.sendall(request(True))
+                    wait_until(lambda: len(raw.seen) == 2, "the final request upstream")
+                counted = "cancelled"
+                native = sidecar.server.native
+                if native is not None:  # the relay tells the client's end (it cannot tell a
+                    # half-close from a client gone): the request sent again lets it go
+                    wait_until(lambda: any(sent.ended for sent in native.forwarded.values()),
+                               "the client's end told")
+                    counted = ""
+            if counted:
+                wait_until(lambda: outcomes(sidecar, agent).get(counted) == 1.0,
+                           lambda: f"counted: {outcomes(sidecar, agent)}")
+            got = raw_exchange(sidecar, request(True))  # sent again
+            assert got.startswith(b"HTTP/1.1 200 "), got[:300]
+            assert b"The model's " in got and got.endswith(b"0\r\n\r\n"), got[-600:]
+            assert b"stopped this run" not in got, got[-600:]
+            assert len(raw.seen) == 3
+            for seen in raw.seen[1:]:
+                assert json.loads(seen.body)["tool_choice"] == "none"  # the final turn
+            assert finals(sidecar) == (2 if relay == "native" else 0)
+            if not counted:  # (let go by the request sent again: the relay dropped it)
+                wait_until(lambda: outcomes(sidecar, agent).get("cancelled") == 1.0,
+                           lambda: f"counted: {outcomes(sidecar, agent)}")
+    finally:
+        released.set()
+        raw.close()
+
+
+@pytest.mark.parametrize("empty", [False, True], ids=["report", "tools-again"])
+def test_a_final_whole_answer_in_gzip_passes_as_it_came_or_is_the_stop_note_plain(
+        relay: str, tmp_path: Path, empty: bool) -> None:
+    """A run's final request answered whole, in gzip: the model's report goes on as it came
+    (compressed, its ``Content-Encoding`` kept); an answer that asks for tools again is
+    trimmed empty and replaced by the stop note, plain JSON, on both relays."""
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "search", "arguments": "{}"}}]} \
+        if empty else {"role": "assistant", "content": "REPORT: done"}
+    data = gzip.compress(json.dumps({
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "finish_reason": "tool_calls" if empty else "stop",
+                     "message": message}]}).encode())
+    raw = RawUpstream(lambda handler, seen: send(handler, 200, data,
+                                                 {"Content-Encoding": "gzip"}))
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            status, answer = post(sidecar, "/v1/chat/completions", json.dumps({
+                "model": "m", "tools": TOOLS, "messages": [
+                    {"role": "user", "content": "final gzip"}]}).encode(),
+                {"x-watchdog-agent": "gzipfinal", "x-watchdog-budget-tool-calls": "0"})
+            assert status == 200, answer
+            assert json.loads(raw.seen[0].body)["tool_choice"] == "none"  # the final turn
+            if empty:
+                got = json.loads(answer)["choices"][0]["message"]
+                assert got["content"].startswith("The agent-watchdog stopped this run: the "
+                                                 "model asked for tools again"), got
+                assert not got.get("tool_calls"), got
+            else:
+                assert answer == data
+            native = sidecar.server.native
+            if native is not None:
+                assert (native.finals, native.stopped) == (1, int(empty))
     finally:
         raw.close()
 

@@ -150,7 +150,7 @@ def test_sigterm_lets_a_model_request_in_flight_finish_and_books_it(
         tmp_path: Path, upstream: HeldUpstream, relay: str, kind: str) -> None:
     """A request with the upstream at the SIGTERM: a new conversation's (on the compiled relay
     sent on ahead of Python, its agent's first run decided), a stream already begun, a run's
-    final request (on the compiled relay through Python's own loopback relay)."""
+    final request (its answer held: on the compiled relay until Python releases it)."""
     model_port = free_port()
     env, ports = sidecar_env(tmp_path, upstream, relay, model_port, "30s")
     with tempfile.TemporaryFile("w+", encoding="utf-8") as log:

@@ -224,6 +224,44 @@ def test_notes_go_into_the_instructions_never_a_user_message() -> None:
     assert "parallel_tool_calls" not in responses
 
 
+def test_a_responses_note_goes_where_the_agent_gave_its_instructions() -> None:
+    """Into ``instructions`` when the agent gave them there, or gave none; else into its first
+    system/developer input item (Koog's system prompt: its client cannot read back an
+    ``instructions`` echoed as a string), unless the server keeps the conversation."""
+    note = "[budget: 2 of 3 tool calls left — wrap up soon]"
+    wire = ResponsesWire()
+    developer = {"role": "developer", "content": [{"type": "input_text", "text": "be brief"}]}
+    user = {"role": "user", "content": [{"type": "input_text", "text": "q"}]}
+    noted = wire.add_note({"input": [developer, user]}, note)
+    assert "instructions" not in noted and noted["input"] == [
+        {**developer, "content": [*developer["content"], {"type": "input_text", "text": note}]},
+        user]
+    assert wire.read_request(noted).instructions == "be brief\n" + note
+    system = wire.add_note({"input": [user, {"role": "system", "content": "sys"}]}, note)
+    assert system["input"][1]["content"] == "sys\n\n" + note
+    for body in ({"instructions": "You research.", "input": [developer, user]},
+                 {"input": [user]}, {"input": "q"},
+                 {"previous_response_id": "resp_1", "input": [developer, user]},
+                 {"conversation": "conv_1", "input": [developer, user]}):
+        told = wire.add_note(body, note)
+        assert told["input"] == body["input"], told
+        assert told["instructions"].endswith(note) and told["instructions"].startswith(
+            body.get("instructions", note)), told
+
+
+def test_the_sidecars_own_responses_answer_says_its_text_format() -> None:
+    """Its own answer (a stopped run's), whole and streamed, has every field the API's
+    response always has, ``text`` among them: strict clients (Koog's) require it."""
+    request = ResponsesWire().read_request({"model": "m", "input": "q"})
+    whole = ResponsesWire().answer("m", "stopped", request, 0.0)
+    assert {"id", "object", "created_at", "status", "model", "output", "parallel_tool_calls",
+            "text"} <= whole.keys() and whole["text"] == {"format": {"type": "text"}}
+    streamed = ResponsesWire().answer_stream("m", "stopped", request, 0.0).decode()
+    completed = [json.loads(line.removeprefix("data: ")) for line in streamed.splitlines()
+                 if line.startswith("data: ") and '"response.completed"' in line]
+    assert [event["response"]["text"] for event in completed] == [{"format": {"type": "text"}}]
+
+
 def test_requests_read_their_tool_results_since_the_last_answer() -> None:
     chat = ChatWire().read_request({"model": "m", "tools": [1], "messages": [
         {"role": "system", "content": "sys"}, {"role": "user", "content": "q"},
@@ -712,6 +750,46 @@ def test_calls_handed_over_count_at_the_next_request_once() -> None:
     assert [(r.result_brief, r.error) for r in records] == [
         (None, False), ("Call id: call_3\nError:\nboom", True)]
     assert state.results == 3 and state.handed == 3
+
+
+def test_a_request_sent_again_is_a_retry_whose_calls_never_ran() -> None:
+    """The request before sent again, nothing of the calls handed over since in it (its client
+    could not read the answer): those calls are handed over no more and count nothing; one
+    that the next request answers after all counts then. Not so while another request of the
+    run is with the model (parallel agents of one run may send the same request)."""
+    book = ModelBook()
+    asked = chat_request({"role": "assistant", "tool_calls": [{"id": "call_0"}]},
+                         {"role": "tool", "tool_call_id": "call_0", "content": "found"})
+    state = book.identify("chat", asked, Caller(), "a", lambda _key: False)
+    book.tool_records(state, asked, 1)
+    book.call_record(state, asked, Observation(complete=True), [
+        Call("call_1", "search", "{}"), Call("call_2", "search", "{}")], 2, 3)
+    book.settle(state)
+    assert state.handed == 2
+    again = book.identify("chat", asked, Caller(), "a", lambda _key: False)
+    assert again is state and book.tool_records(state, asked, 4) == []
+    assert (state.handed, state.results, list(state.pending)) == (0, 0, [])
+    book.call_record(state, asked, Observation(complete=True), [
+        Call("call_3", "search", "{}")], 5, 6)
+    book.settle(state)
+    answered = chat_request(
+        {"role": "assistant", "tool_calls": [{"id": "call_0"}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "found"},
+        {"role": "assistant", "tool_calls": [{"id": "call_3"}, {"id": "call_1"}]},
+        {"role": "tool", "tool_call_id": "call_3", "content": "three"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "one, run after all"})
+    book.identify("chat", answered, Caller(), "a", lambda _key: False)
+    records = book.tool_records(state, answered, 7)
+    assert [record.result_brief for record in records] == ["three", "one, run after all"]
+    assert (state.handed, state.results) == (1, 2)
+    # parallel: the same request while another of the run is with the model is no retry
+    book.call_record(state, answered, Observation(complete=True), [
+        Call("call_4", "search", "{}")], 8, 9)
+    book.identify("chat", answered, Caller(), "a", lambda _key: False)
+    book.identify("chat", answered, Caller(), "a", lambda _key: False)
+    assert state.asking == 3
+    [record] = book.tool_records(state, answered, 10)
+    assert record.tool_name == "search" and state.handed == 2
 
 
 def test_a_response_asking_only_for_the_answer_tool_is_the_answer() -> None:

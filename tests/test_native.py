@@ -924,3 +924,34 @@ def test_odd_agents_read_as_normalise_does() -> None:
         {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "coder"}, AGENT, 0.5,
         ODD_AGENT_KEYS, ODD_AGENT_VALUES, ["invoke_agent coder", "ReAct.forward", "coder"])
     assert filled > 500 and left > 200, (filled, left)  # (both ways are taken)
+
+
+def test_an_instruction_is_no_answer_to_either_normalise() -> None:
+    """Koog's recorded spans read alike both ways (its agent span, whose
+    ``gen_ai.output.messages`` is its system prompt, is left to ``normalise``); an agent span's
+    output of instructions alone, ``system``/``developer`` in any case, is no answer to the
+    compiled normalise as to ``normalise``, while one with an answer beside them (or a role
+    that is no string) is an answer."""
+    both = [pair for body in deliveries("koog", "three_tools")["as exported"]
+            for pair in normalised_both_ways(body) if pair is not None]
+    assert all(ours == reference for ours, reference in both), both
+    assert both, "the compiled normalise reads Koog's model and tool calls itself"
+    request = decode.ExportTraceServiceRequest()
+    spans = request.resource_spans.add().scope_spans.add().spans
+    answer = {"type": "text", "content": "The answer."}
+    outputs = ([{"role": "SYSTEM", "parts": [answer]}], [{"role": "developer", "parts": [answer]}],
+               [{"role": "System", "parts": [answer]}, {"role": "assistant", "parts": [answer]}],
+               [{"role": 7, "parts": [answer]}], [{"role": "Assistant", "parts": [answer]}])
+    for index, output in enumerate(outputs):
+        span = spans.add(trace_id=bytes(range(1, 17)), span_id=(index + 1).to_bytes(8, "big"),
+                         name="invoke_agent researcher",
+                         start_time_unix_nano=1_700_000_000_000_000_000,
+                         end_time_unix_nano=1_700_000_001_000_000_000)
+        for key, value in (("gen_ai.operation.name", "invoke_agent"),
+                           ("gen_ai.agent.name", "researcher"),
+                           ("gen_ai.output.messages", json.dumps(output))):
+            span.attributes.add(key=key).value.string_value = value
+    read = list(normalised_both_ways(request.SerializeToString()))
+    assert all(pair is not None and pair[0] == pair[1] for pair in read), read
+    assert ["final_answer=True" in pair[1] for pair in read if pair is not None] == [
+        False, False, True, True, True], read

@@ -36,7 +36,7 @@ def write(path: Path, text: str, header: bool = False) -> str:
 def test_check_accepts_the_default_pack(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = cli(capsys, "rules", "check", str(REPO / "rules" / "default.yaml"))
     assert (code, err) == (0, "")
-    assert out == "ok: 20 rules enabled, 0 disabled, 0 budgets, from 1 files\n"
+    assert out == "ok: 21 rules enabled, 0 disabled, 0 budgets, from 1 files\n"
 
 
 def test_check_a_user_pack_over_the_default(tmp_path: Path,
@@ -45,7 +45,7 @@ def test_check_a_user_pack_over_the_default(tmp_path: Path,
                  "budgets: [{agents: ['*'], max_tool_calls: 40}]\n")
     code, out, _ = cli(capsys, "rules", "check", pack)
     assert code == 0
-    assert out == "ok: 19 rules enabled, 1 disabled, 1 budgets, from 2 files\n"
+    assert out == "ok: 20 rules enabled, 1 disabled, 1 budgets, from 2 files\n"
     code, _, err = cli(capsys, "rules", "check", "--no-default", pack)
     assert code == 1
     assert err.splitlines() == [
@@ -295,6 +295,34 @@ def test_yaml_that_expands_or_nests_without_end_is_refused_with_its_line(
     code, out, _ = cli(capsys, "rules", "test", str(latin))
     assert (code, out) == (1, f"{latin}:2: not UTF-8 text (invalid continuation byte at byte "
                               f"20); save it as UTF-8\n")
+
+
+def test_a_pack_budget_past_the_bound_is_a_problem_and_the_default_rules_still_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A budget is a finite number up to MAX_BUDGET (10^12) wherever it comes from: a pack's
+    count past it was taken, and every default budget rule for its agents then failed to
+    evaluate (CEL's int is 64 bits) while `rules check` said ok."""
+    pack = write(tmp_path / "huge.yaml", HEADER + "budgets:\n  - agents: ['x*']\n"
+                 "    max_tool_calls: 99999999999999999999999999\n"
+                 "    max_tokens: 1000000000001\n    max_iterations: 1000000000000\n")
+    code, _, err = cli(capsys, "rules", "check", pack)
+    assert (code, err.splitlines()) == (1, [
+        f"{pack}:6: budgets: max_tool_calls: must be at most 1e+12",
+        f"{pack}:7: budgets: max_tokens: must be at most 1e+12", "2 problems found"])
+    write(tmp_path / "huge.yaml", HEADER + "budgets:\n  - agents: ['x*']\n"
+          "    max_tool_calls: 1000000000000\n    max_tokens: 1000000000000\n")
+    tests = write(tmp_path / "huge.test.yaml", """\
+        rule_files: [huge.yaml]
+        tests:
+          - name: the largest budgets count down
+            agent: x1
+            steps:
+              - {at: 0, llm: {input_tokens: 100, output_tokens: 10}}
+              - {at: 1, tool: search, args: {q: a}, result: r}
+            expect: []
+    """)
+    code, out, _ = cli(capsys, "rules", "test", "-v", tests)
+    assert code == 0 and "failed to evaluate" not in out, out
 
 
 def test_an_integer_of_more_digits_than_python_reads_is_a_problem_with_its_line(

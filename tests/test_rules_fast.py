@@ -126,7 +126,8 @@ def test_every_default_condition_decides_as_cel_when_it_decides() -> None:
     # where their guards say so
     known = {"error-loop", "repeated-tool-call", "repeated-tool-result", "tool-cycle",
              "idle-timeout", "total-timeout", "budget-countdown", "budget-last-call",
-             "budget-exhausted", "budget-cost-exhausted", "budget-iterations-last-call",
+             "budget-exhausted", "budget-cost-exhausted", "budget-iterations-countdown",
+             "budget-iterations-last-call",
              "budget-tokens-exhausted", "tool-outage"}
     assert {name for name, seen in answers.items() if None not in seen} == known
     assert all(seen == {True, False} for name, seen in answers.items() if name in known)
@@ -342,7 +343,7 @@ def test_the_engine_decides_the_same_with_and_without_the_fast_path(
         return [(d.decision.run_key, d.decision.rule, d.decision.action.value,
                  d.decision.message) for d in made]
 
-    fast = decisions(fast_rules=20)
+    fast = decisions(fast_rules=21)
     monkeypatch.setattr("watchdog.core.rules.expr.compile_fast", lambda source: None)
     monkeypatch.setattr("watchdog.core.rules.expr.compile_fast_value", lambda source: None)
     slow = decisions(fast_rules=0)

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 HEADER = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: test\n"
 DEFAULT_RULES = ["budget-countdown", "budget-last-call", "budget-exhausted",
                  "budget-cost-countdown", "budget-cost-last-call", "budget-cost-exhausted",
-                 "budget-iterations-last-call",
+                 "budget-iterations-countdown", "budget-iterations-last-call",
                  "budget-tokens-countdown", "budget-tokens-last-call", "budget-tokens-exhausted",
                  "idle-timeout",
                  "total-timeout", "error-loop", "repeated-tool-call", "repeated-tool-result",
@@ -237,7 +237,7 @@ def test_later_packs_replace_rules_and_disable_them(tmp_path: Path) -> None:
     names = [r.name for r in ruleset.rules]
     assert names == ["budget-countdown", "budget-last-call", "budget-exhausted",
                      "budget-cost-countdown", "budget-cost-last-call", "budget-cost-exhausted",
-                     "budget-iterations-last-call",
+                     "budget-iterations-countdown", "budget-iterations-last-call",
                      "budget-tokens-countdown", "budget-tokens-last-call",
                      "budget-tokens-exhausted", "idle-timeout", "total-timeout",
                      "repeated-tool-call", "tool-outage", "zero-progress", "zero-progress-note",
@@ -590,6 +590,7 @@ def test_the_default_packs_budget_rules_declare_their_countdowns() -> None:
         "budget-countdown": "tool_calls", "budget-last-call": "tool_calls",
         "budget-exhausted": "tool_calls", "budget-cost-countdown": "cost_usd",
         "budget-cost-last-call": "cost_usd", "budget-cost-exhausted": "cost_usd",
+        "budget-iterations-countdown": "iterations",
         "budget-iterations-last-call": "iterations", "budget-tokens-countdown": "tokens",
         "budget-tokens-last-call": "tokens", "budget-tokens-exhausted": "tokens"}
     assert ruleset.get("budget-countdown").describe()["countdown"] == "tool_calls"  # type: ignore[union-attr]

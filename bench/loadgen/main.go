@@ -200,7 +200,8 @@ func upstream(args []string) {
 // last ends, the workers' first starts spread over SPREAD seconds (0: together, so they go in
 // waves); each a new conversation (Task FIRST, FIRST+1, ...). For each stream it prints a JSON
 // line of seconds: {"ttfb": to the first SSE event, "gaps": between consecutive events,
-// "stream": first event to last}; then {"wall": the phase}. Connections are kept from one
+// "stream": first event to last, "final": a run's final request (-final)}; then {"wall": the
+// phase}. Connections are kept from one
 // phase to the next (up to -connections idle), as an agent's HTTP client keeps them. It ends at
 // the end of stdin, or with status 1 at a stream that fails.
 func client(args []string) {
@@ -210,6 +211,8 @@ func client(args []string) {
 	budget := flags.Int("budget", 0, "x-watchdog-budget-tool-calls on every request (0: none)")
 	turns := flags.Int("turns", 1, "requests a conversation (each after the last's answer, "+
 		"with a tool call and its result more)")
+	final := flags.Bool("final", false, "a conversation's last request is its run's final one: "+
+		"it offers the tool too (the sidecar withdraws it), and no call is read from its answer")
 	limit := flags.Duration("stream-timeout", time.Minute, "the longest a stream may take")
 	_ = flags.Parse(args)
 	if *base == "" || *connections < 1 || *connections > maxConcurrency || *limit <= 0 ||
@@ -231,7 +234,8 @@ func client(args []string) {
 			fail(fmt.Sprintf("a phase is STREAMS CONCURRENCY FIRST SPREAD, STREAMS >= 1, "+
 				"1 <= CONCURRENCY <= %d, SPREAD >= 0: %q", maxConcurrency, lines.Text()))
 		}
-		wall, err := phase(pool, *base, streams, concurrency, first, spread, *budget, *turns)
+		wall, err := phase(pool, *base, streams, concurrency, first, spread, *budget, *turns,
+			*final)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "loadgen:", *base+":", err)
 			os.Exit(1)
@@ -242,9 +246,10 @@ func client(args []string) {
 
 // phase runs one phase, printing each stream's line as it ends: its wall time, or the first
 // stream's error (the others then start no more). A worker takes a conversation and sends its
-// `turns` requests one after the other; STREAMS counts requests.
+// `turns` requests one after the other (with `final`, the last its run's final one, which
+// offers the tool too); STREAMS counts requests.
 func phase(pool *http.Client, base string, streams, concurrency, first int, spread float64,
-	budget, turns int) (time.Duration, error) {
+	budget, turns int, final bool) (time.Duration, error) {
 	var (
 		next    atomic.Int64
 		out     sync.Mutex
@@ -261,8 +266,8 @@ func phase(pool *http.Client, base string, streams, concurrency, first int, spre
 			for number := next.Add(1) - 1; number*int64(turns) < int64(streams); number = next.Add(1) - 1 {
 				var history bytes.Buffer // the turns before: each the model's call and its result
 				for turn := 1; turn <= turns && int(number)*turns+turn <= streams; turn++ {
-					line, err := stream(pool, base, first+int(number), turn, turn < turns,
-						budget, buffer, &history)
+					line, err := stream(pool, base, first+int(number), turn,
+						turn < turns || final, turn < turns, budget, buffer, &history)
 					out.Lock()
 					if err != nil && failed == nil {
 						failed = err
@@ -287,10 +292,11 @@ func phase(pool *http.Client, base string, streams, concurrency, first int, spre
 // turn before, the model's tool call and the tool's result, as a real agent sends them: the
 // call the model handed over (its id, name and arguments, read from the stream) and a result
 // of its own (`history` holds them; bench/model_endpoint.py's `one_stream` does the same). A
-// turn with `tools` (all but a conversation's last) offers the model a tool, which the
-// upstream calls.
-func stream(client *http.Client, base string, number, turn int, tools bool, budget int,
-	buf []byte, history *bytes.Buffer) ([]byte, error) {
+// turn with `tools` (all but a conversation's last, unless that is its run's final request)
+// offers the model a tool, which the upstream calls; with `expect` (not the last) the call is
+// read from the answer.
+func stream(client *http.Client, base string, number, turn int, tools, expect bool,
+	budget int, buf []byte, history *bytes.Buffer) ([]byte, error) {
 	offered := ""
 	if tools {
 		offered = `, "tools": [{"type": "function", "function": {"name": "search", ` +
@@ -332,7 +338,7 @@ func stream(client *http.Client, base string, number, turn int, tools bool, budg
 				if end < 0 {
 					break
 				}
-				if tools && handed == nil && bytes.Contains(pending[:end], []byte(`"tool_calls"`)) {
+				if expect && handed == nil && bytes.Contains(pending[:end], []byte(`"tool_calls"`)) {
 					handed = append([]byte(nil), pending[:end]...)
 				}
 				pending = pending[end+2:]
@@ -352,13 +358,14 @@ func stream(client *http.Client, base string, number, turn int, tools bool, budg
 	if len(arrivals) < 2 {
 		return nil, fmt.Errorf("a stream of %d events", len(arrivals))
 	}
-	if tools {
+	if expect {
 		if err := answer(handed, history, turn); err != nil {
 			return nil, err
 		}
 	}
-	line := fmt.Appendf(nil, `{"ttfb":%.9f,"stream":%.9f,"gaps":[`,
-		arrivals[0].Sub(start).Seconds(), arrivals[len(arrivals)-1].Sub(arrivals[0]).Seconds())
+	line := fmt.Appendf(nil, `{"ttfb":%.9f,"stream":%.9f,"final":%t,"gaps":[`,
+		arrivals[0].Sub(start).Seconds(), arrivals[len(arrivals)-1].Sub(arrivals[0]).Seconds(),
+		tools && !expect)
 	for i := 1; i < len(arrivals); i++ {
 		if i > 1 {
 			line = append(line, ',')

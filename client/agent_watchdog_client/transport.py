@@ -174,14 +174,18 @@ class Transport:
     client sends a few requests per run, so keeping connections alive is not worth a pool)."""
 
     def __init__(self, url: str, token: str | None = None) -> None:
-        parsed = urllib.parse.urlsplit(url)
+        try:  # (urllib's own errors, an unclosed [ or a port out of range, name no setting)
+            parsed = urllib.parse.urlsplit(url)
+            port = parsed.port
+        except ValueError:
+            parsed, port = urllib.parse.urlsplit(""), None
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"WATCHDOG_URL={url!r} is not allowed: expected "
                              f"http://HOST:PORT or https://HOST:PORT")
         self.url = url.rstrip("/")
         self._https = parsed.scheme == "https"
         self._host = parsed.hostname
-        self._port = parsed.port or (443 if self._https else 80)
+        self._port = port or (443 if self._https else 80)
         self._prefix = parsed.path.rstrip("/")
         self._headers = {"User-Agent": "agent-watchdog-client"}
         if token:

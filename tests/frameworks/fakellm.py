@@ -407,6 +407,7 @@ def response_object(model: str, response_id: str, step: Step, body: dict[str, An
             "instructions": body.get("instructions"), "model": model, "output": output,
             "parallel_tool_calls": True, "tool_choice": body.get("tool_choice", "auto"),
             "tools": body.get("tools", []),
+            "text": body.get("text") or {"format": {"type": "text"}},
             "previous_response_id": body.get("previous_response_id"),
             "usage": {"input_tokens": usage["prompt_tokens"],
                       "output_tokens": usage["completion_tokens"],

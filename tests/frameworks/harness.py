@@ -117,6 +117,8 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "burr": (*_OTEL, "_burr", "burr.core", "burr.integrations.opentelemetry",
              "opentelemetry.instrumentation.openai", "opentelemetry.instrumentation.openai.v1",
              *_OPENAI),
+    # AgentOps is imported by the driver, after smolagents (its init instruments those imported)
+    "agentops_smolagents": (*_OTEL, *_LITELLM),
     "crewai": (*_OTEL, "crewai", "crewai.tools", "openinference.instrumentation.crewai",
                *_OPENAI),
     "crewai_openlit": (*_OTEL, "crewai", "crewai.tools", "openlit", *_OPENAI),
@@ -668,5 +670,27 @@ def loop_tests(env: str, driver: str, expected: Mapping[str, tuple[Expect, str |
     def test_recorded(sidecar: RunningServer, scenario: str) -> None:
         check_recorded(sidecar, driver, scenario, [expected[scenario][0]])
         answer_read(sidecar, scenario)
+
+    return test_live, test_recorded
+
+
+def scenario_tests(env: str, driver: str, scripts: Mapping[str, Mapping[str, Script]],
+                   expected: Mapping[str, Expect],
+                   read: Callable[[RunningServer, str], None]
+                   ) -> tuple[Callable[..., None], Callable[..., None]]:
+    """``test_live`` and ``test_recorded`` of a framework's driver whose scenarios each make one
+    run: ``expected``'s, then ``read`` (what else the test checks of it); live, the model also
+    got as many requests as the run has iterations."""
+    @pytest.mark.parametrize("scenario", sorted(expected))
+    def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
+        drive_and_check(sidecar, llm, env, driver, scenario, scripts[scenario],
+                        [expected[scenario]])
+        read(sidecar, scenario)
+        assert len(llm.requests(f"{driver}-{scenario}")) == expected[scenario].iterations
+
+    @pytest.mark.parametrize("scenario", sorted(expected))
+    def test_recorded(sidecar: RunningServer, scenario: str) -> None:
+        check_recorded(sidecar, driver, scenario, [expected[scenario]])
+        read(sidecar, scenario)
 
     return test_live, test_recorded

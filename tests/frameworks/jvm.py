@@ -1,6 +1,7 @@
-"""The Java agents of the tests, each a Maven project: the model endpoint's (``java/``, built by
-``make java-agent``) and the Spring AI agent (``spring_ai/``, ``make spring-ai-agent``), both part
-of ``make test``: where they were built, and one run of one."""
+"""The JVM agents of the tests, each a Maven project: the model endpoint's (``java/``, built by
+``make java-agent``), the Spring AI agent (``spring_ai/``, ``make spring-ai-agent``) and the Koog
+agent (``koog/``, Kotlin, ``make koog-agent``), all part of ``make test``: where they were built,
+and one run of one."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from tests.frameworks.harness import DRIVER_TIMEOUT, ROOT
 
 JAVA_DIR = Path(__file__).resolve().parent / "java"
 SPRING_AI_DIR = Path(__file__).resolve().parent / "spring_ai"
+KOOG_DIR = Path(__file__).resolve().parent / "koog"
 # each project's make target, and where it builds (.cache/NAME/HASH/)
-TARGETS = {JAVA_DIR: "java-agent", SPRING_AI_DIR: "spring-ai-agent"}
+TARGETS = {JAVA_DIR: "java-agent", SPRING_AI_DIR: "spring-ai-agent", KOOG_DIR: "koog-agent"}
 
 
 def jvm_flags() -> list[str]:
@@ -28,10 +30,12 @@ def jvm_flags() -> list[str]:
 
 def build_dir(project: Path = JAVA_DIR) -> Path:
     """``.cache/<target>/HASH/`` (agent.jar, lib/, classpath; ``java/``'s also agent.jsa), HASH
-    that of the project's pom.xml and sources, as the Makefile hashes them (pom.xml, then the
-    sources in byte order)."""
-    sources = [project / "pom.xml", *sorted((project / "src").rglob("*.java"),
-                                            key=lambda path: str(path.relative_to(ROOT)))]
+    that of the project's pom.xml and sources (Java or Kotlin), as the Makefile hashes them
+    (pom.xml, then the sources in byte order)."""
+    sources = [project / "pom.xml",
+               *sorted((path for path in (project / "src").rglob("*")
+                        if path.suffix in (".java", ".kt")),
+                       key=lambda path: str(path.relative_to(ROOT)))]
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
     return ROOT / ".cache" / TARGETS[project] / digest
 
@@ -67,12 +71,25 @@ def run(driver: str, mode: str, env: dict[str, str]) -> subprocess.CompletedProc
 def run_spring_ai(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``java agent.Main ARGS...`` of ``spring_ai/`` once, to its exit (an AssertionError if it
     fails)."""
-    classpath = (built(SPRING_AI_DIR) / "classpath").read_text().strip()
-    result = subprocess.run(["java", *jvm_flags(), "-cp", classpath, "agent.Main", *args],
+    return run_main(SPRING_AI_DIR, "agent.Main", args, env)
+
+
+def run_koog(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``java agent.MainKt ARGS...`` of ``koog/`` once, to its exit (an AssertionError if it
+    fails)."""
+    return run_main(KOOG_DIR, "agent.MainKt", args, env)
+
+
+def run_main(project: Path, main: str, args: list[str],
+             env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``java MAIN ARGS...`` of the project's build once, to its exit (an AssertionError if it
+    fails)."""
+    classpath = (built(project) / "classpath").read_text().strip()
+    result = subprocess.run(["java", *jvm_flags(), "-cp", classpath, main, *args],
                             env=env, capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
-                            cwd=SPRING_AI_DIR)
+                            cwd=project)
     if result.returncode != 0:
         sys.stderr.write(result.stderr[-6000:])
-        raise AssertionError(f"java agent.Main {' '.join(args)} exited {result.returncode}:\n"
+        raise AssertionError(f"java {main} {' '.join(args)} exited {result.returncode}:\n"
                              f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result

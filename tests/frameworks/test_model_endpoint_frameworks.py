@@ -1,6 +1,7 @@
 """Real agents steered through the sidecar's model endpoint with no code in them (DESIGN §12).
 
-Each agent — the ``openai`` SDK (Chat Completions and Responses, streamed and not), the
+Each agent — the ``openai`` SDK (Chat Completions and Responses, streamed and not; its Chat
+Completions loop also under the AgentOps SDK's decorators and instrumentation), the
 ``anthropic`` SDK (streamed and not), the OpenAI Agents SDK, pydantic-ai (alone and traced as
 Langfuse's docs set it up), LangChain's
 ``ChatOpenAI`` agent (alone and traced by Langfuse's ``CallbackHandler``), crewai,
@@ -15,7 +16,8 @@ tests at the end), each in its framework's venv
 ``go/genkit``); a rig agent (``rust/rig``, rig-core's ``Agent``); the Rust agent
 (``rust/``: a tool loop on ``async-openai``, Chat Completions and Responses); the Java agents
 (``java/``: LangChain4j, anthropic-java; :mod:`tests.frameworks.test_model_endpoint_java`;
-``spring_ai/``: Spring AI's ``ChatClient``, called and streamed); the
+``spring_ai/``: Spring AI's ``ChatClient``, called and streamed; ``koog/``: Koog's ``AIAgent``,
+Kotlin, on Chat Completions and the Responses API); the
 TypeScript agents under node (``ts/``, :mod:`tests.frameworks.test_model_endpoint_ts`: a tool
 loop on the ``openai`` npm package, the Vercel AI SDK on ``@ai-sdk/openai`` and
 ``@ai-sdk/anthropic``, the OpenAI Agents SDK for JS; Mastra, ``ts/mastra/endpoint.ts``;
@@ -119,10 +121,14 @@ AGENTS = [
     Agent("openai_v2", "endpoint_openai", "chat_stream"),
     Agent("openai_v2", "endpoint_openai", "responses"),
     Agent("openai_v2", "endpoint_openai", "responses_stream"),
+    # the same loop under the AgentOps SDK (its OpenAI instrumentation wraps the calls)
+    Agent("agentops", "endpoint_agentops", "chat"),
+    Agent("agentops", "endpoint_agentops", "chat_stream"),
     Agent("anthropic", "endpoint_anthropic", "messages"),
     Agent("anthropic", "endpoint_anthropic", "messages_stream"),
     Agent("openai_agents", "endpoint_openai_agents", "responses"),
     Agent("openai_agents", "endpoint_openai_agents", "chat"),
+    Agent("openai_agents_laminar", "endpoint_openai_agents", "laminar"),  # traced by Laminar
     Agent("pydantic_ai", "endpoint_pydantic_ai", "run"),
     Agent("pydantic_ai", "endpoint_pydantic_ai", "stream"),
     # traced as Langfuse's docs set it up (Agent.instrument_all() under the Langfuse SDK)
@@ -132,8 +138,11 @@ AGENTS = [
     Agent("langfuse", "endpoint_langchain", "langfuse"),  # traced by Langfuse's CallbackHandler
     Agent("crewai", "endpoint_crewai", "kickoff"),
     Agent("smolagents", "endpoint_smolagents", "run", answer_tool="final_answer"),
+    # on LiteLLM, traced by the AgentOps SDK
+    Agent("agentops_smolagents", "endpoint_smolagents", "agentops", answer_tool="final_answer"),
     Agent("autogen", "endpoint_autogen", "run"),
     Agent("autogen", "endpoint_autogen", "stream"),
+    Agent("agno_langtrace", "endpoint_agno", "langtrace"),  # traced by Langtrace
     *(Agent("agno", "endpoint_agno", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream")),
     *(Agent("llamaindex", "endpoint_llamaindex", mode) for mode in ("run", "stream", "workflow")),
@@ -164,6 +173,9 @@ AGENTS = [
     # Spring AI's ChatClient on its OpenAI model (the official openai-java SDK beneath it)
     Agent("spring-ai", "spring_ai", "call"),
     Agent("spring-ai", "spring_ai", "stream"),
+    # Koog's AIAgent (Kotlin) on its OpenAILLMClient: Chat Completions, and the Responses API
+    # (a model that speaks only that)
+    *(Agent("koog", "koog", mode) for mode in ("chat", "responses")),
     *(Agent("ts", "endpoint_ts", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream")),
     *(Agent("ts", "endpoint_ai_sdk", mode) for mode in (
@@ -340,6 +352,9 @@ COMMANDS: dict[str, Callable[[Agent], tuple[list[str], Path]]] = {
     "spring-ai": lambda agent: (["java", *jvm.jvm_flags(), "-cp", (jvm.built(
         jvm.SPRING_AI_DIR) / "classpath").read_text().strip(), "agent.Main", "endpoint",
                                  agent.mode], jvm.SPRING_AI_DIR),
+    "koog": lambda agent: (["java", *jvm.jvm_flags(), "-cp", (jvm.built(
+        jvm.KOOG_DIR) / "classpath").read_text().strip(), "agent.MainKt", "endpoint",
+                            agent.mode], jvm.KOOG_DIR),
 }
 
 

@@ -28,7 +28,7 @@ from watchdog.core.runs.steps import format_duration
 from watchdog.core.tables import GAP, Column, render
 from watchdog.core.version import __version__
 from watchdog.shell import logs, open_files
-from watchdog.shell.config import MAX_SECONDS, Config, load
+from watchdog.shell.config import MAX_SECONDS, Config, load, url_for_logs
 from watchdog.shell.errors import WatchdogError
 
 DEFAULT_URL = "http://127.0.0.1:9477"  # the control API's default bind (DESIGN §2)
@@ -343,12 +343,16 @@ def _client(args: argparse.Namespace) -> ApiClient:
     given = "--url" if args.url else URL_ENV if os.environ.get(URL_ENV) else "the default"
     try:
         parts = urllib.parse.urlsplit(url.strip())
-        scheme, host = parts.scheme, parts.hostname
+        scheme, host, _ = parts.scheme, parts.hostname, parts.port  # (a bad port raises)
     except ValueError:
         scheme, host = "", None
     if scheme not in ("http", "https") or not host:  # (`localhost:9477` reads as a scheme)
-        raise CommandFailed(f"{given} {url!r} is not the control API's URL: expected "
-                            f"http://HOST:PORT, e.g. {DEFAULT_URL}", EXIT_UNREACHABLE)
+        raise CommandFailed(f"{given} {url_for_logs(url)!r} is not the control API's URL: "
+                            f"expected http://HOST:PORT, e.g. {DEFAULT_URL}", EXIT_UNREACHABLE)
+    if "@" in parts.netloc:  # (urllib would send neither, and might quote them in an error)
+        raise CommandFailed(f"{given} {url_for_logs(url)!r} carries credentials, which the "
+                            f"control API does not read: set {TOKEN_ENV} instead",
+                            EXIT_UNREACHABLE)
     return ApiClient(url.strip(), os.environ.get(TOKEN_ENV, "").strip() or None)  # (a newline)
 
 

@@ -478,6 +478,8 @@ def load_yaml(text: str) -> Any:
 
 def url_for_logs(url: str) -> str:
     """``url`` with its password (if any) replaced by ``***``."""
+    if "@" not in url:  # (no user info: shown as given, even if it does not parse)
+        return url
     try:
         parts = urlsplit(url)
         if parts.password is None:

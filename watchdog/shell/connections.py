@@ -1,11 +1,68 @@
 """An aiohttp connection seen on its way in: :class:`Wrapped` hands every event of the
 connection to aiohttp's request handler, for a subclass to look at (or keep) some of them
 first (the control API's arrivals, :mod:`watchdog.shell.api.app`; the model endpoint's HTTP/1.1
-door, :mod:`watchdog.shell.model.http1`)."""
+door, :mod:`watchdog.shell.model.http1`). A request the HTTP parser refuses is said without its
+bytes (:func:`parser_refusal`; :class:`QuietRunner` for the listeners with no error shape of
+their own)."""
 
 from __future__ import annotations
 
 import asyncio
+import re
+from typing import Any, cast
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+MAX_REFUSAL_TEXT = 200  # characters of what is said of a request the parser refused
+
+
+def parser_refusal(error: BaseException | None) -> str:
+    """What aiohttp's HTTP parser refused, said without the request's bytes: its message quotes
+    the line it stopped at (a header past 8,190 bytes, a control character in one), which may
+    be an `Authorization` with its key or a URL with a token in its query; the words before the
+    quote say what was wrong."""
+    said = (getattr(error, "message", "") or "").split("\n", 1)[0]
+    said = re.split(r"[:'\"]", said, maxsplit=1)[0].strip()[:MAX_REFUSAL_TEXT]
+    return said or (type(error).__name__ if error is not None else "malformed HTTP request")
+
+
+class QuietRefusals(RequestHandler):
+    """aiohttp's connection handler, saying what its parser refused without the bytes."""
+
+    __slots__ = ()
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if status < 500 and message is not None:
+            message = parser_refusal(exc)
+        return super().handle_error(request, status, exc, message)
+
+
+class QuietRunner(web.AppRunner):
+    """aiohttp's runner whose connections' handler is ``handler`` (aiohttp's, refusing a
+    request it cannot parse without echoing its bytes; a subclass says more its own way), each
+    connection's protocol made by ``wrap`` of it."""
+
+    handler: type[RequestHandler] = QuietRefusals
+
+    def wrap(self, handler: RequestHandler) -> asyncio.Protocol:
+        return handler
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()  # aiohttp builds it (Application._make_handler)
+        server.__class__ = _QuietServer
+        cast(_QuietServer, server).runner = self
+        return server
+
+
+class _QuietServer(web.Server):
+    runner: QuietRunner
+
+    def __call__(self) -> Any:  # the protocol factory of every accepted connection
+        handler = super().__call__()
+        handler.__class__ = self.runner.handler
+        return self.runner.wrap(handler)
 
 
 class Wrapped(asyncio.Protocol):

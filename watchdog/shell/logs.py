@@ -116,13 +116,15 @@ def setup(level: str, log_format: str) -> None:
 def _bad_http(record: logging.LogRecord) -> bool:
     """A request the HTTP parser refused (a request line or header past its limit, bytes that
     are no HTTP) is the client's error, answered 400: one warning line naming it, not an
-    error with the parser's traceback."""
+    error with the parser's traceback, nor the bytes it quotes (a header may hold a key)."""
+    from watchdog.shell.connections import parser_refusal  # (aiohttp: imported once it logs)
+
     error = record.exc_info[1] if record.exc_info else None
     if error is not None and type(error).__module__.startswith("aiohttp") \
             and getattr(error, "code", None) == 400:
         record.levelno, record.levelname = logging.WARNING, "WARNING"
         record.msg, record.args = "bad HTTP request from %s: %s", (
             record.args[0] if isinstance(record.args, tuple) and record.args else "?",
-            getattr(error, "message", "") or type(error).__name__)
+            parser_refusal(error))
         record.exc_info = record.exc_text = None
     return True

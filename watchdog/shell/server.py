@@ -36,6 +36,7 @@ from watchdog.core.version import __version__
 from watchdog.shell.api.app import ApiRunner, create_app
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import OFF, Config, split_address
+from watchdog.shell.connections import QuietRunner
 from watchdog.shell.directives.hub import Hub
 from watchdog.shell.directives.outbox import OUTCOMES as OUTBOX_OUTCOMES
 from watchdog.shell.directives.outbox import Outbox
@@ -305,7 +306,7 @@ class Server:
         self.addresses["model"] = (host, bound)
 
     async def _start_app(self, name: str, address: str, app: web.Application,
-                         *, make_runner: Callable[..., web.AppRunner] = web.AppRunner,
+                         *, make_runner: Callable[..., web.AppRunner] = QuietRunner,
                          **options: Any) -> web.AppRunner:
         host, port = split_address(name, address)
         options.setdefault("shutdown_timeout", SHUTDOWN_GRACE)

@@ -389,7 +389,7 @@ class WatchdogService:
         if run.first_seen < self._stored_before:  # a flush that began after it has stored it
             return None
         try:
-            return encode_row(run.to_dict())
+            return encode_row(run.to_row())
         except Exception as exc:
             self._run_failed("snapshot", key, exc)
             return None

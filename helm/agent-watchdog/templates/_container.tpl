@@ -126,9 +126,9 @@ The metrics port always listens on 0.0.0.0: Prometheus and the probes reach it.
     httpGet:
       path: /readyz
       port: wd-metrics
-    periodSeconds: {{ .periodSeconds }}
-    timeoutSeconds: {{ .timeoutSeconds }}
-    failureThreshold: {{ .failureThreshold }}
+    periodSeconds: {{ include "agent-watchdog.envValue" .periodSeconds }}
+    timeoutSeconds: {{ include "agent-watchdog.envValue" .timeoutSeconds }}
+    failureThreshold: {{ include "agent-watchdog.envValue" .failureThreshold }}
   {{- end }}
   {{- end }}
   {{- with $v.probes.liveness }}
@@ -137,9 +137,9 @@ The metrics port always listens on 0.0.0.0: Prometheus and the probes reach it.
     httpGet:
       path: /healthz
       port: wd-metrics
-    periodSeconds: {{ .periodSeconds }}
-    timeoutSeconds: {{ .timeoutSeconds }}
-    failureThreshold: {{ .failureThreshold }}
+    periodSeconds: {{ include "agent-watchdog.envValue" .periodSeconds }}
+    timeoutSeconds: {{ include "agent-watchdog.envValue" .timeoutSeconds }}
+    failureThreshold: {{ include "agent-watchdog.envValue" .failureThreshold }}
   {{- end }}
   {{- end }}
   {{- with $v.probes.readiness }}
@@ -148,9 +148,9 @@ The metrics port always listens on 0.0.0.0: Prometheus and the probes reach it.
     httpGet:
       path: /readyz
       port: wd-metrics
-    periodSeconds: {{ .periodSeconds }}
-    timeoutSeconds: {{ .timeoutSeconds }}
-    failureThreshold: {{ .failureThreshold }}
+    periodSeconds: {{ include "agent-watchdog.envValue" .periodSeconds }}
+    timeoutSeconds: {{ include "agent-watchdog.envValue" .timeoutSeconds }}
+    failureThreshold: {{ include "agent-watchdog.envValue" .failureThreshold }}
   {{- end }}
   {{- end }}
   {{- with (ternary $v.sidecar.resources $v.gateway.resources $sidecar) }}
@@ -186,12 +186,12 @@ The volumes of the watchdog container. Context: as for "agent-watchdog.container
     medium: {{ . }}
     {{- end }}
     {{- with $v.state.sizeLimit }}
-    sizeLimit: {{ . }}
+    sizeLimit: {{ include "agent-watchdog.envValue" . }}
     {{- end }}
   {{- end }}
 - name: watchdog-tmp
   emptyDir:
-    sizeLimit: {{ $v.state.tmpSizeLimit }}
+    sizeLimit: {{ include "agent-watchdog.envValue" $v.state.tmpSizeLimit }}
 - name: watchdog-rules
   configMap:
     name: {{ include "agent-watchdog.rulesConfigMapName" . }}

@@ -96,14 +96,14 @@ app.kubernetes.io/part-of: agent-watchdog
 {{- end }}
 
 {{/*
-A values scalar as an env var value, a number as written: Helm reads numbers as float64, which
-prints 16777216 as 1.6777216e+07 and 0.0000001 as 1e-07 (a form the watchdog does not read).
-Whole numbers print as integers; others as the fewest decimals that read back as the same
-number, never with an exponent.
+A values scalar as an env var value or a quantity (a volume's size), a number as written: Helm
+reads numbers as float64, which prints 16777216 as 1.6777216e+07 and 0.0000001 as 1e-07 (a form
+the watchdog does not read). Whole numbers print as their digits (any size); others as the
+fewest decimals that read back as the same number, never with an exponent.
 */}}
 {{- define "agent-watchdog.envValue" -}}
 {{- if and (kindIs "float64" .) (eq (floor .) .) }}
-{{- int64 . | toString }}
+{{- printf "%.0f" . }}
 {{- else if kindIs "float64" . }}
 {{- $number := . }}
 {{- $text := "" }}
@@ -145,9 +145,11 @@ Refusals: values that cannot work are stopped at render time with a message nami
 {{- fail "gateway.persistence.existingClaim holds one replica's state: set gateway.replicas=1 (each replica needs a volume of its own)" }}
 {{- end }}
 {{- /* Kubernetes kills the gateway terminationGracePeriodSeconds after its SIGTERM: the model requests in flight get model_shutdown_grace first (config.py's duration grammar). */}}
+{{- /* Unset, the grace is the watchdog's default (config.py's DEFAULT_MODEL_SHUTDOWN_GRACE). */}}
 {{- $grace := get (.Values.config | default dict) "model_shutdown_grace" }}
-{{- if and (eq .Values.mode "gateway") (kindIs "invalid" $grace | not) }}
-{{- $text := toString $grace | trim }}
+{{- $unset := or (kindIs "invalid" $grace) (eq (toString $grace) "") }}
+{{- if eq .Values.mode "gateway" }}
+{{- $text := ternary "20s" (toString $grace | trim) $unset }}
 {{- $seconds := 0.0 }}
 {{- if regexMatch "^[0-9]+(\\.[0-9]+)?$" $text }}
 {{- $seconds = float64 $text }}
@@ -157,8 +159,8 @@ Refusals: values that cannot work are stopped at render time with a message nami
 {{- $seconds = addf $seconds (mulf (float64 (regexFind "^[0-9]+" .)) (get $units (regexReplaceAll "^[0-9]+" . ""))) }}
 {{- end }}
 {{- end }}
-{{- if ge $seconds (float64 .Values.gateway.terminationGracePeriodSeconds) }}
-{{- fail (printf "config.model_shutdown_grace=%s is not less than gateway.terminationGracePeriodSeconds=%v: Kubernetes would kill the gateway before the model requests in flight finish and the state is stored; raise terminationGracePeriodSeconds (some 10 s above the grace) or lower the grace" $text .Values.gateway.terminationGracePeriodSeconds) }}
+{{- if gt (addf $seconds 10.0) (float64 .Values.gateway.terminationGracePeriodSeconds) }}
+{{- fail (printf "config.model_shutdown_grace=%s%s leaves less than 10 s of gateway.terminationGracePeriodSeconds=%v: at a SIGTERM the gRPC receiver's stop (up to 5 s) comes before the model requests in flight get their grace, and the state's last flush after them; Kubernetes would kill the gateway first. Raise terminationGracePeriodSeconds to the grace and 10 s more, or lower the grace" $text (ternary " (the default)" "" $unset) .Values.gateway.terminationGracePeriodSeconds) }}
 {{- end }}
 {{- end }}
 {{- /* The listeners share one network namespace (the pod): the watchdog refuses two on one port. */}}

@@ -243,6 +243,8 @@ const ANSWER_SKIP_KEYS: [&str; 9] = [
     "id",
 ];
 const TEXT_KEYS: [&str; 2] = ["text", "content"];
+/// ``INSTRUCTION_ROLES``
+const INSTRUCTION_ROLES: [&str; 2] = ["system", "developer"];
 
 /// A model's output (a text) read once: parsed where a reader needs it.
 pub struct Output<'a> {
@@ -317,7 +319,10 @@ impl<'a> Output<'a> {
                         matches!(item, Doc::Object(_)) && item.get("role").is_some()
                     }) =>
             {
-                items.iter().any(|item| text_in(item, 1))
+                // an instruction is no answer (Koog's agent span's output is its system prompt)
+                items
+                    .iter()
+                    .any(|item| !instruction(item) && text_in(item, 1))
             }
             Some(_) => true,
         }
@@ -403,6 +408,12 @@ fn call_name(call: &Doc) -> Option<&Doc> {
         },
         name => name,
     }
+}
+
+/// ``_instruction``: a message whose role (in any case) is one of ``INSTRUCTION_ROLES``.
+fn instruction(message: &Doc) -> bool {
+    matches!(message.get("role"), Some(Doc::Text(role))
+        if INSTRUCTION_ROLES.iter().any(|wanted| role.eq_ignore_ascii_case(wanted)))
 }
 
 fn text_in(value: &Doc, depth: usize) -> bool {

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -113,7 +114,9 @@ enum Event {
     /// With a bound on tool calls, whether the relay changed what it passed on. `seen`: what
     /// a successful stream of a known API said, read here (module `observe`; None: Python
     /// reads the bytes). `unread`: a Chat Completions response whose tool calls could not be
-    /// read here (Python says which it handed over once booked: `Relay.sight`).
+    /// read here (Python says which it handed over once booked: `Relay.sight`). `held`: a
+    /// held answer (`forward`'s `hold`) whose client has nothing of its body yet: the relay
+    /// waits for `Relay.release` (the held bytes, or what replaces them).
     Done {
         id: u64,
         status: u16,
@@ -124,6 +127,7 @@ enum Event {
         changed: bool,
         seen: Option<Seen>,
         unread: bool,
+        held: bool,
     },
     /// The client of a request still with the model ended its side of the connection (it
     /// half-closed, waiting for its answer, or went away: an SDK's timeout): Python may let
@@ -145,11 +149,11 @@ enum Reply {
         body: Bytes,
         observe: bool,
         notify: bool,
-        direct: bool,
         trim: Option<Trim>,
         watch: Option<Api>,
         unasked: Option<Bytes>,
         ahead: Option<admit::Digest>,
+        hold: bool,
     },
 }
 
@@ -158,6 +162,9 @@ struct Shared {
     armed: AtomicBool,
     wake: UnixStream,
     waiting: Mutex<HashMap<u64, oneshot::Sender<Reply>>>,
+    /// Held answers waiting for Python's word (`Relay.release`): None, the held bytes go;
+    /// else what replaces them.
+    releases: Mutex<HashMap<u64, oneshot::Sender<Option<Bytes>>>>,
     next_id: AtomicU64,
     in_flight: AtomicUsize,
     max_body: usize,
@@ -179,8 +186,6 @@ struct Shared {
     /// Python said (or took back) what a conversation's next request gets.
     told: Notify,
     client: reqwest::Client,
-    /// For this process's own loopback relay: never through a proxy.
-    direct: reqwest::Client,
     /// The upstream refused a request's `stream_options` (`Relay.usage_refused`).
     usage_refused: AtomicBool,
     /// The requests whose client's end is watched: their connection (`Relay.let_go`) and
@@ -321,6 +326,8 @@ struct Ticket {
     held: usize,
     /// Its client's end is watched (`Shared::watched`) from when it goes to the model.
     watched: bool,
+    /// Its answer is held until Python releases it (`Event::Done`'s `held`).
+    holding: bool,
 }
 
 /// What a response's observer holds: the bytes copied as they pass (bounded), or a whole
@@ -391,9 +398,50 @@ impl Ticket {
                 changed: self.changed,
                 seen,
                 unread,
+                held: self.holding,
             });
         }
     }
+
+    /// The held answer has ended: Python is told (`Event::Done`, `held`) and asked for its
+    /// word (`Relay.release`), awaited at most `decide_timeout`. None: not asked (the ticket
+    /// had ended, or tells nothing).
+    fn ask_release(&mut self) -> Option<Release> {
+        if self.ended || !self.notify {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        self.shared.releases.lock().unwrap().insert(self.id, tx);
+        self.holding = true;
+        self.end("ok");
+        Some(Box::pin(tokio::time::timeout(
+            self.shared.decide_timeout,
+            rx,
+        )))
+    }
+}
+
+/// Python's word on a held answer, awaited (`Ticket::ask_release`).
+type Release = Pin<Box<tokio::time::Timeout<oneshot::Receiver<Option<Bytes>>>>>;
+
+/// What a release says to send: the replacement, or (None, Python said nothing in time or
+/// is gone) the held bytes.
+fn released(
+    word: Result<Result<Option<Bytes>, oneshot::error::RecvError>, tokio::time::error::Elapsed>,
+) -> Option<Bytes> {
+    word.ok().and_then(Result::ok).flatten()
+}
+
+/// An answer held until its end (`forward`'s `hold`: the run's final request), as the Python
+/// relay holds it: the trim's bytes, up to `limit` (past it, what was held goes on and the
+/// rest as it comes); at the upstream's end Python is asked for its word (`release`) and the
+/// held bytes, or what replaces them, go, then what the trim held back of an event cut
+/// short (`rest`).
+struct Hold {
+    held: BytesMut,
+    limit: usize,
+    release: Option<Release>,
+    rest: Option<Bytes>,
 }
 
 impl Drop for Ticket {
@@ -405,6 +453,9 @@ impl Drop for Ticket {
             }
         }
         self.shared.waiting.lock().unwrap().remove(&self.id);
+        if self.holding {
+            self.shared.releases.lock().unwrap().remove(&self.id);
+        }
         self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
         *self.shared.held_bytes.lock().unwrap() -= self.held;
     }
@@ -426,6 +477,8 @@ struct RelayBody {
     failed: bool,
     /// The failure has waited one poll, for hyper to write what it holds first.
     paused: bool,
+    /// The answer is held until it ends (the run's final request).
+    hold: Option<Hold>,
 }
 
 impl RelayBody {
@@ -442,6 +495,35 @@ impl RelayBody {
             ticket.end(outcome);
         }
         (!rest.is_empty()).then(|| Bytes::from(rest))
+    }
+
+    /// The held answer's upstream has ended: Python is asked for its word (the relay goes on
+    /// once it has it), or, when it cannot be asked, the held bytes go at once.
+    fn end_held(&mut self) {
+        let release = self.ticket.as_mut().and_then(Ticket::ask_release);
+        let rest = self.ended("ok");
+        match release {
+            Some(release) => {
+                if let Some(hold) = self.hold.as_mut() {
+                    hold.release = Some(release);
+                    hold.rest = rest;
+                }
+            }
+            None => self.unhold(rest),
+        }
+    }
+
+    /// The held answer goes as it is (a failure, or no word to wait for), then `rest`.
+    fn unhold(&mut self, rest: Option<Bytes>) {
+        let Some(hold) = self.hold.take() else {
+            self.whole = rest;
+            return;
+        };
+        let mut out = hold.held;
+        if let Some(rest) = rest {
+            out.extend_from_slice(&rest);
+        }
+        self.whole = (!out.is_empty()).then(|| out.freeze());
     }
 
     /// A piece of the body as the upstream meant it (inflated): observed, watched for its last
@@ -463,7 +545,9 @@ impl RelayBody {
                 self.watch = None; // its last event (told), or unreadable
             }
             if let (Some(true), Some(ticket)) = (last, self.ticket.as_mut()) {
-                ticket.end("ok"); // told before the client has it
+                if self.hold.is_none() {
+                    ticket.end("ok"); // told before the client has it
+                }
             }
         }
         let Some(trim) = self.trim.as_mut() else {
@@ -472,7 +556,7 @@ impl RelayBody {
         let out = trim.feed(piece)?;
         if let Some(ticket) = self.ticket.as_mut() {
             ticket.changed |= trim.changed;
-            if trim.finished {
+            if trim.finished && self.hold.is_none() {
                 // the response's last event: told before the client has it, so a request it
                 // sends at once comes after this end (the upstream is still read to its end,
                 // for the connection's reuse)
@@ -534,6 +618,24 @@ impl Body for RelayBody {
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         let this = &mut *self;
         loop {
+            if let Some(hold) = this.hold.as_mut() {
+                if let Some(release) = hold.release.as_mut() {
+                    let word = match release.as_mut().poll(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(word) => released(word),
+                    };
+                    let hold = this.hold.take().expect("held");
+                    let mut out = match word {
+                        Some(replaced) => BytesMut::from(&replaced[..]),
+                        None => hold.held,
+                    };
+                    if let Some(rest) = hold.rest {
+                        out.extend_from_slice(&rest);
+                    }
+                    this.whole = (!out.is_empty()).then(|| out.freeze());
+                    continue;
+                }
+            }
             if let Some(bytes) = this.whole.take() {
                 if this.upstream.is_none() {
                     if let Some(ticket) = this.ticket.as_mut() {
@@ -575,9 +677,24 @@ impl Body for RelayBody {
                             // ended), no call in it passed unjudged
                             this.trim = None;
                             this.ended("cut");
+                            this.unhold(None); // (what was held goes first)
                             this.failed = true;
                             continue;
                         }
+                    }
+                    if let Some(hold) = this.hold.as_mut() {
+                        if hold.held.len() + out.len() <= hold.limit {
+                            hold.held.extend_from_slice(&out);
+                            if last {
+                                this.end_held();
+                            }
+                            continue;
+                        }
+                        // too long to hold: what was held goes on, and the rest as it comes
+                        let mut joined = std::mem::take(&mut hold.held);
+                        joined.extend_from_slice(&out);
+                        out = joined.freeze();
+                        this.hold = None;
                     }
                     if last {
                         // told before the client can have it all: a request it sends next
@@ -595,10 +712,16 @@ impl Body for RelayBody {
                 }
                 Poll::Ready(Some(Err(_))) => {
                     // an upstream that fails once the answer has begun breaks it off there
-                    this.whole = this.ended("cut");
+                    // (after what was held)
+                    let rest = this.ended("cut");
+                    this.unhold(rest);
                     this.failed = true;
                 }
                 Poll::Ready(None) => {
+                    if this.hold.is_some() {
+                        this.end_held();
+                        continue;
+                    }
                     this.whole = this.ended("ok");
                 }
             }
@@ -606,11 +729,12 @@ impl Body for RelayBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.whole.is_none() && self.upstream.is_none() && !self.failed
+        self.whole.is_none() && self.upstream.is_none() && !self.failed && self.hold.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
         match (&self.whole, &self.upstream) {
+            _ if self.hold.is_some() => SizeHint::default(),
             (_, Some(_)) if self.trim.is_some() => SizeHint::default(),
             (_, None) if self.failed => SizeHint::default(),
             (Some(bytes), None) => SizeHint::with_exact(bytes.len() as u64),
@@ -651,6 +775,7 @@ fn answer(status: u16, headers: &Headers, body: Bytes, ticket: Ticket) -> Respon
         inflate: None,
         failed: false,
         paused: false,
+        hold: None,
     });
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     *response.headers_mut() = header_map(headers);
@@ -748,6 +873,7 @@ async fn handle(
         api: None,
         held: 0,
         watched: false,
+        holding: false,
     };
     let (parts, incoming) = request.into_parts();
     let headers: Headers = parts
@@ -910,7 +1036,6 @@ async fn handle(
                 body: sent,
                 observe: true,
                 notify: true,
-                direct: false,
                 trim: usize::try_from(keep).ok().map(|keep| Trim {
                     api: admitted.api,
                     keep: Some(keep),
@@ -919,6 +1044,7 @@ async fn handle(
                 watch: (keep < 0).then_some(admitted.api),
                 unasked: None,
                 ahead: (admitted.api == Api::Chat).then_some(admitted.digest),
+                hold: false,
             }
         }
         (verdict, body, _) => {
@@ -958,11 +1084,11 @@ async fn handle(
                 body,
                 observe,
                 notify,
-                direct,
                 mut trim,
                 watch,
                 unasked,
                 ahead,
+                hold,
             } => {
                 ticket.notify = notify;
                 if notify && !ticket.watched {
@@ -988,11 +1114,7 @@ async fn handle(
                 ticket.started = Instant::now();
                 let method =
                     reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::POST);
-                let client = if direct {
-                    &shared.direct
-                } else {
-                    &shared.client
-                };
+                let client = &shared.client;
                 let send = |body: Bytes| {
                     client
                         .request(method.clone(), &url)
@@ -1031,7 +1153,9 @@ async fn handle(
                 let failure = match (sent, failed_body) {
                     (_, Some(failure)) => failure,
                     (Ok(upstream), None) => {
-                        match relayed(&shared, upstream, read, ticket, observe, trim, watch).await {
+                        match relayed(&shared, upstream, read, ticket, observe, trim, watch, hold)
+                            .await
+                        {
                             Ok(response) => return Ok(response),
                             Err((back, kind, detail)) => {
                                 ticket = back;
@@ -1186,7 +1310,10 @@ fn refuses_usage(body: &[u8], coding: &str) -> bool {
 /// long to read, or JSON it cannot judge, is an unreachable upstream's failure (never passed).
 /// A successful gzip or deflate body is inflated to be read (bounded alike); what the relay
 /// changes goes on plain, what it does not as it came. In a coding it cannot read, it passes
-/// unread, or with a trim is not passed (a stream is broken off at once).
+/// unread, or with a trim is not passed (a stream is broken off at once). With `hold` (and a
+/// trim: the run's final request), a successful answer is held until it ends and Python has
+/// said what goes (`Relay.release`): the held bytes, or what replaces them.
+#[allow(clippy::too_many_arguments)]
 async fn relayed(
     shared: &Shared,
     upstream: reqwest::Response,
@@ -1195,6 +1322,7 @@ async fn relayed(
     observe: bool,
     trim: Option<Trim>,
     watch: Option<Api>,
+    hold: bool,
 ) -> Result<Response<RelayBody>, Failure> {
     let status = upstream.status();
     ticket.status = status.as_u16();
@@ -1232,6 +1360,7 @@ async fn relayed(
         inflate: None,
         failed: false,
         paused: false,
+        hold: None,
     };
     match trim {
         // a whole successful response observed: read first (bounded), as the aiohttp relay
@@ -1290,6 +1419,14 @@ async fn relayed(
             }
             body.trim = Some(StreamTrim::new(trim, shared.answers()));
             body.upstream = Some(upstream.into());
+            if hold {
+                body.hold = Some(Hold {
+                    held: BytesMut::new(),
+                    limit: shared.observe_limit,
+                    release: None,
+                    rest: None,
+                });
+            }
         }
         Some(Trim { api, keep, .. }) => {
             let keep = keep.unwrap_or(usize::MAX); // (Some: filtered above)
@@ -1332,7 +1469,7 @@ async fn relayed(
             if observe {
                 ticket.observed = Some(Observed::Whole(text.clone())); // (held once)
             }
-            let out = match trim::trim_whole(api, &text, keep, &shared.answers()) {
+            let mut out = match trim::trim_whole(api, &text, keep, &shared.answers()) {
                 Ok(Some(trimmed)) => {
                     ticket.changed = true;
                     headers.remove("content-encoding"); // (what it passes on is plain)
@@ -1341,6 +1478,14 @@ async fn relayed(
                 Ok(None) => read, // as it came
                 Err(trim::Unjudged) => return unjudged(ticket, "JSON it cannot judge"),
             };
+            if hold {
+                if let Some(release) = ticket.ask_release() {
+                    if let Some(replaced) = released(release.await) {
+                        headers.remove("content-encoding"); // (what replaces it is plain)
+                        out = replaced;
+                    }
+                }
+            }
             headers.remove("content-length");
             body.whole = Some(out);
         }
@@ -1428,11 +1573,6 @@ impl Relay {
             |error: reqwest::Error| PyOSError::new_err(format!("the relay's HTTP client: {error}"));
         // the upstream: `read` is the longest wait for its head, and between its body's bytes
         let client = builder()?.read_timeout(read).build().map_err(failed)?;
-        // this process's own loopback relay (a run's final request, its answer held until it
-        // ends): no wait of its own, so a final answer that keeps coming is never cut however
-        // long it is; the loopback relay bounds what it waits for itself (the upstream's
-        // connect and read timeouts: a 504 or 502 of its own when the upstream stalls)
-        let direct = builder()?.no_proxy().build().map_err(failed)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads.max(1))
             .thread_name("watchdog-relay")
@@ -1468,6 +1608,7 @@ impl Relay {
             armed: AtomicBool::new(false),
             wake,
             waiting: Mutex::new(HashMap::new()),
+            releases: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0),
             max_body,
@@ -1481,7 +1622,6 @@ impl Relay {
             admission: Mutex::new(None),
             told: Notify::new(),
             client,
-            direct,
             usage_refused: AtomicBool::new(false),
             watched: Mutex::new(HashMap::new()),
             draining: tokio::sync::watch::Sender::new(false),
@@ -1588,6 +1728,7 @@ impl Relay {
                         changed,
                         seen,
                         unread,
+                        held,
                     } => (
                         "done",
                         id,
@@ -1599,6 +1740,7 @@ impl Relay {
                         changed,
                         seen.map(seen_tuple),
                         unread,
+                        held,
                     )
                         .into_pyobject(py)?
                         .into_any(),
@@ -1635,17 +1777,20 @@ impl Relay {
     }
 
     /// Sends request ``id`` on to ``url``; with ``observe`` the response's bytes come back in
-    /// its ``done`` event, which comes with ``notify`` (or ``observe``); ``direct``: never
-    /// through the environment's proxy (this process's own loopback relay); ``api`` (chat,
+    /// its ``done`` event, which comes with ``notify`` (or ``observe``); ``api`` (chat,
     /// responses, messages) and ``keep`` >= 0: a successful response hands the agent at most
     /// ``keep`` tool calls (final-answer ones aside), trimmed as the Python relay trims; with
     /// ``keep`` < 0 and ``watch``, a successful stream passes as it comes and its end is told
     /// at its last event; with ``unasked`` (a Chat Completions stream asked for its usage on
     /// the client's behalf: the body without that) the stream passes event by event, its
     /// usage-only chunk left out, and an upstream that refuses ``stream_options`` (400 or 422
-    /// naming it) is sent ``unasked`` instead.
+    /// naming it) is sent ``unasked`` instead. With ``hold`` (and ``observe`` and ``keep`` >=
+    /// 0: a run's final request) a successful answer is held until it has ended (up to the
+    /// observe limit: past it, it passes on as it comes), its ``done`` event then comes with
+    /// ``held`` and the relay waits for ``release``.
     #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
-                        direct=false, api="", keep=-1, watch=false, unasked=None, ahead=None))]
+                        api="", keep=-1, watch=false, unasked=None, ahead=None,
+                        hold=false))]
     #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
@@ -1656,13 +1801,18 @@ impl Relay {
         body: PyBackedBytes,
         observe: bool,
         notify: bool,
-        direct: bool,
         api: &str,
         keep: i64,
         watch: bool,
         unasked: Option<&[u8]>,
         ahead: Option<&str>,
+        hold: bool,
     ) -> PyResult<bool> {
+        if hold && (keep < 0 || !observe) {
+            return Err(PyValueError::new_err(
+                "a held answer is observed and bounded (keep >= 0)",
+            ));
+        }
         let ahead = ahead
             .map(|session| {
                 admit::parse_digest(session).ok_or_else(|| {
@@ -1699,13 +1849,24 @@ impl Relay {
                 body: Bytes::from_owner(body),
                 observe,
                 notify: notify || observe,
-                direct,
                 trim,
                 watch,
                 unasked: unasked.map(Bytes::copy_from_slice),
                 ahead,
+                hold,
             },
         ))
+    }
+
+    /// The held answer of request ``id`` (its ``done`` event came with ``held``) goes on:
+    /// as it was held (``body`` None), or ``body`` in its place. False: it is gone (its client
+    /// went away, or the relay stopped waiting).
+    #[pyo3(signature = (id, body=None))]
+    fn release(&self, id: u64, body: Option<&[u8]>) -> bool {
+        match self.shared.releases.lock().unwrap().remove(&id) {
+            Some(tx) => tx.send(body.map(Bytes::copy_from_slice)).is_ok(),
+            None => false,
+        }
     }
 
     /// The bytes the relay hands on for a response of ``api`` bounded to ``keep`` tool calls
@@ -1990,6 +2151,7 @@ impl Relay {
             py.detach(|| runtime.shutdown_timeout(Duration::from_secs(1)));
         }
         self.shared.waiting.lock().unwrap().clear();
+        self.shared.releases.lock().unwrap().clear();
     }
 }
 

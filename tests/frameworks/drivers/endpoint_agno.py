@@ -3,7 +3,9 @@ API), neither given a base URL: their OpenAI client reads ``OPENAI_BASE_URL``, s
 alone points it at the sidecar. Mode (argv[1]): ``chat``, ``chat_stream``, ``responses``,
 ``responses_stream`` (``stream=True``: the model is streamed); ``team``: a ``Team`` on
 ``OpenAIChat`` whose leader (no tools but Agno's ``delegate_task_to_member``) delegates to one
-member, the searcher (the one tool). See :mod:`endpoint_common`."""
+member, the searcher (the one tool); ``langtrace``: ``chat`` traced by Langtrace
+(``langtrace.init()``: its Agno and OpenAI instrumentations; venv ``agno_langtrace``; its spans
+go nowhere: its exporter's endpoint is a closed port). See :mod:`endpoint_common`."""
 
 from __future__ import annotations
 
@@ -18,6 +20,16 @@ SEARCHER = "You are the searcher: search the files."
 
 
 def main(mode: str) -> None:
+    if mode == "langtrace":
+        import os
+
+        os.environ["LANGTRACE_ERROR_REPORTING"] = "False"  # (else Sentry, off this machine)
+        from langtrace_python_sdk import langtrace
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        # (given no host, without an API key it traces nothing: its own backend's is needed)
+        langtrace.init(api_host="http://127.0.0.1:9", custom_remote_exporter=OTLPSpanExporter(
+            endpoint="http://127.0.0.1:9/v1/traces"))
     if mode == "team":
         searcher = Agent(name="searcher", role="Searches files", model=OpenAIChat(id=model()),
                          tools=[search], instructions=SEARCHER, telemetry=False)

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 
 from watchdog.core.model.failure import looks_failed, refusal_of
 from watchdog.core.model.steer import answer_of, is_answer_tool
-from watchdog.core.model.wire import Observation, Request, ToolCall, ToolResult
+from watchdog.core.model.wire import Observation, Request, ToolCall, ToolResult, answer_digest
 from watchdog.core.redact import brief, mask
 from watchdog.core.spans.record import ENDPOINT_SCOPE, KeySource, SpanKind, SpanRecord
 
@@ -134,6 +134,10 @@ class EndpointRun:
     final_used: bool = False  # the final (no tools) request went upstream
     report: str | None = None  # its answer
     stop: str | None = None  # the stop note of an abort answered by the endpoint
+    # the digests of the answers it gave at the stop (:func:`answer_digest`; a text, a JSON
+    # object) and their Responses ids: a request whose last model answer is one, or that
+    # continues one by its id, goes on from the stop
+    stop_answers: frozenset[str] = frozenset()
     # as last read from the tracker's run (they steer it while the state cannot take records):
     run_key: str | None = None  # the run's key
     tool_limit: float | None = None  # its max_tool_calls
@@ -141,6 +145,9 @@ class EndpointRun:
     # the request identified last goes on from the run's own calls (its results answer calls
     # the run handed over): a run ended at an answer (to a request aside) is taken back
     going_on: bool = False
+    # what its last request carried past the model's last answer (:func:`_asked`): a request
+    # that carries the same, answering none of the calls handed over since, sends it again
+    asked: tuple[object, ...] | None = None
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
@@ -220,7 +227,8 @@ class ModelBook:
             previous = self._responses.get(request.previous_response_id)
             known = self._runs.get(previous) if previous is not None else None
             if known is not None:
-                if not (request.last_is_user and _over(known, ended)):
+                if not (request.last_is_user and _over(known, ended)) \
+                        or goes_on_from_stop(known, request):
                     self._going_on = self._answers_calls_of(known, request)
                     return self._touch(known)
                 # a new user message in a conversation the server keeps, once its run has
@@ -296,6 +304,9 @@ class ModelBook:
                 key, answers_its_calls = handed.key, True
                 break
         state = self._runs.get(key) if key is not None else None
+        if state is not None and goes_on_from_stop(state, request):
+            self._conversations.move_to_end(digest)  # (its agent did not take the stop)
+            return self._touch(state)
         if state is not None and not (
                 (request.last_is_user and _over(state, ended))
                 or (not request.kept and (
@@ -352,6 +363,16 @@ class ModelBook:
                 or _answered(state.begun, result.call_id)
             if call is not None:
                 answered.append((call, result))
+        asked, state.asked = state.asked, _asked(request)
+        retried: list[ToolCall] = []
+        if state.pending and not answered and asked == state.asked and state.asking <= 1:
+            # the request before, sent again (none other of the run with the model): the
+            # agent did not take the answer it got (its client could not read it), so the
+            # calls it handed over never ran. They are no longer handed over; as a broken-off
+            # answer's, one counts if the next request answers it
+            state.handed = max(state.handed - len(state.pending), 0)
+            retried = list(state.pending.values())
+            state.pending.clear()
         unanswered = list(state.pending.values())
         state.pending.clear()
         for call in unanswered:
@@ -360,6 +381,8 @@ class ModelBook:
             if (said := _said_result(call, request.said, 0)) is not None:
                 answered.append((call, said))
         state.begun.clear()
+        for call in retried:
+            _wait(state.begun, call)
         for call, found in answered:
             state.results += 1
             if not state.traced:
@@ -386,6 +409,19 @@ class ModelBook:
             seen.add(record.result_hash)
             records.append(record)
         return records
+
+    def stopped(self, state: EndpointRun, answer: str, response_id: str | None = None) -> None:
+        """The endpoint answered ``state``'s run with ``answer`` at its stop (``response_id``:
+        the id it gave that answer, which a conversation the server keeps goes on from): a
+        request that goes on from it is the stopped run's (:func:`goes_on_from_stop`)."""
+        for known in (answer_digest(answer), response_id):
+            if known is not None and known not in state.stop_answers \
+                    and len(state.stop_answers) < 8:
+                state.stop_answers |= {known}
+        if response_id is not None:
+            self._responses[response_id] = state.key
+            while len(self._responses) > MAX_RESPONSE_IDS:
+                self._responses.popitem(last=False)
 
     def handed_by(self, call_id: str) -> str | None:
         """The run that last handed over the tool call ``call_id`` (as far as remembered)."""
@@ -509,6 +545,14 @@ class ModelBook:
         return record
 
 
+def _asked(request: Request) -> tuple[object, ...]:
+    """What a request carries past the model's last answer, as far as it tells one request
+    sent again from the next: its length, the response it continues, the calls its results
+    answer and what else it says there."""
+    return (request.messages, request.previous_response_id,
+            tuple(result.call_id for result in request.results), hash(tuple(request.said)))
+
+
 def _wait(waiting: dict[str, ToolCall], call: ToolCall) -> None:
     """``call`` waits for its result: under its id, or, when a call handed over before has the
     same id (an upstream that gives none, or the same one to each call), under its id and a
@@ -527,6 +571,21 @@ def _answered(waiting: dict[str, ToolCall], call_id: str) -> ToolCall | None:
         key = next((key for key in waiting if key.startswith(prefix)), None)
         call = waiting.pop(key) if key is not None else None
     return call
+
+
+def goes_on_from_stop(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request`` goes on from the answer the endpoint gave at ``state``'s stop: its
+    conversation's last model answer is that answer. An agent that sends it on did not take it
+    as the run's end (a framework's validation retry: the stop answer failed its output's
+    schema, and a retry prompt follows as a user message), so it is still the stopped run's,
+    not the next run's."""
+    if not state.stop_answers:
+        return False
+    if request.previous_response_id is not None and request.previous_response_id \
+            in state.stop_answers:
+        return True
+    return request.last_answer is not None \
+        and answer_digest(request.last_answer) in state.stop_answers
 
 
 def _over(state: EndpointRun, ended: Callable[[str], bool]) -> bool:

@@ -105,7 +105,8 @@ class ChatWire:
             said=said,
             include_usage=isinstance(options, dict) and options.get("include_usage") is True,
             input_hash=request_hash(messages),
-            answer_format=json_format(body.get("response_format")))
+            answer_format=json_format(body.get("response_format")),
+            last_answer=messages[last_answer].get("content") if last_answer >= 0 else None)
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         messages = body.get("messages")

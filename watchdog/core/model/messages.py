@@ -84,7 +84,10 @@ class MessagesWire:
             results=results,
             said=said,
             input_hash=request_hash(messages),
-            answer_format=json_format(_output_format(body)))
+            answer_format=json_format(_output_format(body)),
+            last_answer=next((message.get("content") for message in reversed(messages)
+                              if isinstance(message, dict)
+                              and message.get("role") == "assistant"), None))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         system = body.get("system")

@@ -96,6 +96,7 @@ class ResponsesWire:
         results: list[ToolResult] = []
         said: list[str] = []
         count, last_is_user = 1, isinstance(items, str)
+        last_answer: object = None
         if isinstance(items, list):
             count = len(items)
             for item in items:
@@ -108,6 +109,7 @@ class ResponsesWire:
                     anchor = anchor_of(item.get("content"))
                 if role == "assistant" or kind in CALL_ITEMS:
                     results, said = [], []
+                    last_answer = item.get("content") if role == "assistant" else None
                 elif role == "user" and len(said) < MAX_TOOL_CALLS_SEEN:
                     said.append(text_of(item.get("content")))
                 elif kind in RESULT_ITEMS and len(results) < MAX_TOOL_CALLS_SEEN:
@@ -136,10 +138,24 @@ class ResponsesWire:
             said=said,
             previous_response_id=previous if isinstance(previous, str) and previous else None,
             kept=kept is not None or (isinstance(previous, str) and bool(previous)),
-            input_hash=request_hash(items if isinstance(items, (str, list)) else None))
+            input_hash=request_hash(items if isinstance(items, (str, list)) else None),
+            last_answer=last_answer)
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
+        """The note where the agent gave its instructions: in ``instructions`` when it gave
+        them there (or gave none), else in its first system/developer input item (Koog's
+        system prompt), so that the request's ``instructions`` stay the agent's own: the
+        response echoes them, and a strict client reads them back as it sent them. A
+        conversation the server keeps gets it in ``instructions`` (an item would stay in
+        it)."""
         existing = body.get("instructions")
+        items = body.get("input")
+        if not (isinstance(existing, str) and existing) and isinstance(items, list) \
+                and conversation_of(body) is None and not body.get("previous_response_id"):
+            for index, item in enumerate(items):
+                if isinstance(item, dict) and item.get("role") in ("system", "developer"):
+                    noted = {**item, "content": _with_note(item.get("content"), note)}
+                    return {**body, "input": [*items[:index], noted, *items[index + 1:]]}
         return {**body, "instructions": append_text(
             existing if isinstance(existing, str) else "", note)}
 
@@ -230,6 +246,16 @@ class ResponsesWire:
         return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
+def _with_note(content: object, note: str) -> object:
+    """An input message's content with the note after it: a text's, a text part more in a
+    list of parts, the note for anything else."""
+    if isinstance(content, str):
+        return append_text(content, note)
+    if isinstance(content, list):
+        return [*content, {"type": "input_text", "text": note}]
+    return note
+
+
 def _response(model: str, text: str, status: str, now: float) -> dict[str, Any]:
     return {"id": "resp_watchdog" + uuid.uuid4().hex[:20], "object": "response",
             "created_at": int(now), "status": status, "error": None,
@@ -239,6 +265,9 @@ def _response(model: str, text: str, status: str, now: float) -> dict[str, Any]:
                         "content": [{"type": "output_text", "text": text,
                                      "annotations": []}]}],
             "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+            # (the API's every response says its text format; strict clients, Koog's,
+            # require it)
+            "text": {"format": {"type": "text"}},
             "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
                       "input_tokens_details": {"cached_tokens": 0},
                       "output_tokens_details": {"reasoning_tokens": 0}}}

@@ -7,6 +7,7 @@ not change: the shell forwards the agent's bytes unless an edit returns new ones
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sys
@@ -68,6 +69,9 @@ class Request:
     # its request as a span's is hashed (SpanRecord.input_hash: its last user message, case and
     # spacing ignored); a run's input is its first call's (watchdog.core.cycles)
     input_hash: int | None = None
+    # the content of the model's last answer the conversation carries (None: none), as the
+    # request sends it: the stop answer an agent goes on from (:func:`answer_digest`)
+    last_answer: object = None
 
     @property
     def structured(self) -> bool:
@@ -176,6 +180,15 @@ def text_of(content: object) -> str:
                 parts.append(part)
         return "\n".join(parts)
     return ""
+
+
+def answer_digest(content: object) -> str | None:
+    """The digest of an answer's text (a message's content, or the text itself), its spacing
+    ignored (a client may strip or re-wrap what it stores); None: no text."""
+    words = text_of(content).split()
+    if not words:
+        return None
+    return hashlib.sha256(" ".join(words).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def anchor_of(content: object) -> str:

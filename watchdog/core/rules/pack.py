@@ -329,6 +329,10 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
             continue
         if key in INTEGER_BUDGETS:
             value: float | None = reader.integer(fields[key], None, f"budgets: {key}", 1)
+            if value is not None and value > MAX_BUDGET:  # (past CEL's int in a run's sums)
+                reader.problem(fields[key], None, f"budgets: {key}: must be at most "
+                                                  f"{MAX_BUDGET:g}")
+                value = None
         elif key == "max_cost_usd":  # dollars: a plain number
             value = reader.number(fields[key], None, f"budgets: {key}")
             if value is not None and not 0 < value <= MAX_BUDGET:

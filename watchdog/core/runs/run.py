@@ -260,7 +260,11 @@ class RunState(RunCounts):
 
     # -- persistence ----------------------------------------------------------------------------
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_row(self) -> dict[str, Any]:
+        """The snapshot the state flush encodes at once (:mod:`watchdog.shell.state.store`'s
+        ``encode_row``): :meth:`to_dict`'s, its rings and integer keys left as they are, which
+        either JSON encoder writes as :meth:`to_dict`'s lists and string keys (the same text).
+        It shares the run's own containers: encode it, never keep it."""
         # Every dirty run is snapshotted on each state flush: one C-level read of all the slots,
         # then the few values JSON cannot take as they are.
         data = dict(zip(RunFields.__slots__, _read_slots(self), strict=True))
@@ -268,15 +272,22 @@ class RunState(RunCounts):
             value = data[name]
             if value is not None:
                 data[name] = value.value
+        # (the last one only: what pairs an in-order twin after a restart; all of them made
+        # every snapshot of a busy run ~0.5 KiB longer to encode and store)
+        data["_models"] = data["_models"][-1:]
+        data["_answered"] = []  # (see RECENT_ANSWERED)
+        return data
+
+    def to_dict(self) -> dict[str, Any]:
+        """:meth:`to_row` as plain JSON values of its own (lists, string keys): a snapshot to
+        keep."""
+        data = self.to_row()
         for name in _INT_KEYED_SLOTS:
             data[name] = {str(k): v for k, v in data[name].items()}
         data["_result_counts"] = {str(k): list(v) for k, v in data["_result_counts"].items()}
         if data["clock_lags"] is not None:
             data["clock_lags"] = list(data["clock_lags"])
-        # (the last one only: what pairs an in-order twin after a restart; all of them made
-        # every snapshot of a busy run ~0.5 KiB longer to encode and store)
-        data["_models"] = [list(call) for call in data["_models"][-1:]]
-        data["_answered"] = []  # (see RECENT_ANSWERED)
+        data["_models"] = [list(call) for call in data["_models"]]
         for name in _TUPLE_LIST_SLOTS:  # stored as JSON lists, taken back as tuples
             data[name] = [list(item) for item in data[name]]
         return data

@@ -753,11 +753,107 @@ VOLTAGENT_AGENT = Convention(
     turn_counts=("voltagent.step_count",),
 )
 
+KOOG = Convention(
+    name="Koog",
+    emitted_by="Koog's own OpenTelemetry feature (`install(OpenTelemetry)`: GenAI spans "
+               "`create_agent`, `invoke_agent`, `chat`, `execute_tool`, and its own `strategy`, "
+               "`node` spans)",
+    # the agent's `maxIterations` (its graph's steps) fails the `invoke_agent` span with
+    # `error.type` the (qualified) exception class
+    limit_exceptions=frozenset({"AIAgentMaxNumberOfIterationsReachedException"}),
+    # without `setVerbose(true)` (its default) every message, tool argument and result, on the
+    # spans and in their events, is this placeholder (its instrumentation scope is the
+    # application's service name, so the placeholder is read on every scope)
+    hidden_content=frozenset({"HIDDEN:non-empty"}),
+    notes="the spans name no agent (`gen_ai.agent.id` is the agent's id, a random UUID unless "
+          "given one): the run is named after the service; a tool's exception fails its "
+          "`execute_tool` span as `AIAgentError` with the message `Unknown error` (the "
+          "exception's own message reaches the model in the next request, on no span of the "
+          "tool's); the messages and the tools' arguments and results are on the spans only "
+          "with `setVerbose(true)`" + ON_NO_SPAN,
+)
+
+AGENTOPS = Convention(
+    name="AgentOps",
+    emitted_by="the AgentOps SDK's own tracing (its decorators `@trace`, `@agent`, "
+               "`@operation`/`@task`, `@tool`, `@workflow`; its own OpenAI instrumentation; "
+               "its smolagents instrumentation)",
+    # its own names, generic words (`operation.name`): read on its scopes' spans alone (the
+    # decorators' `agentops`, its OpenAI wrappers' `agentops.instrumentation...`)
+    scopes=("agentops",),
+    # the `@trace` span (`<name>.session`) frames the invocation; `@agent` on a class spans
+    # the agent's methods (`<name>.agent`); `@tool` spans an execution (`<name>.tool`)
+    # Its smolagents instrumentation writes no `agentops.span.kind`: an agent's span
+    # (`<name>.run`) has its `agent.role` (`executor`, a managed agent's `managed`), a tool's
+    # (`tool.execute`) its `tool.status`, `tool.name`, `tool.parameters` and `tool.result`
+    kinds={"agentops.span.kind": {"session": Role.WORKFLOW, "workflow": Role.WORKFLOW,
+                                  "agent": Role.AGENT, "tool": Role.TOOL},
+           "agent.role": {"executor": Role.AGENT, "managed": Role.AGENT},
+           "tool.status": {"success": Role.TOOL, "error": Role.TOOL}},
+    agent_span_name=("operation.name",),
+    tool_name=("operation.name", "tool.name"),
+    tool_args=("agentops.tool.input", "tool.parameters"),
+    tool_result=("agentops.tool.output", "tool.result"),
+    answer=("agentops.entity.output",),
+    # what the smolagents instrumentation writes for arguments it could not read (every
+    # call's): no arguments, not empty ones (such calls are no repeats of each other; a
+    # decorated function's are `{"args": [], "kwargs": {}}`)
+    hidden_content=frozenset({"{}"}),
+    notes="each model call is its OpenAI instrumentation's `openai.chat.completion` span (the "
+          "messages as indexed `gen_ai.prompt.N`/`gen_ai.completion.N`), with a "
+          "`tool_call.<name>` span below it per tool call the model asked for (a request, "
+          "no execution: what runs is the `@tool` span); a tool's exception fails its span "
+          "(and is recorded on it twice); the arguments are the decorated function's "
+          "(`{\"args\": [...], \"kwargs\": {...}}`); its smolagents instrumentation "
+          "names no tool (`tool.name` `unknown`: its wrapper reads a `ToolCall` smolagents no "
+          "longer passes) and no arguments (`{}`): the `final_answer` call is a tool call like "
+          "the others and no call a repeat of another, and the agent is named on the agent's "
+          "span alone (it ends last: a budget for its name applies once the run is over); "
+          "`max_steps` ends the loop with a last request offering no tools (on no span: the "
+          "run reads `completed`, answered by that request's text; a known gap)" + ON_NO_SPAN,
+)
+
+LAMINAR = Convention(
+    name="Laminar",
+    emitted_by="Laminar's own spans (`lmnr`: `Laminar.initialize()`; its trace processor for the "
+               "OpenAI Agents SDK)",
+    # its words (`lmnr.span.input`, `lmnr.span.output`): read on its scope's spans alone
+    scopes=("lmnr",),
+    # what a span is: `lmnr.span.type` LLM or TOOL (a handoff too); everything else DEFAULT
+    kinds={"lmnr.span.type": {"LLM": Role.LLM, "TOOL": Role.TOOL}},
+    # an agent's span (named after it, DEFAULT) records the agent as its input: {"name": …,
+    # "tools": […]}; the span so named is the agent's invocation
+    agent_name_json=(("lmnr.span.input", ("name",)),),
+    tool_args=("lmnr.span.input",),
+    tool_result=("lmnr.span.output",),
+    notes="a span's kind is `lmnr.span.type` (`LLM`, `TOOL`, else `DEFAULT`): an agent's span "
+          "is a `DEFAULT` one named after the agent whose input names it (`{\"name\": …}`); "
+          "`service.name` is the script's path unless set; the answer is the last model call's "
+          "output (the agent's span records none)",
+)
+
+LANGTRACE = Convention(
+    name="Langtrace",
+    emitted_by="Langtrace's own instrumentation (`langtrace-python-sdk`: `langtrace.init()`; "
+               "its Agno and OpenAI instrumentations)",
+    # Agno's agent span (`Agent.run`) names its agent; no span carries a kind of any convention
+    # (`langtrace.service.type` says `framework` or `llm`)
+    agent_name=("agno.agent.name",),
+    # a model call's messages are in its span events, as JSON lists
+    input_messages=("gen_ai.content.prompt:gen_ai.prompt",),
+    output_messages=("gen_ai.content.completion:gen_ai.completion",),
+    notes="a model call's messages only in its `gen_ai.content.prompt`/`gen_ai.content.completion` "
+          "events, no finish reason; its Agno instrumentation (written for Agno 1.x) traces the "
+          "agent's run and no tool: the model's requests for tools are in its output messages "
+          "alone, no tool call is seen (a known gap)" + ON_NO_SPAN,
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
-    SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT,
+    SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG,
+    AGENTOPS, LAMINAR, LANGTRACE,
 )

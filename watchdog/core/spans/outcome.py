@@ -591,11 +591,19 @@ def has_text(output: object) -> bool:
         return bool(value.strip())
     if isinstance(value, list) and value and all(
             isinstance(message, dict) and "role" in message for message in value):
-        return _text_in(value, 0)
+        # an instruction is no answer (Koog's agent span's output is its system prompt)
+        return _text_in([message for message in value if not _instruction(message)], 0)
     return True
 
 
 TEXT_KEYS = frozenset({"text", "content"})
+# the roles of a message list's instructions to the model (any case: Koog writes `System`)
+INSTRUCTION_ROLES = frozenset({"system", "developer"})
+
+
+def _instruction(message: Mapping[str, object]) -> bool:
+    role = message.get("role")
+    return isinstance(role, str) and role.lower() in INSTRUCTION_ROLES
 
 
 def _text_in(value: object, depth: int) -> bool:

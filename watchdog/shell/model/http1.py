@@ -25,7 +25,7 @@ from aiohttp.web_protocol import RequestHandler
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.wire import dumps
-from watchdog.shell.connections import Wrapped
+from watchdog.shell.connections import QuietRefusals, QuietRunner, Wrapped, parser_refusal
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _WHY = b"this endpoint speaks HTTP/1.1: send the request without HTTP/2 prior knowledge"
@@ -41,29 +41,12 @@ class EndedEarly(ConnectionResetError):
     before the body's end."""
 
 
-class Http1Runner(web.AppRunner):
-    """aiohttp's runner whose connections refuse HTTP/2 prior knowledge as HTTP/2 does."""
-
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()  # aiohttp builds it (Application._make_handler)
-        server.__class__ = _Http1Server
-        return server
-
-
-class _Http1Server(web.Server):
-    def __call__(self) -> Any:  # the protocol factory of every accepted connection
-        handler = super().__call__()
-        handler.__class__ = _ModelRequests
-        return Http1Only(handler)
-
-
 # aiohttp's refusals by status: their code in the API's error shape
 _CODES = {400: "bad_request", 413: "request_too_large", 414: "uri_too_long",
           431: "request_header_fields_too_large", 500: "internal_error"}
-_MAX_SAID = 300  # characters of what aiohttp says of a request it could not read
 
 
-class _ModelRequests(RequestHandler):
+class _ModelRequests(QuietRefusals):
     """aiohttp's request handler whose own refusals answer in the model API's error shape."""
 
     __slots__ = ()
@@ -74,9 +57,7 @@ class _ModelRequests(RequestHandler):
         if status >= 500:
             said = "the model endpoint failed on this request"
         else:
-            said = "the request could not be read as HTTP/1.1"
-            if message:
-                said += f": {message[:_MAX_SAID]}"
+            said = f"the request could not be read as HTTP/1.1: {parser_refusal(exc)}"
         code = _CODES.get(status, "bad_request" if status < 500 else "internal_error")
         path = request.path.rstrip("/") if status >= 500 else ""  # (else it has none)
         wire = MessagesWire() if path.endswith("/v1/messages") else ChatWire()
@@ -84,6 +65,16 @@ class _ModelRequests(RequestHandler):
                                 content_type="application/json")
         response.force_close()
         return response
+
+
+class Http1Runner(QuietRunner):
+    """aiohttp's runner whose connections refuse HTTP/2 prior knowledge as HTTP/2 does, and
+    what its parser refuses in the model API's error shape."""
+
+    handler = _ModelRequests
+
+    def wrap(self, handler: RequestHandler) -> asyncio.Protocol:
+        return Http1Only(handler)
 
 
 class Http1Only(Wrapped):

@@ -34,9 +34,18 @@ what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
   here as ``taken`` and is read, given its run and booked as a forwarded one is;
 * a request that continues a run whose next request this process has said (``admit_next``,
   below) goes on the same way, and comes here as ``taken`` too;
-* a request whose answer must be held (the final report, replaced by a stop note when the
-  model leaves it empty): ``forward`` to this process's own aiohttp relay on a loopback port,
-  under a one-time ticket, which handles it as the aiohttp endpoint does.
+* a run's final request, whose answer is held until it ends (replaced by a stop note when the
+  model leaves it empty): ``forward`` with ``hold`` too (its tools withdrawn here, as for the
+  aiohttp relay: the body is this process's). The relay trims it on the way (``keep`` 0: only
+  final-answer tool calls pass) and holds what it would pass on, up to ``MAX_RESPONSE_BYTES``
+  (past it, what it held goes on and the rest as it comes, as the aiohttp relay does); when
+  the upstream has ended, its ``done`` event comes with ``held`` and the relay waits for
+  :meth:`_release`'s word, given at once: the held bytes, or, when nothing is left of the
+  answer (:meth:`ModelProxy.empty_final`, read here as the aiohttp relay reads it), the stop
+  note's answer (``streams.stop_answer``) in their place, with the ``Content-Encoding`` left
+  out. An upstream that fails once the answer has begun gets what was held, then the answer
+  broken off; one that stalls past ``model_upstream_timeout`` before its head, a 504
+  (``failed``), as on the aiohttp relay.
 
 While a request of a run is with the model, the relay watches its client's connection (a
 second descriptor of its socket, peeked: hyper reads nothing of it meanwhile) and tells when
@@ -48,8 +57,7 @@ cancels it as a client gone does.
 A forward that fails before the client's answer has begun (no head in time, none at all, a
 whole response whose body stalls or breaks off while the relay reads it first, one a bound
 cannot judge) comes back as ``failed`` and is answered here as the aiohttp relay answers it
-(:meth:`ModelProxy.upstream_failed`); so is one to this process's own relay, which answers
-within its own timeouts. The relay waits for Python's word on a request at most
+(:meth:`ModelProxy.upstream_failed`). The relay waits for Python's word on a request at most
 ``model_upstream_timeout`` + 30 s, a backstop: then it answers 503 itself.
 
 Booking a call (reading its response, its record through the core's step with the rules) is
@@ -121,13 +129,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import secrets
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote
 
-from aiohttp import web
 from multidict import CIMultiDict
 
 from watchdog.core.handout import Step
@@ -141,16 +147,17 @@ from watchdog.core.model.steer import (
     Turn,
     answer_tools,
     decide,
+    kept_calls,
 )
-from watchdog.core.model.wire import ObservedFields, Request, observation_of
+from watchdog.core.model.wire import Observation, ObservedFields, Request, observation_of
 from watchdog.core.spans.record import KeySource
 from watchdog.shell.model.headers import TOKEN_HEADER, Refused, door
 from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Answer, Booked, Exchange, Plan
-from watchdog.shell.model.proxy import CONNECT_TIMEOUT, ModelProxy
+from watchdog.shell.model.proxy import CONNECT_TIMEOUT, ModelProxy, read_observation
+from watchdog.shell.model.streams import is_stream, stop_answer
 
 log = logging.getLogger("watchdog.model")
 
-TICKET_PATH = "/relay/"
 SESSION_PREFIX = "model:"  # a conversation's session: this and its digest's first 24 hex digits
 SESSION_DIGEST = re.compile(r"[0-9a-f]{24}")
 MAX_NEXT = 1 << 16  # runs whose next request the relay was told (its own bound: admit.rs)
@@ -219,10 +226,10 @@ class NativeEndpoint:
         self.pending: dict[int, Plan] = {}  # forwarded requests, until their response ends
         # those of a run (and those to the aiohttp relay), as ModelProxy.asking has them
         self.forwarded: dict[int, Forwarded] = {}
-        self.tickets: dict[str, Plan] = {}  # plans for the aiohttp relay, until it takes them
-        self.ticket_of: dict[int, tuple[str, Plan]] = {}
-        self.runner: web.AppRunner | None = None
-        self.internal = ""
+        self.finals = 0  # final requests the relay carried, their answers held
+        self.stopped = 0  # of those, answers left empty: the stop note sent in their place
+        # held answers read to give the relay its word: booked with what was read (by id(plan))
+        self.held_seen: dict[int, Observation] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         # to book
         self.ended: list[tuple[Plan, int, str, bytes | None, str, float, bool,
@@ -250,14 +257,6 @@ class NativeEndpoint:
 
         config = self.proxy.config
         await self.proxy.start()
-        app = web.Application(client_max_size=config.model_max_body_bytes)
-        app.router.add_post(TICKET_PATH + "{ticket}", self._relayed)
-        self.runner = runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                             handler_cancellation=True)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.internal = f"http://127.0.0.1:{runner.addresses[0][1]}{TICKET_PATH}"
         self.relay = Relay(host, port, config.model_max_body_bytes, config.model_max_concurrent,
                            CONNECT_TIMEOUT, config.model_upstream_timeout, MAX_RESPONSE_BYTES,
                            body_timeout=config.model_body_timeout,
@@ -274,6 +273,7 @@ class NativeEndpoint:
                    if SESSION_DIGEST.fullmatch(digest))  # (another's session may be "model:…")
         proxy.service.stepped = self._stepped
         proxy.service.session_changed = self._session_changed
+        proxy.service.state.writable_changed = self.check_basis
         proxy.service.tracker.dropped = self._dropped
         proxy.book.let_go = self._dropped
         self.loop = asyncio.get_running_loop()
@@ -299,18 +299,13 @@ class NativeEndpoint:
             self.relay.close()
             self._book_ended()
             self._drain_closed()
-        if self.runner is not None:
-            await self.runner.cleanup()
-            self.runner = None
         await self.proxy.close()
 
     def _drain_closed(self) -> None:
         """The relay has stopped: what it held is settled as cancelled."""
-        for plan in [*self.pending.values(), *self.tickets.values()]:
+        for plan in self.pending.values():
             self._finish(plan, 0, "cancelled", None, "", 0.0)
         self.pending.clear()
-        self.tickets.clear()
-        self.ticket_of.clear()
         for number in list(self.forwarded):
             self._asked(number)
 
@@ -436,27 +431,19 @@ class NativeEndpoint:
             self.relay.respond(number, plan.status, list(plan.headers.items()), plan.body)
             return
         self._publish(plan, learn)
-        if plan.fast:
-            self.pending[number] = plan
-            observed = plan.exchange is not None
-            if not self.relay.forward(number, plan.method, plan.url, list(plan.headers.items()),
-                                      plan.body, observed, api=plan.api, keep=plan.keep,
-                                      watch=observed, unasked=plan.unasked,
-                                      ahead=self._ahead(plan)):
-                del self.pending[number]  # the client went away meanwhile
-                self._finish(plan, 0, "cancelled", None, "", 0.0)
-            else:
-                self._asking(number, plan)
-            plan.body = b""  # the relay's now (shared, not copied): not held here as well
-            return
-        ticket = secrets.token_urlsafe(24)
-        self.tickets[ticket] = plan
-        self.ticket_of[number] = (ticket, plan)
-        if not self.relay.forward(number, "POST", self.internal + ticket, [], b"", False, True,
-                                  True):
-            self._done(number, 0, "cancelled", None, "", 0.0)
+        self.pending[number] = plan
+        observed = plan.exchange is not None
+        hold = not plan.fast  # (a final request's answer: held until it ends)
+        if not self.relay.forward(number, plan.method, plan.url, list(plan.headers.items()),
+                                  plan.body, observed, api=plan.api, keep=plan.keep,
+                                  watch=observed, unasked=plan.unasked,
+                                  ahead=self._ahead(plan), hold=hold):
+            del self.pending[number]  # the client went away meanwhile
+            self._finish(plan, 0, "cancelled", None, "", 0.0)
         else:
+            self.finals += hold
             self._asking(number, plan)
+        plan.body = b""  # the relay's now (shared, not copied): not held here as well
 
     def _asking(self, number: int, plan: Plan) -> None:
         """Request ``number``, of a run, is with the model: told to the proxy, which lets it
@@ -490,6 +477,7 @@ class NativeEndpoint:
         self.continued += continued
         metrics = proxy.metrics
         kind = "continued" if continued else "first"
+        decided = "an answer"
         if isinstance(plan, Plan):
             exchange = plan.exchange
             if continued and exchange is not None:
@@ -497,27 +485,36 @@ class NativeEndpoint:
                 self.answered += any(handed_by(result.call_id) == key
                                      for result in exchange.request.results)
             self._publish(plan, None)
-            if exchange is None or (plan.keep == keep and exchange.unasked is None and (
-                    (exchange.turn.act is Act.PASS and not note)
-                    or (exchange.turn.act is Act.NOTE and exchange.turn.text == note != ""))):
-                plan.body = b""  # (the relay's, sent on already: not held here as well)
-                self.noted += bool(note)
-                self.pending[number] = plan
-                self._asking(number, plan)
+            same = exchange is None or (plan.keep == keep and exchange.unasked is None and (
+                (exchange.turn.act is Act.PASS and not note)
+                or (exchange.turn.act is Act.NOTE and exchange.turn.text == note != "")))
+            decided = exchange.turn.act.value if exchange is not None else "unread"
+            if exchange is not None and not same:
+                # what went upstream is the relay's (its bound, its note): booked as that, so
+                # what its answer hands over is counted however this process decides now
+                exchange.state.final_used = False  # the final turn did not go: the request did
+                exchange.release()
+                exchange.turn = Turn(Act.NOTE if note else Act.PASS, note,
+                                     None if keep < 0 else keep, "ahead")
+                exchange.unasked = None
+                exchange.reserved = max(keep, 0)
+                exchange.state.reserved += exchange.reserved
+            plan.body = b""  # (the relay's, sent on already: not held here as well)
+            self.noted += bool(note)
+            self.pending[number] = plan
+            self._asking(number, plan)
+            if same:
                 if metrics is not None:
                     metrics.model_ahead(kind, "same")
                 return
-            exchange.state.final_used = False  # the final turn did not go: the request did
-            exchange.settle()
         self.missed += 1
         if metrics is not None:
             metrics.model_ahead(kind, "missed")
         self._forget()
         log.warning("model request sent on as %s (bound %s) but decided otherwise "
-                    "once read (%s): the rules or the fleet changed meanwhile",
-                    "its run's next" if continued else "a new run's", keep,
-                    "an answer" if isinstance(plan, Answer) else plan.exchange.turn.act.value
-                    if plan.exchange is not None else "unread")
+                    "once read (%s): the rules, the fleet or the state's writes changed "
+                    "meanwhile; its call is booked as sent",
+                    "its run's next" if continued else "a new run's", keep, decided)
 
     # -- what the relay sends on before this loop reads it -------------------------------------
 
@@ -537,7 +534,8 @@ class NativeEndpoint:
                 and exchange.request.has_tools  # (one that offers none is told no countdown)
                 and state.answered == 0 and state.asking == 1 and not state.handed):
             self.check_basis()
-            self.relay.admit_agent(learn, plan.keep)
+            if self._basis is not None:
+                self.relay.admit_agent(learn, plan.keep)
 
     def _ahead(self, plan: Plan) -> str | None:
         """The conversation of a request whose booked call may tell the relay what its next
@@ -716,11 +714,19 @@ class NativeEndpoint:
 
     def check_basis(self) -> None:
         """What the relay learned holds while the rules and the fleet's failing tools are
-        those it was learned under (checked at each batch of events, when the rules are
-        loaded again and after each step of the core)."""
+        those it was learned under and the state can be written (checked at each batch of
+        events, when the rules are loaded again, after each step of the core and when the
+        state's writes fail or succeed again); while it cannot, the relay learns nothing."""
         if self.relay is None or self.closed:
             return
-        core = self.proxy.service.core
+        service = self.proxy.service
+        core = service.core
+        if service.state_error is not None:
+            # (the state cannot take a request's records: Python steers each one by the
+            # book's counts, ModelProxy._steer_unrecorded, which no proof says ahead)
+            if self._basis is not None:
+                self._forget()
+            return
         rules = core.engine.ruleset if core.engine is not None else None
         fleet = core.fleet.activation()
         basis = self._basis
@@ -738,22 +744,43 @@ class NativeEndpoint:
 
     def _done(self, number: int, status: int, outcome: str, body: bytes | None,
               content_type: str, seconds: float, changed: bool = False,
-              seen: ObservedFields | None = None, unread: bool = False) -> None:
+              seen: ObservedFields | None = None, unread: bool = False,
+              held: bool = False) -> None:
         if unread:
             self._unread(number)
         self._asked(number)
-        held = self.ticket_of.pop(number, None)
-        if held is not None:  # the aiohttp relay's: settled there, unless it never came
-            plan = self.tickets.pop(held[0], None)
-            if plan is not None:
-                self._finish(plan, 0, "cancelled", None, "", 0.0)
-            return
         plan = self.pending.pop(number, None)
+        if held:
+            self._release(number, plan, status, body, content_type, seen)
         if plan is not None:
             self.ended.append((plan, status, outcome, body, content_type, seconds, changed,
                                seen))
             if plan.unasked is not None and self.relay.usage_refused:
                 self.proxy.usage_refused()  # (sent again without: no later request asks)
+
+    def _release(self, number: int, plan: Plan | None, status: int, body: bytes | None,
+                 content_type: str, seen: ObservedFields | None) -> None:
+        """The relay's word on the held answer of request ``number``, a run's final one, which
+        has ended: the answer as held, or, when the model left nothing of it (no call left
+        once trimmed, no text, complete: :meth:`ModelProxy.empty_final`, which reads the run
+        now, as the aiohttp relay reads it when its stream ends), the stop note's answer in
+        its place. What was read is booked (:meth:`_finish`), the stop note as its text."""
+        replaced = None
+        try:
+            exchange = plan.exchange if plan is not None else None
+            if exchange is not None and 200 <= status < 300:
+                observation = observation_of(seen) if seen is not None else read_observation(
+                    exchange.wire, body or b"", content_type)
+                if observation is not None:
+                    assert plan is not None
+                    self.held_seen[id(plan)] = observation
+                    note = self.proxy.empty_final(exchange, observation, kept_calls(
+                        observation.calls, exchange.turn.keep))
+                    if note is not None:
+                        replaced = stop_answer(exchange, note, is_stream(content_type))
+                        self.stopped += 1
+        finally:  # (the relay waits for this word: given always, the held bytes on a bug)
+            self.relay.release(number, replaced)
 
     def _unread(self, number: int) -> None:
         """The relay could not read the tool calls of response ``number``: counted, and once
@@ -792,20 +819,29 @@ class NativeEndpoint:
         ``changed``: the relay trimmed it; ``seen``: a stream's observation, read by the relay."""
         proxy, exchange = self.proxy, plan.exchange
         agent = exchange.agent if exchange is not None else None
+        read = self.held_seen.pop(id(plan), None) if self.held_seen else None
         try:
             if exchange is not None and 200 <= status < 300:
                 proxy.observe_whole(exchange, body or b"", content_type, into, changed,
-                                    None if seen is None else observation_of(seen))
+                                    read if read is not None
+                                    else None if seen is None else observation_of(seen))
             elif exchange is not None and refused(status):  # (its body inflated, if it was)
                 proxy.observe_refused(exchange, status, (body or b"")[:MAX_REFUSAL_READ],
                                       into=into)
+            if exchange is not None and not plan.fast and not exchange.settled and (
+                    outcome == "cancelled" or exchange.broke
+                    or not (200 <= status < 300 or refused(status))):
+                # a final request that got no answer (the client went away, the upstream
+                # failed or broke its answer off): it had no final turn, as on the aiohttp
+                # relay (ModelProxy.forward)
+                exchange.state.final_used = False
             if outcome == "cancelled":
                 proxy.count(agent, plan.api, "cancelled")
                 return
             if outcome == "cut":  # (an answer broken off: the upstream's failure)
                 log.warning("model upstream response cut short")
-                if exchange is not None:
-                    exchange.broke = True
+                if exchange is not None and plan.fast:  # (a held answer's: as it read,
+                    exchange.broke = True  # ended or not, as the aiohttp relay reads it)
             if proxy.metrics is not None:
                 proxy.metrics.model_upstream(plan.api, seconds)
             if exchange is None or not 200 <= status < 300:
@@ -823,14 +859,11 @@ class NativeEndpoint:
         self._asked(number)
         plan = self.pending.pop(number, None)
         settle = plan is not None
-        held = self.ticket_of.pop(number, None)
-        if held is not None:  # this process's own relay gave no answer in time
-            plan = self.tickets.pop(held[0], None)
-            settle = plan is not None  # (else it took the request, and settled it there)
-            plan = plan or held[1]
         if plan is None:  # (a request the relay sent on, decided otherwise once read)
             plan = Plan("POST", "other", "", CIMultiDict(), b"", None)
         try:
+            if settle and not plan.fast and plan.exchange is not None:
+                plan.exchange.state.final_used = False  # (no answer: no final turn)
             answer = self.proxy.upstream_failed(plan, kind, detail)
             self.relay.respond(number, answer.status, list(answer.headers.items()), answer.body)
         finally:
@@ -838,15 +871,3 @@ class NativeEndpoint:
                 plan.exchange.settle()
                 if plan.api == "chat":  # (no call to book: the relay holds no request for it)
                     self._publish_next(plan, False)
-
-    # -- the streams changed in flight: the aiohttp relay -------------------------------------
-
-    async def _relayed(self, request: web.Request) -> web.StreamResponse:
-        plan = self.tickets.pop(request.match_info["ticket"], None)
-        if plan is None:
-            raise web.HTTPNotFound()
-        try:
-            return await self.proxy.forward(request, plan)
-        finally:
-            if plan.exchange is not None:
-                plan.exchange.settle()

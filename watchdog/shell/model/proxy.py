@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -47,7 +48,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from watchdog.core.bounds import id_problem, load_json
-from watchdog.core.model.book import Caller, EndpointRun, ModelBook
+from watchdog.core.model.book import Caller, EndpointRun, ModelBook, goes_on_from_stop
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
 from watchdog.core.model.messages import MessagesWire
@@ -92,7 +93,7 @@ from watchdog.shell.model.plans import (
     Plan,
     refuses_usage,
 )
-from watchdog.shell.model.streams import read_upto, relay, relay_json, relay_stream
+from watchdog.shell.model.streams import is_stream, read_upto, relay, relay_json, relay_stream
 from watchdog.shell.service import WatchdogService
 from watchdog.shell.tls import context_for
 
@@ -102,6 +103,8 @@ CONNECT_TIMEOUT = 30.0  # seconds to open a connection to the upstream
 RETRY_AFTER = "1"  # seconds, when too many requests are in flight
 MAX_REPORT_LINES = 20  # the run's last steps in an abort answer
 MAX_FAILURES_LOGGED = 20  # tracebacks of failed observations logged (then only counted)
+# the id of a Responses answer the endpoint gave (ResponsesWire.answer, answer_stream)
+STOP_ANSWER_ID = re.compile(rb'"id": ?"(resp_watchdog[0-9a-f]{20})"')
 
 
 # A request the upstream gave no answer the client could have, by how it failed: the status
@@ -542,7 +545,9 @@ class ModelProxy:
             return None
         counts = Counts(used=max(state.used, state.results), handed=state.handed,
                         budget={} if limit is None else {"max_tool_calls": limit},
-                        final_used=state.final_used, stop=state.stop, reserved=state.reserved)
+                        final_used=state.final_used, stop=state.stop, reserved=state.reserved,
+                        # (the rules saw the calls recorded, no more: from COUNTDOWN_FROM left)
+                        ruled=state.used)
         return state, decide(counts, board, parsed.instructions, parsed.has_tools,
                              parsed.structured), key, \
             agent or state.agent or "unknown"
@@ -581,12 +586,22 @@ class ModelProxy:
             except Exception:
                 self._failed("request")
         answer = abort_text(text, parsed.answer_format)
-        if self.config.model_abort == "error" or answer is None:
+        if self.config.model_abort == "error" or answer is None \
+                or goes_on_from_stop(state, parsed):
+            # (an agent that sent the stop answer on did not take it as its run's end, a
+            # framework's validation retry: the error ends it, its message the note)
             return Answer(400, dumps(wire.error(400, ABORT_CODE, text)), JSON)
         if parsed.stream:
-            return Answer(200, wire.answer_stream(parsed.model, answer, parsed, time.time()),
-                          {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        return Answer(200, dumps(wire.answer(parsed.model, answer, parsed, time.time())), JSON)
+            body = wire.answer_stream(parsed.model, answer, parsed, time.time())
+            headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        else:
+            body, headers = dumps(wire.answer(parsed.model, answer, parsed, time.time())), JSON
+        if text != state.report:  # (the model's own report ended its run: what follows
+            # it with a new user message is the session's next run, as after any answer)
+            # (a conversation the server keeps goes on from the answer by its id: Responses)
+            named = STOP_ANSWER_ID.search(body) if wire.api == "responses" else None
+            self.book.stopped(state, answer, named.group(1).decode() if named else None)
+        return Answer(200, body, headers)
 
     def _stop_text(self, turn: Turn, state: EndpointRun, key: str) -> str:
         if state.report:  # the final report the model gave: the run's result
@@ -744,19 +759,8 @@ class ModelProxy:
         observed as :func:`~watchdog.shell.model.streams.relay_stream` and ``relay_json``
         observe what they pass on; with ``into``, its record goes there, for
         :meth:`book_calls`; ``seen``: a stream's observation, read by the relay already."""
-        wire = exchange.wire
-        if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
-            if seen is None:
-                accumulator = wire.accumulator()
-                read_stream(accumulator, data)
-                seen = accumulator.observation
-        else:
-            body: object = None
-            with contextlib.suppress(ValueError, RecursionError):
-                body = json.loads(data)
-            if not isinstance(body, dict):
-                return
-            seen = wire.read_response(body)
+        if seen is None and (seen := read_observation(exchange.wire, data, content_type)) is None:
+            return
         handed = kept_calls(seen.calls, exchange.turn.keep)
         if changed or len(handed) < len(seen.calls):
             self.steered(exchange.agent, "trim")
@@ -898,3 +902,17 @@ class ModelProxy:
     def steered(self, agent: str, action: str) -> None:
         if self.metrics is not None:
             self.metrics.model_steered(agent, action)
+
+
+def read_observation(wire: Wire, data: bytes, content_type: str) -> Observation | None:
+    """What a response relayed as it came said (``data``: its bytes, inflated), read as the
+    aiohttp relay reads it on the way: a stream by the API's accumulator, a whole response as
+    JSON (None: not a JSON object)."""
+    if is_stream(content_type):
+        accumulator = wire.accumulator()
+        read_stream(accumulator, data)
+        return accumulator.observation
+    body: object = None
+    with contextlib.suppress(ValueError, RecursionError):
+        body = json.loads(data)
+    return wire.read_response(body) if isinstance(body, dict) else None

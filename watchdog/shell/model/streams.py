@@ -149,11 +149,19 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
             data, changed = dumps(body), True
             proxy.steered(exchange.agent, "trim")
         if (note := proxy.empty_final(exchange, seen, handed)) is not None:
-            data, changed = dumps(wire.answer(exchange.request.model, note, exchange.request,
-                                              time.time())), True
+            data, changed = stop_answer(exchange, note, stream=False), True
         proxy.observed(exchange, handed, seen)
     return web.Response(status=upstream.status, body=data,
                         headers=response_headers(upstream.headers, changed))
+
+
+def stop_answer(exchange: Exchange, note: str, stream: bool) -> bytes:
+    """The answer that replaces a final request's answer left empty (``note``: the stop note,
+    :meth:`ModelProxy.empty_final`), on either relay: a stream of it, or a whole one."""
+    wire, request = exchange.wire, exchange.request
+    if stream:
+        return wire.answer_stream(request.model, note, request, time.time())
+    return dumps(wire.answer(request.model, note, request, time.time()))
 
 
 def _passed(exchange: Exchange, response: _Relayed) -> _Relayed:
@@ -256,8 +264,8 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
         if held is not None and not cut:
             seen = accumulator.observation
             note = proxy.empty_final(exchange, seen, kept_calls(seen.calls, keep))
-            await response.write(b"".join(held) if note is None else wire.answer_stream(
-                exchange.request.model, note, exchange.request, time.time()))
+            await response.write(b"".join(held) if note is None
+                                 else stop_answer(exchange, note, stream=True))
         elif held:
             await response.write(b"".join(held))
         if cut:  # broken off: the client sees its answer cut short, not one that ended
@@ -275,6 +283,11 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
     finally:
         book()
     return response
+
+
+def is_stream(content_type: str) -> bool:
+    """Whether a response's ``Content-Type`` says it is a stream (as the relays read it)."""
+    return content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
 
 
 def coding_of(headers: CIMultiDictProxy[str]) -> str:

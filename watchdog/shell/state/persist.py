@@ -47,7 +47,7 @@ class Snapshotted(Protocol):
 
     key: str
 
-    def to_dict(self) -> dict[str, Any]: ...
+    def to_row(self) -> dict[str, Any]: ...
 
 
 class AppliedSpans(Protocol):
@@ -110,6 +110,9 @@ class StateWriter:
         self._checkpointed: set[str] | None = None
         self._lane = Lane("watchdog-store")
         self.state_error: str | None = None  # why the last store write failed; None: writable
+        # told when the state becomes unwritable or writable again (the model relay's proofs
+        # hold only while it is writable)
+        self.writable_changed: Callable[[], None] | None = None
 
     # -- what changed -----------------------------------------------------------------------------
 
@@ -146,7 +149,7 @@ class StateWriter:
 
     def flush(self) -> None:
         """Persist everything pending, synchronously (only when no loop is running: tests)."""
-        rows = [run.to_dict() for run in self._dirty.values()]
+        rows = [run.to_row() for run in self._dirty.values()]
         activity, gone = self._pending.entries, self._gone
         self._dirty, self._pending, self._gone = {}, PendingActivity(), set()
         sessions = [state.to_dict() for state in self.sessions.take_dirty()]
@@ -197,7 +200,7 @@ class StateWriter:
                 rows = Rows(size)
                 parts.append(rows)
             try:
-                rows.add_run(run.to_dict())  # a run changed after this is dirty again
+                rows.add_run(run.to_row())  # a run changed after this is dirty again
             except Exception:
                 rows.refused.append(run.key)
             entries = by_run.get(run.key)
@@ -253,7 +256,7 @@ class StateWriter:
             return
         for run in self._dirty.values():
             try:
-                last.add_run(run.to_dict())
+                last.add_run(run.to_row())
             except Exception:  # (its refusal is counted when the next flush meets it)
                 continue
         applied.extend(late)
@@ -286,13 +289,16 @@ class StateWriter:
         self.sessions.requeue(sessions)
 
     def failed(self, exc: Exception) -> None:
-        if self.state_error is None:  # logged once per change of state, not every flush
+        was = self.state_error
+        self.state_error = str(exc) or type(exc).__name__
+        if was is None:  # logged once per change of state, not every flush
             log.error("the state in %s cannot be written (%s): exports are refused with 503 / "
                       "UNAVAILABLE and /readyz is unready until a write succeeds; %d runs and "
                       "%d activity entries wait in memory", self.state_dir, exc,
                       len(self._dirty), len(self._pending))
             self.observer.state_writable(False)
-        self.state_error = str(exc) or type(exc).__name__
+            if self.writable_changed is not None:
+                self.writable_changed()
 
     def _written(self) -> None:
         if self.state_error is not None:
@@ -300,6 +306,8 @@ class StateWriter:
                         self.state_dir)
             self.state_error = None
             self.observer.state_writable(True)
+            if self.writable_changed is not None:
+                self.writable_changed()
 
     async def close(self) -> None:
         """Persist what is pending and close the store (shutdown)."""

@@ -1,0 +1,130 @@
+"""A run's final request (its tools withdrawn, its answer held until it ends and replaced by the
+stop note when the model leaves nothing of it), on both relays, at a model latency of 0, 20 and
+150 ms, driven by the real ``openai`` and ``anthropic`` SDKs against the scripted model: the
+upstream sees the tools offered at each request until the budget is spent and withdrawn at the
+final one; the agent gets the model's report, or, when the model asks for tools again instead,
+the stop note in its place. On the compiled relay the final request is carried by the relay
+itself (``NativeEndpoint.finals``), its held answer released on Python's word."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.frameworks.fakellm import FakeLLM, looping
+from tests.frameworks.fakellm import offers_tools as offered
+from tests.harness import RunningServer, running_server, sidecar_config
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+from tests.test_model_endpoint import anthropic_loop
+
+KEY = "sk-final-0123456789"
+BUDGET = 2
+REPORT = "REPORT: searched pages 0 and 1"
+STOPPED = "The agent-watchdog stopped this run: the model asked for tools again instead of its " \
+          "final report"
+TOOLS = [{"type": "function", "function": {
+    "name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+            model_relay: str) -> Iterator[RunningServer]:  # noqa: F811
+    state: Path = tmp_path_factory.mktemp("final")
+    config = sidecar_config(state, model_address="127.0.0.1:0", model_upstream=llm.base_url,
+                            model_upstream_anthropic=llm.base_url.removesuffix("/v1"))
+    with running_server(config) as server:
+        yield server
+
+
+def headers(agent: str) -> dict[str, str]:
+    return {"X-Watchdog-Agent": agent, "X-Watchdog-Budget-Tool-Calls": str(BUDGET)}
+
+
+def openai_loop(sidecar: RunningServer, model: str, agent: str, stream: bool) -> tuple[str, int]:
+    """A real OpenAI client's tool loop until an answer with no tool call: its text, and the
+    tool calls it ran."""
+    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                           default_headers=headers(agent))
+    messages: list[Any] = [{"role": "system", "content": "You are terse."},
+                           {"role": "user", "content": "find it"}]
+    ran = 0
+    for _ in range(BUDGET + 3):
+        if stream:
+            with client.chat.completions.stream(model=model, messages=messages,
+                                                tools=TOOLS) as events:
+                message = events.get_final_completion().choices[0].message
+        else:
+            message = client.chat.completions.create(model=model, messages=messages,
+                                                     tools=TOOLS).choices[0].message
+        if not message.tool_calls:
+            return message.content or "", ran
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [{"id": call.id, "type": "function",
+                                         "function": {"name": call.function.name,
+                                                      "arguments": call.function.arguments}}
+                                        for call in message.tool_calls]})
+        for call in message.tool_calls:
+            ran += 1
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": f"page {ran}"})
+    raise AssertionError("no final answer")
+
+
+def claude_loop(sidecar: RunningServer, model: str, agent: str, stream: bool
+                ) -> tuple[str, int]:
+    """A real Anthropic client's tool loop, as :func:`openai_loop` (test_model_endpoint's)."""
+    return anthropic_loop(sidecar, model, agent, stream, BUDGET + 3,
+                          extra_headers={"X-Watchdog-Budget-Tool-Calls": str(BUDGET)})
+
+
+LOOPS = {"openai": openai_loop, "anthropic": claude_loop}
+
+
+def finals(sidecar: RunningServer) -> tuple[int, int]:
+    """The final requests the compiled relay carried, and those whose answer it replaced with
+    the stop note ((0, 0) on the aiohttp relay, which has no compiled relay)."""
+    native = sidecar.server.native
+    return (0, 0) if native is None else (native.finals, native.stopped)
+
+
+@pytest.mark.parametrize("latency", [0.0, 0.02, 0.15])
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("sdk", list(LOOPS))
+def test_the_final_answer_is_held_and_an_empty_one_is_the_stop_note(
+        sidecar: RunningServer, llm: FakeLLM, model_relay: str,  # noqa: F811
+        sdk: str, stream: bool, latency: float) -> None:
+    """Two runs of a budget of 2 tool calls: the model of the first answers the final request
+    (its tools withdrawn) with its report, which the agent gets as it was; the model of the
+    second asks for the tool again (trimmed: nothing is left of its answer), and the agent gets
+    the stop note instead. The upstream saw the tools offered at the first two requests and
+    withdrawn at the third, and nothing after."""
+    name = f"{sdk}-{'stream' if stream else 'whole'}-{int(latency * 1000)}-{model_relay}"
+    answers = llm.script(f"answers-{name}", looping(
+        "search", lambda i: {"q": f"page {i}"}, answer_without_tools=REPORT), delay=latency)
+    stubborn = llm.script(f"stubborn-{name}", looping(
+        "search", lambda i: {"q": f"page {i}"}, obeys_tool_choice=False), delay=latency)
+    before = finals(sidecar)
+    loop = LOOPS[sdk]
+
+    assert loop(sidecar, answers, f"reports-{name}", stream) == (REPORT, BUDGET)
+    output, ran = loop(sidecar, stubborn, f"stubborn-{name}", stream)
+    assert ran == BUDGET
+    assert output.startswith(STOPPED + " (budget-exhausted)\n\nProgress so far: 2 model calls, "
+                             "2 tool calls (search ×2).\n\nLast steps:\n- "), output
+
+    for model in (answers, stubborn):
+        seen = llm.requests(model)
+        assert [offered(body) for body in seen] == [True, True, False], seen
+        assert seen[-1]["tools"]  # withdrawn by tool_choice, the tools as the client sent them
+    after = finals(sidecar)
+    assert (after[0] - before[0], after[1] - before[1]) == (
+        (2, 1) if model_relay == "native" else (0, 0))
