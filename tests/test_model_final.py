@@ -50,13 +50,16 @@ def headers(agent: str) -> dict[str, str]:
     return {"X-Watchdog-Agent": agent, "X-Watchdog-Budget-Tool-Calls": str(BUDGET)}
 
 
-def openai_loop(sidecar: RunningServer, model: str, agent: str, stream: bool) -> tuple[str, int]:
+def openai_loop(sidecar: RunningServer, model: str, agent: str, stream: bool,
+                messages: list[Any] | None = None) -> tuple[str, int]:
     """A real OpenAI client's tool loop until an answer with no tool call: its text, and the
-    tool calls it ran."""
+    tool calls it ran; ``messages`` (given empty) is left with the conversation as last sent."""
     client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
                            default_headers=headers(agent))
-    messages: list[Any] = [{"role": "system", "content": "You are terse."},
-                           {"role": "user", "content": "find it"}]
+    if messages is None:
+        messages = []
+    messages[:] = [{"role": "system", "content": "You are terse."},
+                   {"role": "user", "content": "find it"}]
     ran = 0
     for _ in range(BUDGET + 3):
         if stream:
@@ -128,3 +131,32 @@ def test_the_final_answer_is_held_and_an_empty_one_is_the_stop_note(
     after = finals(sidecar)
     assert (after[0] - before[0], after[1] - before[1]) == (
         (2, 1) if model_relay == "native" else (0, 0))
+
+
+@pytest.mark.parametrize("latency", [0.0, 0.02, 0.15])
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_final_requests_stop_note_sent_on_gets_the_error(
+        sidecar: RunningServer, llm: FakeLLM, model_relay: str,  # noqa: F811
+        stream: bool, latency: float) -> None:
+    """The stop note that replaced the final request's answer is the endpoint's stop answer,
+    as an abort's is: an agent that does not take it as its run's end (a framework's validation
+    retry: the note failed its output's schema) sends it on with a retry prompt, and that
+    request is the stopped run's: the API's error with the note, nothing upstream (not the
+    session's next run with a budget anew, whose tools would run past the stop)."""
+    name = f"resent-{'stream' if stream else 'whole'}-{int(latency * 1000)}-{model_relay}"
+    model = llm.script(name, looping("search", lambda i: {"q": f"page {i}"},
+                                     obeys_tool_choice=False), delay=latency)
+    messages: list[Any] = []
+    output, ran = openai_loop(sidecar, model, name, stream, messages)
+    assert (ran, output.startswith(STOPPED)) == (BUDGET, True), output
+    sent = len(llm.requests(model))
+    messages += [{"role": "assistant", "content": "  " + output.replace("\n", " \n") + "\n"},
+                 {"role": "user", "content": "Validation failed: answer with a JSON object."}]
+    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                           default_headers=headers(name))
+    with pytest.raises(openai.BadRequestError) as failure:
+        client.chat.completions.create(model=model, messages=messages, tools=TOOLS,
+                                       stream=stream)
+    assert failure.value.code == "watchdog_aborted"
+    assert STOPPED in failure.value.message
+    assert len(llm.requests(model)) == sent  # nothing reached the upstream
