@@ -19,7 +19,7 @@ from tests.frameworks.fakellm import FakeLLM, looping
 from tests.frameworks.fakellm import offers_tools as offered
 from tests.harness import RunningServer, running_server, sidecar_config
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
-from tests.test_model_endpoint import anthropic_loop
+from tests.test_model_endpoint import RESPONSES_TOOLS, anthropic_loop
 
 KEY = "sk-final-0123456789"
 BUDGET = 2
@@ -160,3 +160,39 @@ def test_the_final_requests_stop_note_sent_on_gets_the_error(
     assert failure.value.code == "watchdog_aborted"
     assert STOPPED in failure.value.message
     assert len(llm.requests(model)) == sent  # nothing reached the upstream
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_chained_conversation_that_goes_on_from_the_final_stop_note_gets_the_error(
+        sidecar: RunningServer, llm: FakeLLM, model_relay: str,  # noqa: F811
+        stream: bool) -> None:
+    """The Responses API chained by ``previous_response_id``: the final request's answer
+    replaced by the stop note has an id of the endpoint's, and a retry prompt that goes on from
+    it is the stopped run's (the error with the note, nothing upstream)."""
+    name = f"chained-{'stream' if stream else 'whole'}-{model_relay}"
+    model = llm.script(name, looping("search", lambda i: {"q": f"page {i}"},
+                                     obeys_tool_choice=False))
+    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                           default_headers=headers(name))
+    items: list[Any] = [{"role": "user", "content": "find it"}]
+    previous: str | None = None
+    for _ in range(BUDGET + 1):
+        if stream:
+            with client.responses.stream(model=model, input=items, tools=RESPONSES_TOOLS,
+                                         previous_response_id=previous) as events:  # type: ignore[arg-type]
+                response = events.get_final_response()
+        else:
+            response = client.responses.create(model=model, input=items, tools=RESPONSES_TOOLS,
+                                               previous_response_id=previous)  # type: ignore[arg-type]
+        previous = response.id
+        items = [{"type": "function_call_output", "call_id": item.call_id, "output": "page"}
+                 for item in response.output if item.type == "function_call"]
+    assert (items, response.output_text.startswith(STOPPED)) == ([], True), response
+    assert [offered(body) for body in llm.requests(model)] == [True, True, False]
+    with pytest.raises(openai.BadRequestError) as failure:
+        client.responses.create(model=model, previous_response_id=previous, input=[
+            {"role": "user", "content": "Validation failed: answer in the schema."}],
+            tools=RESPONSES_TOOLS)  # type: ignore[arg-type]
+    assert failure.value.code == "watchdog_aborted"
+    assert STOPPED in failure.value.message
+    assert len(llm.requests(model)) == BUDGET + 1  # nothing more reached the upstream
