@@ -196,3 +196,34 @@ def test_a_chained_conversation_that_goes_on_from_the_final_stop_note_gets_the_e
     assert failure.value.code == "watchdog_aborted"
     assert STOPPED in failure.value.message
     assert len(llm.requests(model)) == BUDGET + 1  # nothing more reached the upstream
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_final_answer_past_the_bound_read_is_judged_or_refused_alike(
+        tmp_path: Path, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch,
+        model_relay: str, stream: bool) -> None:  # noqa: F811
+    """The final request's answer is a tool call asked for again whose arguments outgrow what
+    the relays read (``MAX_RESPONSE_BYTES``, made 64 KiB here): streamed, the call is trimmed
+    event by event, so what is held stays small and the agent gets the stop note; whole, it
+    cannot be judged, so both relays answer 502 (no call passes), and the final request, which
+    had no answer, goes upstream again when sent again."""
+    from watchdog.shell.model import native, streams
+    for module in (native, streams):
+        monkeypatch.setattr(module, "MAX_RESPONSE_BYTES", 64 * 1024)
+    name = f"past-bound-{model_relay}-{stream}"
+    model = llm.script(name, looping("search", lambda i: {"q": f"page {i}", "pad": "x" * (
+        200_000 if i >= BUDGET else 10)}, obeys_tool_choice=False))
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, model_relay=model_relay)
+    with running_server(config) as sidecar:
+        if stream:
+            output, ran = openai_loop(sidecar, model, name, stream)
+            assert (ran, output.startswith(STOPPED)) == (BUDGET, True), output[:300]
+            assert [offered(body) for body in llm.requests(model)] == [True, True, False]
+            return
+        with pytest.raises(openai.InternalServerError) as failure:
+            openai_loop(sidecar, model, name, stream)
+        assert failure.value.status_code == 502
+        assert b"response_unjudged" in failure.value.response.content
+        assert [offered(body) for body in llm.requests(model)] == [True, True, False]
