@@ -19,7 +19,7 @@ from tests.frameworks.fakellm import FakeLLM, looping
 from tests.frameworks.fakellm import offers_tools as offered
 from tests.harness import RunningServer, running_server, sidecar_config
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
-from tests.test_model_endpoint import RESPONSES_TOOLS, anthropic_loop
+from tests.test_model_endpoint import RESPONSES_TOOLS, anthropic_loop, chained_loop
 
 KEY = "sk-final-0123456789"
 BUDGET = 2
@@ -174,20 +174,10 @@ def test_a_chained_conversation_that_goes_on_from_the_final_stop_note_gets_the_e
                                      obeys_tool_choice=False))
     client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
                            default_headers=headers(name))
-    items: list[Any] = [{"role": "user", "content": "find it"}]
-    previous: str | None = None
-    for _ in range(BUDGET + 1):
-        if stream:
-            with client.responses.stream(model=model, input=items, tools=RESPONSES_TOOLS,
-                                         previous_response_id=previous) as events:  # type: ignore[arg-type]
-                response = events.get_final_response()
-        else:
-            response = client.responses.create(model=model, input=items, tools=RESPONSES_TOOLS,
-                                               previous_response_id=previous)  # type: ignore[arg-type]
-        previous = response.id
-        items = [{"type": "function_call_output", "call_id": item.call_id, "output": "page"}
-                 for item in response.output if item.type == "function_call"]
-    assert (items, response.output_text.startswith(STOPPED)) == ([], True), response
+    response = chained_loop(client, model, BUDGET + 1, stream)
+    previous = response.id
+    assert (response.output_text.startswith(STOPPED), [
+        item for item in response.output if item.type == "function_call"]) == (True, []), response
     assert [offered(body) for body in llm.requests(model)] == [True, True, False]
     with pytest.raises(openai.BadRequestError) as failure:
         client.responses.create(model=model, previous_response_id=previous, input=[
