@@ -585,12 +585,16 @@ def test_the_stop_answer_sent_on_gets_the_error_on_the_other_apis(
     assert len(llm.requests(model)) == 2
 
 
-def chained_loop(chat: openai.OpenAI, model: str, requests: int, stream: bool) -> Any:
+def chained_loop(chat: openai.OpenAI, model: str, requests: int, stream: bool,
+                 sent: list[tuple[str | None, list[Any]]] | None = None) -> Any:
     """A Responses tool loop chained by ``previous_response_id`` (each call's output sent
-    back), ``requests`` requests long: the last response."""
+    back), ``requests`` requests long: the last response; ``sent`` (given empty) gets each
+    request's ``previous_response_id`` and ``input``."""
     items: list[Any] = [{"role": "user", "content": "Find the answer."}]
     previous: str | None = None
     for _ in range(requests):
+        if sent is not None:
+            sent.append((previous, items))
         if stream:
             with chat.responses.stream(model=model, input=items, tools=RESPONSES_TOOLS,
                                        previous_response_id=previous) as events:  # type: ignore[arg-type]

@@ -174,17 +174,22 @@ def test_a_chained_conversation_that_goes_on_from_the_final_stop_note_gets_the_e
                                      obeys_tool_choice=False))
     client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
                            default_headers=headers(name))
-    response = chained_loop(client, model, BUDGET + 1, stream)
-    previous = response.id
+    sent: list[tuple[str | None, list[Any]]] = []
+    response = chained_loop(client, model, BUDGET + 1, stream, sent)
     assert (response.output_text.startswith(STOPPED), [
         item for item in response.output if item.type == "function_call"]) == (True, []), response
     assert [offered(body) for body in llm.requests(model)] == [True, True, False]
-    with pytest.raises(openai.BadRequestError) as failure:
-        client.responses.create(model=model, previous_response_id=previous, input=[
-            {"role": "user", "content": "Validation failed: answer in the schema."}],
-            tools=RESPONSES_TOOLS)  # type: ignore[arg-type]
-    assert failure.value.code == "watchdog_aborted"
-    assert STOPPED in failure.value.message
+    # the final request sent again gets the note again from the endpoint, under an id of its own
+    again = client.responses.create(model=model, previous_response_id=sent[-1][0],
+                                    input=sent[-1][1], tools=RESPONSES_TOOLS)  # type: ignore[arg-type]
+    assert (again.output_text, again.id != response.id) == (response.output_text, True)
+    for previous in (response.id, again.id):
+        with pytest.raises(openai.BadRequestError) as failure:
+            client.responses.create(model=model, previous_response_id=previous, input=[
+                {"role": "user", "content": "Validation failed: answer in the schema."}],
+                tools=RESPONSES_TOOLS)  # type: ignore[arg-type]
+        assert failure.value.code == "watchdog_aborted"
+        assert STOPPED in failure.value.message
     assert len(llm.requests(model)) == BUDGET + 1  # nothing more reached the upstream
 
 

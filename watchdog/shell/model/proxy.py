@@ -61,6 +61,7 @@ from watchdog.core.model.wire import (
     Unjudged,
     Wire,
     abort_text,
+    answer_digest,
     dumps,
     read_stream,
     unjudged,
@@ -603,8 +604,10 @@ class ModelProxy:
             headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         else:
             body, headers = dumps(wire.answer(parsed.model, answer, parsed, time.time())), JSON
-        if text != state.report:  # (the model's own report ended its run: what follows
-            # it with a new user message is the session's next run, as after any answer)
+        if text != state.report or answer_digest(text) in state.stop_answers:
+            # (the model's own report ended its run: what follows it with a new user message
+            # is the session's next run, as after any answer; a report that is the stop note
+            # in place of its final answer is the endpoint's: given again, under an id anew)
             self._stopped(state, wire, answer, body)
         return Answer(200, body, headers)
 
