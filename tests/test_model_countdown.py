@@ -520,3 +520,61 @@ def test_a_countdown_stored_before_directives_said_so_counts_down_after_a_restar
     # it handed over in memory, docs/model-endpoint.md; 5 left, as the restored run counts)
     assert seen == [*COUNTED[:4], "5 of 8"], seen
     assert "You must wind down now" not in requests[4]["messages"][0]["content"]
+
+
+@pytest.mark.parametrize("latency", [0.0, 0.02, 0.15])
+def test_a_final_request_while_the_state_cannot_be_written_is_held_and_stopped(
+        sidecar: RunningServer, llm: FakeLLM, model_relay: str, latency: float,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state cannot be written from the run's third request on, and its model asks for the
+    tool again at the final request (its tools withdrawn): the agent gets the stop note in place
+    of the answer, on either relay (the compiled one carries the final and holds it), the final
+    request sent again is answered by the endpoint, and the validation retry after the note
+    gets the error; the upstream saw 8 requests with tools and one without, and nothing after."""
+    service = sidecar.server.service
+    assert service is not None
+    native = native_of(sidecar) if model_relay == "native" else None
+    for paced in (False, True):
+        model = llm.script(f"unwritable-final-{paced}", looping(
+            "search", lambda i: {"q": f"page {i}"}, obeys_tool_choice=False), delay=latency)
+        between = filling(sidecar, native if paced else None, 2, monkeypatch)
+        client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY,
+                               max_retries=0, default_headers={"X-Watchdog-Agent": "counted"})
+        messages: list[Any] = [{"role": "system", "content": "You are terse."},
+                               {"role": "user", "content": f"find it ({model})"}]
+        ran, finals = 0, (native.finals, native.stopped) if native is not None else (0, 0)
+        try:
+            for _ in range(12):
+                if ran:
+                    between()
+                message = client.chat.completions.create(model=model, messages=messages,
+                                                         tools=TOOLS).choices[0].message
+                if not message.tool_calls:
+                    break
+                messages.append({"role": "assistant", "content": None, "tool_calls": [
+                    call.model_dump() for call in message.tool_calls]})
+                for call in message.tool_calls:
+                    ran += 1
+                    messages.append({"role": "tool", "tool_call_id": call.id,
+                                     "content": f"found {ran}"})
+            output = message.content or ""
+            assert (ran, output.startswith("The agent-watchdog stopped this run: the model "
+                                           "asked for tools again")) == (8, True), output
+            again = client.chat.completions.create(model=model, messages=messages,
+                                                   tools=TOOLS).choices[0].message
+            assert again.content == output  # the final sent again: the endpoint's answer
+            messages += [{"role": "assistant", "content": output},
+                         {"role": "user", "content": "Validation failed: answer in JSON."}]
+            with pytest.raises(openai.BadRequestError) as failure:
+                client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+            assert failure.value.code == "watchdog_aborted"
+        finally:
+            sidecar.call(monkeypatch.undo)
+            sidecar.call(service.state._written)
+        seen, requests = notes(llm, model)
+        assert seen == [None] * 5 + ["3 of 8", "2 of 8", "1 of 8", None], seen
+        assert [request.get("tool_choice") for request in requests] == [None] * 8 + ["none"]
+        if native is not None:
+            assert (native.finals - finals[0], native.stopped - finals[1]) == (1, 1)
+    if native is not None:
+        assert sidecar.call(lambda: native.missed) == 0

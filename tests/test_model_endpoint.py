@@ -585,17 +585,16 @@ def test_the_stop_answer_sent_on_gets_the_error_on_the_other_apis(
     assert len(llm.requests(model)) == 2
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_a_chained_conversation_that_goes_on_from_the_stop_answer_gets_the_error(
-        stop_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
-    """The Responses API with the conversation chained by ``previous_response_id``: a request
-    that goes on from the stop answer's id with a retry prompt gets the error with the stop
-    note, and the upstream nothing."""
-    model = llm.script("stopped-chained", looping("search", lambda i: {"q": f"page {i}"}))
-    chat = client(stop_sidecar, "stopper")
+def chained_loop(chat: openai.OpenAI, model: str, requests: int, stream: bool,
+                 sent: list[tuple[str | None, list[Any]]] | None = None) -> Any:
+    """A Responses tool loop chained by ``previous_response_id`` (each call's output sent
+    back), ``requests`` requests long: the last response; ``sent`` (given empty) gets each
+    request's ``previous_response_id`` and ``input``."""
     items: list[Any] = [{"role": "user", "content": "Find the answer."}]
     previous: str | None = None
-    for _ in range(3):
+    for _ in range(requests):
+        if sent is not None:
+            sent.append((previous, items))
         if stream:
             with chat.responses.stream(model=model, input=items, tools=RESPONSES_TOOLS,
                                        previous_response_id=previous) as events:  # type: ignore[arg-type]
@@ -606,6 +605,19 @@ def test_a_chained_conversation_that_goes_on_from_the_stop_answer_gets_the_error
         previous = response.id
         items = [{"type": "function_call_output", "call_id": item.call_id, "output": "result"}
                  for item in response.output if item.type == "function_call"]
+    return response
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_chained_conversation_that_goes_on_from_the_stop_answer_gets_the_error(
+        stop_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
+    """The Responses API with the conversation chained by ``previous_response_id``: a request
+    that goes on from the stop answer's id with a retry prompt gets the error with the stop
+    note, and the upstream nothing."""
+    model = llm.script("stopped-chained", looping("search", lambda i: {"q": f"page {i}"}))
+    chat = client(stop_sidecar, "stopper")
+    response = chained_loop(chat, model, 3, stream)
+    previous = response.id
     assert "two tool calls are enough" in response.output_text
     assert len(llm.requests(model)) == 2
     with pytest.raises(openai.BadRequestError) as failure:

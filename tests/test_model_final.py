@@ -19,7 +19,7 @@ from tests.frameworks.fakellm import FakeLLM, looping
 from tests.frameworks.fakellm import offers_tools as offered
 from tests.harness import RunningServer, running_server, sidecar_config
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
-from tests.test_model_endpoint import anthropic_loop
+from tests.test_model_endpoint import RESPONSES_TOOLS, anthropic_loop, chained_loop
 
 KEY = "sk-final-0123456789"
 BUDGET = 2
@@ -50,13 +50,16 @@ def headers(agent: str) -> dict[str, str]:
     return {"X-Watchdog-Agent": agent, "X-Watchdog-Budget-Tool-Calls": str(BUDGET)}
 
 
-def openai_loop(sidecar: RunningServer, model: str, agent: str, stream: bool) -> tuple[str, int]:
+def openai_loop(sidecar: RunningServer, model: str, agent: str, stream: bool,
+                messages: list[Any] | None = None) -> tuple[str, int]:
     """A real OpenAI client's tool loop until an answer with no tool call: its text, and the
-    tool calls it ran."""
+    tool calls it ran; ``messages`` (given empty) is left with the conversation as last sent."""
     client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
                            default_headers=headers(agent))
-    messages: list[Any] = [{"role": "system", "content": "You are terse."},
-                           {"role": "user", "content": "find it"}]
+    if messages is None:
+        messages = []
+    messages[:] = [{"role": "system", "content": "You are terse."},
+                   {"role": "user", "content": "find it"}]
     ran = 0
     for _ in range(BUDGET + 3):
         if stream:
@@ -128,3 +131,94 @@ def test_the_final_answer_is_held_and_an_empty_one_is_the_stop_note(
     after = finals(sidecar)
     assert (after[0] - before[0], after[1] - before[1]) == (
         (2, 1) if model_relay == "native" else (0, 0))
+
+
+@pytest.mark.parametrize("latency", [0.0, 0.02, 0.15])
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_final_requests_stop_note_sent_on_gets_the_error(
+        sidecar: RunningServer, llm: FakeLLM, model_relay: str,  # noqa: F811
+        stream: bool, latency: float) -> None:
+    """The stop note that replaced the final request's answer is the endpoint's stop answer,
+    as an abort's is: an agent that does not take it as its run's end (a framework's validation
+    retry: the note failed its output's schema) sends it on with a retry prompt, and that
+    request is the stopped run's: the API's error with the note, nothing upstream (not the
+    session's next run with a budget anew, whose tools would run past the stop)."""
+    name = f"resent-{'stream' if stream else 'whole'}-{int(latency * 1000)}-{model_relay}"
+    model = llm.script(name, looping("search", lambda i: {"q": f"page {i}"},
+                                     obeys_tool_choice=False), delay=latency)
+    messages: list[Any] = []
+    output, ran = openai_loop(sidecar, model, name, stream, messages)
+    assert (ran, output.startswith(STOPPED)) == (BUDGET, True), output
+    sent = len(llm.requests(model))
+    messages += [{"role": "assistant", "content": "  " + output.replace("\n", " \n") + "\n"},
+                 {"role": "user", "content": "Validation failed: answer with a JSON object."}]
+    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                           default_headers=headers(name))
+    with pytest.raises(openai.BadRequestError) as failure:
+        client.chat.completions.create(model=model, messages=messages, tools=TOOLS,
+                                       stream=stream)
+    assert failure.value.code == "watchdog_aborted"
+    assert STOPPED in failure.value.message
+    assert len(llm.requests(model)) == sent  # nothing reached the upstream
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_chained_conversation_that_goes_on_from_the_final_stop_note_gets_the_error(
+        sidecar: RunningServer, llm: FakeLLM, model_relay: str,  # noqa: F811
+        stream: bool) -> None:
+    """The Responses API chained by ``previous_response_id``: the final request's answer
+    replaced by the stop note has an id of the endpoint's, and a retry prompt that goes on from
+    it is the stopped run's (the error with the note, nothing upstream)."""
+    name = f"chained-{'stream' if stream else 'whole'}-{model_relay}"
+    model = llm.script(name, looping("search", lambda i: {"q": f"page {i}"},
+                                     obeys_tool_choice=False))
+    client = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                           default_headers=headers(name))
+    sent: list[tuple[str | None, list[Any]]] = []
+    response = chained_loop(client, model, BUDGET + 1, stream, sent)
+    assert (response.output_text.startswith(STOPPED), [
+        item for item in response.output if item.type == "function_call"]) == (True, []), response
+    assert [offered(body) for body in llm.requests(model)] == [True, True, False]
+    # the final request sent again gets the note again from the endpoint, under an id of its own
+    again = client.responses.create(model=model, previous_response_id=sent[-1][0],
+                                    input=sent[-1][1], tools=RESPONSES_TOOLS)  # type: ignore[arg-type]
+    assert (again.output_text, again.id != response.id) == (response.output_text, True)
+    for previous in (response.id, again.id):
+        with pytest.raises(openai.BadRequestError) as failure:
+            client.responses.create(model=model, previous_response_id=previous, input=[
+                {"role": "user", "content": "Validation failed: answer in the schema."}],
+                tools=RESPONSES_TOOLS)  # type: ignore[arg-type]
+        assert failure.value.code == "watchdog_aborted"
+        assert STOPPED in failure.value.message
+    assert len(llm.requests(model)) == BUDGET + 1  # nothing more reached the upstream
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_final_answer_past_the_bound_read_is_judged_or_refused_alike(
+        tmp_path: Path, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch,
+        model_relay: str, stream: bool) -> None:  # noqa: F811
+    """The final request's answer is a tool call asked for again whose arguments outgrow what
+    the relays read (``MAX_RESPONSE_BYTES``, made 64 KiB here): streamed, the call is trimmed
+    event by event, so what is held stays small and the agent gets the stop note; whole, it
+    cannot be judged, so both relays answer 502 (no call passes), and the final request, which
+    had no answer, goes upstream again when sent again."""
+    from watchdog.shell.model import native, streams
+    for module in (native, streams):
+        monkeypatch.setattr(module, "MAX_RESPONSE_BYTES", 64 * 1024)
+    name = f"past-bound-{model_relay}-{stream}"
+    model = llm.script(name, looping("search", lambda i: {"q": f"page {i}", "pad": "x" * (
+        200_000 if i >= BUDGET else 10)}, obeys_tool_choice=False))
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, model_relay=model_relay)
+    with running_server(config) as sidecar:
+        if stream:
+            output, ran = openai_loop(sidecar, model, name, stream)
+            assert (ran, output.startswith(STOPPED)) == (BUDGET, True), output[:300]
+            assert [offered(body) for body in llm.requests(model)] == [True, True, False]
+            return
+        with pytest.raises(openai.InternalServerError) as failure:
+            openai_loop(sidecar, model, name, stream)
+        assert failure.value.status_code == 502
+        assert b"response_unjudged" in failure.value.response.content
+        assert [offered(body) for body in llm.requests(model)] == [True, True, False]

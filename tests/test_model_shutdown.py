@@ -183,8 +183,11 @@ def test_sigterm_lets_a_model_request_in_flight_finish_and_books_it(
             assert answer == ["call_3_0"]
         elif kind == "whole":
             assert answer.choices[0].message.tool_calls[0].id == "call_3"
-        else:  # (the final turn: the tools withdrawn)
+        else:  # (the final turn: the tools withdrawn; the call asked for again, the stop note)
             assert json.loads(upstream.raw.seen[-1].body)["tool_choice"] == "none"
+            assert not answer.choices[0].message.tool_calls
+            assert (answer.choices[0].message.content or "").startswith(
+                "The agent-watchdog stopped this run: the model asked for tools again"), answer
         assert "Traceback" not in text, text[-3000:]
         assert "the model requests in flight (1) get up to 30 s to finish" in text, text[-3000:]
 

@@ -500,6 +500,14 @@ impl RelayBody {
     /// The held answer's upstream has ended: Python is asked for its word (the relay goes on
     /// once it has it), or, when it cannot be asked, the held bytes go at once.
     fn end_held(&mut self) {
+        if let (Some(ticket), Some(hold)) = (self.ticket.as_mut(), self.hold.as_ref()) {
+            if ticket.observed.is_none() {
+                // the answer outgrew what the observer copies, its trim's bytes did not (the
+                // calls asked for again, left out): those are read in its place, as the Python
+                // relay reads every event, so an answer left empty is still the stop note
+                ticket.observed = Some(Observed::Passing(hold.held.clone()));
+            }
+        }
         let release = self.ticket.as_mut().and_then(Ticket::ask_release);
         let rest = self.ended("ok");
         match release {

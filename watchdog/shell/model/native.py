@@ -154,7 +154,7 @@ from watchdog.core.spans.record import KeySource
 from watchdog.shell.model.headers import TOKEN_HEADER, Refused, door
 from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Answer, Booked, Exchange, Plan
 from watchdog.shell.model.proxy import CONNECT_TIMEOUT, ModelProxy, read_observation
-from watchdog.shell.model.streams import is_stream, stop_answer
+from watchdog.shell.model.streams import is_stream
 
 log = logging.getLogger("watchdog.model")
 
@@ -774,10 +774,9 @@ class NativeEndpoint:
                 if observation is not None:
                     assert plan is not None
                     self.held_seen[id(plan)] = observation
-                    note = self.proxy.empty_final(exchange, observation, kept_calls(
-                        observation.calls, exchange.turn.keep))
-                    if note is not None:
-                        replaced = stop_answer(exchange, note, is_stream(content_type))
+                    replaced = self.proxy.empty_final(exchange, observation, kept_calls(
+                        observation.calls, exchange.turn.keep), is_stream(content_type))
+                    if replaced is not None:
                         self.stopped += 1
         finally:  # (the relay waits for this word: given always, the held bytes on a bug)
             self.relay.release(number, replaced)

@@ -61,6 +61,7 @@ from watchdog.core.model.wire import (
     Unjudged,
     Wire,
     abort_text,
+    answer_digest,
     dumps,
     read_stream,
     unjudged,
@@ -93,7 +94,14 @@ from watchdog.shell.model.plans import (
     Plan,
     refuses_usage,
 )
-from watchdog.shell.model.streams import is_stream, read_upto, relay, relay_json, relay_stream
+from watchdog.shell.model.streams import (
+    is_stream,
+    read_upto,
+    relay,
+    relay_json,
+    relay_stream,
+    stop_answer,
+)
 from watchdog.shell.service import WatchdogService
 from watchdog.shell.tls import context_for
 
@@ -596,12 +604,19 @@ class ModelProxy:
             headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         else:
             body, headers = dumps(wire.answer(parsed.model, answer, parsed, time.time())), JSON
-        if text != state.report:  # (the model's own report ended its run: what follows
-            # it with a new user message is the session's next run, as after any answer)
-            # (a conversation the server keeps goes on from the answer by its id: Responses)
-            named = STOP_ANSWER_ID.search(body) if wire.api == "responses" else None
-            self.book.stopped(state, answer, named.group(1).decode() if named else None)
+        if text != state.report or answer_digest(text) in state.stop_answers:
+            # (the model's own report ended its run: what follows it with a new user message
+            # is the session's next run, as after any answer; a report that is the stop note
+            # in place of its final answer is the endpoint's: given again, under an id anew)
+            self._stopped(state, wire, answer, body)
         return Answer(200, body, headers)
+
+    def _stopped(self, state: EndpointRun, wire: Wire, answer: str, body: bytes) -> None:
+        """The endpoint answered ``state``'s run with ``body``, its stop answer ``answer``: a
+        request that goes on from it is the stopped run's (a conversation the server keeps
+        goes on from the answer by its id: Responses)."""
+        named = STOP_ANSWER_ID.search(body) if wire.api == "responses" else None
+        self.book.stopped(state, answer, named.group(1).decode() if named else None)
 
     def _stop_text(self, turn: Turn, state: EndpointRun, key: str) -> str:
         if state.report:  # the final report the model gave: the run's result
@@ -784,10 +799,13 @@ class ModelProxy:
             return
         self._book(Booked(record, exchange.key, 0), into)
 
-    def empty_final(self, exchange: Exchange, seen: Any, handed: list[Any]) -> str | None:
-        """The stop note that replaces the final request's answer when nothing is left of it
-        (the model asked for tools though they were withdrawn, and they were trimmed); it is
-        then the answer observed. None: the answer stands."""
+    def empty_final(self, exchange: Exchange, seen: Any, handed: list[Any],
+                    stream: bool) -> bytes | None:
+        """The answer (a stream of it, or a whole one) with the stop note that replaces the
+        final request's answer when nothing is left of it (the model asked for tools though
+        they were withdrawn, and they were trimmed); the note is then the answer observed,
+        and the run's stop answer, as an abort's (:meth:`_stopped`). None: the answer
+        stands."""
         if exchange.turn.act is not Act.FINAL or handed or seen.text.strip() \
                 or not seen.complete:
             return None
@@ -795,7 +813,9 @@ class ModelProxy:
                       f"report ({exchange.turn.rule})")
         note = self._stop_text(reason, exchange.state, exchange.key)
         seen.text = note
-        return note
+        body = stop_answer(exchange, note, stream)
+        self._stopped(exchange.state, exchange.wire, note, body)
+        return body
 
     def observed(self, exchange: Exchange, handed: list[Any], seen: Any,
                   into: list[Booked] | None = None) -> None:

@@ -50,7 +50,8 @@ class ModelProxy(Protocol):
 
     def steered(self, agent: str, action: str) -> None: ...
 
-    def empty_final(self, exchange: Exchange, seen: Any, handed: list[Any]) -> str | None: ...
+    def empty_final(self, exchange: Exchange, seen: Any, handed: list[Any],
+                    stream: bool) -> bytes | None: ...
 
     def observed(self, exchange: Exchange, handed: list[Any], seen: Any) -> None: ...
 
@@ -148,8 +149,8 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
         if keep is not None and wire.trim(body, keep):
             data, changed = dumps(body), True
             proxy.steered(exchange.agent, "trim")
-        if (note := proxy.empty_final(exchange, seen, handed)) is not None:
-            data, changed = stop_answer(exchange, note, stream=False), True
+        if (replaced := proxy.empty_final(exchange, seen, handed, stream=False)) is not None:
+            data, changed = replaced, True
         proxy.observed(exchange, handed, seen)
     return web.Response(status=upstream.status, body=data,
                         headers=response_headers(upstream.headers, changed))
@@ -263,9 +264,9 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
                 break
         if held is not None and not cut:
             seen = accumulator.observation
-            note = proxy.empty_final(exchange, seen, kept_calls(seen.calls, keep))
-            await response.write(b"".join(held) if note is None
-                                 else stop_answer(exchange, note, stream=True))
+            replaced = proxy.empty_final(exchange, seen, kept_calls(seen.calls, keep),
+                                         stream=True)
+            await response.write(b"".join(held) if replaced is None else replaced)
         elif held:
             await response.write(b"".join(held))
         if cut:  # broken off: the client sees its answer cut short, not one that ended
