@@ -6,8 +6,10 @@ encoder and the ingest pipeline, and folds them into a ``RunTracker`` with an in
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -24,7 +26,7 @@ from tests.spans import (
     tool_attrs,
 )
 from watchdog.core.runs.book import TRACED_ANSWER_WAIT
-from watchdog.core.runs.fields import MAX_DISTINCT_TOOLS, OTHER_TOOL
+from watchdog.core.runs.fields import MAX_DISTINCT_TOOLS, OTHER_TOOL, RunFields
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import RunTracker
@@ -694,3 +696,46 @@ def test_a_run_whose_agent_failed_waits_for_its_root_while_its_spans_come(
     run = only_run(tracker)
     assert run.ended and run.terminal_state is TerminalState.TOOL_LIMIT_REACHED
     assert not tracker.expire(T0 + 1000)
+
+
+def _containers(value: object, into: dict[int, object]) -> dict[int, object]:
+    """Every mutable container reachable from ``value`` through containers (a mapping proxy's
+    dict and a named tuple's fields too), by id (kept alive in ``into``)."""
+    if isinstance(value, (dict, list, set, MappingProxyType, tuple)):
+        if not isinstance(value, tuple) and id(value) not in into:
+            into[id(value)] = value
+        inner = gc.get_referents(value) if isinstance(value, MappingProxyType) else (
+            value.values() if isinstance(value, dict) else value)
+        for item in list(inner):
+            _containers(item, into)
+    return into
+
+
+def test_what_a_run_hands_out_shares_nothing_it_updates_later(otel: SpanMaker) -> None:
+    """A view (what the core hands out: decisions, steps, the API) and a snapshot to keep
+    (``to_dict``) are the run as it was: more spans folded into the run move neither, and
+    neither holds a list or dict of the run's own (its rings, counters, tools, budget)."""
+    root = otel.open("invoke_agent a", {"gen_ai.agent.name": "planner",
+                                        "watchdog.budget.max_tool_calls": 20})
+    otel.span("chat m", chat_attrs(10, 2, finish="tool_calls"), parent=root, start=T0,
+              end=T0 + 0.5)
+    tool_calls(otel, root, [("A", {"i": 1}, "r"), ("B", {"i": 2}, "r"), ("A", {"i": 1}, "r")])
+    failing_call(otel, root, "no /tmp/x1", T0 + 9)
+    tracker, _ = run_spans(otel.take(), now=T0 + 10)
+    run = only_run(tracker)
+    view, kept = run.view(T0 + 10), run.to_dict()
+    view_text, kept_text = repr(view), json.dumps(kept, sort_keys=True)
+    owned = {key for name in RunFields.__slots__
+             for key in _containers(getattr(run, name), {})}
+    assert not owned & _containers(tuple(view), {}).keys()
+    assert [name for name, value in kept.items() if owned & _containers(value, {}).keys()] == []
+
+    otel.span("chat m", chat_attrs(20, 4, finish="tool_calls"), parent=root, start=T0 + 19,
+              end=T0 + 19.5)
+    tool_calls(otel, root, [("C", {"i": 3}, "r"), ("A", {"i": 1}, "r")], start=T0 + 20)
+    failing_call(otel, root, "no /tmp/y2", T0 + 25)
+    for record in records_of(otel.take()):
+        run.apply(record, T0 + 5000)
+    assert json.dumps(run.to_dict(), sort_keys=True) != kept_text  # (the run did move)
+    assert repr(view) == view_text
+    assert json.dumps(kept, sort_keys=True) == kept_text

@@ -158,8 +158,9 @@ class RunFields:
         self._llm_start_ns = self._llm_end_ns = 0  # the last model call to end: its span
         self._llm_parent: str | None = None  # ... and the span it hangs from
         # (The rings below are lists updated in place, never handed out: to_dict and copy copy
-        # them; an empty one is the empty tuple, no list for a run that never fills it. A tuple
-        # rebuilt on every span was new garbage for the collector a span.)
+        # them, to_row's row shares them and is encoded at once; an empty one is the empty
+        # tuple, no list for a run that never fills it. A tuple rebuilt on every span was new
+        # garbage for the collector a span.)
         # the last RECENT_MODEL_CALLS model calls, in the order they came (a pair of twins as
         # one, the half that came last): (span id, parent span id or "", input tokens, output
         # tokens, response id or "", scope)

@@ -280,8 +280,11 @@ class RunState(RunCounts):
 
     def to_dict(self) -> dict[str, Any]:
         """:meth:`to_row` as plain JSON values of its own (lists, string keys): a snapshot to
-        keep."""
+        keep (nothing in it is the run's: the run's later spans move none of it)."""
         data = self.to_row()
+        for name, value in data.items():  # (its counters, tools and budgets: flat, copied)
+            if type(value) is dict or type(value) is list:
+                data[name] = value.copy()
         for name in _INT_KEYED_SLOTS:
             data[name] = {str(k): v for k, v in data[name].items()}
         data["_result_counts"] = {str(k): list(v) for k, v in data["_result_counts"].items()}
