@@ -16,11 +16,13 @@ say so, where it was not.
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import logging
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,10 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
 from tests.harness import running_server, sidecar_config
 from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, request_of, scoped_spans
+from watchdog.core.rules.engine import RuleEngine
+from watchdog.core.rules.pack import load_rules
 from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.sessions import SessionBook
 from watchdog.core.spans import conventions, decode, model_calls, native, outcome, values
 from watchdog.core.spans.attributes import FIRST_FACTS
 from watchdog.core.spans.decode import DecodeError, parse_json, parse_protobuf
@@ -43,7 +48,10 @@ from watchdog.core.spans.pipeline import (
     released,
     slices_of,
 )
+from watchdog.core.spans.record import SpanRecord
+from watchdog.core.step import Core
 from watchdog.shell.config import load
+from watchdog.shell.pricing import GenAIPrices
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL = sorted((path.parent.name, path.stem) for path in RECORDINGS.glob("*/*.jsonl")
@@ -445,6 +453,55 @@ def test_the_compiled_normalise_reads_every_recorded_span_as_normalise_does() ->
     # (it is sure of many: model and tool calls; a model call's reader may find it is none)
     assert sure > 1000 and {"<SpanKind.LLM: 'llm'>", "<SpanKind.TOOL: 'tool'>"} <= kinds, \
         (sure, kinds)
+
+
+# Out of the garbage collector's walk: the compiled decode's spans and the records the compiled
+# normalise makes are untracked (a request's spans and records live through all its slices).
+# The collector cannot break a cycle through an untracked object, so none may pass through one:
+# a span shows the collector no reference anyway (a pyclass without __traverse__), and a
+# record holds only atomic values and trees of them, after the core has folded and priced it.
+
+ATOMS = (str, int, float, bytes, type(None), Enum)  # (bool and the enums' str members too)
+
+
+def tree_of_atoms(value: object, path: str) -> Iterator[str]:
+    """Where ``value`` holds anything but atoms and tuples, lists and dicts of them: a path."""
+    if isinstance(value, ATOMS):
+        return
+    if isinstance(value, tuple | list):
+        for index, item in enumerate(value):
+            yield from tree_of_atoms(item, f"{path}[{index}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from tree_of_atoms(key, f"{path} key")
+            yield from tree_of_atoms(item, f"{path}[{key!r}]")
+    else:
+        yield f"{path}: {type(value).__name__}"
+
+
+def test_the_compiled_reads_leave_the_collector_and_no_cycle_can_pass_through_a_record() -> None:
+    untracked = 0
+    for driver, scenario in ALL:
+        step = Core(RunTracker(), SessionBook(lambda _id: None), RuleEngine(load_rules([])),
+                    pricer=GenAIPrices())
+        records: list[SpanRecord] = []
+        with decoding(compiled=True):
+            for now, body in enumerate(deliveries(driver, scenario)["as exported"], start=1):
+                request = parse_protobuf(body)
+                for resource_spans in request.resource_spans:
+                    for scope_spans in resource_spans.scope_spans:
+                        assert not any(gc.is_tracked(span) for span in scope_spans.spans)
+                decoded = records_from(request)
+                records.extend(decoded.records)
+                step.apply(decoded.records, float(now))
+        step.tracker.expire(1e12)
+        for record in records:  # (as the core left them: flagged, priced, named)
+            untracked += not gc.is_tracked(record)
+            for name in SpanRecord.__slots__:
+                odd = list(tree_of_atoms(getattr(record, name), name))
+                assert not odd, (driver, scenario, odd)
+    # (the compiled normalise is sure of most spans: model and tool calls)
+    assert untracked > 500, untracked
 
 
 def test_a_kind_told_by_a_string_array_is_read_by_the_compiled_normalise() -> None:

@@ -99,6 +99,24 @@ impl Phrases {
     }
 }
 
+/// `object` taken out of the garbage collector's walk (`PyObject_GC_UnTrack`): for an object
+/// no reference cycle can pass through, which the collector then never needs to look at. A
+/// pyclass is always a GC type (PyO3 sets `Py_TPFLAGS_HAVE_GC` on every one), and one without
+/// `__traverse__` shows the collector none of its references: tracked, it only costs the
+/// walk. (Untracking one already untracked, as its dealloc does, is a no-op.)
+pub(crate) fn untracked<T>(object: Bound<'_, T>) -> Bound<'_, T> {
+    // SAFETY: `object` is a live object the caller owns a reference to, and only a GC type's
+    // has the header untracking reads; untracking removes it from the collector's lists only,
+    // which any GC object may be at any time
+    unsafe {
+        let raw = object.as_ptr();
+        if pyo3::ffi::PyType_IS_GC(pyo3::ffi::Py_TYPE(raw)) != 0 {
+            pyo3::ffi::PyObject_GC_UnTrack(raw.cast());
+        }
+    }
+    object
+}
+
 /// A table's attribute names as Python strings (looked up in a span's attributes as they are).
 pub(crate) fn py_strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyString>>> {
     value

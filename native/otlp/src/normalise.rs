@@ -18,7 +18,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use crate::agents::{self, Agents};
 use crate::failures::{self, Failures, Status};
-use crate::kernels::{canonical_text, hash_text, py_strings, Json};
+use crate::kernels::{canonical_text, hash_text, py_strings, untracked, Json};
 use crate::model_calls::{self, ModelCalls};
 
 /// The dispatch's places (`conventions.normalise`) and the tool readers' (`tool_calls`), by
@@ -377,7 +377,13 @@ pub fn record<'py>(
         Role::Tool => &normaliser.kinds.1,
         Role::Agent => &normaliser.kinds.2,
     };
-    let record = normaliser.record_class.bind(py).call1((
+    // Out of the collector's walk (a record lives through its request's slices, ~66 slots to
+    // traverse at every young collection): no reference cycle can pass through a record, as
+    // every value one holds is a string, a number, a flag, None, an enum member, or a tuple,
+    // dict or list made of the span's own values (tool calls' names and ids, a budget, a
+    // model call's prompt as read from its attributes: trees that never hold a record), and
+    // the core sets only such values on it (`SpanRecord`'s fields)
+    let record = untracked(normaliser.record_class.bind(py).call1((
         key,
         source.bind(py),
         head.trace_id,
@@ -387,7 +393,7 @@ pub fn record<'py>(
         kind.bind(py),
         head.start,
         head.end,
-    ))?;
+    ))?);
     if watchdog_key && head.name.starts_with(&normaliser.client_run_span) {
         record.setattr(intern!(py, "run_frame"), true)?;
     }

@@ -12,6 +12,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::agents::Agents;
 use crate::failures::{Failures, Status as SpanStatus};
+use crate::kernels::untracked;
 use crate::model_calls::{Keys, ModelCalls};
 use crate::normalise::{self, Normaliser};
 use crate::wire;
@@ -129,13 +130,19 @@ fn decode(py: Python<'_>, body: Bound<'_, PyBytes>, tables: Py<Tables>) -> PyRes
         for scoped in item.scope_spans {
             let spans = PyList::empty(py);
             for span in scoped.spans {
-                spans.append(Span {
-                    body: shared.clone_ref(py),
-                    tables: tables.clone_ref(py),
-                    span,
-                    attributes: PyOnceLock::new(),
-                    events: PyOnceLock::new(),
-                })?;
+                // (out of the collector's walk: its `__traverse__` shows no reference, so no
+                // cycle through it could be broken either way, and a request's spans live
+                // through all of its slices)
+                spans.append(untracked(Bound::new(
+                    py,
+                    Span {
+                        body: shared.clone_ref(py),
+                        tables: tables.clone_ref(py),
+                        span,
+                        attributes: PyOnceLock::new(),
+                        events: PyOnceLock::new(),
+                    },
+                )?))?;
             }
             let scope = Scope {
                 name: text(py, data, scoped.scope.name).unbind(),
