@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -394,9 +395,10 @@ def test_an_abort_decided_before_a_restart_stops_the_runs_next_request_after_it(
         asked = client(server, "slow-tool").chat.completions.create(
             model=model, messages=messages, tools=TOOLS).choices[0].message
         run_id = runs_of(server, "slow-tool")[0]["id"]
-        # the abort comes while the agent runs its tool (the timer's, 2 s on); then the
-        # sidecar restarts
-        clock.advance(2.0)
+        # the abort comes while the agent runs its tool (the timer's, 2 s after the request by
+        # the wall clock its model call was timed with: a slow start must not eat the 2 s);
+        # then the sidecar restarts
+        clock.advance(time.time() - clock.now() + 2.0)
         assert server.server.service is not None
         server.call(server.server.service.tick)
         server.stored()
