@@ -61,7 +61,9 @@ CHAIN = [Run(TRIAGE, 1, 1, 0, "completed", True, None, None),
 
 
 def directives(sidecar: RunningServer, rule: str = "agent-ping-pong") -> list[dict[str, Any]]:
-    """Every directive of ``rule`` the sidecar has issued, to any run it knows."""
+    """Every directive of ``rule`` the sidecar has issued, to any run it knows (those decided
+    so far stored first: the API reads them from the store, written moments after the step)."""
+    sidecar.stored()
     found = []
     for run in sidecar.get_json("/v1/runs?limit=100")["runs"]:
         polled = sidecar.get_json(f"/v1/runs/{run['id']}/directives?after=0")
