@@ -587,6 +587,14 @@ def test_the_stop_answer_sent_on_gets_the_error_on_the_other_apis(
     assert len(llm.requests(model)) == 2
 
 
+def respond(chat: openai.OpenAI, stream: bool, **request: Any) -> Any:
+    """One Responses request, streamed (the SDK's final response) or not."""
+    if stream:
+        with chat.responses.stream(**request) as events:
+            return events.get_final_response()
+    return chat.responses.create(**request)
+
+
 def chained_loop(chat: openai.OpenAI, model: str, requests: int, stream: bool,
                  sent: list[tuple[str | None, list[Any]]] | None = None) -> Any:
     """A Responses tool loop chained by ``previous_response_id`` (each call's output sent
@@ -597,13 +605,8 @@ def chained_loop(chat: openai.OpenAI, model: str, requests: int, stream: bool,
     for _ in range(requests):
         if sent is not None:
             sent.append((previous, items))
-        if stream:
-            with chat.responses.stream(model=model, input=items, tools=RESPONSES_TOOLS,
-                                       previous_response_id=previous) as events:  # type: ignore[arg-type]
-                response = events.get_final_response()
-        else:
-            response = chat.responses.create(model=model, input=items, tools=RESPONSES_TOOLS,
-                                              previous_response_id=previous)  # type: ignore[arg-type]
+        response = respond(chat, stream, model=model, input=items, tools=RESPONSES_TOOLS,
+                           previous_response_id=previous)
         previous = response.id
         items = [{"type": "function_call_output", "call_id": item.call_id, "output": "result"}
                  for item in response.output if item.type == "function_call"]
@@ -1069,13 +1072,8 @@ def json_format_loop(sidecar: RunningServer, model: str, api: str, kind: str,
         text = {"format": {"type": kind, **(schema if kind == "json_schema" else {})}}
         items: list[Any] = [{"role": "user", "content": "Find the answer."}]
         for _ in range(5):
-            if stream:
-                with chat.responses.stream(model=model, input=items, tools=RESPONSES_TOOLS,
-                                           text=text) as events:  # type: ignore[arg-type]
-                    response = events.get_final_response()
-            else:
-                response = chat.responses.create(model=model, input=items, tools=RESPONSES_TOOLS,
-                                                  text=text)  # type: ignore[arg-type]
+            response = respond(chat, stream, model=model, input=items, tools=RESPONSES_TOOLS,
+                               text=text)
             calls = [item for item in response.output if item.type == "function_call"]
             if not calls:
                 return response.output_text
