@@ -55,9 +55,17 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from watchdog.core.bounds import MAX_STOP_ANSWERS
 from watchdog.core.model.failure import looks_failed, refusal_of
 from watchdog.core.model.steer import answer_of, is_answer_tool
-from watchdog.core.model.wire import Observation, Request, ToolCall, ToolResult, answer_digest
+from watchdog.core.model.wire import (
+    CONVERSATION_ANCHOR,
+    Observation,
+    Request,
+    ToolCall,
+    ToolResult,
+    answer_digest,
+)
 from watchdog.core.redact import brief, mask
 from watchdog.core.spans.record import ENDPOINT_SCOPE, KeySource, SpanKind, SpanRecord
 
@@ -84,6 +92,11 @@ _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]
                           re.DOTALL)
 FAILED_TOOL = "ToolError"  # the error type of a tool result that says it failed
 INCOMPLETE = "IncompleteResponse"  # the error type of a response that broke off before its end
+
+
+# a run's stop as kept with the run (it outlives a restart): (the run, its stop note, what a
+# request that goes on from its stop answer carries: :attr:`EndpointRun.stop_answers`)
+Stop = tuple[str, str, tuple[str, ...]]
 
 
 @dataclass(slots=True)
@@ -173,6 +186,9 @@ class ModelBook:
         # told the key of each run let go (its bound), or whose conversation was: a request of
         # it is then read as new
         self.let_go: Callable[[str], None] | None = None
+        # the stop kept with a run this book does not know (lost in a restart, or let go): of
+        # the run named, else of the run whose stop answer one of these is; None: no such stop
+        self.stops: Callable[[str | None, Sequence[str]], Stop | None] | None = None
         self._going_on = False  # (what _identify found of the request it reads)
 
     def __len__(self) -> int:
@@ -219,13 +235,17 @@ class ModelBook:
         if caller.run is not None:
             state = self._runs.get(caller.run)
             if state is None:
-                state = self._keep(EndpointRun(caller.run, KeySource.WATCHDOG,
-                                               _random_hex(128), None, agent=agent))
+                state = self._kept_stop(self._stop_of(caller.run, ()), agent, None, None) \
+                    or self._keep(EndpointRun(caller.run, KeySource.WATCHDOG,
+                                              _random_hex(128), None, agent=agent))
             self._going_on = self._answers_calls_of(state, request)
             return self._touch(state)
         if request.previous_response_id is not None:
             previous = self._responses.get(request.previous_response_id)
             known = self._runs.get(previous) if previous is not None else None
+            if known is None:  # (the response the endpoint's stop answer was, before a restart)
+                known = self._kept_stop(self._stop_of(None, (request.previous_response_id,)),
+                                        agent, None, None)
             if known is not None:
                 if not (request.last_is_user and _over(known, ended)) \
                         or goes_on_from_stop(known, request):
@@ -297,6 +317,11 @@ class ModelBook:
                                        None, session=session, agent=agent,
                                        conversation=digest, messages=request.messages))
                 self._conversations[digest] = key = found
+        if key is None and (stop := self._stop_of(None, _stop_tokens(request))) is not None:
+            # a conversation that goes on from a stop answer the book no longer knows (a
+            # restart): the stopped run's, by the stop kept with it
+            self._kept_stop(stop, agent, digest, session)
+            self._conversations[digest] = key = stop[0]
         answers_its_calls = False  # its results answer calls its run handed over
         for result in request.results:  # the run that handed over the calls it answers
             handed = self._runs.get(self._calls.get(result.call_id) or "")
@@ -312,11 +337,32 @@ class ModelBook:
                 or (not request.kept and (
                     (request.messages < state.messages and not answers_its_calls)
                     or (request.messages <= state.first and not request.results
-                        and (state.asking > 0 or state.answered > 0))))):
+                        and (state.asking > 0 or state.answered > 0)
+                        and not _sent_again(state, request))))):
             self._conversations.move_to_end(digest)
             self._going_on = answers_its_calls and not request.last_is_user
             return self._touch(state)
         return self._next_run(digest, session, agent, request.messages)
+
+    def _stop_of(self, key: str | None, answers: Sequence[str]) -> Stop | None:
+        return self.stops(key, answers) if self.stops is not None and (key or answers) \
+            else None
+
+    def _kept_stop(self, stop: Stop | None, agent: str | None, conversation: str | None,
+                   session: str | None) -> EndpointRun | None:
+        """The book's run for a stop kept with its run (:attr:`stops`), or None."""
+        if stop is None:
+            return None
+        key, note, answers = stop
+        state = self._runs.get(key)
+        if state is None:
+            state = self._keep(EndpointRun(
+                key, KeySource.WATCHDOG, key.removeprefix("model:") if key.startswith(
+                    "model:") and len(key) == 38 else _random_hex(128), None, session=session,
+                agent=agent, conversation=conversation))
+        state.stop = state.stop or note
+        state.stop_answers |= frozenset(answers)
+        return self._touch(state)
 
     def _next_run(self, conversation: str | None, session: str | None, agent: str | None,
                   messages: int) -> EndpointRun:
@@ -410,13 +456,18 @@ class ModelBook:
             records.append(record)
         return records
 
-    def stopped(self, state: EndpointRun, answer: str, response_id: str | None = None) -> None:
-        """The endpoint answered ``state``'s run with ``answer`` at its stop (``response_id``:
-        the id it gave that answer, which a conversation the server keeps goes on from): a
-        request that goes on from it is the stopped run's (:func:`goes_on_from_stop`)."""
-        for known in (answer_digest(answer), response_id):
+    def stopped(self, state: EndpointRun, request: Request, answer: str,
+                response_id: str | None = None) -> None:
+        """The endpoint answered ``state``'s run with ``answer`` at its stop, for ``request``
+        (``response_id``: the id it gave that answer, which a conversation the server keeps
+        goes on from): a request that goes on from it is the stopped run's
+        (:func:`goes_on_from_stop`). So is every later request of a conversation the server
+        keeps by its id (``conversation``): the stop answer is not in it (the upstream never
+        gave it), and its requests carry nothing else to go on from."""
+        kept = request.anchor if request.anchor.startswith(CONVERSATION_ANCHOR) else None
+        for known in (answer_digest(answer), response_id, kept):
             if known is not None and known not in state.stop_answers \
-                    and len(state.stop_answers) < 8:
+                    and len(state.stop_answers) < MAX_STOP_ANSWERS:
                 state.stop_answers |= {known}
         if response_id is not None:
             self._responses[response_id] = state.key
@@ -553,6 +604,15 @@ def _asked(request: Request) -> tuple[object, ...]:
             tuple(result.call_id for result in request.results), hash(tuple(request.said)))
 
 
+def _sent_again(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request`` sends again the request before of ``state``'s run (its client
+    could not read the answer): it carries what that one did, no other of the run is with
+    the model, and the calls that answer handed over wait for their results. A first request
+    sent again so is its run's, not a twin's (:meth:`ModelBook.tool_records` takes its calls
+    back)."""
+    return state.asking == 0 and bool(state.pending) and state.asked == _asked(request)
+
+
 def _wait(waiting: dict[str, ToolCall], call: ToolCall) -> None:
     """``call`` waits for its result: under its id, or, when a call handed over before has the
     same id (an upstream that gives none, or the same one to each call), under its id and a
@@ -581,11 +641,24 @@ def goes_on_from_stop(state: EndpointRun, request: Request) -> bool:
     not the next run's."""
     if not state.stop_answers:
         return False
-    if request.previous_response_id is not None and request.previous_response_id \
-            in state.stop_answers:
-        return True
+    if (request.previous_response_id is not None and request.previous_response_id \
+            in state.stop_answers) or request.anchor in state.stop_answers:
+        return True  # (an anchor there: a conversation the server keeps by its id)
     return request.last_answer is not None \
         and answer_digest(request.last_answer) in state.stop_answers
+
+
+def _stop_tokens(request: Request) -> tuple[str, ...]:
+    """What ``request`` may go on from a stop answer by: its last answer's digest, the id of
+    the response it continues, the id of the conversation the server keeps."""
+    tokens: list[str] = []
+    if request.last_answer is not None and (digest := answer_digest(request.last_answer)):
+        tokens.append(digest)
+    if request.previous_response_id is not None:
+        tokens.append(request.previous_response_id)
+    if request.anchor.startswith(CONVERSATION_ANCHOR):
+        tokens.append(request.anchor)
+    return tuple(tokens)
 
 
 def _over(state: EndpointRun, ended: Callable[[str], bool]) -> bool:

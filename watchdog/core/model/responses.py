@@ -21,6 +21,7 @@ from watchdog.core.model.chat import withdraw_function_tools
 from watchdog.core.model.failure import looks_failed
 from watchdog.core.model.steer import is_answer_tool
 from watchdog.core.model.wire import (
+    CONVERSATION_ANCHOR,
     MAX_TOOL_CALLS_SEEN,
     Event,
     Observation,
@@ -48,8 +49,6 @@ CALL_ITEMS: dict[str, str] = {
     "computer_call": "computer_call_output", "local_shell_call": "local_shell_call_output",
     "shell_call": "shell_call_output", "apply_patch_call": "apply_patch_call_output"}
 RESULT_ITEMS = frozenset(CALL_ITEMS.values())
-# a kept conversation's anchor: its id after this (no first user message reads so)
-CONVERSATION_ANCHOR = "\0conversation:"
 MAX_CONVERSATION_ID = 256
 # what a built-in tool's call is named (a function's and a custom tool's calls name theirs)
 BUILT_IN_TOOLS = {"computer_call": "computer", "local_shell_call": "local_shell",

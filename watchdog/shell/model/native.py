@@ -714,16 +714,18 @@ class NativeEndpoint:
 
     def check_basis(self) -> None:
         """What the relay learned holds while the rules and the fleet's failing tools are
-        those it was learned under and the state can be written (checked at each batch of
-        events, when the rules are loaded again, after each step of the core and when the
-        state's writes fail or succeed again); while it cannot, the relay learns nothing."""
+        those it was learned under and the state can be written and keeps up (checked at each
+        batch of events, when the rules are loaded again, after each step of the core and when
+        the state's writes fail or succeed again); while it cannot, the relay learns
+        nothing."""
         if self.relay is None or self.closed:
             return
         service = self.proxy.service
         core = service.core
-        if service.state_error is not None:
-            # (the state cannot take a request's records: Python steers each one by the
-            # book's counts, ModelProxy._steer_unrecorded, which no proof says ahead)
+        if service.state_error is not None or service.state.behind:
+            # (the state cannot take a request's records, unwritable or behind: Python steers
+            # each one by the book's counts, ModelProxy._steer_unrecorded, which no proof
+            # says ahead)
             if self._basis is not None:
                 self._forget()
             return

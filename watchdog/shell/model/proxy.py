@@ -189,6 +189,7 @@ class ModelProxy:
         self.config = config
         self.metrics = observer  # watchdog.shell.metrics.Metrics (None: not counted)
         self.book = ModelBook()
+        self.book.stops = service.stop_of
         self.wires: dict[str, Wire] = {"/v1/chat/completions": ChatWire(),
                                        "/v1/responses": ResponsesWire(),
                                        "/v1/messages": MessagesWire()}
@@ -608,15 +609,24 @@ class ModelProxy:
             # (the model's own report ended its run: what follows it with a new user message
             # is the session's next run, as after any answer; a report that is the stop note
             # in place of its final answer is the endpoint's: given again, under an id anew)
-            self._stopped(state, wire, answer, body)
+            self._stopped(state, wire, parsed, answer, body, text)
         return Answer(200, body, headers)
 
-    def _stopped(self, state: EndpointRun, wire: Wire, answer: str, body: bytes) -> None:
-        """The endpoint answered ``state``'s run with ``body``, its stop answer ``answer``: a
-        request that goes on from it is the stopped run's (a conversation the server keeps
-        goes on from the answer by its id: Responses)."""
+    def _stopped(self, state: EndpointRun, wire: Wire, request: Request, answer: str,
+                 body: bytes, note: str) -> None:
+        """The endpoint answered ``state``'s run's ``request`` with ``body``, its stop answer
+        ``answer`` (of the stop note ``note``): a request that goes on from it is the stopped
+        run's (a conversation the server keeps goes on from the answer by its id:
+        Responses). Kept with the run too, so that holds after a restart."""
         named = STOP_ANSWER_ID.search(body) if wire.api == "responses" else None
-        self.book.stopped(state, answer, named.group(1).decode() if named else None)
+        self.book.stopped(state, request, answer, named.group(1).decode() if named else None)
+        try:
+            self.service.model_stop_answered(state.run_key or state.key, note,
+                                             state.stop_answers)
+        except (Overloaded, StateUnavailable) as exc:
+            log.warning("model run's stop not kept: %s", exc)
+        except Exception:
+            self._failed("request")
 
     def _stop_text(self, turn: Turn, state: EndpointRun, key: str) -> str:
         if state.report:  # the final report the model gave: the run's result
@@ -814,7 +824,7 @@ class ModelProxy:
         note = self._stop_text(reason, exchange.state, exchange.key)
         seen.text = note
         body = stop_answer(exchange, note, stream)
-        self._stopped(exchange.state, exchange.wire, note, body)
+        self._stopped(exchange.state, exchange.wire, exchange.request, note, body, note)
         return body
 
     def observed(self, exchange: Exchange, handed: list[Any], seen: Any,
