@@ -361,12 +361,15 @@ class ModelProxy:
 
     def plan(self, wire: Wire | None, method: str, target: str,
              given: CIMultiDict[str] | CIMultiDictProxy[str], raw: bytes,
-             path_agent: str | None = None, arrived: float | None = None) -> Answer | Plan:
+             path_agent: str | None = None, arrived: float | None = None,
+             sent: bool = False) -> Answer | Plan:
         """The request read, given its run and steered (``target`` checked already; its path
         named ``path_agent``; ``arrived``: when its head came, on the service's clock, else
         now): what the upstream is sent, or the answer given without it. A
         plan with an exchange holds its run until :meth:`ModelBook.settle` (its relay's, when
-        the response has ended)."""
+        the response has ended). ``sent``: the compiled relay sent the request on already
+        (ahead): an abort decided meanwhile gets no answer here (the upstream's goes to the
+        agent, and the call is booked as sent); the run's next request gets it."""
         url = self._upstream_url(target, given)
         headers, watchdog = request_headers(given)
         if wire is None:  # other paths: passed through
@@ -404,10 +407,13 @@ class ModelProxy:
             return Plan(method, wire.api, url, headers, raw, None)
         state, turn, run_key, agent_label = call
         if turn.act is Act.ABORT:
-            try:
-                return self._abort(wire, parsed, state, turn, run_key, agent_label)
-            finally:
-                self.book.settle(state)
+            if sent:  # (the stop its next request gets: the run may have ended meanwhile)
+                state.stop = state.stop or self._stop_text(turn, state, run_key)
+            else:
+                try:
+                    return self._abort(wire, parsed, state, turn, run_key, agent_label)
+                finally:
+                    self.book.settle(state)
         try:  # the request is the run's until its response has ended
             if turn.act in (Act.FINAL, Act.WITHDRAW):
                 body = wire.withdraw_tools(body, turn.text)
@@ -425,7 +431,7 @@ class ModelProxy:
                 raw = spliced if spliced is not None else dumps(body if asked is None
                                                                 else asked)
                 headers.popall("Content-Encoding", None)  # the new body goes as it is
-            if turn.act is not Act.PASS:
+            if turn.act is not Act.PASS and turn.act is not Act.ABORT:
                 self.steered(agent_label, turn.act.value)
                 logs.event("model_steered", run=run_key, agent=agent_label, api=wire.api,
                            action=turn.act.value, rule=turn.rule, keep=turn.keep)
