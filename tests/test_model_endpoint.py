@@ -687,6 +687,46 @@ def test_a_retry_after_a_stop_gets_the_error_after_a_restart_and_in_a_kept_conve
 
 
 @pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("instructions", [None, "Be brief."])
+def test_the_instructions_a_response_echoes_are_the_clients_own(
+        sidecar: RunningServer, llm: FakeLLM, stream: bool, instructions: str | None) -> None:
+    """A Responses request whose note went into ``instructions`` (the agent gave none, or gave
+    them there): the upstream's response echoes the instructions it was sent, and the agent
+    gets back the ones it sent (none: null, as the API echoes none; Koog reads a string there
+    as a list and fails), streamed (every event that carries the response) and not; the note
+    itself reaches the model."""
+    model = llm.script(f"echo-{stream}-{instructions}", looping(
+        "search", lambda i: {"q": f"page {i}"}, answer_without_tools="REPORT: echoed"))
+    chat = client(sidecar, "budgeted")
+    items: list[Any] = [{"role": "user", "content": "Find the answer."}]
+    echoed: list[Any] = []
+    more = {"instructions": instructions} if instructions is not None else {}
+    for _ in range(6):
+        if stream:
+            with chat.responses.stream(model=model, input=items, tools=RESPONSES_TOOLS,
+                                       **more) as events:  # type: ignore[arg-type]
+                echoed += [event.response.instructions for event in events
+                           if getattr(event, "response", None) is not None]
+                response = events.get_final_response()
+        else:
+            response = chat.responses.create(model=model, input=items, tools=RESPONSES_TOOLS,
+                                              **more)  # type: ignore[arg-type]
+            echoed.append(response.instructions)
+        calls = [item for item in response.output if item.type == "function_call"]
+        if not calls:
+            break
+        for item in calls:
+            items += [{"type": "function_call", "call_id": item.call_id, "name": item.name,
+                       "arguments": item.arguments},
+                      {"type": "function_call_output", "call_id": item.call_id,
+                       "output": "result"}]
+    assert response.output_text == "REPORT: echoed"
+    sent = [body.get("instructions") or "" for body in llm.requests(model)]
+    assert "[budget: 3 of 3" in sent[0] and "[budget:" in sent[-1], sent  # (notes went there)
+    assert echoed and echoed == [instructions] * len(echoed), echoed
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_abort_as_an_error(error_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
     model = llm.script("stopped", looping("search", lambda i: {"q": f"page {i}"}))
     with pytest.raises(openai.BadRequestError) as failure:

@@ -437,7 +437,7 @@ class NativeEndpoint:
         if not self.relay.forward(number, plan.method, plan.url, list(plan.headers.items()),
                                   plan.body, observed, api=plan.api, keep=plan.keep,
                                   watch=observed, unasked=plan.unasked,
-                                  ahead=self._ahead(plan), hold=hold):
+                                  ahead=self._ahead(plan), hold=hold, echo=plan.echo):
             del self.pending[number]  # the client went away meanwhile
             self._finish(plan, 0, "cancelled", None, "", 0.0)
         else:

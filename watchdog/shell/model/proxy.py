@@ -52,7 +52,7 @@ from watchdog.core.model.book import Caller, EndpointRun, ModelBook, goes_on_fro
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
 from watchdog.core.model.messages import MessagesWire
-from watchdog.core.model.responses import ResponsesWire
+from watchdog.core.model.responses import ResponsesWire, echo_of
 from watchdog.core.model.steer import Act, Counts, Turn, answer_of, decide, kept_calls
 from watchdog.core.model.wire import (
     ABORT_CODE,
@@ -415,6 +415,7 @@ class ModelProxy:
                 finally:
                     self.book.settle(state)
         try:  # the request is the run's until its response has ended
+            own = body  # (as its client sent it: what follows writes the changes anew)
             if turn.act in (Act.FINAL, Act.WITHDRAW):
                 body = wire.withdraw_tools(body, turn.text)
                 state.final_used = state.final_used or turn.act is Act.FINAL
@@ -441,6 +442,8 @@ class ModelProxy:
             self.service.model_in_flight(run_key, 1, arrived)
             exchange = Exchange(wire, parsed, state, turn, time.time_ns(), agent_label, run_key,
                                 unasked, arrived)
+            if wire.api == "responses" and body is not own:
+                exchange.echo = echo_of(own, body)
         except BaseException:
             self.book.settle(state)
             raise
