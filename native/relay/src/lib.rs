@@ -211,10 +211,32 @@ struct Client {
 /// on a second descriptor of its socket: a peek, so hyper's reading is left as it was (it
 /// reads nothing of a connection while it serves a request on it, `half_close`). Bytes the
 /// client sends meanwhile (a request pipelined) end the watch: that client is still there.
-async fn watch_client(shared: Arc<Shared>, id: u64, socket: tokio::net::TcpStream) {
+/// A client that ended its side may have half-closed (it waits for its answer) or gone; one
+/// gone resets the connection once something is written to it (the answer's head, as it
+/// begins): then the connection is dropped at once (`client`'s, as `Relay.let_go` drops
+/// it), which cancels its upstream request as a client gone mid-answer does, though
+/// nothing more is written to it meanwhile (a final request's answer, held until it ends).
+async fn watch_client(
+    shared: Arc<Shared>,
+    id: u64,
+    socket: tokio::net::TcpStream,
+    client: Arc<Client>,
+) {
     let mut byte = [0u8; 1];
-    if !matches!(socket.peek(&mut byte).await, Ok(read) if read > 0) {
-        shared.push(Event::Ended { id });
+    let gone = match socket.peek(&mut byte).await {
+        Ok(read) if read > 0 => return,
+        Ok(_) => {
+            shared.push(Event::Ended { id });
+            // (a reset, when it comes: the socket's error; none for a half-closed client)
+            socket.ready(tokio::io::Interest::ERROR).await.is_ok()
+        }
+        Err(_) => {
+            shared.push(Event::Ended { id });
+            true
+        }
+    };
+    if gone {
+        client.drop.notify_one();
     }
 }
 
@@ -1107,7 +1129,8 @@ async fn handle(
                 if notify && !ticket.watched {
                     // with the model from now: its client's end is told (Python's to judge)
                     if let Some(socket) = watch_socket(&client) {
-                        let watch = tokio::spawn(watch_client(shared.clone(), id, socket));
+                        let watch =
+                            tokio::spawn(watch_client(shared.clone(), id, socket, client.clone()));
                         shared
                             .watched
                             .lock()

@@ -52,7 +52,9 @@ second descriptor of its socket, peeked: hyper reads nothing of it meanwhile) an
 the client ends its side (``ended``: it half-closed, or went away); a request of the same run
 or conversation that comes then lets it go (:meth:`ModelProxy._let_go_resent`, the rule of
 both relays: an SDK's retry after its timeout), and ``let_go`` closes that connection, which
-cancels it as a client gone does.
+cancels it as a client gone does. A client that resets the connection (gone: the answer's
+head met a reset) has it closed by the relay at once, as ``let_go`` would: a final request's
+answer, held until it ends, writes nothing more that would meet the reset.
 
 A forward that fails before the client's answer has begun (no head in time, none at all, a
 whole response whose body stalls or breaks off while the relay reads it first, one a bound
