@@ -270,9 +270,15 @@ async def _answer_and_close(request: web.Request, response: web.Response) -> Non
 _CONTENT_TYPE = re.compile(rb"^content-type:[ \t]*([^;\r\n]*)", re.IGNORECASE | re.MULTILINE)
 
 
+# What a connection keeps of the bytes it last received, for the Content-Type of a head the
+# parser refuses: a head begins a read, and its Content-Type line comes within a header line
+# or two (the parser refuses one past 8,190 bytes). At most this much held per connection.
+HEAD_BYTES = 16 * 1024
+
+
 class _LastBytes(Wrapped):
-    """A connection's protocol keeping the last bytes it received (a reference: no copy),
-    where a head the parser refused is."""
+    """A connection's protocol keeping the first :data:`HEAD_BYTES` of the last bytes it
+    received (the read itself when shorter: no copy), where a head the parser refused is."""
 
     __slots__ = ("last",)
 
@@ -281,7 +287,7 @@ class _LastBytes(Wrapped):
         self.last = b""
 
     def data_received(self, data: bytes) -> None:
-        self.last = data
+        self.last = data[:HEAD_BYTES]
         self.handler.data_received(data)
 
 
