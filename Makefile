@@ -151,6 +151,17 @@ $(TS_VOLTAGENT): tests/frameworks/ts/voltagent/package.json \
 		--loglevel=error
 	touch $@
 
+## ... and Claude Code (tests/frameworks/ts/claude_code: @anthropic-ai/claude-code, its launcher
+## and, as an optional dependency of the same version, its prebuilt binary for this platform,
+## both from the npm registry; nothing is downloaded at install or first run; its launcher asks
+## for node >= 22 but only links the binary, which runs on any). Cold npm cache: about 20 s, a
+## 179 MB download, 384 MB installed
+TS_CLAUDE_CODE := tests/frameworks/ts/claude_code/node_modules/.installed
+$(TS_CLAUDE_CODE): tests/frameworks/ts/claude_code/package.json \
+		tests/frameworks/ts/claude_code/package-lock.json
+	cd tests/frameworks/ts/claude_code && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 ## the Go agents of the model endpoint's tests (tests/frameworks/go: openai-go and
 ## anthropic-sdk-go, as its go.mod and go.sum pin them, from the Go module proxy), built into the
 ## user's cache (AGENT_WATCHDOG_CACHE/goagent/<hash of its sources>/, as Go's module and build
@@ -392,7 +403,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_CLAUDE_CODE) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 

@@ -1,0 +1,165 @@
+"""Claude Code (``@anthropic-ai/claude-code``, ``claude -p``), an agent with no line of ours in
+it: installed by ``make test`` from the npm registry (``ts/claude_code``, its version pinned by
+``package-lock.json``: the package's launcher and its prebuilt binary for this platform, an
+optional dependency of the same version), run with no internet (its telemetry to Anthropic,
+its update checks and its other side traffic off: ``DISABLE_TELEMETRY``,
+``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC``, ``DISABLE_AUTOUPDATER``) and an API key from the
+environment, never a login.
+
+Steered by ``ANTHROPIC_BASE_URL`` alone, on both relays, in front of the scripted upstream
+(:mod:`tests.frameworks.fakellm`), whose model calls its own ``Bash`` tool, which Claude Code
+really runs in a directory of the test's (each call appends a line to ``ran.txt``):
+
+* budget: a rule pack gives it ``max_tool_calls: 3``; the model calls ``Bash`` forever — the
+  countdown in the request's ``system`` is the true number left at each request, 3 commands
+  ran, the 4th request withdraws the tools (``tool_choice: {"type": "none"}``) and its answer,
+  the report, is what ``claude -p`` prints; one run, 4 model calls, 3 tool calls;
+* loop: the model runs the same command again and again — ``tool-cycle`` winds it down at the
+  4th, its grace of 2 counts down, the next request withdraws the tools and its answer is what
+  ``claude -p`` prints; the upstream gets nothing after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM, Step
+from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
+from tests.frameworks.test_model_endpoint_frameworks import (
+    BUDGET,
+    BUDGET_PACK,
+    GRACE_LEFT,
+    KEY,
+    LEFT,
+    LOOP_NOTE,
+    REPORT,
+    run_ids,
+    start_sidecar,
+    the_new_run,
+)
+from tests.harness import RunningServer
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+
+CLAUDE_CODE_DIR = Path(__file__).resolve().parent / "ts" / "claude_code"
+CLAUDE = CLAUDE_CODE_DIR / "node_modules" / ".bin" / "claude"
+MODEL = "claude-sonnet-4-6"  # a model Claude Code knows (it warns of one it does not)
+
+
+def claude_binary() -> Path:
+    assert CLAUDE.exists(), (f"{CLAUDE} is missing: `make {CLAUDE_CODE_DIR.relative_to(Path.cwd())}"
+                             "/node_modules/.installed` installs it (make test does)")
+    return CLAUDE
+
+
+@pytest.fixture(scope="module")
+def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+             model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
+    yield from start_sidecar(tmp_path_factory.mktemp("budgeted"), llm, BUDGET_PACK, model_relay)
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+          model_relay: str) -> Iterator[RunningServer]:  # noqa: F811
+    yield from start_sidecar(tmp_path_factory.mktemp("plain"), llm, None, model_relay)
+
+
+def claude_env(home: Path, base_url: str, model: str) -> dict[str, str]:
+    """Claude Code's environment: the base URL, an API key, its models (the main one and the
+    small one it uses for side requests, both scripted), no traffic but the model's."""
+    env = clean_environ("ANTHROPIC_", "CLAUDE_", "OTEL_")
+    env.update({
+        "HOME": str(home),  # its settings and sessions: the test's, not the user's
+        "ANTHROPIC_BASE_URL": base_url,
+        "ANTHROPIC_API_KEY": KEY,
+        "ANTHROPIC_MODEL": model,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+    })
+    return env
+
+
+def run_claude(tmp: Path, base_url: str, model: str, task: str,
+               extra: dict[str, str] | None = None) -> tuple[str, list[str]]:
+    """``claude -p TASK`` in a directory of its own; what it printed and the commands its
+    ``Bash`` tool really ran (the lines they appended to ``ran.txt``)."""
+    work, home = tmp / "work", tmp / "home"
+    work.mkdir(parents=True)
+    home.mkdir(parents=True)
+    env = {**claude_env(home, base_url, model), **(extra or {})}
+    result = subprocess.run(
+        [str(claude_binary()), "-p", "--model", model, "--allowedTools", "Bash,Read", "--", task],
+        env=env, cwd=work, capture_output=True, text=True, timeout=DRIVER_TIMEOUT)
+    assert result.returncode == 0, (result.returncode, result.stdout[-3000:],
+                                    result.stderr[-3000:])
+    ran = work / "ran.txt"
+    return result.stdout.strip(), ran.read_text().splitlines() if ran.exists() else []
+
+
+def bash(line: str) -> Step:
+    return fakellm.call("Bash", command=f"echo '{line}' >> ran.txt", description="note it")
+
+
+def system_text(body: dict[str, Any]) -> str:
+    system = body.get("system")
+    if isinstance(system, list):
+        return "\n".join(str(block.get("text", "")) for block in system
+                         if isinstance(block, dict))
+    return str(system or "")
+
+
+def searching(index: int, body: dict[str, Any]) -> Step:
+    """A new command on every request that offers tools; the report when none does."""
+    return bash(f"term {index}") if fakellm.offers_tools(body) else fakellm.answer(REPORT)
+
+
+def repeating(index: int, body: dict[str, Any]) -> Step:
+    return bash("the same") if fakellm.offers_tools(body) else fakellm.answer(REPORT)
+
+
+def test_a_budget_counts_claude_code_down_and_its_report_is_the_output(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
+    model = llm.script(f"claude-code-budget-{model_relay}", searching)
+    before = run_ids(budgeted)
+    output, ran = run_claude(tmp_path, budgeted.url("model"), model, "Find the file.")
+    requests = llm.requests(model)
+    assert ran == ["term 0", "term 1", "term 2"], ran
+    assert output == REPORT
+    assert len(requests) == BUDGET + 1
+    said = [LEFT.findall(system_text(body)) for body in requests]
+    assert said == [[("3", "3")], [("2", "3")], [("1", "3")], []], said
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * BUDGET + [False]
+    assert "This run is being stopped" in system_text(requests[-1])
+    run = the_new_run(budgeted, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        BUDGET + 1, BUDGET, "tool_limit_reached"), run
+
+
+def test_a_looping_claude_code_is_wound_down_then_stopped(
+        plain: RunningServer, llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
+    model = llm.script(f"claude-code-loop-{model_relay}", repeating)
+    before = run_ids(plain)
+    output, ran = run_claude(tmp_path, plain.url("model"), model, "Find the file.")
+    requests = llm.requests(model)
+    assert output == REPORT
+    assert ran == ["the same"] * 6, ran
+    assert [LOOP_NOTE in system_text(body) for body in requests][:6] == [False] * 4 + [True] * 2
+    assert [GRACE_LEFT.findall(system_text(body)) for body in requests] == [
+        []] * 4 + [["2"], ["1"], []]
+    assert "the 2 tool calls allowed after the wind-down (tool-cycle) are used" in system_text(
+        requests[-1])
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * 6 + [False]
+    run = the_new_run(plain, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        7, 6, "loop_detected"), run
+    assert len(llm.requests(model)) == 7  # the upstream got nothing after the final request
