@@ -859,6 +859,32 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'tool lookup {"key":"broken"} error=tool_error',
         'llm stop answer',
     ],
+    # Claude Code's own spans (CLAUDE_CODE_ENHANCED_TELEMETRY_BETA): the interaction
+    # (invoke_agent, no agent name), its model calls (chat) and tools (execute_tool), a Bash
+    # call's command its arguments (OTEL_LOG_TOOL_DETAILS); a sub-agent (its Agent tool) runs
+    # below that tool's span, its calls in the invocation
+    ("claude_code", "three_tools"): [
+        *[line for key in range(3) for line in (
+            "llm tool_use asks-tools", f"tool Bash echo step{key} >> ran.txt")],
+        "llm end_turn answer",
+        "agent None",
+    ],
+    ("claude_code", "loop"): [
+        *["llm tool_use asks-tools", "tool Bash echo the same >> ran.txt"] * 6,
+        "llm end_turn answer",
+        "agent None",
+    ],
+    ("claude_code", "subagent"): [
+        "llm tool_use asks-tools",
+        "llm tool_use asks-tools",
+        "tool Bash echo sub >> ran.txt",
+        "llm end_turn answer",
+        "tool Agent None",
+        "llm tool_use asks-tools",
+        "tool Bash echo main >> ran.txt",
+        "llm end_turn answer",
+        "agent None",
+    ],
     **SEMANTIC_KERNEL,
 }
 
@@ -1156,6 +1182,10 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     ("genkit_go", "three_tools"): COMPLETED_3,
     ("genkit_go", "limit"): Outcome(4, 3, 0, "tool_limit_reached", "max_turns", False),
     ("genkit_go", "tool_error"): Outcome(1, 1, 1, "error", "GenkitError", False),
+    # Claude Code: no span carries its answer's text (a known gap), its end_turn is the answer
+    ("claude_code", "three_tools"): COMPLETED_3,
+    ("claude_code", "loop"): Outcome(7, 6, 0, "completed", None, True),
+    ("claude_code", "subagent"): Outcome(5, 3, 0, "completed", None, True),
 }
 
 

@@ -21,8 +21,6 @@ really runs in a directory of the test's (each call appends a line to ``ran.txt`
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path

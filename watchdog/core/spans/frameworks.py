@@ -773,6 +773,31 @@ KOOG = Convention(
           "with `setVerbose(true)`" + ON_NO_SPAN,
 )
 
+CLAUDE_CODE = Convention(
+    name="Claude Code",
+    emitted_by="Claude Code's own OpenTelemetry (npm `@anthropic-ai/claude-code`: "
+               "`CLAUDE_CODE_ENABLE_TELEMETRY=1`; its spans with "
+               "`CLAUDE_CODE_ENHANCED_TELEMETRY_BETA=1` and `OTEL_TRACES_EXPORTER=otlp`: "
+               "`claude_code.interaction`, `claude_code.llm_request`, `claude_code.tool`)",
+    scopes=("com.anthropic.claude_code",),
+    # GenAI operation names for the prompt's interaction (`invoke_agent`), its model calls
+    # (`chat`) and tools (`execute_tool`); a tool's call is its command, on the tool's span
+    # with `OTEL_LOG_TOOL_DETAILS=1` (the Bash tool's; no other tool's arguments are on a
+    # span), its output a `tool.output` event with `OTEL_LOG_TOOL_CONTENT=1`
+    tool_args=("full_command",),
+    tool_result=("tool.output:output",),
+    # what it writes for a prompt or an answer it does not log (without
+    # `OTEL_LOG_USER_PROMPTS`, `OTEL_LOG_ASSISTANT_RESPONSES`)
+    hidden_content=frozenset({"<REDACTED>"}),
+    notes="the spans name no agent: the run is named after the service (`claude-code`), its "
+          "session Claude Code's (`session.id`); a sub-agent (its `Agent` tool) runs below "
+          "that tool's span, its model calls and tools counted in the invocation's run; no "
+          "span carries the answer (its text is only in the `claude_code.assistant_response` "
+          "log event, which names the interaction's span, not a model call's), nor the "
+          "arguments of a tool other than Bash (only the `claude_code.tool_result` log event "
+          "has them): a repeated call of another tool cannot be told from another" + ON_NO_SPAN,
+)
+
 AGENTOPS = Convention(
     name="AgentOps",
     emitted_by="the AgentOps SDK's own tracing (its decorators `@trace`, `@agent`, "
@@ -855,5 +880,5 @@ CONVENTIONS: tuple[Convention, ...] = (
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
     SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG,
-    AGENTOPS, LAMINAR, LANGTRACE,
+    AGENTOPS, LAMINAR, LANGTRACE, CLAUDE_CODE,
 )
