@@ -30,8 +30,16 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM, Step
-from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
+from tests.frameworks.harness import (
+    DRIVER_TIMEOUT,
+    RECORDINGS,
+    Expect,
+    check_runs,
+    clean_environ,
+    replay,
+)
 from tests.frameworks.test_model_endpoint_frameworks import (
+    AGENT,
     BUDGET,
     BUDGET_PACK,
     GRACE_LEFT,
@@ -43,7 +51,7 @@ from tests.frameworks.test_model_endpoint_frameworks import (
     start_sidecar,
     the_new_run,
 )
-from tests.harness import RunningServer
+from tests.harness import RunningServer, http_request, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 CLAUDE_CODE_DIR = Path(__file__).resolve().parent / "ts" / "claude_code"
@@ -161,3 +169,79 @@ def test_a_looping_claude_code_is_wound_down_then_stopped(
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         7, 6, "loop_detected"), run
     assert len(llm.requests(model)) == 7  # the upstream got nothing after the final request
+
+
+# -- watched through its own OpenTelemetry ---------------------------------------------------
+
+def telemetry_env(otlp_http: str, protocol: str) -> dict[str, str]:
+    """Claude Code's own OpenTelemetry, to the sidecar: its log events and (beta) its spans,
+    the Bash tool's command and the tools' output on them."""
+    return {"CLAUDE_CODE_ENABLE_TELEMETRY": "1", "CLAUDE_CODE_ENHANCED_TELEMETRY_BETA": "1",
+            "OTEL_TRACES_EXPORTER": "otlp", "OTEL_LOGS_EXPORTER": "otlp",
+            "OTEL_METRICS_EXPORTER": "none", "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_http,
+            "OTEL_LOG_TOOL_DETAILS": "1", "OTEL_LOG_TOOL_CONTENT": "1"}
+
+
+def test_watched_and_steered_at_once_is_two_runs(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
+    """Its own spans (OTLP/HTTP protobuf) to the sidecar that steers it: the steering is as
+    above, and its spans read as the invocation they are — a run of agent ``claude-code`` (its
+    service), in Claude Code's session, its 4 model calls and 3 Bash calls, the budget's stop.
+    A known gap: they are two runs, the endpoint's and the trace's, since no request names
+    the trace (Claude Code sends no ``traceparent``) and no span the response (no
+    ``gen_ai.response.id``) — nothing pairs them."""
+    model = llm.script(f"claude-code-both-{model_relay}", searching)
+    before = run_ids(budgeted)
+    output, ran = run_claude(tmp_path, budgeted.url("model"), model, "Find the file.",
+                             telemetry_env(budgeted.otlp_http, "http/protobuf"))
+    assert ran == ["term 0", "term 1", "term 2"], ran
+    assert output == REPORT
+    assert not any("traceparent" in headers for headers in llm.request_headers(model))
+
+    def ended() -> list[dict[str, Any]] | None:
+        runs = [run for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
+                if run["id"] not in before]
+        return runs if len(runs) == 2 and all(run["state"] == "ended" for run in runs) \
+            else None
+
+    runs = {run["id"].split(":")[0]: run for run in wait_until(ended, what="the two runs")}
+    steered, watched = runs["model"], runs["trace"]
+    for run in (steered, watched):
+        assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+            BUDGET + 1, BUDGET, "tool_limit_reached"), run
+    assert steered["agent"] == AGENT
+    assert watched["agent"] == "claude-code"
+    session = llm.request_headers(model)[0]["x-claude-code-session-id"]
+    assert watched["session"] == session
+    detail = budgeted.get_json(f"/v1/runs/{watched['id']}")
+    assert detail["signals"]["tools"] == {"Bash": BUDGET}, detail["signals"]
+
+
+RECORDED = {  # what the sidecar shows for each recording: one run of agent claude-code
+    "three_tools": Expect("claude-code", 4, 3, 0, "completed", True),
+    "loop": Expect("claude-code", 7, 6, 0, "completed", True),
+    # a sub-agent's calls are the invocation's (they run below its Agent tool's span)
+    "subagent": Expect("claude-code", 5, 3, 0, "completed", True),
+}
+
+
+@pytest.mark.parametrize("scenario", list(RECORDED))
+def test_its_recorded_telemetry_reads_as_the_invocation(sidecar: RunningServer,
+                                                        scenario: str) -> None:
+    """What Claude Code really exported (``recordings/claude_code``: its spans, then its log
+    events, as OTLP/JSON), sent again unchanged: one run each; the loop's repeats are seen
+    from the Bash calls' commands. Its log events join no span (they carry no GenAI content:
+    the answer's text is only in ``claude_code.assistant_response``, on the interaction's
+    span), so the run has no final output — a named gap."""
+    folder = RECORDINGS / "claude_code"
+    replay(sidecar, folder / f"{scenario}.jsonl")
+    for line in (folder / f"{scenario}.logs.jsonl").read_text(encoding="utf-8").splitlines():
+        status, body = http_request("POST", sidecar.otlp_http + "/v1/logs", line.encode(),
+                                    {"Content-Type": "application/json"})
+        assert status == 200, (status, body)
+    (run,) = check_runs(sidecar, [RECORDED[scenario]])
+    detail = sidecar.get_json(f"/v1/runs/{run['id']}")
+    assert detail.get("final_output") is None
+    repeats = detail["signals"]["repeated_tool_call"]
+    assert (repeats >= 4) is (scenario == "loop"), detail["signals"]
