@@ -21,6 +21,8 @@ really runs in a directory of the test's (each call appends a line to ``ran.txt`
 
 from __future__ import annotations
 
+import itertools
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,7 +58,7 @@ from tests.model_relays import model_relay  # noqa: F401 (each test on both rela
 
 CLAUDE_CODE_DIR = Path(__file__).resolve().parent / "ts" / "claude_code"
 CLAUDE = CLAUDE_CODE_DIR / "node_modules" / ".bin" / "claude"
-MODEL = "claude-sonnet-4-6"  # a model Claude Code knows (it warns of one it does not)
+_TASKS = itertools.count(1)
 
 
 def claude_binary() -> Path:
@@ -96,15 +98,19 @@ def claude_env(home: Path, base_url: str, model: str) -> dict[str, str]:
 
 
 def run_claude(tmp: Path, base_url: str, model: str, task: str,
-               extra: dict[str, str] | None = None) -> tuple[str, list[str]]:
+               extra: dict[str, str] | None = None, tools: str = "Bash,Read"
+               ) -> tuple[str, list[str]]:
     """``claude -p TASK`` in a directory of its own; what it printed and the commands its
-    ``Bash`` tool really ran (the lines they appended to ``ran.txt``)."""
+    ``Bash`` tool really ran (the lines they appended to ``ran.txt``). Each invocation's task
+    is its own (the same input again and again is a loop across agents, which the default
+    pack winds down)."""
+    task = f"{task} (case {next(_TASKS)})"
     work, home = tmp / "work", tmp / "home"
     work.mkdir(parents=True)
     home.mkdir(parents=True)
     env = {**claude_env(home, base_url, model), **(extra or {})}
     result = subprocess.run(
-        [str(claude_binary()), "-p", "--model", model, "--allowedTools", "Bash,Read", "--", task],
+        [str(claude_binary()), "-p", "--model", model, "--allowedTools", tools, "--", task],
         env=env, cwd=work, capture_output=True, text=True, timeout=DRIVER_TIMEOUT)
     assert result.returncode == 0, (result.returncode, result.stdout[-3000:],
                                     result.stderr[-3000:])
@@ -169,6 +175,55 @@ def test_a_looping_claude_code_is_wound_down_then_stopped(
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         7, 6, "loop_detected"), run
     assert len(llm.requests(model)) == 7  # the upstream got nothing after the final request
+
+
+SUBTASK = "Look in /srv."
+
+
+def delegating(index: int, body: dict[str, Any]) -> Step:
+    """The main conversation hands a sub-agent the subtask (the ``Agent`` tool, in the
+    foreground), then searches; the sub-agent runs two commands and answers."""
+    messages = body.get("messages") or []
+    turns = sum(1 for message in messages if message.get("role") == "assistant")
+    if not fakellm.offers_tools(body):
+        return fakellm.answer(REPORT)
+    if SUBTASK in json.dumps(messages[0]) and "Find the file." not in json.dumps(messages[0]):
+        return bash(f"sub {turns}") if turns < 2 else fakellm.answer("Sub: /srv/a.txt.")
+    if turns == 0:
+        return fakellm.call("Agent", description="look in /srv", prompt=SUBTASK,
+                            subagent_type="general-purpose", run_in_background=False)
+    return bash(f"main {turns}")
+
+
+def test_a_sub_agent_is_a_run_of_its_own(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
+    """Claude Code's sub-agent (its ``Agent`` tool) is a conversation of its own, in the same
+    process: its own system prompt and first message, and nothing in its requests names the
+    main conversation (docs/model-endpoint.md's known limits). Each is a run with its own
+    budget, counted down truly: the main one's 3 tool calls (the ``Agent`` call and two
+    commands), then its report; the sub-agent's 2 commands and its answer."""
+    model = llm.script(f"claude-code-sub-agent-{model_relay}", delegating)
+    before = run_ids(budgeted)
+    output, ran = run_claude(tmp_path, budgeted.url("model"), model, "Find the file.",
+                             tools="Bash,Read,Agent")
+    assert output == REPORT
+    assert ran == ["sub 0", "sub 1", "main 1", "main 2"], ran
+    requests = llm.requests(model)
+    sub = [SUBTASK in json.dumps(body["messages"][0]) for body in requests]
+    assert sub == [False, True, True, True, False, False, False], sub
+    said = [LEFT.findall(system_text(body)) for body in requests]
+    assert said == [[("3", "3")], [("3", "3")], [("2", "3")], [("1", "3")], [("2", "3")],
+                    [("1", "3")], []], said
+
+    def ended() -> list[dict[str, Any]] | None:
+        runs = [run for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
+                if run["id"] not in before]
+        return runs if len(runs) == 2 and all(run["state"] == "ended" for run in runs) \
+            else None
+
+    runs = sorted(wait_until(ended, what="the two runs"), key=lambda run: -run["iterations"])
+    assert [(run["iterations"], run["tool_calls"], run["terminal_state"]) for run in runs] == [
+        (BUDGET + 1, BUDGET, "tool_limit_reached"), (3, 2, "completed")], runs
 
 
 # -- watched through its own OpenTelemetry ---------------------------------------------------
