@@ -865,23 +865,23 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
     # below that tool's span, its calls in the invocation
     ("claude_code", "three_tools"): [
         *[line for key in range(3) for line in (
-            "llm tool_use asks-tools", f"tool Bash echo step{key} >> ran.txt")],
+            "llm tool_use asks-tools", f"tool Bash echo 'step {key}' >> ran.txt")],
         "llm end_turn answer",
         "agent None",
     ],
     ("claude_code", "loop"): [
-        *["llm tool_use asks-tools", "tool Bash echo the same >> ran.txt"] * 6,
+        *["llm tool_use asks-tools", "tool Bash echo 'the same' >> ran.txt"] * 6,
         "llm end_turn answer",
         "agent None",
     ],
     ("claude_code", "subagent"): [
         "llm tool_use asks-tools",
         "llm tool_use asks-tools",
-        "tool Bash echo sub >> ran.txt",
+        "tool Bash echo 'sub' >> ran.txt",
         "llm end_turn answer",
         "tool Agent None",
         "llm tool_use asks-tools",
-        "tool Bash echo main >> ran.txt",
+        "tool Bash echo 'main' >> ran.txt",
         "llm end_turn answer",
         "agent None",
     ],
