@@ -33,11 +33,8 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM, Step
@@ -45,14 +42,14 @@ from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
 from tests.frameworks.test_model_endpoint_frameworks import (
     AGENT,
     BUDGET,
-    BUDGET_PACK,
     GRACE_LEFT,
     KEY,
     LEFT,
     LOOP_NOTE,
     REPORT,
+    budgeted,  # noqa: F401 (its sidecars, a pair per relay)
+    plain,  # noqa: F401
     run_ids,
-    start_sidecar,
     the_new_run,
 )
 from tests.harness import RunningServer, wait_until
@@ -67,18 +64,6 @@ def claude_binary() -> Path:
     assert CLAUDE.exists(), (f"{CLAUDE} is missing: `make {CLAUDE_CODE_DIR.relative_to(Path.cwd())}"
                              "/node_modules/.installed` installs it (make test does)")
     return CLAUDE
-
-
-@pytest.fixture(scope="module")
-def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
-             model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
-    yield from start_sidecar(tmp_path_factory.mktemp("budgeted"), llm, BUDGET_PACK, model_relay)
-
-
-@pytest.fixture(scope="module")
-def plain(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
-          model_relay: str) -> Iterator[RunningServer]:  # noqa: F811
-    yield from start_sidecar(tmp_path_factory.mktemp("plain"), llm, None, model_relay)
 
 
 def claude_env(home: Path, base_url: str, model: str) -> dict[str, str]:
@@ -141,12 +126,20 @@ def repeating(index: int, body: dict[str, Any]) -> Step:
     return bash("the same") if fakellm.offers_tools(body) else fakellm.answer(REPORT)
 
 
+def invoke(sidecar: RunningServer, llm: FakeLLM, tmp: Path, name: str,
+           script: fakellm.Script) -> tuple[str, list[str], list[dict[str, Any]], set[str]]:
+    """Claude Code on ``script`` (its model ``name``) through ``sidecar``'s endpoint: what it
+    printed, the commands it ran, what the upstream got, and the runs there were before."""
+    model = llm.script(name, script)
+    before = run_ids(sidecar)
+    output, ran = run_claude(tmp, sidecar.url("model"), model, "Find the file.")
+    return output, ran, llm.requests(model), before
+
+
 def test_a_budget_counts_claude_code_down_and_its_report_is_the_output(
         budgeted: RunningServer, llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
-    model = llm.script(f"claude-code-budget-{model_relay}", searching)
-    before = run_ids(budgeted)
-    output, ran = run_claude(tmp_path, budgeted.url("model"), model, "Find the file.")
-    requests = llm.requests(model)
+    output, ran, requests, before = invoke(budgeted, llm, tmp_path,
+                                           f"claude-code-budget-{model_relay}", searching)
     assert ran == ["term 0", "term 1", "term 2"], ran
     assert output == REPORT
     assert len(requests) == BUDGET + 1
@@ -161,10 +154,8 @@ def test_a_budget_counts_claude_code_down_and_its_report_is_the_output(
 
 def test_a_looping_claude_code_is_wound_down_then_stopped(
         plain: RunningServer, llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
-    model = llm.script(f"claude-code-loop-{model_relay}", repeating)
-    before = run_ids(plain)
-    output, ran = run_claude(tmp_path, plain.url("model"), model, "Find the file.")
-    requests = llm.requests(model)
+    output, ran, requests, before = invoke(plain, llm, tmp_path,
+                                           f"claude-code-loop-{model_relay}", repeating)
     assert output == REPORT
     assert ran == ["the same"] * 6, ran
     assert [LOOP_NOTE in system_text(body) for body in requests][:6] == [False] * 4 + [True] * 2
@@ -176,7 +167,7 @@ def test_a_looping_claude_code_is_wound_down_then_stopped(
     run = the_new_run(plain, before)
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         7, 6, "loop_detected"), run
-    assert len(llm.requests(model)) == 7  # the upstream got nothing after the final request
+    assert len(llm.requests(f"claude-code-loop-{model_relay}")) == 7  # nothing after the final
 
 
 SUBTASK = "Look in /srv."
