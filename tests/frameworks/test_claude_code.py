@@ -61,8 +61,8 @@ _TASKS = itertools.count(1)
 
 
 def claude_binary() -> Path:
-    assert CLAUDE.exists(), (f"{CLAUDE} is missing: `make {CLAUDE_CODE_DIR.relative_to(Path.cwd())}"
-                             "/node_modules/.installed` installs it (make test does)")
+    target = CLAUDE_CODE_DIR.relative_to(CLAUDE_CODE_DIR.parents[3]) / "node_modules/.installed"
+    assert CLAUDE.exists(), f"{CLAUDE} is missing: `make {target}` installs it (make test does)"
     return CLAUDE
 
 
