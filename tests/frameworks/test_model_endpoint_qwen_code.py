@@ -36,6 +36,7 @@ from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, RECORDINGS, clean_environ
 from tests.frameworks.steering import CYCLE_LOOP
 from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
+    AGENT,
     ANSWER,
     BUDGET,
     GRACE_LEFT,
@@ -50,7 +51,7 @@ from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its
     the_new_run,
 )
 from tests.frameworks.test_model_endpoint_stop import NOTE, stopping  # noqa: F401
-from tests.harness import RunningServer, http_request
+from tests.harness import RunningServer, http_request, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 QWEN_DIR = Path(__file__).resolve().parent / "qwen_code"
@@ -279,3 +280,32 @@ def test_qwen_code_traced_by_its_own_opentelemetry_is_one_run_with_its_tools(
     assert run["session"] and run["total_tokens"] > 0 and run["unpriced_calls"] == 3, run
     assert (run["terminal_state"], run["has_final_answer"]) == ("completed", True), run
     assert (run["final_output"], run["signals"]["messages"]) == (None, 0), run  # the gap
+
+
+def test_qwen_code_traced_and_steered_is_two_runs_each_true(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """Qwen Code traced by its own OpenTelemetry and steered through the endpoint at once: it
+    is steered as before, and each run is true, but they are two: its HTTP client's spans send
+    no ``traceparent`` with its requests (nor anything else that names its trace), so the
+    endpoint's run (``model:``) and its trace's run (``trace:``) are never one. A named gap
+    (docs/frameworks.md): each counts the same 4 model calls and 3 tools."""
+    model = llm.script(f"qwen-{tmp_path.name}", searching())
+    before = run_ids(budgeted)
+    ran, printed = run_qwen(budgeted.url("model") + "/v1", model, tmp_path,
+                            telemetry(budgeted.otlp_http))
+    requests = llm.requests(model)
+    assert (ran, printed) == (["term 0", "term 1", "term 2"], REPORT)
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * BUDGET + [False]
+    assert not any("traceparent" in headers for headers in llm.request_headers(model))
+    def ended() -> list[dict[str, Any]] | None:
+        runs = [run for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
+                if run["id"] not in before]
+        return runs if len(runs) == 2 and all(run["state"] == "ended" for run in runs) else None
+
+    runs = wait_until(ended, what="its two runs to end")
+    assert sorted((run["id"].split(":")[0], run["agent"], run["iterations"], run["tool_calls"],
+                   run["terminal_state"], run["has_final_answer"]) for run in runs) == [
+        ("model", AGENT, BUDGET + 1, BUDGET, "tool_limit_reached", True),
+        ("trace", "qwen-code", BUDGET + 1, BUDGET, "tool_limit_reached", True)], runs
