@@ -15,25 +15,27 @@ tool call with its result. It offers 14 tools; its shell tool is ``run_shell_com
 run in the temp dir: each appends its term to ``ran.txt``); ``qwen -p`` prints the run's last
 answer on stdout. Behind the sidecar is the scripted upstream (:mod:`tests.frameworks.fakellm`),
 whose recorded request bodies are what the model read.
+
+Steered: a budget counts down and ends in the report; a tool cycle is wound down, then its final
+request; a rule's abort is answered by the endpoint. Watched and steered at once: two runs, each
+true (a named gap). Watched alone: ``test_qwen_code_otel.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, RECORDINGS, clean_environ
+from tests.frameworks.harness import (
+    DRIVER_TIMEOUT,
+    clean_environ,
+)
 from tests.frameworks.steering import CYCLE_LOOP
 from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
     AGENT,
@@ -51,7 +53,7 @@ from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its
     the_new_run,
 )
 from tests.frameworks.test_model_endpoint_stop import NOTE, stopping  # noqa: F401
-from tests.harness import RunningServer, http_request, wait_until
+from tests.harness import RunningServer, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 QWEN_DIR = Path(__file__).resolve().parent / "qwen_code"
@@ -75,61 +77,6 @@ def telemetry(url: str) -> dict[str, Any]:
     OTLP/JSON in chunked requests), prompts logged."""
     return {"telemetry": {"enabled": True, "target": "local", "otlpEndpoint": url,
                           "otlpProtocol": "http", "logPrompts": True}}
-
-
-def chunked_body(handler: BaseHTTPRequestHandler) -> bytes:
-    """A request's body, whether sized or chunked (Qwen Code's OTLP exporters chunk theirs)."""
-    if handler.headers.get("Transfer-Encoding", "").lower() != "chunked":
-        return handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
-    body = bytearray()
-    while size := int(handler.rfile.readline().split(b";")[0], 16):
-        body += handler.rfile.read(size)
-        handler.rfile.readline()
-    handler.rfile.readline()
-    return bytes(body)
-
-
-@contextlib.contextmanager
-def recording(sidecar: RunningServer, scenario: str) -> Iterator[str]:
-    """Where Qwen Code exports its OpenTelemetry: the sidecar's OTLP/HTTP receiver; with
-    ``RECORD_SPANS`` set, a relay in front of it that writes each export request, OTLP/JSON as
-    Qwen Code sent it, to ``recordings/qwen_code/SCENARIO.jsonl`` (its traces; its log events,
-    which are no GenAI events, to ``SCENARIO.logs.ndjson``; its metrics are passed on only)."""
-    if not os.environ.get("RECORD_SPANS"):
-        yield sidecar.otlp_http
-        return
-    target = RECORDINGS / "qwen_code"
-    target.mkdir(parents=True, exist_ok=True)
-    files = {"/v1/traces": target / f"{scenario}.jsonl",
-             "/v1/logs": target / f"{scenario}.logs.ndjson"}
-    for path in files.values():
-        path.unlink(missing_ok=True)
-    lock = threading.Lock()
-
-    class Relay(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            body = chunked_body(self)
-            if self.path in files:
-                with lock, files[self.path].open("a", encoding="utf-8") as out:
-                    out.write(json.dumps(json.loads(body), separators=(",", ":")) + "\n")
-            status, answer = http_request("POST", sidecar.otlp_http + self.path, body,
-                                          {"Content-Type": "application/json"})
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
-
-    relay = ThreadingHTTPServer(("127.0.0.1", 0), Relay)
-    threading.Thread(target=relay.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{relay.server_address[1]}"
-    finally:
-        relay.shutdown()
-        relay.server_close()
 
 
 def run_qwen(base_url: str, model: str, tmp: Path, settings: dict[str, Any] | None = None
@@ -253,33 +200,6 @@ def test_a_stopped_qwen_code_prints_the_stop_and_the_upstream_gets_nothing_more(
     assert NOTE in it.printed, it.printed
     assert len(it.requests) == it.after == 2
     assert (it.run["tool_calls"], it.run["terminal_state"]) == (2, "loop_detected"), it.run
-
-
-def counting() -> fakellm.Script:
-    return fakellm.steps(fakellm.call(TOOL, **shell("alpha")), fakellm.call(TOOL, **shell("beta")),
-                         fakellm.answer(ANSWER))
-
-
-def test_qwen_code_traced_by_its_own_opentelemetry_is_one_run_with_its_tools(
-        plain: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
-    """Qwen Code's own telemetry to the sidecar, its model the scripted upstream itself: its
-    trace (``qwen-code.interaction``, an ``invoke_agent`` span; a ``qwen-code.llm_request``
-    per model call, with its model and tokens, the HTTP client's span under it; a
-    ``qwen-code.tool`` per tool, its execution and hook spans under it) is one run of its model
-    calls and tools, read unchanged: named after the agent it names, its session the
-    conversation id; its hooks' spans (status error when no hook is configured) no errors.
-    A named gap: no span carries the answer's text (its ``qwen-code.api_response`` log event
-    does, which is no GenAI event), nor any message."""
-    with recording(plain, "two_tools") as otel:
-        it = invoke(plain, llm, counting(), tmp_path, base_url=llm.base_url, otel=otel)
-    assert (it.ran, it.printed) == (["alpha", "beta"], ANSWER)
-    run = it.run
-    assert (run["agent"], run["iterations"], run["tool_calls"], run["errors"]) == (
-        "qwen-code", 3, 2, 0), run
-    assert run["signals"]["tools"] == {TOOL: 2}, run["signals"]
-    assert run["session"] and run["total_tokens"] > 0 and run["unpriced_calls"] == 3, run
-    assert (run["terminal_state"], run["has_final_answer"]) == ("completed", True), run
-    assert (run["final_output"], run["signals"]["messages"]) == (None, 0), run  # the gap
 
 
 def test_qwen_code_traced_and_steered_is_two_runs_each_true(
