@@ -13,7 +13,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import RECORDINGS, Expect, check_runs, replay
 from tests.frameworks.test_model_endpoint_frameworks import ANSWER
 from tests.frameworks.test_model_endpoint_qwen_code import TOOL, invoke, shell
-from tests.harness import RunningServer, http_request
+from tests.harness import RunningServer, http_request, http_served
 
 
 def chunked_body(handler: BaseHTTPRequestHandler) -> bytes:
@@ -71,13 +71,8 @@ def recording(sidecar: RunningServer, scenario: str) -> Iterator[str]:
             self.end_headers()
             self.wfile.write(answer)
 
-    relay = ThreadingHTTPServer(("127.0.0.1", 0), Relay)
-    threading.Thread(target=relay.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{relay.server_address[1]}"
-    finally:
-        relay.shutdown()
-        relay.server_close()
+    with http_served(Relay) as url:
+        yield url
 
 
 def counting() -> fakellm.Script:
