@@ -73,6 +73,10 @@ failing on a changed block. The kinds:
     A picture of the source tree, two spaces per level: each line's first names (up to two
     spaces and a comment) must exist under the parent above them, and every package under the
     first line's folder must be drawn (a new package cannot be left out of the picture).
+``qwen-settings``
+    Qwen Code's ``settings.json`` telemetry, as JSON: exactly what its tests run it with
+    (``tests/frameworks/test_model_endpoint_qwen_code.py``'s ``telemetry``), the sidecar's
+    default OTLP/HTTP address in place of the test's.
 ``startup-error port=N``
     ``watchdog serve`` with that port taken by another socket (any free port standing for N)
     must exit 2 with exactly this line on stderr.
@@ -118,7 +122,7 @@ READY_TIMEOUT = 300.0  # `make run` may (re)install the sidecar into .venv first
 MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
-         "sidecar-chart", "otel-collector", "json", "startup-error", "tree"}
+         "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -699,6 +703,12 @@ def check_json(block: Block, stack: Stack, state: DocState) -> None:
     assert set(shown) == set(product), (block.where, sorted(set(shown) ^ set(product)))
 
 
+def check_qwen_settings(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_qwen_code import telemetry
+
+    assert json.loads(block.text) == telemetry("http://127.0.0.1:4318"), block.where
+
+
 def check_startup_error(block: Block, stack: Stack, state: DocState) -> None:
     documented = block.options.get("port", "")
     assert documented.isdigit() and f":{documented}" in block.text, block.where
@@ -751,6 +761,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "helm-values": check_helm_values, "sidecar-chart": check_sidecar_chart,
     "otel-collector": check_otel_collector, "json": check_json,
     "startup-error": check_startup_error, "tree": check_tree,
+    "qwen-settings": check_qwen_settings,
 }
 assert set(CHECKS) == KINDS
 
@@ -841,6 +852,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "rule-test": (README, "{step: 3,", "{step: 2,"),
     "output": (README, "explorer", "explore"),
     "json": (DOCS / "steering.md", '"seq"', '"sequence"'),
+    "qwen-settings": (DOCS / "frameworks.md", '"logPrompts": true', '"logPrompts": false'),
     "sh env": (README, "127.0.0.1:4318", "127.0.0.1:4319"),
     "sh dry-run": (DOCS / "testing.md", "make check ", "make checks "),
     "helm-values": (README, "mode: gateway", "mode: gatway"),
