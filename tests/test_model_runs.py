@@ -932,6 +932,50 @@ def aside_loop(sidecar: RunningServer, llm: FakeLLM, withdrawn: bool, later: boo
         (3, 5, "tool_limit_reached")], runs
 
 
+def test_a_context_compacted_to_the_runs_summary_keeps_its_budget(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    """An agent that compacts its context (as the Codex CLI does): midway it asks the model for
+    a summary of its history aside (no tools), whose answer ends the run, then replaces its
+    history by that summary quoted in a user message of its own — no tool results, shorter
+    than the conversation was. That request goes on from the run's aside, so it takes the run
+    back: one run, the true countdown, never a tool call past the budget."""
+    summary = "Searched twice, nothing found yet."
+    with aside_sidecar(tmp_path, llm) as sidecar:
+        model = llm.script("compacting", looping("search", lambda i: {"q": str(i)},
+                                                 answer_without_tools=summary))
+        client = chat(sidecar, **{"x-watchdog-agent": "aside-agent"})
+        start: list[Any] = [{"role": "system", "content": "S"},
+                            {"role": "user", "content": "Find the config file."}]
+        messages, handed = list(start), 0
+        for step in range(8):
+            message = client.chat.completions.create(model=model, messages=messages,
+                                                     tools=TOOLS).choices[0].message
+            if not message.tool_calls:
+                break
+            handed += len(message.tool_calls)
+            messages.append({"role": "assistant", "content": None,
+                             "tool_calls": [c.model_dump() for c in message.tool_calls]})
+            messages += [{"role": "tool", "tool_call_id": c.id, "content": "nothing"}
+                         for c in message.tool_calls]
+            if step == 1:
+                compact = [*messages, {"role": "user", "content": "Summarise the work."}]
+                said = client.chat.completions.create(model=model, messages=compact)
+                assert said.choices[0].message.content == summary
+                wait_until(lambda: ended_runs(sidecar, "aside-agent"), "the aside ends the run")
+                messages = [*start, {"role": "user", "content": f"A summary of the work so "
+                                                                f"far:\n\n{summary}\n"}]
+        assert (message.content, handed) == (summary, 3)
+        said = [LEFT.findall(body["messages"][0]["content"]) for body in llm.requests(model)
+                if body.get("tools") and body.get("tool_choice") != "none"]
+        assert said == [[("3", "3")], [("2", "3")], [("1", "3")]], said
+        runs = wait_until(lambda: (runs := [run for run in sidecar.get_json(
+            "/v1/runs?agent=aside-agent")["runs"]]) and all(run["state"] == "ended"
+                                                            for run in runs) and runs,
+            "the run ends")
+        assert [(run["tool_calls"], run["iterations"], run["terminal_state"])
+                for run in runs] == [(3, 5, "tool_limit_reached")], runs
+
+
 def test_a_summarised_conversation_named_by_its_run_header_keeps_its_budget(
         sidecar: RunningServer, llm: FakeLLM) -> None:
     """The remedy the known limits give for an agent that collapses its history into

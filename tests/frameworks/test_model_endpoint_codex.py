@@ -1,0 +1,207 @@
+"""The OpenAI Codex CLI — an agent written in Rust, shipped on npm with its platform binary —
+steered through the sidecar's model endpoint with no code in it (DESIGN §12), on both relays.
+
+``make test`` installs it with ``npm ci`` from ``codex/package-lock.json`` (``@openai/codex``
+0.171.0: npm picks the linux binary, an optional dependency; nothing is downloaded at its first
+run). Each test runs ``codex exec`` once in a temp dir of its own (its ``CODEX_HOME`` there,
+sessions not persisted, the sandbox off: it does not work in a container, and the test dir is
+the sandbox), pointed at a real sidecar by a custom model provider alone (``base_url``, the
+API key from ``OPENAI_API_KEY`` by ``env_key``; the Responses API, streamed, as Codex speaks
+it). Nothing reaches the network: no login, no update check, no plugin marketplace sync
+(``--disable plugins``: else it runs ``git ls-remote`` on GitHub), no analytics.
+
+Codex sends the whole conversation on every request (``store: false``, no
+``previous_response_id``): its own instructions as developer messages, ``reasoning`` with
+``include: ["reasoning.encrypted_content"]``, and the model's reasoning items handed back in
+the next request's input. Its tool is ``exec_command`` (a shell command, really run in the temp
+dir: each appends its term to ``ran.txt``); ``codex exec`` prints the last message of the run on
+stdout (and writes it to ``--output-last-message``). Behind the sidecar is the scripted upstream
+(:mod:`tests.frameworks.fakellm`), whose recorded request bodies are what the model read.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
+from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
+    BUDGET,
+    GRACE_LEFT,
+    KEY,
+    LEFT,
+    LOOP_NOTE,
+    REPORT,
+    budgeted,
+    check_no_control_text_in_user_messages,
+    instructions,
+    plain,
+    run_ids,
+    the_new_run,
+)
+from tests.harness import RunningServer
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+
+CODEX_DIR = Path(__file__).resolve().parent / "codex"
+CODEX = CODEX_DIR / "node_modules" / ".bin" / "codex"
+TOOL = "exec_command"  # Codex's shell tool: {"cmd": "..."}
+THOUGHT = "The file may be under /srv; search on."
+
+
+def codex() -> Path:
+    assert CODEX.exists(), (f"{CODEX} is missing: run `make tests/frameworks/codex/"
+                            f"node_modules/.installed` (part of `make test`)")
+    return CODEX
+
+
+def run_codex(sidecar: RunningServer, model: str, tmp: Path,
+              **settings: str) -> tuple[list[str], str]:
+    """``codex exec`` once in ``tmp`` against ``sidecar``: the terms its shell commands
+    appended to ``ran.txt``, and the last message it printed."""
+    work, home = tmp / "work", tmp / "codex-home"
+    work.mkdir()
+    home.mkdir()
+    last = tmp / "last-message.txt"
+    env = {**clean_environ("CODEX_"), "HOME": str(tmp), "CODEX_HOME": str(home),
+           "OPENAI_API_KEY": KEY, "OTEL_SDK_DISABLED": "true"}
+    config = {"model_provider": '"watchdog"',
+              "model_providers.watchdog.name": '"watchdog"',
+              "model_providers.watchdog.base_url": f'"{sidecar.url("model")}/v1"',
+              "model_providers.watchdog.env_key": '"OPENAI_API_KEY"',
+              "model_providers.watchdog.wire_api": '"responses"',
+              "check_for_update_on_startup": "false",
+              "analytics.enabled": "false", **settings}
+    command = [str(codex()), "exec", "--skip-git-repo-check", "--ephemeral", "--color", "never",
+               "--dangerously-bypass-approvals-and-sandbox",
+               "--disable", "plugins", "--disable", "remote_plugin", "--disable", "apps",
+               "-C", str(work), "-o", str(last), "-m", model,
+               *(part for key, value in config.items() for part in ("-c", f"{key}={value}")),
+               "Find the file."]
+    result = subprocess.run(command, env=env, capture_output=True, text=True,
+                            timeout=DRIVER_TIMEOUT, cwd=work, stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-6000:])
+        raise AssertionError(f"codex exec exited {result.returncode}:\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    ran = work / "ran.txt"
+    terms = ran.read_text().splitlines() if ran.exists() else []
+    printed = result.stdout.strip()
+    assert last.read_text().strip() == printed, (last.read_text(), printed)
+    return terms, printed
+
+
+def shell(term: str) -> dict[str, Any]:
+    return {"cmd": f"echo '{term}' >> ran.txt"}
+
+
+def thinking(script: fakellm.Script) -> fakellm.Script:
+    """Each step with the model's reasoning before it (a reasoning item Codex hands back)."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        step = script(index, body)
+        return fakellm.Step(step.text, step.tool_calls, step.finish_reason, reasoning=THOUGHT)
+
+    return pick
+
+
+def searching() -> fakellm.Script:
+    return thinking(fakellm.looping(TOOL, lambda i: shell(f"term {i}"), REPORT))
+
+
+def repeating() -> fakellm.Script:
+    return thinking(fakellm.looping(TOOL, lambda i: shell("the file"), REPORT))
+
+
+def reasoning_items(body: dict[str, Any]) -> int:
+    return sum(1 for item in body["input"] if item.get("type") == "reasoning")
+
+
+def test_codex_budget_counts_down_then_the_report_is_its_last_message(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    model = llm.script(f"codex-budget-{tmp_path.name}", searching())
+    before = run_ids(budgeted)
+    ran, printed = run_codex(budgeted, model, tmp_path)
+    requests = llm.requests(model)
+    assert ran == ["term 0", "term 1", "term 2"]  # never past the budget
+    assert len(requests) == BUDGET + 1
+    # what Codex sends: the whole conversation, kept by no server, its reasoning handed back
+    assert all(body.get("store") is False and not body.get("previous_response_id")
+               and body.get("stream") is True for body in requests)
+    assert [reasoning_items(body) for body in requests] == [0, 1, 2, 3]
+    # the true number left, in the instructions of every request that offers tools
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * BUDGET + [False]
+    assert f"all {BUDGET} tool calls used" in instructions(requests[-1])
+    check_no_control_text_in_user_messages(requests)
+    assert printed == REPORT  # the last upstream answer is what codex exec prints
+    run = the_new_run(budgeted, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["has_final_answer"]) == (BUDGET + 1, BUDGET, "tool_limit_reached", True), run
+    assert len(llm.requests(model)) == BUDGET + 1  # and nothing more reached the upstream
+
+
+def test_a_looping_codex_is_wound_down_then_stopped(
+        plain: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    model = llm.script(f"codex-loop-{tmp_path.name}", repeating())
+    before = run_ids(plain)
+    ran, printed = run_codex(plain, model, tmp_path)
+    requests = llm.requests(model)
+    notes = [LOOP_NOTE in instructions(body) for body in requests]
+    assert len(requests) == 7 and notes[:6] == [False] * 4 + [True] * 2, notes
+    assert [GRACE_LEFT.findall(instructions(body)) for body in requests] == [
+        [], [], [], [], ["2"], ["1"], []]
+    assert ran == ["the file"] * 6
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * 6 + [False]
+    check_no_control_text_in_user_messages(requests)
+    assert printed == REPORT
+    run = the_new_run(plain, before)
+    assert (run["tool_calls"], run["terminal_state"], run["has_final_answer"]) == (
+        6, "loop_detected", True), run
+    assert len(llm.requests(model)) == 7  # the upstream got nothing after the final request
+
+
+SUMMARY = "Searched term 0 and term 1; no file yet."
+FULL = 200_000  # the tokens of an answer whose context Codex compacts (above its limit, below
+COMPACT_AT = 100_000  # the context window it knows for a model it has no metadata of)
+
+
+def compacting() -> fakellm.Script:
+    """New terms as ``searching``; the second call's answer reports a context near full, so
+    Codex compacts it before its next request: a request of its own (the history and its
+    compaction prompt, no tools), whose answer, the summary, is all the history its next
+    requests carry."""
+    calls: list[int] = []
+
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if not body.get("tools"):  # Codex's compaction request (tools: [])
+            return fakellm.answer(SUMMARY)
+        if not fakellm.offers_tools(body):
+            return fakellm.answer(REPORT)
+        calls.append(index)
+        return fakellm.Step(tool_calls=(fakellm.ToolCall(TOOL, shell(f"term {len(calls) - 1}")),),
+                            reasoning=THOUGHT, tokens=FULL if len(calls) == 2 else 1_000)
+
+    return pick
+
+
+def test_codex_compacting_its_context_stays_one_run_counted_down(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    model = llm.script(f"codex-compact-{tmp_path.name}", compacting())
+    before = run_ids(budgeted)
+    ran, printed = run_codex(budgeted, model, tmp_path,
+                             model_auto_compact_token_limit=str(COMPACT_AT))
+    requests = llm.requests(model)
+    assert [bool(body.get("tools")) for body in requests] == [True, True, False, True, True]
+    assert ran == ["term 0", "term 1", "term 2"]
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [], [("1", "3")], []]
+    assert "[budget" not in instructions(requests[2])  # the aside: no note
+    assert [fakellm.offers_tools(body) for body in requests] == [True, True, False, True, False]
+    assert printed == REPORT
+    run = the_new_run(budgeted, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        5, BUDGET, "tool_limit_reached"), run
