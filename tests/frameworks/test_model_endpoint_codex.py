@@ -30,6 +30,8 @@ from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
 from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
+    AGENT,
+    ANSWER,
     BUDGET,
     GRACE_LEFT,
     KEY,
@@ -58,10 +60,12 @@ def codex() -> Path:
     return CODEX
 
 
-def run_codex(sidecar: RunningServer, model: str, tmp: Path,
-              **settings: str) -> tuple[list[str], str]:
-    """``codex exec`` once in ``tmp`` against ``sidecar``: the terms its shell commands
-    appended to ``ran.txt``, and the last message it printed."""
+def run_codex(sidecar: RunningServer, model: str, tmp: Path, base_url: str | None = None,
+              otel: str | None = None, **settings: str) -> tuple[list[str], str]:
+    """``codex exec`` once in ``tmp`` against ``sidecar``'s model endpoint (or ``base_url``):
+    the terms its shell commands appended to ``ran.txt``, and the last message it printed.
+    ``otel``: its own OpenTelemetry on, its logs and traces exported (OTLP/HTTP, protobuf) to
+    that base URL."""
     work, home = tmp / "work", tmp / "codex-home"
     work.mkdir()
     home.mkdir()
@@ -70,11 +74,17 @@ def run_codex(sidecar: RunningServer, model: str, tmp: Path,
            "OPENAI_API_KEY": KEY, "OTEL_SDK_DISABLED": "true"}
     config = {"model_provider": '"watchdog"',
               "model_providers.watchdog.name": '"watchdog"',
-              "model_providers.watchdog.base_url": f'"{sidecar.url("model")}/v1"',
+              "model_providers.watchdog.base_url": f'"{base_url or sidecar.url("model") + "/v1"}"',
               "model_providers.watchdog.env_key": '"OPENAI_API_KEY"',
               "model_providers.watchdog.wire_api": '"responses"',
               "check_for_update_on_startup": "false",
               "analytics.enabled": "false", **settings}
+    if otel is not None:
+        config.update({"otel.environment": '"test"', "otel.log_user_prompt": "true",
+                       "otel.exporter": f'{{otlp-http={{endpoint="{otel}/v1/logs",'
+                                        f'protocol="binary"}}}}',
+                       "otel.trace_exporter": f'{{otlp-http={{endpoint="{otel}/v1/traces",'
+                                              f'protocol="binary"}}}}'})
     command = [str(codex()), "exec", "--skip-git-repo-check", "--ephemeral", "--color", "never",
                "--dangerously-bypass-approvals-and-sandbox",
                "--disable", "plugins", "--disable", "remote_plugin", "--disable", "apps",
@@ -205,3 +215,53 @@ def test_codex_compacting_its_context_stays_one_run_counted_down(
     run = the_new_run(budgeted, before)
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         5, BUDGET, "tool_limit_reached"), run
+
+
+def counting() -> fakellm.Script:
+    return thinking(fakellm.steps(fakellm.call(TOOL, **shell("alpha")),
+                                  fakellm.call(TOOL, **shell("beta")), fakellm.answer(ANSWER)))
+
+
+def test_codex_traced_by_its_own_opentelemetry_is_one_run_with_its_tools(
+        plain: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """Codex's ``[otel]`` exporters to the sidecar, its model the scripted upstream itself:
+    its trace (a turn's ``run_turn``, each request's ``run_sampling_request``, each tool's
+    dispatch span) is one run of its model calls and tools, unchanged. Named gaps: no span
+    of it carries the answer, tokens, arguments or results."""
+    model = llm.script(f"codex-traced-{tmp_path.name}", counting())
+    before = run_ids(plain)
+    ran, printed = run_codex(plain, model, tmp_path, base_url=llm.base_url,
+                             otel=plain.otlp_http)
+    assert (ran, printed) == (["alpha", "beta"], ANSWER)
+    run = the_new_run(plain, before)
+    assert (run["agent"], run["iterations"], run["tool_calls"], run["errors"]) == (
+        "codex_exec", 3, 2, 0), run
+    assert run["signals"]["tools"] == {TOOL: 2}, run["signals"]
+    # the gaps: its answer is on no span (the run ends without one), nor its tokens
+    assert (run["has_final_answer"], run["terminal_state"], run["total_tokens"],
+            run["unpriced_calls"]) == (False, "no_response", 0, 3), run
+
+
+def test_codex_traced_and_steered_is_one_run_counted_once(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """Codex traced by its own OpenTelemetry and steered through the endpoint at once: its
+    model requests carry the ``traceparent`` of its turn's trace, so the endpoint's calls are
+    that trace's run's — one run, each model call and tool counted once, steered as before."""
+    model = llm.script(f"codex-both-{tmp_path.name}", searching())
+    before = run_ids(budgeted)
+    ran, printed = run_codex(budgeted, model, tmp_path, otel=budgeted.otlp_http)
+    requests = llm.requests(model)
+    assert (ran, printed) == (["term 0", "term 1", "term 2"], REPORT)
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * BUDGET + [False]
+    assert all(headers.get("traceparent") for headers in llm.request_headers(model))
+    run = the_new_run(budgeted, before)
+    # (its spans name no agent, only their service: the run keeps the name the endpoint gave
+    # it first, model_agent_name; traced alone, it is named after the service)
+    assert (run["agent"], run["iterations"], run["tool_calls"], run["signals"]["tools"]) == (
+        AGENT, BUDGET + 1, BUDGET, {TOOL: BUDGET}), run
+    # its tools' spans come after the endpoint's answer ended it: at its budget all the same
+    assert (run["terminal_state"], run["has_final_answer"], run["final_output"]) == (
+        "tool_limit_reached", True, REPORT), run
+    assert run["total_tokens"] > 0  # the endpoint's, which no span of it carries

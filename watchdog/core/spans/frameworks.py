@@ -773,6 +773,36 @@ KOOG = Convention(
           "with `setVerbose(true)`" + ON_NO_SPAN,
 )
 
+CODEX = Convention(
+    name="Codex CLI",
+    emitted_by="the OpenAI Codex CLI's own traces (Rust; its `[otel]` `trace_exporter`: its "
+               "`tracing` spans, a turn's `run_turn`, each model request's HTTP span, each "
+               "tool's dispatch span)",
+    # the model call: the span of the HTTP request itself, whose context the request's
+    # `traceparent` carries (the model endpoint's call hangs below it: its twin, counted
+    # once), not the `run_sampling_request` around it, which also spans the tools it ran
+    span_names={"run_turn": Role.AGENT,
+                "endpoint_session.stream_encoded_json_with": Role.LLM},
+    kinds={"codex.tool.phase": {"dispatch": Role.TOOL}},
+    notes="a turn (`run_turn`, one `codex exec`) is a run, each model request (its HTTP "
+          "span, `endpoint_session.stream_encoded_json_with`) a model call, each tool's "
+          "dispatch span (`codex.tool.phase: dispatch`) a tool call; the spans "
+          "carry no tokens, finish reason, messages, arguments or results (its log events, "
+          "`codex.api_request`, `codex.sse_event`, `codex.tool_result`, are not GenAI events "
+          "and carry no span of these; not read): the calls are unpriced, its answer and its "
+          "tools' results unseen, a loop of the same command not told from new ones (known "
+          "gaps)" + ON_NO_SPAN,
+)
+
+CODEX_NAMES = Convention(
+    name="Codex CLI",
+    emitted_by="the OpenAI Codex CLI's own traces",
+    # its own generic name (`tool_name`): read on its scope's spans alone (the tracer is
+    # named after the binary: `codex_exec` for `codex exec`)
+    scopes=("codex",),
+    tool_name=("tool_name",),
+)
+
 AGENTOPS = Convention(
     name="AgentOps",
     emitted_by="the AgentOps SDK's own tracing (its decorators `@trace`, `@agent`, "
@@ -854,6 +884,6 @@ CONVENTIONS: tuple[Convention, ...] = (
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
-    SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG,
+    SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG, CODEX, CODEX_NAMES,
     AGENTOPS, LAMINAR, LANGTRACE,
 )
