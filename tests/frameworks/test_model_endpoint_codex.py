@@ -21,14 +21,20 @@ stdout (and writes it to ``--output-last-message``). Behind the sidecar is the s
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
+from tests.frameworks.harness import DRIVER_TIMEOUT, RECORDINGS, clean_environ
 from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
     AGENT,
     ANSWER,
@@ -45,7 +51,7 @@ from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its
     run_ids,
     the_new_run,
 )
-from tests.harness import RunningServer
+from tests.harness import RunningServer, http_request
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 CODEX_DIR = Path(__file__).resolve().parent / "codex"
@@ -60,12 +66,54 @@ def codex() -> Path:
     return CODEX
 
 
+@contextlib.contextmanager
+def recording(sidecar: RunningServer, scenario: str) -> Iterator[tuple[str, str]]:
+    """Where Codex exports its OpenTelemetry, and in which protocol: the sidecar's OTLP/HTTP
+    receiver, protobuf; with ``RECORD_SPANS`` set, a relay in front of it that writes each
+    export request, OTLP/JSON as Codex sent it, to ``recordings/codex/SCENARIO.jsonl`` (its
+    traces; its log events, which are no GenAI events, to ``SCENARIO.logs.ndjson``)."""
+    if not os.environ.get("RECORD_SPANS"):
+        yield sidecar.otlp_http, "binary"
+        return
+    target = RECORDINGS / "codex"
+    target.mkdir(parents=True, exist_ok=True)
+    files = {"/v1/traces": target / f"{scenario}.jsonl",
+             "/v1/logs": target / f"{scenario}.logs.ndjson"}
+    for path in files.values():
+        path.unlink(missing_ok=True)
+    lock = threading.Lock()
+
+    class Relay(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            with lock, files[self.path].open("a", encoding="utf-8") as out:
+                out.write(json.dumps(json.loads(body), separators=(",", ":")) + "\n")
+            status, answer = http_request("POST", sidecar.otlp_http + self.path, body,
+                                          {"Content-Type": "application/json"})
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+    relay = ThreadingHTTPServer(("127.0.0.1", 0), Relay)
+    threading.Thread(target=relay.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{relay.server_address[1]}", "json"
+    finally:
+        relay.shutdown()
+        relay.server_close()
+
+
 def run_codex(sidecar: RunningServer, model: str, tmp: Path, base_url: str | None = None,
-              otel: str | None = None, **settings: str) -> tuple[list[str], str]:
+              otel: tuple[str, str] | None = None, **settings: str) -> tuple[list[str], str]:
     """``codex exec`` once in ``tmp`` against ``sidecar``'s model endpoint (or ``base_url``):
     the terms its shell commands appended to ``ran.txt``, and the last message it printed.
-    ``otel``: its own OpenTelemetry on, its logs and traces exported (OTLP/HTTP, protobuf) to
-    that base URL."""
+    ``otel``: its own OpenTelemetry on, its logs and traces exported (OTLP/HTTP) to that base
+    URL, in that protocol (:func:`recording`)."""
     work, home = tmp / "work", tmp / "codex-home"
     work.mkdir()
     home.mkdir()
@@ -80,11 +128,12 @@ def run_codex(sidecar: RunningServer, model: str, tmp: Path, base_url: str | Non
               "check_for_update_on_startup": "false",
               "analytics.enabled": "false", **settings}
     if otel is not None:
+        url, protocol = otel
         config.update({"otel.environment": '"test"', "otel.log_user_prompt": "true",
-                       "otel.exporter": f'{{otlp-http={{endpoint="{otel}/v1/logs",'
-                                        f'protocol="binary"}}}}',
-                       "otel.trace_exporter": f'{{otlp-http={{endpoint="{otel}/v1/traces",'
-                                              f'protocol="binary"}}}}'})
+                       "otel.exporter": f'{{otlp-http={{endpoint="{url}/v1/logs",'
+                                        f'protocol="{protocol}"}}}}',
+                       "otel.trace_exporter": f'{{otlp-http={{endpoint="{url}/v1/traces",'
+                                              f'protocol="{protocol}"}}}}'})
     command = [str(codex()), "exec", "--skip-git-repo-check", "--ephemeral", "--color", "never",
                "--dangerously-bypass-approvals-and-sandbox",
                "--disable", "plugins", "--disable", "remote_plugin", "--disable", "apps",
@@ -230,8 +279,8 @@ def test_codex_traced_by_its_own_opentelemetry_is_one_run_with_its_tools(
     of it carries the answer, tokens, arguments or results."""
     model = llm.script(f"codex-traced-{tmp_path.name}", counting())
     before = run_ids(plain)
-    ran, printed = run_codex(plain, model, tmp_path, base_url=llm.base_url,
-                             otel=plain.otlp_http)
+    with recording(plain, "two_tools") as otel:
+        ran, printed = run_codex(plain, model, tmp_path, base_url=llm.base_url, otel=otel)
     assert (ran, printed) == (["alpha", "beta"], ANSWER)
     run = the_new_run(plain, before)
     assert (run["agent"], run["iterations"], run["tool_calls"], run["errors"]) == (
@@ -249,7 +298,7 @@ def test_codex_traced_and_steered_is_one_run_counted_once(
     that trace's run's — one run, each model call and tool counted once, steered as before."""
     model = llm.script(f"codex-both-{tmp_path.name}", searching())
     before = run_ids(budgeted)
-    ran, printed = run_codex(budgeted, model, tmp_path, otel=budgeted.otlp_http)
+    ran, printed = run_codex(budgeted, model, tmp_path, otel=(budgeted.otlp_http, "binary"))
     requests = llm.requests(model)
     assert (ran, printed) == (["term 0", "term 1", "term 2"], REPORT)
     assert [LEFT.findall(instructions(body)) for body in requests] == [
