@@ -784,18 +784,19 @@ CODEX = Convention(
     span_names={"run_turn": Role.AGENT,
                 "endpoint_session.stream_encoded_json_with": Role.LLM},
     kinds={"codex.tool.phase": {"dispatch": Role.TOOL}},
-    notes="a turn (`run_turn`, one `codex exec`) is a run, each model request (its HTTP "
-          "span, `endpoint_session.stream_encoded_json_with`) a model call, each tool's "
-          "dispatch span (`codex.tool.phase: dispatch`) a tool call; the spans "
-          "carry no tokens, finish reason, messages, arguments or results (its log events, "
-          "`codex.api_request`, `codex.sse_event`, `codex.tool_result`, are not GenAI events "
-          "and carry no span of these; not read): the calls are unpriced, its answer and its "
-          "tools' results unseen, a loop of the same command not told from new ones (known "
-          "gaps)" + ON_NO_SPAN,
+    notes="a turn (`run_turn`, one `codex exec`) is a run, named after the service "
+          "(`codex_exec`: no span names an agent), each model request (its HTTP span, "
+          "`endpoint_session.stream_encoded_json_with`) a model call, each tool's dispatch "
+          "span (`codex.tool.phase: dispatch`) a tool call; no span carries tokens, a finish "
+          "reason, messages, the answer, a tool's arguments or result: traced alone, a run "
+          "ends `no_response`, its calls unpriced, a loop of one command not told from new "
+          "commands (known gaps; its log events, `codex.sse_event` with a response's tokens, "
+          "`codex.tool_result` with a tool's arguments and output, are no GenAI events and "
+          "are not read)" + ON_NO_SPAN,
 )
 
 CODEX_NAMES = Convention(
-    name="Codex CLI",
+    name="Codex CLI (its tool names)",
     emitted_by="the OpenAI Codex CLI's own traces",
     # its own generic name (`tool_name`): read on its scope's spans alone (the tracer is
     # named after the binary: `codex_exec` for `codex exec`)
