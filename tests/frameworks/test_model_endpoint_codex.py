@@ -17,6 +17,12 @@ the next request's input. Its tool is ``exec_command`` (a shell command, really 
 dir: each appends its term to ``ran.txt``); ``codex exec`` prints the last message of the run on
 stdout (and writes it to ``--output-last-message``). Behind the sidecar is the scripted upstream
 (:mod:`tests.frameworks.fakellm`), whose recorded request bodies are what the model read.
+
+Steered: a budget counts down and ends in the report; a loop is wound down, then its final
+request; a rule's abort is answered by the endpoint; Codex's own context compaction (a request
+aside for a summary, then its history replaced by it) stays one run, counted down. Watched: its
+own ``[otel]`` traces and log events exported to the sidecar (recorded under
+``recordings/codex/`` with ``RECORD_SPANS``), alone and while steered.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its
     run_ids,
     the_new_run,
 )
+from tests.frameworks.test_model_endpoint_stop import NOTE, stopping  # noqa: F401
 from tests.harness import RunningServer, http_request
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
@@ -314,3 +321,18 @@ def test_codex_traced_and_steered_is_one_run_counted_once(
     assert (run["terminal_state"], run["has_final_answer"], run["final_output"]) == (
         "tool_limit_reached", True, REPORT), run
     assert run["total_tokens"] > 0  # the endpoint's, which no span of it carries
+
+
+def test_a_stopped_codex_prints_the_stop_and_the_upstream_gets_nothing_more(
+        stopping: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """A rule's abort at two tool calls: the endpoint answers Codex's next request itself,
+    a well-formed streamed answer carrying the stop note, which ``codex exec`` prints as its
+    last message; the upstream got the run's calls before the stop and nothing after."""
+    model = llm.script(f"codex-stop-{tmp_path.name}", searching())
+    before = run_ids(stopping)
+    ran, printed = run_codex(stopping, model, tmp_path)
+    assert ran == ["term 0", "term 1"]
+    assert NOTE in printed, printed
+    assert len(llm.requests(model)) == 2
+    run = the_new_run(stopping, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "loop_detected"), run
