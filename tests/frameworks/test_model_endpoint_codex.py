@@ -34,6 +34,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,27 @@ def run_codex(sidecar: RunningServer, model: str, tmp: Path, base_url: str | Non
     return terms, printed
 
 
+@dataclass(frozen=True)
+class Invocation:
+    ran: list[str]  # the terms its shell commands wrote
+    printed: str  # its last message
+    requests: list[dict[str, Any]]  # what the upstream read
+    headers: list[dict[str, str]]  # ... with these headers
+    run: dict[str, Any]  # the sidecar's one run of it, ended
+    after: int  # the requests the upstream had got once the run had ended
+
+
+def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Path,
+           **options: Any) -> Invocation:
+    """``codex exec`` once (:func:`run_codex`, ``options`` its), its model ``script``."""
+    model = llm.script(f"codex-{tmp.name}", script)
+    before = run_ids(sidecar)
+    ran, printed = run_codex(sidecar, model, tmp, **options)
+    requests, headers = llm.requests(model), llm.request_headers(model)
+    run = the_new_run(sidecar, before)
+    return Invocation(ran, printed, requests, headers, run, len(llm.requests(model)))
+
+
 def shell(term: str) -> dict[str, Any]:
     return {"cmd": f"echo '{term}' >> ran.txt"}
 
@@ -187,11 +209,9 @@ def reasoning_items(body: dict[str, Any]) -> int:
 
 def test_codex_budget_counts_down_then_the_report_is_its_last_message(
         budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
-    model = llm.script(f"codex-budget-{tmp_path.name}", searching())
-    before = run_ids(budgeted)
-    ran, printed = run_codex(budgeted, model, tmp_path)
-    requests = llm.requests(model)
-    assert ran == ["term 0", "term 1", "term 2"]  # never past the budget
+    it = invoke(budgeted, llm, searching(), tmp_path)
+    requests = it.requests
+    assert it.ran == ["term 0", "term 1", "term 2"]  # never past the budget
     assert len(requests) == BUDGET + 1
     # what Codex sends: the whole conversation, kept by no server, its reasoning handed back
     assert all(body.get("store") is False and not body.get("previous_response_id")
@@ -203,31 +223,27 @@ def test_codex_budget_counts_down_then_the_report_is_its_last_message(
     assert [fakellm.offers_tools(body) for body in requests] == [True] * BUDGET + [False]
     assert f"all {BUDGET} tool calls used" in instructions(requests[-1])
     check_no_control_text_in_user_messages(requests)
-    assert printed == REPORT  # the last upstream answer is what codex exec prints
-    run = the_new_run(budgeted, before)
-    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
-            run["has_final_answer"]) == (BUDGET + 1, BUDGET, "tool_limit_reached", True), run
-    assert len(llm.requests(model)) == BUDGET + 1  # and nothing more reached the upstream
+    assert it.printed == REPORT  # the last upstream answer is what codex exec prints
+    assert (it.run["iterations"], it.run["tool_calls"], it.run["terminal_state"],
+            it.run["has_final_answer"]) == (BUDGET + 1, BUDGET, "tool_limit_reached", True)
+    assert it.after == BUDGET + 1  # and nothing more reached the upstream
 
 
 def test_a_looping_codex_is_wound_down_then_stopped(
         plain: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
-    model = llm.script(f"codex-loop-{tmp_path.name}", repeating())
-    before = run_ids(plain)
-    ran, printed = run_codex(plain, model, tmp_path)
-    requests = llm.requests(model)
+    it = invoke(plain, llm, repeating(), tmp_path)
+    requests = it.requests
     notes = [LOOP_NOTE in instructions(body) for body in requests]
     assert len(requests) == 7 and notes[:6] == [False] * 4 + [True] * 2, notes
     assert [GRACE_LEFT.findall(instructions(body)) for body in requests] == [
         [], [], [], [], ["2"], ["1"], []]
-    assert ran == ["the file"] * 6
+    assert it.ran == ["the file"] * 6
     assert [fakellm.offers_tools(body) for body in requests] == [True] * 6 + [False]
     check_no_control_text_in_user_messages(requests)
-    assert printed == REPORT
-    run = the_new_run(plain, before)
-    assert (run["tool_calls"], run["terminal_state"], run["has_final_answer"]) == (
-        6, "loop_detected", True), run
-    assert len(llm.requests(model)) == 7  # the upstream got nothing after the final request
+    assert it.printed == REPORT
+    assert (it.run["tool_calls"], it.run["terminal_state"], it.run["has_final_answer"]) == (
+        6, "loop_detected", True), it.run
+    assert it.after == 7  # the upstream got nothing after the final request
 
 
 SUMMARY = "Searched term 0 and term 1; no file yet."
@@ -256,21 +272,18 @@ def compacting() -> fakellm.Script:
 
 def test_codex_compacting_its_context_stays_one_run_counted_down(
         budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
-    model = llm.script(f"codex-compact-{tmp_path.name}", compacting())
-    before = run_ids(budgeted)
-    ran, printed = run_codex(budgeted, model, tmp_path,
-                             model_auto_compact_token_limit=str(COMPACT_AT))
-    requests = llm.requests(model)
+    it = invoke(budgeted, llm, compacting(), tmp_path,
+                model_auto_compact_token_limit=str(COMPACT_AT))
+    requests = it.requests
     assert [bool(body.get("tools")) for body in requests] == [True, True, False, True, True]
-    assert ran == ["term 0", "term 1", "term 2"]
+    assert it.ran == ["term 0", "term 1", "term 2"]
     assert [LEFT.findall(instructions(body)) for body in requests] == [
         [("3", "3")], [("2", "3")], [], [("1", "3")], []]
     assert "[budget" not in instructions(requests[2])  # the aside: no note
     assert [fakellm.offers_tools(body) for body in requests] == [True, True, False, True, False]
-    assert printed == REPORT
-    run = the_new_run(budgeted, before)
-    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
-        5, BUDGET, "tool_limit_reached"), run
+    assert it.printed == REPORT
+    assert (it.run["iterations"], it.run["tool_calls"], it.run["terminal_state"]) == (
+        5, BUDGET, "tool_limit_reached"), it.run
 
 
 def counting() -> fakellm.Script:
@@ -281,15 +294,13 @@ def counting() -> fakellm.Script:
 def test_codex_traced_by_its_own_opentelemetry_is_one_run_with_its_tools(
         plain: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
     """Codex's ``[otel]`` exporters to the sidecar, its model the scripted upstream itself:
-    its trace (a turn's ``run_turn``, each request's ``run_sampling_request``, each tool's
-    dispatch span) is one run of its model calls and tools, unchanged. Named gaps: no span
+    its trace (a turn's ``run_turn``, each request's HTTP span, each tool's dispatch span) is
+    one run of its model calls and tools, unchanged. Named gaps: no span
     of it carries the answer, tokens, arguments or results."""
-    model = llm.script(f"codex-traced-{tmp_path.name}", counting())
-    before = run_ids(plain)
     with recording(plain, "two_tools") as otel:
-        ran, printed = run_codex(plain, model, tmp_path, base_url=llm.base_url, otel=otel)
-    assert (ran, printed) == (["alpha", "beta"], ANSWER)
-    run = the_new_run(plain, before)
+        it = invoke(plain, llm, counting(), tmp_path, base_url=llm.base_url, otel=otel)
+    assert (it.ran, it.printed) == (["alpha", "beta"], ANSWER)
+    run = it.run
     assert (run["agent"], run["iterations"], run["tool_calls"], run["errors"]) == (
         "codex_exec", 3, 2, 0), run
     assert run["signals"]["tools"] == {TOOL: 2}, run["signals"]
@@ -303,16 +314,13 @@ def test_codex_traced_and_steered_is_one_run_counted_once(
     """Codex traced by its own OpenTelemetry and steered through the endpoint at once: its
     model requests carry the ``traceparent`` of its turn's trace, so the endpoint's calls are
     that trace's run's — one run, each model call and tool counted once, steered as before."""
-    model = llm.script(f"codex-both-{tmp_path.name}", searching())
-    before = run_ids(budgeted)
-    ran, printed = run_codex(budgeted, model, tmp_path, otel=(budgeted.otlp_http, "binary"))
-    requests = llm.requests(model)
-    assert (ran, printed) == (["term 0", "term 1", "term 2"], REPORT)
-    assert [LEFT.findall(instructions(body)) for body in requests] == [
+    it = invoke(budgeted, llm, searching(), tmp_path, otel=(budgeted.otlp_http, "binary"))
+    assert (it.ran, it.printed) == (["term 0", "term 1", "term 2"], REPORT)
+    assert [LEFT.findall(instructions(body)) for body in it.requests] == [
         [("3", "3")], [("2", "3")], [("1", "3")], []]
-    assert [fakellm.offers_tools(body) for body in requests] == [True] * BUDGET + [False]
-    assert all(headers.get("traceparent") for headers in llm.request_headers(model))
-    run = the_new_run(budgeted, before)
+    assert [fakellm.offers_tools(body) for body in it.requests] == [True] * BUDGET + [False]
+    assert all(headers.get("traceparent") for headers in it.headers)
+    run = it.run
     # (its spans name no agent, only their service: the run keeps the name the endpoint gave
     # it first, model_agent_name; traced alone, it is named after the service)
     assert (run["agent"], run["iterations"], run["tool_calls"], run["signals"]["tools"]) == (
@@ -328,11 +336,8 @@ def test_a_stopped_codex_prints_the_stop_and_the_upstream_gets_nothing_more(
     """A rule's abort at two tool calls: the endpoint answers Codex's next request itself,
     a well-formed streamed answer carrying the stop note, which ``codex exec`` prints as its
     last message; the upstream got the run's calls before the stop and nothing after."""
-    model = llm.script(f"codex-stop-{tmp_path.name}", searching())
-    before = run_ids(stopping)
-    ran, printed = run_codex(stopping, model, tmp_path)
-    assert ran == ["term 0", "term 1"]
-    assert NOTE in printed, printed
-    assert len(llm.requests(model)) == 2
-    run = the_new_run(stopping, before)
-    assert (run["tool_calls"], run["terminal_state"]) == (2, "loop_detected"), run
+    it = invoke(stopping, llm, searching(), tmp_path)
+    assert it.ran == ["term 0", "term 1"]
+    assert NOTE in it.printed, it.printed
+    assert len(it.requests) == it.after == 2
+    assert (it.run["tool_calls"], it.run["terminal_state"]) == (2, "loop_detected"), it.run
