@@ -792,7 +792,11 @@ CODEX = Convention(
           "ends `no_response`, its calls unpriced, a loop of one command not told from new "
           "commands (known gaps; its log events, `codex.sse_event` with a response's tokens, "
           "`codex.tool_result` with a tool's arguments and output, are no GenAI events and "
-          "are not read)" + ON_NO_SPAN,
+          "are not read); the turn's trace has a second root, `turn/start` (the request that "
+          "started the turn, ended before its work), which ends the run when it comes: the "
+          "turn's spans after it are read as a run's late spans (counted, the run classified "
+          "again), and exported while the turn still runs they come to an ended run (a known "
+          "gap: Codex exports at its exit, so `codex exec` reads whole)" + ON_NO_SPAN,
 )
 
 CODEX_NAMES = Convention(
