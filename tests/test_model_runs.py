@@ -957,7 +957,7 @@ def test_a_context_compacted_to_the_runs_summary_keeps_its_budget(
     history by that summary quoted in a user message of its own — no tool results, shorter
     than the conversation was. That request goes on from the run's aside, so it takes the run
     back: one run, the true countdown, never a tool call past the budget."""
-    summary = "Searched twice, nothing found yet."
+    summary = "Searched the config directories twice; nothing found yet."
     with aside_sidecar(tmp_path, llm) as sidecar:
         model = llm.script("compacting", looping("search", lambda i: {"q": str(i)},
                                                  answer_without_tools=summary))

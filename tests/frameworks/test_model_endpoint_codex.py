@@ -246,7 +246,7 @@ def test_a_looping_codex_is_wound_down_then_stopped(
     assert it.after == 7  # the upstream got nothing after the final request
 
 
-SUMMARY = "Searched term 0 and term 1; no file yet."
+SUMMARY = "Searched for term 0 and term 1 with the shell; no file found yet."
 FULL = 200_000  # the tokens of an answer whose context Codex compacts (above its limit, below
 COMPACT_AT = 100_000  # the context window it knows for a model it has no metadata of)
 

@@ -67,6 +67,8 @@ MAX_RESPONSE_IDS = 20_000  # response id -> run, for previous_response_id
 MAX_PENDING_CALLS = 128  # tool calls of one response waiting for their results
 MAX_BRIEF_CHARS = 500
 MAX_ASIDE_CHARS = 500  # of an aside's answer, kept to know the request that goes on from it
+# ... and the least it must hold: a summary, not a word a person's next message may repeat
+MIN_ASIDE_CHARS = 40
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
 SCOPE = ENDPOINT_SCOPE  # the records' instrumentation scope: another than any agent's span
 # Ids of the endpoint's runs and records: random, as the OpenTelemetry SDK's own
@@ -496,8 +498,9 @@ class ModelBook:
                 "length", "max_tokens", "content_filter"):
             record.final_answer = True
             record.final_output = brief(seen.text, MAX_BRIEF_CHARS)
-            if not request.has_tools:  # an aside's answer (its request offered no tools)
-                state.aside = " ".join(seen.text.split())[:MAX_ASIDE_CHARS]
+            words = " ".join(seen.text.split())
+            if not request.has_tools and len(words) >= MIN_ASIDE_CHARS:
+                state.aside = words[:MAX_ASIDE_CHARS]  # an aside's answer (it offered no tools)
         waiting = state.begun if broke else state.pending
         for call in work:
             if len(waiting) < MAX_PENDING_CALLS:
