@@ -188,3 +188,26 @@ def test_a_rule_that_fired_at_a_late_span_keeps_what_fired_before(tmp_path: Path
                            going_on=True)[1])
     note(watchdog.model_records([model_call(key, T0 + 3)], T0 + 3))
     assert decided == ["wrap-up", "a-tool"]
+
+
+def test_a_run_whose_budget_tool_came_after_its_end_is_at_its_packs_budget(
+        tmp_path: Path) -> None:
+    """A run that ended at its answer before the span of a tool call that spent its rule
+    pack's budget came (an exporter's batch, after the endpoint's answer) is classified again
+    as at its end: ``tool_limit_reached`` (budget), as a run that announced that budget is."""
+    pack = tmp_path / "pack.yaml"
+    pack.write_text("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: late\nbudgets:\n"
+                    "  - agents: [a]\n    max_tool_calls: 1\n")
+    watchdog = Core(RunTracker(run_end_timeout=60.0), SessionBook(lambda _id: None),
+                    RuleEngine(load_rules([str(pack)], False)))
+    key = "model:8"
+    watchdog.open_run(key, KeySource.WATCHDOG, "ab" * 16, T0, "a", None, None)
+    watchdog.model_records([model_call(key, T0)], T0)
+    watchdog.model_records([model_call(key, T0 + 1, answer=True)], T0 + 1)
+    run = watchdog.tracker.get(key)
+    assert run is not None and run.ended
+    assert run.terminal_state is TerminalState.COMPLETED  # (its tool call not in yet)
+    step = watchdog.model_records([tool_call(key, T0 + 0.5)], T0 + 1.5)  # late, once ended
+    assert (run.terminal_state, run.terminal_reason) == (TerminalState.TOOL_LIMIT_REACHED,
+                                                         "budget")
+    assert key in step.dirty and run.tool_calls == 1  # (the shell stores it again)
