@@ -126,8 +126,20 @@ class Core(CoreReads):
         if finished:
             self._finish(finished, step)
             step._evicted.extend(result.evicted)
+        self._late_at_budget(result, finished)
         self._seal(step, now)
         return step
+
+    def _late_at_budget(self, result: BatchResult, finished: list[RunState]) -> None:
+        """A run that ended before spans of it came (an exporter's batches, two export
+        paths: the tool calls that spent its budget after its end) is classified again as at
+        its end (:meth:`_finish`), by the rule pack's budget for its agent too (the tracker's
+        own late reading, :meth:`RunState.late_answer`, knows only the budget it announced)."""
+        defaults = self._defaults
+        done = {run.key for run in finished}
+        for run in result.touched.values():
+            if run.ended and run.key not in done and (budget := defaults(run)) is not None:
+                run.ended_at_budget(budget)
 
     def _has_rules(self) -> bool:
         return self.engine is not None and bool(self.engine.ruleset.rules)

@@ -775,6 +775,10 @@ class WatchdogService:
         """Persist everything pending, synchronously (only when no loop is running: tests)."""
         self.state.flush()
 
+    def closing(self) -> None:
+        """The receivers are closed (shutdown): what is saved now is said as such."""
+        self.state.closing = True
+
     async def save_pending(self) -> bool:
         """Flush the runs; once it has stored them, the snapshots stored with the directives
         decided before it began are not needed: forgotten."""

@@ -74,6 +74,9 @@ MAX_CONVERSATIONS = 10_000  # conversation anchors remembered
 MAX_RESPONSE_IDS = 20_000  # response id -> run, for previous_response_id
 MAX_PENDING_CALLS = 128  # tool calls of one response waiting for their results
 MAX_BRIEF_CHARS = 500
+MAX_ASIDE_CHARS = 500  # of an aside's answer, kept to know the request that goes on from it
+# ... and the least it must hold: a summary, not a word a person's next message may repeat
+MIN_ASIDE_CHARS = 40
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
 SCOPE = ENDPOINT_SCOPE  # the records' instrumentation scope: another than any agent's span
 # Ids of the endpoint's runs and records: random, as the OpenTelemetry SDK's own
@@ -158,6 +161,10 @@ class EndpointRun:
     # the request identified last goes on from the run's own calls (its results answer calls
     # the run handed over): a run ended at an answer (to a request aside) is taken back
     going_on: bool = False
+    # the answer to the run's latest request aside (one that offered no tools: a summary of
+    # its history the agent asked for), its words, at most MAX_ASIDE_CHARS: a request whose new
+    # user message quotes it goes on from it (the agent compacted its context to that summary)
+    aside: str | None = None
     # what its last request carried past the model's last answer (:func:`_asked`): a request
     # that carries the same, answering none of the calls handed over since, sends it again
     asked: tuple[object, ...] | None = None
@@ -331,6 +338,12 @@ class ModelBook:
         state = self._runs.get(key) if key is not None else None
         if state is not None and goes_on_from_stop(state, request):
             self._conversations.move_to_end(digest)  # (its agent did not take the stop)
+            return self._touch(state)
+        if state is not None and goes_on_from_aside(state, request):
+            # its history compacted to the aside's answer: the run goes on (taken back if
+            # that answer ended it), whatever the request's length
+            self._conversations.move_to_end(digest)
+            self._going_on = True
             return self._touch(state)
         if state is not None and not (
                 (request.last_is_user and _over(state, ended))
@@ -536,6 +549,9 @@ class ModelBook:
                 "length", "max_tokens", "content_filter"):
             record.final_answer = True
             record.final_output = brief(seen.text, MAX_BRIEF_CHARS)
+            words = " ".join(seen.text.split())
+            if not request.has_tools and len(words) >= MIN_ASIDE_CHARS:
+                state.aside = words[:MAX_ASIDE_CHARS]  # an aside's answer (it offered no tools)
         waiting = state.begun if broke else state.pending
         for call in work:
             if len(waiting) < MAX_PENDING_CALLS:
@@ -659,6 +675,19 @@ def _stop_tokens(request: Request) -> tuple[str, ...]:
     if request.anchor.startswith(CONVERSATION_ANCHOR):
         tokens.append(request.anchor)
     return tuple(tokens)
+
+
+def goes_on_from_aside(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request`` goes on from the answer to ``state``'s latest request aside: a new
+    user message after its last model answer quotes that answer (spacing aside), as an agent
+    that compacts its context sends it — its history replaced by the summary it asked the
+    model for (Codex: "Another language model started to solve this problem and produced a
+    summary ..."), no tool results, shorter than its conversation was. It is still the run's,
+    not the next run's, unless the run is over by its final request or a stop."""
+    aside = state.aside
+    if not aside or not request.last_is_user or state.final_used or state.stop is not None:
+        return False
+    return any(aside in " ".join(text.split()) for text in request.said)
 
 
 def _over(state: EndpointRun, ended: Callable[[str], bool]) -> bool:
