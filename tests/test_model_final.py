@@ -9,7 +9,6 @@ itself (``NativeEndpoint.finals``), its held answer released on Python's word.""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -238,18 +237,7 @@ def test_a_held_final_whose_client_went_away_cancels_its_upstream_request(
     written.)"""
     import socket
 
-    from tests.test_model_proxy import RawUpstream
-
-    def endless(handler: Any, seen: Any) -> None:
-        handler.send_response(200)
-        handler.send_header("Content-Type", "text/event-stream")
-        handler.end_headers()
-        chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
-                 "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}]}
-        for _ in range(600):
-            handler.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            handler.wfile.flush()
-            time.sleep(0.05)
+    from tests.test_model_proxy import RawUpstream, endless
 
     raw = RawUpstream(endless)
     try:
