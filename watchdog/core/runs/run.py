@@ -291,6 +291,7 @@ class RunState(RunCounts):
         if data["clock_lags"] is not None:
             data["clock_lags"] = list(data["clock_lags"])
         data["_models"] = [list(call) for call in data["_models"]]
+        data["stop_answers"] = list(data["stop_answers"])  # (stored as a JSON list)
         for name in _TUPLE_LIST_SLOTS:  # stored as JSON lists, taken back as tuples
             data[name] = [list(item) for item in data[name]]
         return data
