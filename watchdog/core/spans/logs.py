@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from watchdog.core.spans.attributes import (
@@ -46,7 +47,7 @@ from watchdog.core.spans.attributes import (
     OUTPUT_MESSAGES_JSON_KEYS,
     WANTED_ATTRIBUTES,
 )
-from watchdog.core.spans.combined import TABLES
+from watchdog.core.spans.combined import ENTRIES, TABLES
 from watchdog.core.spans.conventions import Resource, role_of
 from watchdog.core.spans.decode import (
     DecodeError,
@@ -80,6 +81,41 @@ CONTENT_EVENTS = frozenset(TABLES.log_events)
 CONTENT_KEYS = frozenset(ALIASED.get(key, key) for key in (
     MESSAGES_JSON_KEYS + OUTPUT_MESSAGES_JSON_KEYS + MESSAGES_DELTA_KEYS))
 _LLM = Role.LLM
+# The facts a log event may bring, by the role of span it describes (a span of that role waits
+# for it)
+_ROLE_FIELDS = ((Role.LLM, ("answer_texts", "llm_output", "finish_reasons", "input_messages",
+                            "output_messages")),
+                (Role.TOOL, ("tool_args", "tool_result")),
+                (Role.AGENT, ("answer",)))
+
+
+def _agent_events() -> dict[str, tuple[Role, frozenset[str]]]:
+    """An agent's own log events: those a convention lists in ``log_events`` and names its facts
+    in, as ``<event>:<attribute>`` (as a span event's are) -> the role of span each describes
+    and the attributes read from it (the other log events listed are GenAI events: their
+    attributes are a span's own)."""
+    found: dict[str, tuple[Role, frozenset[str]]] = {}
+    for convention in ENTRIES:
+        for event in convention.log_events:
+            for role, names in _ROLE_FIELDS:
+                wanted = frozenset(fact.partition(":")[2] for name in names
+                                   for fact in getattr(convention, name)
+                                   if fact.partition(":")[0] == event)
+                if wanted and event not in found:
+                    found[event] = (role, wanted)
+    return found
+
+
+AGENT_EVENTS: Mapping[str, tuple[Role, frozenset[str]]] = MappingProxyType(_agent_events())
+# The role of span each log event describes, and the facts that, on a span of that role, are
+# what such an event would bring (such a span waits for none)
+EVENT_ROLES: Mapping[str, Role] = MappingProxyType(
+    {name: AGENT_EVENTS[name][0] if name in AGENT_EVENTS else _LLM for name in CONTENT_EVENTS})
+AWAITED_KEYS: Mapping[Role, frozenset[str]] = MappingProxyType({
+    role: frozenset(event + ":" + attribute for event, (of, wanted) in AGENT_EVENTS.items()
+                    if of is role for attribute in wanted)
+    | (CONTENT_KEYS if role is _LLM else frozenset())
+    for role, _ in _ROLE_FIELDS})
 
 WAIT_SECONDS = 2.0  # how long a span waits for its content (its run's end waits with it)
 # how long content waits for its span: longer, as it delays nothing (its bytes are bounded), and
@@ -172,11 +208,20 @@ def _event_name(record: Any) -> str:
     return ""
 
 
-def content_of(record: Any) -> dict[str, object]:
-    """The attributes of a GenAI log event a span's reading wants, as a span would carry them."""
+def content_of(record: Any, name: str = "") -> dict[str, object]:
+    """The attributes of a GenAI log event a span's reading wants, as a span would carry them;
+    of an agent's own event (:data:`AGENT_EVENTS`), those the conventions name, as
+    ``<event>:<attribute>`` facts."""
     facts: dict[str, object] = {}
+    own = AGENT_EVENTS.get(name)
+    wanted = own[1] if own is not None else None
     for kv in record.attributes:
-        if kv.key in WANTED_ATTRIBUTES:
+        if wanted is not None:
+            if kv.key in wanted:
+                value = kv.value
+                text = value.string_value
+                facts[name + ":" + kv.key] = text if text else any_value(value)
+        elif kv.key in WANTED_ATTRIBUTES:
             text = kv.value.string_value
             facts[kv.key] = (json_encoded(text, False) if text[0] == '"' else text) if text \
                 else any_value(kv.value)
@@ -225,7 +270,8 @@ class LogJoin:
         # (trace id + span id) -> (content, its size, until when it waits)
         self._content: OrderedDict[bytes, tuple[dict[str, object], int, float]] = OrderedDict()
         self._held: OrderedDict[bytes, Held] = OrderedDict()  # trace id -> held trace
-        self._services: OrderedDict[str, None] = OrderedDict()
+        # service -> the roles of span its log events describe
+        self._services: OrderedDict[str, frozenset[Role]] = OrderedDict()
         self._bytes = 0
         self._held_spans = 0
         self.overflow: list[Held] = []  # held traces pushed out by the bounds: go on now
@@ -255,15 +301,16 @@ class LogJoin:
                     service = kv.value.string_value
             for scope_logs in resource_logs.scope_logs:
                 for record in scope_logs.log_records:
-                    if _event_name(record) not in CONTENT_EVENTS:
+                    name = _event_name(record)
+                    if name not in CONTENT_EVENTS:
                         continue
                     self.events += 1
                     if service is not None:
-                        self._remember(service)
+                        self._remember(service, EVENT_ROLES[name])
                     trace_id, span_id = bytes(record.trace_id), bytes(record.span_id)
                     if len(trace_id) != 16 or len(span_id) != 8 or not any(span_id):
                         continue  # no span to join it to
-                    facts = content_of(record)
+                    facts = content_of(record, name)
                     if facts:
                         held = self._content_arrived(trace_id, span_id, facts,
                                                      record.ByteSize(), now)
@@ -274,9 +321,12 @@ class LogJoin:
             self.overflow = []
         return ready
 
-    def _remember(self, service: str) -> None:
-        self._services[service[:200]] = None
-        self._services.move_to_end(service[:200])
+    def _remember(self, service: str, role: Role) -> None:
+        key = service[:200]
+        roles = self._services.get(key)
+        if roles is None or role not in roles:
+            self._services[key] = (roles or frozenset()) | {role}
+        self._services.move_to_end(key)
         while len(self._services) > MAX_SERVICES:
             self._services.popitem(last=False)
 
@@ -345,13 +395,16 @@ class LogJoin:
 
     def awaits(self, name: str, attrs: Mapping[str, object], resource: Resource) -> bool:
         """Whether a span (no content of its own found) waits for its log: a model call with
-        no content, from a service whose logs carry GenAI events."""
-        if not self._services or resource.service is None \
-                or resource.service not in self._services:
+        no content, from a service whose logs carry GenAI events; a span of the role an
+        agent's own log events describe (:data:`EVENT_ROLES`), from a service that sends them,
+        without their facts."""
+        if not self._services or resource.service is None:
             return False
-        if not CONTENT_KEYS.isdisjoint(attrs):
+        roles = self._services.get(resource.service)
+        if roles is None:
             return False
-        return role_of(name, attrs) is _LLM
+        role = role_of(name, attrs)
+        return role is not None and role in roles and AWAITED_KEYS[role].isdisjoint(attrs)
 
     def hold(self, span: Any, resource: Resource, scope: str, now: float,
              waits: bool, content: dict[str, object] | None = None) -> None:
