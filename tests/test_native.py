@@ -58,8 +58,6 @@ ALL = sorted((path.parent.name, path.stem) for path in RECORDINGS.glob("*/*.json
              if not path.stem.endswith(".logs"))  # (OTLP logs: the join's test below)
 WITH_LOGS = sorted((path.parent.name, path.stem.removesuffix(".logs"))
                    for path in RECORDINGS.glob("*/*.logs.jsonl"))
-# recorded without their answers' text (Claude Code's without `OTEL_LOG_ASSISTANT_RESPONSES`)
-ANSWERS_HIDDEN = frozenset({"claude_code"})
 NOT_BUILT = ("the compiled decode (watchdog.core.spans._native) is not built: `make` builds it "
              "where cargo is on the PATH (pip install -e . with setuptools-rust)")
 
@@ -154,8 +152,8 @@ def test_spans_joined_with_their_logs_read_the_same(driver: str, scenario: str,
     assert compiled == joined(driver, scenario, compiled=False, logs_first=logs_first)
     # (the content was joined: the answer, from a GenAI event or an agent's own; with the logs
     # after the spans, where the first log export already named its service's events: the
-    # spans waited. Claude Code's recorded answers are hidden, `<REDACTED>`: joined, no text)
-    if driver not in ANSWERS_HIDDEN and (logs_first or first_names_content(driver, scenario)):
+    # spans waited for them)
+    if logs_first or first_names_content(driver, scenario):
         assert any(record.final_output for record in compiled)
 
 

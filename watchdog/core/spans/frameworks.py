@@ -786,18 +786,19 @@ CLAUDE_CODE = Convention(
     # span), its output a `tool.output` event with `OTEL_LOG_TOOL_CONTENT=1`
     tool_args=("full_command",),
     tool_result=("tool.output:output",),
-    # the answer: only in its `claude_code.assistant_response` log event (`OTEL_LOGS_EXPORTER`),
-    # which names the interaction's span: read as that span's output (its text with
+    # the answer: only in its `assistant_response` log event (`OTEL_LOGS_EXPORTER`; its body
+    # `claude_code.assistant_response`, of its scope `com.anthropic.claude_code.events`), which
+    # names the interaction's span: read as that span's output (its text with
     # `OTEL_LOG_ASSISTANT_RESPONSES=1`, hidden without)
-    answer=("claude_code.assistant_response:response",),
-    log_events=("claude_code.assistant_response",),
+    answer=("assistant_response:response",),
+    log_events=("assistant_response",),
     # what it writes for a prompt or an answer it does not log (without
     # `OTEL_LOG_USER_PROMPTS`, `OTEL_LOG_ASSISTANT_RESPONSES`)
     hidden_content=frozenset({"<REDACTED>"}),
     notes="the spans name no agent: the run is named after the service (`claude-code`), its "
           "session Claude Code's (`session.id`); a sub-agent (its `Agent` tool) runs below "
           "that tool's span, its model calls and tools counted in the invocation's run; the "
-          "answer is its `claude_code.assistant_response` log event's, joined to the "
+          "answer is its `assistant_response` log event's, joined to the "
           "interaction's span it names; no span carries the arguments of a tool other than "
           "Bash (only the `claude_code.tool_result` log event has them, naming no tool's "
           "span): a repeated call of another tool cannot be told from another" + ON_NO_SPAN,

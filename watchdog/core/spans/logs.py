@@ -89,12 +89,13 @@ _ROLE_FIELDS = ((Role.LLM, ("answer_texts", "llm_output", "finish_reasons", "inp
                 (Role.AGENT, ("answer",)))
 
 
-def _agent_events() -> dict[str, tuple[Role, frozenset[str]]]:
+def _agent_events() -> dict[str, tuple[Role, frozenset[str], tuple[str, ...]]]:
     """An agent's own log events: those a convention lists in ``log_events`` and names its facts
-    in, as ``<event>:<attribute>`` (as a span event's are) -> the role of span each describes
-    and the attributes read from it (the other log events listed are GenAI events: their
-    attributes are a span's own)."""
-    found: dict[str, tuple[Role, frozenset[str]]] = {}
+    in, as ``<event>:<attribute>`` (as a span event's are) -> the role of span each describes,
+    the attributes read from it, and the log scopes it is read from (a scoped convention's:
+    its scopes; none: any); the other log events listed are GenAI events, their attributes a
+    span's own."""
+    found: dict[str, tuple[Role, frozenset[str], tuple[str, ...]]] = {}
     for convention in ENTRIES:
         for event in convention.log_events:
             for role, names in _ROLE_FIELDS:
@@ -102,17 +103,24 @@ def _agent_events() -> dict[str, tuple[Role, frozenset[str]]]:
                                    for fact in getattr(convention, name)
                                    if fact.partition(":")[0] == event)
                 if wanted and event not in found:
-                    found[event] = (role, wanted)
+                    found[event] = (role, wanted, convention.scopes)
     return found
 
 
-AGENT_EVENTS: Mapping[str, tuple[Role, frozenset[str]]] = MappingProxyType(_agent_events())
+AGENT_EVENTS: Mapping[str, tuple[Role, frozenset[str], tuple[str, ...]]] = MappingProxyType(
+    _agent_events())
+# The scopes of the conventions whose own log events bring an agent span's answer: such a span
+# applied without it is kept for it (LogJoin.note), as a model call is for its content
+ANSWER_SCOPES = tuple(scope for convention in ENTRIES if convention.scopes
+                      and any(event in AGENT_EVENTS and AGENT_EVENTS[event][0] is Role.AGENT
+                              for event in convention.log_events)
+                      for scope in convention.scopes)
 # The role of span each log event describes, and the facts that, on a span of that role, are
 # what such an event would bring (such a span waits for none)
 EVENT_ROLES: Mapping[str, Role] = MappingProxyType(
     {name: AGENT_EVENTS[name][0] if name in AGENT_EVENTS else _LLM for name in CONTENT_EVENTS})
 AWAITED_KEYS: Mapping[Role, frozenset[str]] = MappingProxyType({
-    role: frozenset(event + ":" + attribute for event, (of, wanted) in AGENT_EVENTS.items()
+    role: frozenset(event + ":" + attribute for event, (of, wanted, _) in AGENT_EVENTS.items()
                     if of is role for attribute in wanted)
     | (CONTENT_KEYS if role is _LLM else frozenset())
     for role, _ in _ROLE_FIELDS})
@@ -304,6 +312,10 @@ class LogJoin:
                     name = _event_name(record)
                     if name not in CONTENT_EVENTS:
                         continue
+                    own = AGENT_EVENTS.get(name)
+                    if own is not None and own[2] \
+                            and not scope_logs.scope.name.startswith(own[2]):
+                        continue  # (another scope's event of that name)
                     self.events += 1
                     if service is not None:
                         self._remember(service, EVENT_ROLES[name])
@@ -379,7 +391,8 @@ class LogJoin:
     def note(self, span: Any, record: SpanRecord, resource: Resource, scope: str,
              now: float) -> None:
         """Keep model call ``span``, applied without content (``record``), for its content,
-        should a log event bring it within ``content_wait_seconds``."""
+        should a log event bring it within ``content_wait_seconds`` (or an agent span for its
+        answer, :meth:`answers_late`)."""
         key = bytes(span.trace_id) + bytes(span.span_id)
         if key in self._unread:  # (the span again, a retry: its first record is the applied one)
             return
@@ -389,6 +402,13 @@ class LogJoin:
         self._bytes += len(data)
         if len(self._unread) > MAX_UNREAD_SPANS or self._bytes > self.max_bytes:
             self._bound()
+
+    @staticmethod
+    def answers_late(scope: str, attrs: Mapping[str, object]) -> bool:
+        """Whether an agent span applied without an answer is kept for one (:meth:`note`): one
+        of a scope whose agent's own log events bring it (:data:`ANSWER_SCOPES`)."""
+        return bool(ANSWER_SCOPES) and scope.startswith(ANSWER_SCOPES) \
+            and AWAITED_KEYS[Role.AGENT].isdisjoint(attrs)
 
     def holding(self, trace_id: bytes) -> bool:
         return trace_id in self._held

@@ -122,6 +122,9 @@ def slices_of(request: TraceRequest, size: int | None,
                         if join is not None and content is None \
                                 and attrs.keys().isdisjoint(CONTENT_KEYS):
                             join.note(span, record, resource, scope, now)
+                    elif record.kind is AGENT and join is not None and content is None \
+                            and join.answers_late(scope, attrs):
+                        join.note(span, record, resource, scope, now)
                     records.append(record)
                 except SpanRejected as exc:
                     decoded.rejected[exc.reason] += 1
@@ -241,6 +244,8 @@ def _read_held(traces: list[Held], join: LogJoin, decoded: Decoded,
                 _pair(record, models, inner)
                 if content is None and attrs.keys().isdisjoint(CONTENT_KEYS):
                     join.note(span, record, resource, scope, now)  # (its content may come yet)
+            elif record.kind is AGENT and content is None and join.answers_late(scope, attrs):
+                join.note(span, record, resource, scope, now)
             records.append(record)
     return records
 
