@@ -809,6 +809,7 @@ QWEN_CODE = Convention(
     emitted_by="Qwen Code's own OpenTelemetry (npm `@qwen-code/qwen-code`, its settings' "
                "`telemetry`: `qwen-code.interaction`, `qwen-code.llm_request`, "
                "`qwen-code.tool`, GenAI operation names; its log events)",
+    scopes=("qwen-code",),
     # its spans carry no content: a model call's output text is its `qwen-code.api_response`
     # log event's, a tool's arguments its `qwen-code.tool_call` event's, each naming the span
     answer_texts=("qwen-code.api_response:response_text",),

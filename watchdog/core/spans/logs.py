@@ -109,12 +109,14 @@ def _agent_events() -> dict[str, tuple[Role, frozenset[str], tuple[str, ...]]]:
 
 AGENT_EVENTS: Mapping[str, tuple[Role, frozenset[str], tuple[str, ...]]] = MappingProxyType(
     _agent_events())
-# The scopes of the conventions whose own log events bring an agent span's answer: such a span
-# applied without it is kept for it (LogJoin.note), as a model call is for its content
-ANSWER_SCOPES = tuple(scope for convention in ENTRIES if convention.scopes
-                      and any(event in AGENT_EVENTS and AGENT_EVENTS[event][0] is Role.AGENT
-                              for event in convention.log_events)
-                      for scope in convention.scopes)
+# The scopes of the conventions whose own log events bring a tool's or an agent span's facts,
+# by the role of span: such a span applied without them is kept for them (LogJoin.note), as a
+# model call is for its content (a role's spans of other scopes are not: most carry theirs)
+LATE_SCOPES: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    role: scopes for role in (Role.TOOL, Role.AGENT)
+    if (scopes := tuple(scope for convention in ENTRIES for scope in convention.scopes
+                        if any(event in AGENT_EVENTS and AGENT_EVENTS[event][0] is role
+                               for event in convention.log_events)))})
 # The role of span each log event describes, and the facts that, on a span of that role, are
 # what such an event would bring (such a span waits for none)
 EVENT_ROLES: Mapping[str, Role] = MappingProxyType(
@@ -391,8 +393,8 @@ class LogJoin:
     def note(self, span: Any, record: SpanRecord, resource: Resource, scope: str,
              now: float) -> None:
         """Keep model call ``span``, applied without content (``record``), for its content,
-        should a log event bring it within ``content_wait_seconds`` (or an agent span for its
-        answer, :meth:`answers_late`)."""
+        should a log event bring it within ``content_wait_seconds`` (or a tool or agent span
+        for its facts, :meth:`kept_late`)."""
         key = bytes(span.trace_id) + bytes(span.span_id)
         if key in self._unread:  # (the span again, a retry: its first record is the applied one)
             return
@@ -404,11 +406,13 @@ class LogJoin:
             self._bound()
 
     @staticmethod
-    def answers_late(scope: str, attrs: Mapping[str, object]) -> bool:
-        """Whether an agent span applied without an answer is kept for one (:meth:`note`): one
-        of a scope whose agent's own log events bring it (:data:`ANSWER_SCOPES`)."""
-        return bool(ANSWER_SCOPES) and scope.startswith(ANSWER_SCOPES) \
-            and AWAITED_KEYS[Role.AGENT].isdisjoint(attrs)
+    def kept_late(kind: str, scope: str, attrs: Mapping[str, object]) -> bool:
+        """Whether a tool or agent span (``kind``) applied without the facts an agent's own log
+        events bring is kept for them (:meth:`note`): one of a scope whose events bring them
+        (:data:`LATE_SCOPES`)."""
+        scopes = LATE_SCOPES.get(kind)
+        return scopes is not None and scope.startswith(scopes) \
+            and AWAITED_KEYS[Role(kind)].isdisjoint(attrs)
 
     def holding(self, trace_id: bytes) -> bool:
         return trace_id in self._held

@@ -122,8 +122,8 @@ def slices_of(request: TraceRequest, size: int | None,
                         if join is not None and content is None \
                                 and attrs.keys().isdisjoint(CONTENT_KEYS):
                             join.note(span, record, resource, scope, now)
-                    elif record.kind is AGENT and join is not None and content is None \
-                            and join.answers_late(scope, attrs):
+                    elif join is not None and content is None \
+                            and join.kept_late(record.kind, scope, attrs):
                         join.note(span, record, resource, scope, now)
                     records.append(record)
                 except SpanRejected as exc:
@@ -244,7 +244,7 @@ def _read_held(traces: list[Held], join: LogJoin, decoded: Decoded,
                 _pair(record, models, inner)
                 if content is None and attrs.keys().isdisjoint(CONTENT_KEYS):
                     join.note(span, record, resource, scope, now)  # (its content may come yet)
-            elif record.kind is AGENT and content is None and join.answers_late(scope, attrs):
+            elif content is None and join.kept_late(record.kind, scope, attrs):
                 join.note(span, record, resource, scope, now)
             records.append(record)
     return records
