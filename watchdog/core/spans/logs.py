@@ -117,10 +117,24 @@ LATE_SCOPES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     if (scopes := tuple(scope for convention in ENTRIES for scope in convention.scopes
                         if any(event in AGENT_EVENTS and AGENT_EVENTS[event][0] is role
                                for event in convention.log_events)))})
-# The role of span each log event describes, and the facts that, on a span of that role, are
-# what such an event would bring (such a span waits for none)
-EVENT_ROLES: Mapping[str, Role] = MappingProxyType(
-    {name: AGENT_EVENTS[name][0] if name in AGENT_EVENTS else _LLM for name in CONTENT_EVENTS})
+_LLM_ONLY = frozenset({_LLM})
+
+
+def _family(event: str) -> frozenset[Role]:
+    """The roles of span the log events of ``event``'s convention describe (an agent that sends
+    one sends the others: its spans of all those roles wait once one came); a GenAI event's, a
+    model call's."""
+    if event not in AGENT_EVENTS:
+        return _LLM_ONLY
+    return frozenset(AGENT_EVENTS[name][0] for convention in ENTRIES
+                     if event in convention.log_events
+                     for name in convention.log_events if name in AGENT_EVENTS)
+
+
+# The roles of span a service that sent each log event has waiting for such events, and the
+# facts that, on a span of a role, are what such an event would bring (it waits for none then)
+EVENT_ROLES: Mapping[str, frozenset[Role]] = MappingProxyType(
+    {name: _family(name) for name in CONTENT_EVENTS})
 AWAITED_KEYS: Mapping[Role, frozenset[str]] = MappingProxyType({
     role: frozenset(event + ":" + attribute for event, (of, wanted, _) in AGENT_EVENTS.items()
                     if of is role for attribute in wanted)
@@ -335,11 +349,11 @@ class LogJoin:
             self.overflow = []
         return ready
 
-    def _remember(self, service: str, role: Role) -> None:
+    def _remember(self, service: str, family: frozenset[Role]) -> None:
         key = service[:200]
         roles = self._services.get(key)
-        if roles is None or role not in roles:
-            self._services[key] = (roles or frozenset()) | {role}
+        if roles is None or not family <= roles:
+            self._services[key] = (roles or frozenset()) | family
         self._services.move_to_end(key)
         while len(self._services) > MAX_SERVICES:
             self._services.popitem(last=False)
