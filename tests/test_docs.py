@@ -77,6 +77,11 @@ failing on a changed block. The kinds:
     Qwen Code's ``settings.json`` telemetry, as JSON: exactly what its tests run it with
     (``tests/frameworks/test_model_endpoint_qwen_code.py``'s ``telemetry``), the sidecar's
     default OTLP/HTTP address in place of the test's.
+``codex-config``
+    The OpenAI Codex CLI's ``config.toml`` (TOML): a model provider it selects must be the
+    sidecar's model endpoint (``base_url`` ``http://127.0.0.1:9478/v1``) on the Responses API
+    with its key from the environment (``env_key``); its ``[otel]`` exporters must be OTLP/HTTP
+    to the sidecar's default ``otlp_http_address``, ``/v1/logs`` and ``/v1/traces``.
 ``startup-error port=N``
     ``watchdog serve`` with that port taken by another socket (any free port standing for N)
     must exit 2 with exactly this line on stderr.
@@ -122,7 +127,8 @@ READY_TIMEOUT = 300.0  # `make run` may (re)install the sidecar into .venv first
 MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
-         "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings"}
+         "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
+         "codex-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -692,6 +698,29 @@ def check_otel_collector(block: Block, stack: Stack, state: DocState) -> None:
         assert host in services and int(port) in services[host], (block.where, host, services)
 
 
+def check_codex_config(block: Block, stack: Stack, state: DocState) -> None:
+    from watchdog.shell.config import Config
+
+    config = tomllib.loads(block.text)
+    providers = config.get("model_providers", {})
+    chosen = config.get("model_provider")
+    assert chosen or config.get("otel"), f"{block.where}: neither a model provider nor [otel]"
+    if chosen is not None:
+        provider = providers.get(chosen)
+        assert provider is not None, f"{block.where}: model_provider {chosen!r} is not defined"
+        assert provider.get("base_url") == f"http://{MODEL_ENDPOINT_DEFAULT}/v1", block.where
+        assert provider.get("wire_api") == "responses" and provider.get("env_key"), block.where
+    otlp = f"http://{Config().otlp_http_address}"
+    for key, path in (("exporter", "/v1/logs"), ("trace_exporter", "/v1/traces")):
+        exporter = config.get("otel", {}).get(key)
+        if exporter is None:
+            continue
+        http = exporter.get("otlp-http")
+        assert isinstance(http, dict), f"{block.where}: otel.{key} is no otlp-http exporter"
+        assert http.get("endpoint") == otlp + path, (block.where, key, http)
+        assert http.get("protocol") in ("binary", "json"), (block.where, key, http)
+
+
 def check_json(block: Block, stack: Stack, state: DocState) -> None:
     from watchdog.core.directives.model import Directive
 
@@ -762,6 +791,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "otel-collector": check_otel_collector, "json": check_json,
     "startup-error": check_startup_error, "tree": check_tree,
     "qwen-settings": check_qwen_settings,
+    "codex-config": check_codex_config,
 }
 assert set(CHECKS) == KINDS
 
@@ -861,6 +891,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "startup-error": (DOCS / "configuration.md", "Address already in use", "Address in use"),
     "tree": (DOCS / "architecture.md", "    fleet.py", "    fleets.py"),
     "pip": (ROOT / "client" / "README.md", "[otlp]", "[otel]"),
+    "codex-config": (DOCS / "frameworks.md", "4318/v1/traces", "4317/v1/traces"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

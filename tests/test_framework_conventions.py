@@ -1745,3 +1745,19 @@ def test_an_agent_named_by_an_emitters_stand_in_is_named_after_its_service() -> 
     assert (scout.kind, scout.agent) == (AGENT, "scout")
     (run,) = ended_runs(as_exported("ag2_native", "three_tools_bare"))
     assert (run.agent, run.agent_name) == (None, "ag2-app")
+
+
+def test_the_codex_cli_reads_as_its_turn_its_requests_and_its_tools() -> None:
+    """The Codex CLI's own traces (``codex exec``: two shell commands, then its answer;
+    recorded by ``tests/frameworks/test_model_endpoint_codex.py``): of its ~650 ``tracing``
+    spans (config loading, file reads, rollout writes...), its turn (``run_turn``) is the
+    agent span, each request's HTTP span a model call, each tool's dispatch span a tool call,
+    and nothing else is read. Its gaps, pinned: no span carries a finish reason, the answer,
+    a tool's arguments or result, or tokens."""
+    records = recorded_records("codex", "two_tools")
+    assert len(records) > 600
+    assert signatures(records) == ["llm None", "tool exec_command None"] * 2 + [
+        "llm None", "agent None"]
+    run = fold(records)
+    assert outcome(run) == Outcome(3, 2, 0, "no_response", None, False)
+    assert (run.input_tokens, run.output_tokens) == (0, 0)

@@ -126,10 +126,15 @@ class StateWriter:
             self._dirty.pop(key, None)
             self._gone.add(key)
 
+    @property
+    def behind(self) -> bool:
+        """More activity waits for the store than it takes (:meth:`admit` refuses work)."""
+        return len(self._pending) >= MAX_PENDING_ACTIVITY
+
     def admit(self) -> None:
         """Raise unless new work can be accepted (the state is writable and keeps up)."""
         self.admit_state()
-        if len(self._pending) >= MAX_PENDING_ACTIVITY:
+        if self.behind:
             raise Overloaded("the state store is behind; retry shortly", retry_after=1.0)
 
     def admit_state(self) -> None:
