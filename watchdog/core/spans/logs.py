@@ -117,6 +117,7 @@ LATE_SCOPES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     if (scopes := tuple(scope for convention in ENTRIES for scope in convention.scopes
                         if any(event in AGENT_EVENTS and AGENT_EVENTS[event][0] is role
                                for event in convention.log_events)))})
+LATE_SCOPE_PREFIXES = tuple(scope for scopes in LATE_SCOPES.values() for scope in scopes)
 _LLM_ONLY = frozenset({_LLM})
 
 

@@ -16,7 +16,13 @@ from watchdog.core.bounds import MAX_ID_CHARS, id_problem
 from watchdog.core.spans import values
 from watchdog.core.spans.conventions import Resource, SpanRejected, normalise, normalised
 from watchdog.core.spans.decode import TraceRequest, attributes
-from watchdog.core.spans.logs import CONTENT_KEYS, Held, LogJoin, merged
+from watchdog.core.spans.logs import (
+    CONTENT_KEYS,
+    LATE_SCOPE_PREFIXES,
+    Held,
+    LogJoin,
+    merged,
+)
 from watchdog.core.spans.record import (
     AGENT,
     DUPLICATE_SPAN_ID,
@@ -123,6 +129,7 @@ def slices_of(request: TraceRequest, size: int | None,
                                 and attrs.keys().isdisjoint(CONTENT_KEYS):
                             join.note(span, record, resource, scope, now)
                     elif join is not None and content is None \
+                            and scope.startswith(LATE_SCOPE_PREFIXES) \
                             and join.kept_late(record.kind, scope, attrs):
                         join.note(span, record, resource, scope, now)
                     records.append(record)
