@@ -477,6 +477,15 @@ def replay(sidecar: RunningServer, recording: Path, skew: float = 0.0,
             after_each()
 
 
+def replay_logs(sidecar: RunningServer, recording: Path) -> None:
+    """Export a recording's log events again, request by request, as OTLP/JSON, unchanged."""
+    for line in recording.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            status, body = http_request("POST", sidecar.otlp_http + "/v1/logs", line.encode(),
+                                        {"Content-Type": "application/json"})
+            assert status == 200, (status, body)
+
+
 def recorded_spans(recording: Path) -> list[dict[str, Any]]:
     """Every span of a recording, as OTLP/JSON, in export order (for tests of what a framework
     emitted)."""

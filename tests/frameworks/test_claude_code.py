@@ -223,12 +223,14 @@ def test_a_sub_agent_is_a_run_of_its_own(
 
 def telemetry_env(otlp_http: str, protocol: str) -> dict[str, str]:
     """Claude Code's own OpenTelemetry, to the sidecar: its log events and (beta) its spans,
-    the Bash tool's command and the tools' output on them."""
+    the Bash tool's command and the tools' output on them, its answers' text in its
+    ``assistant_response`` log events."""
     return {"CLAUDE_CODE_ENABLE_TELEMETRY": "1", "CLAUDE_CODE_ENHANCED_TELEMETRY_BETA": "1",
             "OTEL_TRACES_EXPORTER": "otlp", "OTEL_LOGS_EXPORTER": "otlp",
             "OTEL_METRICS_EXPORTER": "none", "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
             "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_http,
-            "OTEL_LOG_TOOL_DETAILS": "1", "OTEL_LOG_TOOL_CONTENT": "1"}
+            "OTEL_LOG_TOOL_DETAILS": "1", "OTEL_LOG_TOOL_CONTENT": "1",
+            "OTEL_LOG_ASSISTANT_RESPONSES": "1"}
 
 
 def test_watched_and_steered_at_once_is_two_runs(

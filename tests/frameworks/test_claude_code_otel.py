@@ -12,9 +12,9 @@ and ``<scenario>.logs.jsonl`` (log events). Live and recorded, each scenario is 
 * subagent: an ``Agent`` call whose sub-agent runs a command below that tool's span, then one
   more command: the sub-agent's calls are the invocation's.
 
-Named gaps (docs/frameworks.md): no span carries the answer's text (its
-``claude_code.assistant_response`` log event names the interaction's span and is no GenAI
-content event: nothing is joined from the log events), so the run has no final output.
+No span carries the answer's text: its ``claude_code.assistant_response`` log event does
+(``OTEL_LOG_ASSISTANT_RESPONSES``), naming the interaction's span, and is joined to it (the
+conventions' ``log_events``): the run's final output is that text.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM, Step
-from tests.frameworks.harness import RECORDINGS, Expect, check_runs, replay
+from tests.frameworks.harness import RECORDINGS, Expect, check_runs, replay, replay_logs
 from tests.frameworks.test_claude_code import bash, run_claude, telemetry_env
 from tests.harness import RunningServer, http_request, http_served
 
@@ -118,7 +118,7 @@ def tee(sidecar: RunningServer) -> Iterator[tuple[Tee, str]]:
 def _reads_as(sidecar: RunningServer, scenario: str) -> None:
     (run,) = check_runs(sidecar, [SCENARIOS[scenario][1]])
     detail = sidecar.get_json(f"/v1/runs/{run['id']}")
-    assert detail.get("final_output") is None  # (the named gap: no span carries it)
+    assert detail.get("final_output") == ANSWER  # (its log event's, joined to its span)
     repeats = detail["signals"]["repeated_tool_call"]
     assert (repeats >= 4) is (scenario == "loop"), detail["signals"]
 
@@ -132,19 +132,21 @@ def test_live(sidecar: RunningServer, llm: FakeLLM, tee: tuple[Tee, str], tmp_pa
     output, ran = run_claude(tmp_path, llm.base_url.removesuffix("/v1"), model, "Find the file.",
                              telemetry_env(url, "http/json"), tools="Bash,Read,Agent")
     assert (output, ran) == (ANSWER, commands)
-    _reads_as(sidecar, scenario)
     assert kept.kept["traces"] and kept.kept["logs"]
     if os.environ.get("RECORD_SPANS"):
         kept.write(scenario)
+    _reads_as(sidecar, scenario)
 
 
+@pytest.mark.parametrize("logs_first", [False, True], ids=["spans-first", "logs-first"])
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_recorded(sidecar: RunningServer, scenario: str) -> None:
-    """What Claude Code really exported, sent again unchanged (its spans, then its log
-    events): the run the live one reads."""
+def test_recorded(sidecar: RunningServer, scenario: str, logs_first: bool) -> None:
+    """What Claude Code really exported, sent again unchanged: its spans, then its log events
+    (as it sends them at exit: the run ended, its answer read into it when it comes), or the
+    log events first (the answer waits for its span): the run the live one reads."""
+    if logs_first:
+        replay_logs(sidecar, FOLDER / f"{scenario}.logs.jsonl")
     replay(sidecar, FOLDER / f"{scenario}.jsonl")
-    for line in (FOLDER / f"{scenario}.logs.jsonl").read_text(encoding="utf-8").splitlines():
-        status, body = http_request("POST", sidecar.otlp_http + "/v1/logs", line.encode(),
-                                    {"Content-Type": "application/json"})
-        assert status == 200, (status, body)
+    if not logs_first:
+        replay_logs(sidecar, FOLDER / f"{scenario}.logs.jsonl")
     _reads_as(sidecar, scenario)

@@ -208,7 +208,8 @@ def test_qwen_code_traced_and_steered_is_two_runs_each_true(
     is steered as before, and each run is true, but they are two: its HTTP client's spans send
     no ``traceparent`` with its requests (nor anything else that names its trace), so the
     endpoint's run (``model:``) and its trace's run (``trace:``) are never one. A named gap
-    (docs/frameworks.md): each counts the same 4 model calls and 3 tools."""
+    (docs/frameworks.md): each counts the same 4 model calls and 3 tools, and the trace's has
+    the answer its log events brought."""
     model = llm.script(f"qwen-{tmp_path.name}", searching())
     before = run_ids(budgeted)
     ran, printed = run_qwen(budgeted.url("model") + "/v1", model, tmp_path,
@@ -229,3 +230,6 @@ def test_qwen_code_traced_and_steered_is_two_runs_each_true(
                    run["terminal_state"], run["has_final_answer"]) for run in runs) == [
         ("model", AGENT, BUDGET + 1, BUDGET, "tool_limit_reached", True),
         ("trace", "qwen-code", BUDGET + 1, BUDGET, "tool_limit_reached", True)], runs
+    # (the trace's answer its log event's: the report it printed)
+    assert [budgeted.get_json(f"/v1/runs/{run['id']}")["final_output"] for run in runs
+            if run["id"].startswith("trace:")] == [REPORT], runs

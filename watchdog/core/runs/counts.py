@@ -340,6 +340,16 @@ class RunCounts(RunFields):
         if record.limit_stop is not None and self.limit_stop is None:
             self.limit_stop = record.limit_stop
 
+    def read_answer(self, record: SpanRecord) -> None:
+        """The answer of agent span ``record``, folded in already without it (an agent's own log
+        event brought it after the span: ``record`` has taken it): the run's answer, as
+        :meth:`apply` reads an agent span's, nothing counted again."""
+        if record.final_answer and not record.workflow:
+            self.explicit_final = True
+        if record.final_output is not None and record.end_ns >= self._final_end_ns:
+            self.final_output = record.final_output
+            self._final_end_ns = record.end_ns
+
     @property
     def loop_cap_taken(self) -> str | None:
         """The loop cap taken as the run's limit before its loop-end tool came (None: none)."""

@@ -453,28 +453,37 @@ class RunTracker(RunBook):
 
     def _read_late_content(self, record: SpanRecord, reread: SpanRecord, now: float,
                            result: BatchResult) -> None:
-        """Model call ``record``, folded into its run without its content, and ``reread``, its
-        span read again with the content its GenAI log event brought later: the run reads the
-        content now as it would have read it with the span (its messages, the tools asked
-        for, its answer or tool request, a limit its input tells), and counts nothing again.
+        """Model call ``record``, folded into its run without its content, and ``reread``,
+        its span read again with the content its GenAI log event brought later (or an agent
+        span and the answer an agent's own log event brought, ``RunState.read_answer``; a tool
+        call and its arguments, read by folding its ended run again): the run reads the content
+        now as it would have read it with the span (its messages, the
+        tools asked for, its answer or tool request, a limit its input tells), and counts
+        nothing again.
         ``record`` takes the content, so the run's retained records have it when a nested
         agent's split folds them again. A run that ended unanswered is classified again
         (:meth:`RunState.late_answer`); an open run of loose calls that the call answered
         ends, as the call would have ended it."""
-        if record.kind is not LLM or reread.kind is not LLM:
+        kind = record.kind
+        if reread.kind is not kind or kind is OTHER:
             return
         run = self.get(record.run_key)
         if run is None:  # (gone: evicted, or ended long ago)
             return
-        record.take_content(reread)
         frames = self._frames.get(run.trace_id) if run.key_source is KEY_TRACE else None
-        if frames is not None and frames.complete and run.ended \
-                and any(kept is record for kept in frames.records):
-            # the run ended (its root came first) and keeps its records: folded again with
-            # the content, it reads what it would have read had the content come first (an
-            # answer it took from a child run that ended later yields to its own)
-            self._refold(run, [kept for kept in frames.records if kept.run_key == run.key],
-                         now)
+        # the run ended (its root came first) and keeps its records: folded again with the
+        # content, it reads what it would have read had the content come first (an answer it
+        # took from a child run that ended later yields to its own)
+        kept = [kept for kept in frames.records if kept.run_key == run.key] \
+            if frames is not None and frames.complete and run.ended \
+            and any(kept is record for kept in frames.records) else None
+        if kind is TOOL and kept is None:
+            return  # (a tool call of an open run: counted with what its span said)
+        record.take_content(reread)
+        if kept is not None:
+            self._refold(run, kept, now)
+        elif kind is AGENT:  # (an agent span's answer, from an agent's own log event)
+            run.read_answer(record)
         else:
             run.read_content(record)
         result.touched[run.key] = run

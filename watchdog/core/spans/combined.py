@@ -43,7 +43,7 @@ _SCOPED_NAMES = ("agent_name", "agent_span_name", "session", "response_id", "too
                  "finish_reasons", "input_messages", "output_messages", "input_tokens",
                  "output_tokens", "total_tokens", "response_model", "request_model", "provider")
 _SCOPED_PAIRS = ("agent_name_json", "error_json", "limit_error_json", "usage_json")
-SCOPE_FREE = frozenset({"name", "emitted_by", "notes", "scopes", "hidden_content",
+SCOPE_FREE = frozenset({"name", "emitted_by", "notes", "scopes", "hidden_content", "log_events",
                         "limit_finish_reasons", "answer_finish_reasons", "tool_finish_reasons",
                         "limit_exceptions", "limit_status", "limit_phrases"})
 

@@ -786,16 +786,40 @@ CLAUDE_CODE = Convention(
     # span), its output a `tool.output` event with `OTEL_LOG_TOOL_CONTENT=1`
     tool_args=("full_command",),
     tool_result=("tool.output:output",),
+    # the answer: only in its `assistant_response` log event (`OTEL_LOGS_EXPORTER`; its body
+    # `claude_code.assistant_response`, of its scope `com.anthropic.claude_code.events`), which
+    # names the interaction's span: read as that span's output (its text with
+    # `OTEL_LOG_ASSISTANT_RESPONSES=1`, hidden without)
+    answer=("assistant_response:response",),
+    log_events=("assistant_response",),
     # what it writes for a prompt or an answer it does not log (without
     # `OTEL_LOG_USER_PROMPTS`, `OTEL_LOG_ASSISTANT_RESPONSES`)
     hidden_content=frozenset({"<REDACTED>"}),
     notes="the spans name no agent: the run is named after the service (`claude-code`), its "
           "session Claude Code's (`session.id`); a sub-agent (its `Agent` tool) runs below "
-          "that tool's span, its model calls and tools counted in the invocation's run; no "
-          "span carries the answer (its text is only in the `claude_code.assistant_response` "
-          "log event, which names the interaction's span, not a model call's), nor the "
-          "arguments of a tool other than Bash (only the `claude_code.tool_result` log event "
-          "has them): a repeated call of another tool cannot be told from another" + ON_NO_SPAN,
+          "that tool's span, its model calls and tools counted in the invocation's run; the "
+          "answer is its `assistant_response` log event's, joined to the "
+          "interaction's span it names; no span carries the arguments of a tool other than "
+          "Bash (only the `claude_code.tool_result` log event has them, naming no tool's "
+          "span): a repeated call of another tool cannot be told from another" + ON_NO_SPAN,
+)
+
+QWEN_CODE = Convention(
+    name="Qwen Code",
+    emitted_by="Qwen Code's own OpenTelemetry (npm `@qwen-code/qwen-code`, its settings' "
+               "`telemetry`: `qwen-code.interaction`, `qwen-code.llm_request`, "
+               "`qwen-code.tool`, GenAI operation names; its log events)",
+    scopes=("qwen-code",),
+    # its spans carry no content: a model call's output text is its `qwen-code.api_response`
+    # log event's, a tool's arguments its `qwen-code.tool_call` event's, each naming the span
+    answer_texts=("qwen-code.api_response:response_text",),
+    tool_args=("qwen-code.tool_call:function_args",),
+    log_events=("qwen-code.api_response", "qwen-code.tool_call"),
+    notes="its spans are read as the GenAI conventions' (`invoke_agent`, `chat`, "
+          "`execute_tool`); the answer and a tool's arguments come from its log events, joined "
+          "to the spans they name (`qwen-code.api_response`'s `response_text`, "
+          "`qwen-code.tool_call`'s `function_args`): with no logs exported, no answer text and "
+          "a repeated tool call not told from another",
 )
 
 CODEX = Convention(
@@ -915,5 +939,5 @@ CONVENTIONS: tuple[Convention, ...] = (
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
     SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG, CODEX, CODEX_NAMES,
-    AGENTOPS, LAMINAR, LANGTRACE, CLAUDE_CODE,
+    AGENTOPS, LAMINAR, LANGTRACE, CLAUDE_CODE, QWEN_CODE,
 )

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from watchdog.core.spans.attributes import (
@@ -46,7 +47,7 @@ from watchdog.core.spans.attributes import (
     OUTPUT_MESSAGES_JSON_KEYS,
     WANTED_ATTRIBUTES,
 )
-from watchdog.core.spans.combined import TABLES
+from watchdog.core.spans.combined import ENTRIES, TABLES
 from watchdog.core.spans.conventions import Resource, role_of
 from watchdog.core.spans.decode import (
     DecodeError,
@@ -80,6 +81,66 @@ CONTENT_EVENTS = frozenset(TABLES.log_events)
 CONTENT_KEYS = frozenset(ALIASED.get(key, key) for key in (
     MESSAGES_JSON_KEYS + OUTPUT_MESSAGES_JSON_KEYS + MESSAGES_DELTA_KEYS))
 _LLM = Role.LLM
+# The facts a log event may bring, by the role of span it describes (a span of that role waits
+# for it)
+_ROLE_FIELDS = ((Role.LLM, ("answer_texts", "llm_output", "finish_reasons", "input_messages",
+                            "output_messages")),
+                (Role.TOOL, ("tool_args", "tool_result")),
+                (Role.AGENT, ("answer",)))
+
+
+def _agent_events() -> dict[str, tuple[Role, frozenset[str], tuple[str, ...]]]:
+    """An agent's own log events: those a convention lists in ``log_events`` and names its facts
+    in, as ``<event>:<attribute>`` (as a span event's are) -> the role of span each describes,
+    the attributes read from it, and the log scopes it is read from (a scoped convention's:
+    its scopes; none: any); the other log events listed are GenAI events, their attributes a
+    span's own."""
+    found: dict[str, tuple[Role, frozenset[str], tuple[str, ...]]] = {}
+    for convention in ENTRIES:
+        for event in convention.log_events:
+            for role, names in _ROLE_FIELDS:
+                wanted = frozenset(fact.partition(":")[2] for name in names
+                                   for fact in getattr(convention, name)
+                                   if fact.partition(":")[0] == event)
+                if wanted and event not in found:
+                    found[event] = (role, wanted, convention.scopes)
+    return found
+
+
+AGENT_EVENTS: Mapping[str, tuple[Role, frozenset[str], tuple[str, ...]]] = MappingProxyType(
+    _agent_events())
+# The scopes of the conventions whose own log events bring a tool's or an agent span's facts,
+# by the role of span: such a span applied without them is kept for them (LogJoin.note), as a
+# model call is for its content (a role's spans of other scopes are not: most carry theirs)
+LATE_SCOPES: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    role: scopes for role in (Role.TOOL, Role.AGENT)
+    if (scopes := tuple(scope for convention in ENTRIES for scope in convention.scopes
+                        if any(event in AGENT_EVENTS and AGENT_EVENTS[event][0] is role
+                               for event in convention.log_events)))})
+LATE_SCOPE_PREFIXES = tuple(scope for scopes in LATE_SCOPES.values() for scope in scopes)
+_LLM_ONLY = frozenset({_LLM})
+
+
+def _family(event: str) -> frozenset[Role]:
+    """The roles of span the log events of ``event``'s convention describe (an agent that sends
+    one sends the others: its spans of all those roles wait once one came); a GenAI event's, a
+    model call's."""
+    if event not in AGENT_EVENTS:
+        return _LLM_ONLY
+    return frozenset(AGENT_EVENTS[name][0] for convention in ENTRIES
+                     if event in convention.log_events
+                     for name in convention.log_events if name in AGENT_EVENTS)
+
+
+# The roles of span a service that sent each log event has waiting for such events, and the
+# facts that, on a span of a role, are what such an event would bring (it waits for none then)
+EVENT_ROLES: Mapping[str, frozenset[Role]] = MappingProxyType(
+    {name: _family(name) for name in CONTENT_EVENTS})
+AWAITED_KEYS: Mapping[Role, frozenset[str]] = MappingProxyType({
+    role: frozenset(event + ":" + attribute for event, (of, wanted, _) in AGENT_EVENTS.items()
+                    if of is role for attribute in wanted)
+    | (CONTENT_KEYS if role is _LLM else frozenset())
+    for role, _ in _ROLE_FIELDS})
 
 WAIT_SECONDS = 2.0  # how long a span waits for its content (its run's end waits with it)
 # how long content waits for its span: longer, as it delays nothing (its bytes are bounded), and
@@ -172,11 +233,20 @@ def _event_name(record: Any) -> str:
     return ""
 
 
-def content_of(record: Any) -> dict[str, object]:
-    """The attributes of a GenAI log event a span's reading wants, as a span would carry them."""
+def content_of(record: Any, name: str = "") -> dict[str, object]:
+    """The attributes of a GenAI log event a span's reading wants, as a span would carry them;
+    of an agent's own event (:data:`AGENT_EVENTS`), those the conventions name, as
+    ``<event>:<attribute>`` facts."""
     facts: dict[str, object] = {}
+    own = AGENT_EVENTS.get(name)
+    wanted = own[1] if own is not None else None
     for kv in record.attributes:
-        if kv.key in WANTED_ATTRIBUTES:
+        if wanted is not None:
+            if kv.key in wanted:
+                value = kv.value
+                text = value.string_value
+                facts[name + ":" + kv.key] = text if text else any_value(value)
+        elif kv.key in WANTED_ATTRIBUTES:
             text = kv.value.string_value
             facts[kv.key] = (json_encoded(text, False) if text[0] == '"' else text) if text \
                 else any_value(kv.value)
@@ -225,7 +295,8 @@ class LogJoin:
         # (trace id + span id) -> (content, its size, until when it waits)
         self._content: OrderedDict[bytes, tuple[dict[str, object], int, float]] = OrderedDict()
         self._held: OrderedDict[bytes, Held] = OrderedDict()  # trace id -> held trace
-        self._services: OrderedDict[str, None] = OrderedDict()
+        # service -> the roles of span its log events describe
+        self._services: OrderedDict[str, frozenset[Role]] = OrderedDict()
         self._bytes = 0
         self._held_spans = 0
         self.overflow: list[Held] = []  # held traces pushed out by the bounds: go on now
@@ -255,15 +326,20 @@ class LogJoin:
                     service = kv.value.string_value
             for scope_logs in resource_logs.scope_logs:
                 for record in scope_logs.log_records:
-                    if _event_name(record) not in CONTENT_EVENTS:
+                    name = _event_name(record)
+                    if name not in CONTENT_EVENTS:
                         continue
+                    own = AGENT_EVENTS.get(name)
+                    if own is not None and own[2] \
+                            and not scope_logs.scope.name.startswith(own[2]):
+                        continue  # (another scope's event of that name)
                     self.events += 1
                     if service is not None:
-                        self._remember(service)
+                        self._remember(service, EVENT_ROLES[name])
                     trace_id, span_id = bytes(record.trace_id), bytes(record.span_id)
                     if len(trace_id) != 16 or len(span_id) != 8 or not any(span_id):
                         continue  # no span to join it to
-                    facts = content_of(record)
+                    facts = content_of(record, name)
                     if facts:
                         held = self._content_arrived(trace_id, span_id, facts,
                                                      record.ByteSize(), now)
@@ -274,9 +350,12 @@ class LogJoin:
             self.overflow = []
         return ready
 
-    def _remember(self, service: str) -> None:
-        self._services[service[:200]] = None
-        self._services.move_to_end(service[:200])
+    def _remember(self, service: str, family: frozenset[Role]) -> None:
+        key = service[:200]
+        roles = self._services.get(key)
+        if roles is None or not family <= roles:
+            self._services[key] = (roles or frozenset()) | family
+        self._services.move_to_end(key)
         while len(self._services) > MAX_SERVICES:
             self._services.popitem(last=False)
 
@@ -329,7 +408,8 @@ class LogJoin:
     def note(self, span: Any, record: SpanRecord, resource: Resource, scope: str,
              now: float) -> None:
         """Keep model call ``span``, applied without content (``record``), for its content,
-        should a log event bring it within ``content_wait_seconds``."""
+        should a log event bring it within ``content_wait_seconds`` (or a tool or agent span
+        for its facts, :meth:`kept_late`)."""
         key = bytes(span.trace_id) + bytes(span.span_id)
         if key in self._unread:  # (the span again, a retry: its first record is the applied one)
             return
@@ -340,18 +420,30 @@ class LogJoin:
         if len(self._unread) > MAX_UNREAD_SPANS or self._bytes > self.max_bytes:
             self._bound()
 
+    @staticmethod
+    def kept_late(kind: str, scope: str, attrs: Mapping[str, object]) -> bool:
+        """Whether a tool or agent span (``kind``) applied without the facts an agent's own log
+        events bring is kept for them (:meth:`note`): one of a scope whose events bring them
+        (:data:`LATE_SCOPES`)."""
+        scopes = LATE_SCOPES.get(kind)
+        return scopes is not None and scope.startswith(scopes) \
+            and AWAITED_KEYS[Role(kind)].isdisjoint(attrs)
+
     def holding(self, trace_id: bytes) -> bool:
         return trace_id in self._held
 
     def awaits(self, name: str, attrs: Mapping[str, object], resource: Resource) -> bool:
         """Whether a span (no content of its own found) waits for its log: a model call with
-        no content, from a service whose logs carry GenAI events."""
-        if not self._services or resource.service is None \
-                or resource.service not in self._services:
+        no content, from a service whose logs carry GenAI events; a span of the role an
+        agent's own log events describe (:data:`EVENT_ROLES`), from a service that sends them,
+        without their facts."""
+        if not self._services or resource.service is None:
             return False
-        if not CONTENT_KEYS.isdisjoint(attrs):
+        roles = self._services.get(resource.service)
+        if roles is None:
             return False
-        return role_of(name, attrs) is _LLM
+        role = role_of(name, attrs)
+        return role is not None and role in roles and AWAITED_KEYS[role].isdisjoint(attrs)
 
     def hold(self, span: Any, resource: Resource, scope: str, now: float,
              waits: bool, content: dict[str, object] | None = None) -> None:

@@ -16,7 +16,13 @@ from watchdog.core.bounds import MAX_ID_CHARS, id_problem
 from watchdog.core.spans import values
 from watchdog.core.spans.conventions import Resource, SpanRejected, normalise, normalised
 from watchdog.core.spans.decode import TraceRequest, attributes
-from watchdog.core.spans.logs import CONTENT_KEYS, Held, LogJoin, merged
+from watchdog.core.spans.logs import (
+    CONTENT_KEYS,
+    LATE_SCOPE_PREFIXES,
+    Held,
+    LogJoin,
+    merged,
+)
 from watchdog.core.spans.record import (
     AGENT,
     DUPLICATE_SPAN_ID,
@@ -122,6 +128,10 @@ def slices_of(request: TraceRequest, size: int | None,
                         if join is not None and content is None \
                                 and attrs.keys().isdisjoint(CONTENT_KEYS):
                             join.note(span, record, resource, scope, now)
+                    elif join is not None and content is None \
+                            and scope.startswith(LATE_SCOPE_PREFIXES) \
+                            and join.kept_late(record.kind, scope, attrs):
+                        join.note(span, record, resource, scope, now)
                     records.append(record)
                 except SpanRejected as exc:
                     decoded.rejected[exc.reason] += 1
@@ -241,6 +251,8 @@ def _read_held(traces: list[Held], join: LogJoin, decoded: Decoded,
                 _pair(record, models, inner)
                 if content is None and attrs.keys().isdisjoint(CONTENT_KEYS):
                     join.note(span, record, resource, scope, now)  # (its content may come yet)
+            elif content is None and join.kept_late(record.kind, scope, attrs):
+                join.note(span, record, resource, scope, now)
             records.append(record)
     return records
 

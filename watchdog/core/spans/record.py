@@ -171,10 +171,11 @@ class SpanRecord:
     pinned: bool = False
 
     def take_content(self, reread: SpanRecord) -> None:
-        """This model call's content, read late (:data:`CONTENT_FIELDS`): ``reread`` is its
-        span read again with the content a GenAI log event brought after the span was applied
+        """This model call's content, read late (:data:`CONTENT_FIELDS`; a tool call's
+        arguments and result, :data:`TOOL_CONTENT_FIELDS`): ``reread`` is its span read again
+        with the content a log event brought after the span was applied
         (:mod:`watchdog.core.spans.logs`)."""
-        for name in CONTENT_FIELDS:
+        for name in TOOL_CONTENT_FIELDS if self.kind is TOOL else CONTENT_FIELDS:
             setattr(self, name, getattr(reread, name))
 
     def as_invocation(self) -> None:
@@ -252,6 +253,7 @@ _FIELDS = tuple(field.name for field in fields(SpanRecord))
 # watchdog.core.spans.model_calls), all a GenAI log event can add to a span read without it
 CONTENT_FIELDS = ("finish_reason", "final_answer", "requested_tools", "final_output",
                   "asked_tools", "messages", "messages_delta", "prompt", "limit_stop")
+TOOL_CONTENT_FIELDS = ("args_hash", "args_brief", "result_hash", "result_brief")
 _CHECKED = (("run_key", str), ("trace_id", str), ("span_id", str), ("name", str),
             ("parent_span_id", (str, type(None))), ("start_ns", int), ("end_ns", int),
             ("input_tokens", int), ("output_tokens", int))
