@@ -470,7 +470,8 @@ class NativeEndpoint:
         wire = proxy.wire_of(method, target)
         headers: CIMultiDict[str] = CIMultiDict(raw_headers)
         try:
-            plan = proxy.plan(wire, method, target, headers, body, arrived=self.taken_at - waited)
+            plan = proxy.plan(wire, method, target, headers, body, arrived=self.taken_at - waited,
+                              sent=True)
         except Refused as refused:
             plan = proxy.refusal(wire, refused, headers)
         self.admitted += 1

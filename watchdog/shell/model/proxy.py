@@ -360,14 +360,17 @@ class ModelProxy:
 
     def plan(self, wire: Wire | None, method: str, target: str,
              given: CIMultiDict[str] | CIMultiDictProxy[str], raw: bytes,
-             path_agent: str | None = None, arrived: float | None = None) -> Answer | Plan:
+             path_agent: str | None = None, arrived: float | None = None, sent: bool = False
+             ) -> Answer | Plan:
         """The request read, given its run and steered (``target`` checked already; its path
         named ``path_agent``; ``arrived``: when its head came, on the service's clock, else
         now): what the upstream is sent, or the answer given without it. A
         plan with an exchange holds its run until :meth:`ModelBook.settle` (its relay's, when
-        the response has ended)."""
+        the response has ended). ``sent``: the compiled relay sent it upstream already (it
+        went on ahead): what it would be sent as is not made (its headers, a body written
+        anew), only what it gets."""
         url = self._upstream_url(target, given)
-        headers, watchdog = request_headers(given)
+        headers, watchdog = request_headers(given, sent)
         if wire is None:  # other paths: passed through
             return Plan(method, "other", url, headers, raw, None)
         headers["Accept-Encoding"] = "identity"  # the response is read: no compression
@@ -416,7 +419,9 @@ class ModelProxy:
             # (to price the call, unless the upstream refused that before)
             asked = wire.ask_usage(body) if turn.usage and not self.usage_unasked else None
             unasked = None
-            if turn.act is not Act.PASS or asked is not None:
+            if sent:  # (what the request gets, not what it would go as)
+                unasked = raw if asked is not None else None
+            elif turn.act is not Act.PASS or asked is not None:
                 if asked is not None:  # (sent instead if the upstream refuses the ask)
                     unasked = raw if turn.act is Act.PASS and coding in IDENTITY \
                         else dumps(body)
