@@ -151,6 +151,37 @@ $(TS_VOLTAGENT): tests/frameworks/ts/voltagent/package.json \
 		--loglevel=error
 	touch $@
 
+## ... and Claude Code (tests/frameworks/ts/claude_code: @anthropic-ai/claude-code, its launcher
+## and, as an optional dependency of the same version, its prebuilt binary for this platform,
+## both from the npm registry; nothing is downloaded at install or first run; its launcher asks
+## for node >= 22 but only links the binary, which runs on any). Cold npm cache: about 20 s, a
+## 179 MB download, 384 MB installed
+TS_CLAUDE_CODE := tests/frameworks/ts/claude_code/node_modules/.installed
+$(TS_CLAUDE_CODE): tests/frameworks/ts/claude_code/package.json \
+		tests/frameworks/ts/claude_code/package-lock.json
+	cd tests/frameworks/ts/claude_code && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+## Qwen Code (tests/frameworks/qwen_code: @qwen-code/qwen-code, a TypeScript coding agent bundled
+## on npm with no required dependency), exactly as locked, from the npm registry, without its
+## optional native packages (terminal, clipboard, images: qwen -p uses none; five clipboard
+## platform packages the registry answers 404 for are overridden by a local stand-in, else no lock
+## is in sync). Cold npm cache: about 8 s, a 32 MB download, 123 MB on disk
+QWEN_CODE_AGENT := tests/frameworks/qwen_code/node_modules/.installed
+$(QWEN_CODE_AGENT): tests/frameworks/qwen_code/package.json \
+		tests/frameworks/qwen_code/package-lock.json
+	cd tests/frameworks/qwen_code && npm ci --omit=optional --no-audit --no-fund --loglevel=error
+	touch $@
+
+## the OpenAI Codex CLI (tests/frameworks/codex: @openai/codex, a Rust agent shipped on npm, its
+## platform binary an optional dependency npm picks for this machine: no --omit=optional, no
+## download at its first run), exactly as locked, from the npm registry. Cold npm cache: about
+## 10 s, 420 MB on disk (the binary is 300 MB)
+CODEX_AGENT := tests/frameworks/codex/node_modules/.installed
+$(CODEX_AGENT): tests/frameworks/codex/package.json tests/frameworks/codex/package-lock.json
+	cd tests/frameworks/codex && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 ## the Go agents of the model endpoint's tests (tests/frameworks/go: openai-go and
 ## anthropic-sdk-go, as its go.mod and go.sum pin them, from the Go module proxy), built into the
 ## user's cache (AGENT_WATCHDOG_CACHE/goagent/<hash of its sources>/, as Go's module and build
@@ -392,7 +423,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(CODEX_AGENT) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
@@ -432,4 +463,6 @@ clean:
 	rm -rf $(VENV) .venvs .cache build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .make-dist.lock \
 		watchdog/core/spans/_native*.so \
 		tests/frameworks/ts/node_modules tests/frameworks/ts/genkit/node_modules \
-		tests/frameworks/ts/mastra/node_modules tests/frameworks/ts/voltagent/node_modules
+		tests/frameworks/ts/mastra/node_modules tests/frameworks/ts/voltagent/node_modules \
+		tests/frameworks/ts/claude_code/node_modules tests/frameworks/qwen_code/node_modules \
+		tests/frameworks/codex/node_modules

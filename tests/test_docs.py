@@ -73,6 +73,15 @@ failing on a changed block. The kinds:
     A picture of the source tree, two spaces per level: each line's first names (up to two
     spaces and a comment) must exist under the parent above them, and every package under the
     first line's folder must be drawn (a new package cannot be left out of the picture).
+``qwen-settings``
+    Qwen Code's ``settings.json`` telemetry, as JSON: exactly what its tests run it with
+    (``tests/frameworks/test_model_endpoint_qwen_code.py``'s ``telemetry``), the sidecar's
+    default OTLP/HTTP address in place of the test's.
+``codex-config``
+    The OpenAI Codex CLI's ``config.toml`` (TOML): a model provider it selects must be the
+    sidecar's model endpoint (``base_url`` ``http://127.0.0.1:9478/v1``) on the Responses API
+    with its key from the environment (``env_key``); its ``[otel]`` exporters must be OTLP/HTTP
+    to the sidecar's default ``otlp_http_address``, ``/v1/logs`` and ``/v1/traces``.
 ``startup-error port=N``
     ``watchdog serve`` with that port taken by another socket (any free port standing for N)
     must exit 2 with exactly this line on stderr.
@@ -118,7 +127,8 @@ READY_TIMEOUT = 300.0  # `make run` may (re)install the sidecar into .venv first
 MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
-         "sidecar-chart", "otel-collector", "json", "startup-error", "tree"}
+         "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
+         "codex-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -688,6 +698,29 @@ def check_otel_collector(block: Block, stack: Stack, state: DocState) -> None:
         assert host in services and int(port) in services[host], (block.where, host, services)
 
 
+def check_codex_config(block: Block, stack: Stack, state: DocState) -> None:
+    from watchdog.shell.config import Config
+
+    config = tomllib.loads(block.text)
+    providers = config.get("model_providers", {})
+    chosen = config.get("model_provider")
+    assert chosen or config.get("otel"), f"{block.where}: neither a model provider nor [otel]"
+    if chosen is not None:
+        provider = providers.get(chosen)
+        assert provider is not None, f"{block.where}: model_provider {chosen!r} is not defined"
+        assert provider.get("base_url") == f"http://{MODEL_ENDPOINT_DEFAULT}/v1", block.where
+        assert provider.get("wire_api") == "responses" and provider.get("env_key"), block.where
+    otlp = f"http://{Config().otlp_http_address}"
+    for key, path in (("exporter", "/v1/logs"), ("trace_exporter", "/v1/traces")):
+        exporter = config.get("otel", {}).get(key)
+        if exporter is None:
+            continue
+        http = exporter.get("otlp-http")
+        assert isinstance(http, dict), f"{block.where}: otel.{key} is no otlp-http exporter"
+        assert http.get("endpoint") == otlp + path, (block.where, key, http)
+        assert http.get("protocol") in ("binary", "json"), (block.where, key, http)
+
+
 def check_json(block: Block, stack: Stack, state: DocState) -> None:
     from watchdog.core.directives.model import Directive
 
@@ -697,6 +730,12 @@ def check_json(block: Block, stack: Stack, state: DocState) -> None:
     values.update(created_at=0.0, escalation=False, budget={})
     product = Directive(**values).to_json()
     assert set(shown) == set(product), (block.where, sorted(set(shown) ^ set(product)))
+
+
+def check_qwen_settings(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_qwen_code import telemetry
+
+    assert json.loads(block.text) == telemetry("http://127.0.0.1:4318"), block.where
 
 
 def check_startup_error(block: Block, stack: Stack, state: DocState) -> None:
@@ -751,6 +790,8 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "helm-values": check_helm_values, "sidecar-chart": check_sidecar_chart,
     "otel-collector": check_otel_collector, "json": check_json,
     "startup-error": check_startup_error, "tree": check_tree,
+    "qwen-settings": check_qwen_settings,
+    "codex-config": check_codex_config,
 }
 assert set(CHECKS) == KINDS
 
@@ -841,6 +882,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "rule-test": (README, "{step: 3,", "{step: 2,"),
     "output": (README, "explorer", "explore"),
     "json": (DOCS / "steering.md", '"seq"', '"sequence"'),
+    "qwen-settings": (DOCS / "frameworks.md", '"logPrompts": true', '"logPrompts": false'),
     "sh env": (README, "127.0.0.1:4318", "127.0.0.1:4319"),
     "sh dry-run": (DOCS / "testing.md", "make check ", "make checks "),
     "helm-values": (README, "mode: gateway", "mode: gatway"),
@@ -849,6 +891,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "startup-error": (DOCS / "configuration.md", "Address already in use", "Address in use"),
     "tree": (DOCS / "architecture.md", "    fleet.py", "    fleets.py"),
     "pip": (ROOT / "client" / "README.md", "[otlp]", "[otel]"),
+    "codex-config": (DOCS / "frameworks.md", "4318/v1/traces", "4317/v1/traces"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

@@ -88,8 +88,8 @@ class FailingWrites:
             raise StoreWriteError("database or disk is full")
         service = self.sidecar.server.service
         assert service is not None
-        self.monkeypatch.setattr(service.store, "save", full)
-        self.monkeypatch.setattr(service.store, "save_sessions", full)
+        for write in ("save", "save_sessions", "write"):  # (a flush writes in parts)
+            self.monkeypatch.setattr(service.store, write, full)
 
     def free(self) -> None:
         self.monkeypatch.undo()
@@ -162,3 +162,35 @@ def test_state_that_cannot_be_written_refuses_exports_and_recovers(
             assert http_request("GET", restarted.api + "/v1/runs/refused")[0] == 404
     print(f"{len(acknowledged)} acknowledged exports kept "
           f"({'a full tmpfs' if mounted else 'injected write failures'})")
+
+
+@pytest.mark.parametrize("room_at_the_end", [True, False])
+def test_a_shutdown_on_a_full_disk_says_what_it_saved(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        room_at_the_end: bool) -> None:
+    """The shutdown's last save after the state could not be written: when it writes, the log
+    says the pending state is saved (it said "writable again: exports are accepted", with the
+    receivers closed); when it cannot, that the state is left unsaved."""
+    config = sidecar_config(tmp_path / "state", state_flush_interval=3600)
+    with running_server(config) as sidecar:
+        disk = FailingWrites(sidecar, monkeypatch)
+        assert post_full(sidecar, one_run("acknowledged"))[0] == 200
+        disk.fill()  # a checkpoint is written at once: it finds the disk full
+        status, answer = http_request("POST", sidecar.api + "/v1/sessions/s/checkpoints",
+                                      b'{"remaining": "x"}')
+        assert status == 503 and b"state_unavailable" in answer
+        assert ready(sidecar) == 503
+        if room_at_the_end:
+            disk.free()  # (the last save finds room: SQLite freed pages, a WAL with space)
+        caplog.clear()
+    said = [record.getMessage() for record in caplog.records if record.name.startswith(
+        "watchdog") and "state" in record.getMessage()]
+    assert not any("exports are accepted" in line for line in said), said
+    if room_at_the_end:
+        assert (f"the state in {config.state_dir} could be written at shutdown: what waited "
+                f"in memory is saved") in said, said
+        with running_server(sidecar_config(tmp_path / "state")) as restarted:
+            assert http_request("GET", restarted.api + "/v1/runs/acknowledged")[0] == 200
+    else:
+        assert any(line.startswith("shutting down with unsaved state: 1 runs") for line in said), \
+            said

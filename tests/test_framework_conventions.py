@@ -859,6 +859,32 @@ SIGNATURES: dict[tuple[str, str], list[str]] = {
         'tool lookup {"key":"broken"} error=tool_error',
         'llm stop answer',
     ],
+    # Claude Code's own spans (CLAUDE_CODE_ENHANCED_TELEMETRY_BETA): the interaction
+    # (invoke_agent, no agent name), its model calls (chat) and tools (execute_tool), a Bash
+    # call's command its arguments (OTEL_LOG_TOOL_DETAILS); a sub-agent (its Agent tool) runs
+    # below that tool's span, its calls in the invocation
+    ("claude_code", "three_tools"): [
+        *[line for key in range(3) for line in (
+            "llm tool_use asks-tools", f"tool Bash echo 'step {key}' >> ran.txt")],
+        "llm end_turn answer",
+        "agent None",
+    ],
+    ("claude_code", "loop"): [
+        *["llm tool_use asks-tools", "tool Bash echo 'the same' >> ran.txt"] * 6,
+        "llm end_turn answer",
+        "agent None",
+    ],
+    ("claude_code", "subagent"): [
+        "llm tool_use asks-tools",
+        "llm tool_use asks-tools",
+        "tool Bash echo 'sub' >> ran.txt",
+        "llm end_turn answer",
+        "tool Agent None",
+        "llm tool_use asks-tools",
+        "tool Bash echo 'main' >> ran.txt",
+        "llm end_turn answer",
+        "agent None",
+    ],
     **SEMANTIC_KERNEL,
 }
 
@@ -1156,6 +1182,10 @@ OUTCOMES: dict[tuple[str, str], Outcome] = {
     ("genkit_go", "three_tools"): COMPLETED_3,
     ("genkit_go", "limit"): Outcome(4, 3, 0, "tool_limit_reached", "max_turns", False),
     ("genkit_go", "tool_error"): Outcome(1, 1, 1, "error", "GenkitError", False),
+    # Claude Code: no span carries its answer's text (a known gap), its end_turn is the answer
+    ("claude_code", "three_tools"): COMPLETED_3,
+    ("claude_code", "loop"): Outcome(7, 6, 0, "completed", None, True),
+    ("claude_code", "subagent"): Outcome(5, 3, 0, "completed", None, True),
 }
 
 
@@ -1715,3 +1745,19 @@ def test_an_agent_named_by_an_emitters_stand_in_is_named_after_its_service() -> 
     assert (scout.kind, scout.agent) == (AGENT, "scout")
     (run,) = ended_runs(as_exported("ag2_native", "three_tools_bare"))
     assert (run.agent, run.agent_name) == (None, "ag2-app")
+
+
+def test_the_codex_cli_reads_as_its_turn_its_requests_and_its_tools() -> None:
+    """The Codex CLI's own traces (``codex exec``: two shell commands, then its answer;
+    recorded by ``tests/frameworks/test_model_endpoint_codex.py``): of its ~650 ``tracing``
+    spans (config loading, file reads, rollout writes...), its turn (``run_turn``) is the
+    agent span, each request's HTTP span a model call, each tool's dispatch span a tool call,
+    and nothing else is read. Its gaps, pinned: no span carries a finish reason, the answer,
+    a tool's arguments or result, or tokens."""
+    records = recorded_records("codex", "two_tools")
+    assert len(records) > 600
+    assert signatures(records) == ["llm None", "tool exec_command None"] * 2 + [
+        "llm None", "agent None"]
+    run = fold(records)
+    assert outcome(run) == Outcome(3, 2, 0, "no_response", None, False)
+    assert (run.input_tokens, run.output_tokens) == (0, 0)

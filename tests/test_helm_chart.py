@@ -744,9 +744,9 @@ def test_the_gateway_waits_for_the_model_requests_in_flight_at_a_stop(
     deployment = one(render(chart, MODES["gateway"]), "Deployment")
     period = pod_spec(deployment)["terminationGracePeriodSeconds"]
     assert period >= Config().model_shutdown_grace + 10
-    for grace in ("20s", 20, "19.5", "15s", 0):  # (10 s under 30 s or more: the chart renders)
+    for grace in ("20s", 20, "19.5", "15s", 0, "-0", "+20"):  # (10 s under 30 s: it renders)
         render(chart, {**MODES["gateway"], "config": {"model_shutdown_grace": grace}})
-    for grace in ("25s", 29, "20.5", "30s", "1m", "1m30s", "1h"):
+    for grace in ("25s", 29, "20.5", "30s", "1m", "1m30s", "1h", "+25"):
         with pytest.raises(helm.HelmRenderError) as refused:
             render(chart, {**MODES["gateway"], "config": {"model_shutdown_grace": grace}})
         assert f"config.model_shutdown_grace={grace} leaves less than 10 s of " \
@@ -802,6 +802,26 @@ def test_a_volume_size_is_written_as_a_kubernetes_quantity(chart: helm.Chart, si
     assert text.count(f"sizeLimit: {written}\n") == 2, [
         line for line in text.splitlines() if "sizeLimit" in line]
     validate(render(chart, values))
+
+
+@pytest.mark.parametrize("zero", [0, 0.0, "0", "0Mi", "0.0Gi"])
+def test_a_zero_size_limit_is_no_limit_for_both_volumes(chart: helm.Chart, zero: Any) -> None:
+    """``state.sizeLimit`` and ``state.tmpSizeLimit`` read a zero the same way: no limit, the
+    field left out (as Kubernetes reads one that is not set). ``sizeLimit: 0`` wrote
+    ``emptyDir: null`` (a volume with no source) while ``tmpSizeLimit: 0`` wrote ``0``."""
+    for state in ({"sizeLimit": zero, "tmpSizeLimit": zero},
+                  {"medium": "Memory", "sizeLimit": zero, "tmpSizeLimit": zero}):
+        manifests = render(chart, {**MODES["gateway"], "state": state})
+        volumes = {volume["name"]: volume for volume in
+                   pod_spec(one(manifests, "Deployment"))["volumes"]}
+        medium = {"medium": "Memory"} if "medium" in state else {}
+        assert (volumes["watchdog-state"]["emptyDir"], volumes["watchdog-tmp"]["emptyDir"]) \
+            == (medium, {}), volumes
+        validate(manifests)
+    volumes = pod_spec(one(render(chart, {**MODES["gateway"], "state": {
+        "sizeLimit": "0.5Gi", "tmpSizeLimit": 1}}), "Deployment"))["volumes"]
+    assert [volume.get("emptyDir") for volume in volumes[:2]] == [
+        {"sizeLimit": "0.5Gi"}, {"sizeLimit": 1}]
 
 
 def test_every_configuration_key_the_chart_does_not_set_goes_under_config(

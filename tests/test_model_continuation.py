@@ -42,6 +42,7 @@ from tests.test_model_admission import (
 )
 from tests.test_model_admission import upstream as upstream  # (the fixture)
 from tests.test_model_proxy import RawUpstream
+from watchdog.shell.clock import ManualClock
 from watchdog.shell.model.native import NativeEndpoint
 
 ANSWER = REPLIES[PATHS["chat"]]["choices"][0]["message"]  # the upstream's plain answer
@@ -323,6 +324,58 @@ def test_a_continuing_request_decided_otherwise_is_a_logged_miss(
         assert any("its run's next" in r.getMessage() and "decided otherwise once read"
                    in r.getMessage() for r in caplog.records)
         wait_until(lambda: runs(server)[0]["iterations"] == 2, "the missed call booked")
+
+
+ABORT_LATER = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: abort-later
+rules:
+  - name: abort-later
+    description: A test's abort, decided by the timer once the test's clock says so.
+    agents: ["admitted"]
+    when: "!run.ended && run.elapsed_seconds > 500.0"
+    action: abort
+    severity: critical
+    message: "[stopped: decided meanwhile]"
+"""
+
+
+def test_a_request_sent_on_ahead_whose_run_an_abort_stopped_meanwhile_is_booked_as_sent(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """The relay sends a continuing request on ahead; before the loop reads it, the timer
+    decides an abort of its run (the test's clock moved past its time). The upstream's answer
+    has gone to the agent, so the call is booked as it was sent (a miss: its model call and the
+    tool call it handed over count), and the run's next request gets the stop, the upstream
+    nothing."""
+    pack = tmp_path / "pack.yaml"
+    pack.write_text(ABORT_LATER)
+    clock = ManualClock()
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_relay="native", model_upstream=upstream.base + "/v1",
+                            model_agent_name=AGENT, rules=(str(pack),), eval_interval=3600.0)
+    with running_server(config, clock) as server:
+        native = native_of(server)
+        service = server.server.service
+        assert service is not None
+        assert post(server, PATHS["chat"], turn("meanwhile", metadata={"calls": "1"}))[0] == 200
+        told(server, 1)
+        with busy(server) as held:
+            status, answer = post(server, PATHS["chat"],
+                                  answering("meanwhile", ["found a"], calls=1))
+            assert not held.free.is_set(), "the request waited for the loop"
+            clock.advance(600.0)  # the abort, decided before the loop reads the request
+            server.loop.call_soon_threadsafe(service.tick)
+        assert status == 200 and json.loads(answer)["choices"][0]["message"]["tool_calls"]
+        wait_until(lambda: native.missed == 1, "the miss seen")
+        sent = len(upstream.seen)
+        wait_until(lambda: runs(server)[0]["iterations"] == 2,
+                   lambda: f"the call sent on booked: {runs(server)}")
+        status, answer = post(server, PATHS["chat"], answering(
+            "meanwhile", ["found a"], ["found b"]))
+        assert status == 200 and "[stopped: decided meanwhile]" in answer.decode()
+        assert len(upstream.seen) == sent  # the stop, from the endpoint
+        wait_until(lambda: runs(server)[0]["tool_calls"] == 2, "the call handed over counted")
 
 
 # -- the same upstream requests with the fast path on and off -------------------------------------

@@ -25,6 +25,7 @@ from tests.harness import RunningServer, running_server, sidecar_config, wait_un
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 from watchdog.shell.directives.store import DB_FILE
 from watchdog.shell.model.native import NativeEndpoint
+from watchdog.shell.state import persist
 from watchdog.shell.state.store import StoreWriteError, codecs
 
 KEY = "sk-countdown-0123456789"
@@ -179,10 +180,12 @@ def test_the_countdown_starts_where_the_pack_says(sidecar: RunningServer, llm: F
 
 
 def filling(sidecar: RunningServer, native: NativeEndpoint | None, fill: int | None,
-            monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+            monkeypatch: pytest.MonkeyPatch, behind: bool = False) -> Callable[[], None]:
     """What an agent loop calls before each request but the first: waits, with ``native``,
     until the call before is booked (the compiled relay then sends the request on ahead), and
-    before the request ``fill`` (from 0) the state's writes fail (a full disk) from then on."""
+    before the request ``fill`` (from 0) the state's writes fail (a full disk) from then on;
+    ``behind``: the state falls behind instead (writable, more activity waiting for the store
+    than it takes: :class:`Overloaded`)."""
     service = sidecar.server.service
     assert service is not None
     sent = iter(range(1, 100))
@@ -192,6 +195,9 @@ def filling(sidecar: RunningServer, native: NativeEndpoint | None, fill: int | N
 
     def refuse() -> None:
         assert service is not None
+        if behind:  # (told at the core's next step, as when the activity waiting grows)
+            monkeypatch.setattr(persist, "MAX_PENDING_ACTIVITY", 0)
+            return
         monkeypatch.setattr(service.state.store, "write", full)
         monkeypatch.setattr(service.state.store, "save_sessions", full)
         service.state.failed(StoreWriteError("database or disk is full"))
@@ -206,25 +212,27 @@ def filling(sidecar: RunningServer, native: NativeEndpoint | None, fill: int | N
     return between
 
 
+@pytest.mark.parametrize("behind", [False, True])
 @pytest.mark.parametrize("latency", [0.0, 0.02, 0.15])
 def test_a_run_whose_state_cannot_be_written_still_counts_down(
         sidecar: RunningServer, llm: FakeLLM, model_relay: str, latency: float,  # noqa: F811
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, behind: bool) -> None:
     """The state cannot be written (a full disk) from the run's third request on, before its
     countdown has started (the pack's, from 5 left): the calls go unrecorded, so the rules
     never see them and no countdown rule fires. The endpoint steers them by its own counts,
     and tells the count from 3 left, as while a traced run's spans are behind; then the final
     request, and no tool call past the 8. On the compiled relay nothing is sent on ahead while
     the state cannot be written (what it was told is taken back when the write fails), so
-    no request is decided otherwise; paced or not, at 0, 20 and 150 ms."""
+    no request is decided otherwise; paced or not, at 0, 20 and 150 ms. The same while the
+    state is behind (``behind``: writable, but more waiting for the store than it takes)."""
     service = sidecar.server.service
     assert service is not None
     native = native_of(sidecar) if model_relay == "native" else None
 
     for paced in (False, True):
-        model = llm.script(f"unwritable-{paced}", looping(
+        model = llm.script(f"unwritable-{paced}-{behind}", looping(
             "search", lambda i: {"q": f"page {i}"}, answer_without_tools="REPORT"), delay=latency)
-        between = filling(sidecar, native if paced else None, 2, monkeypatch)
+        between = filling(sidecar, native if paced else None, 2, monkeypatch, behind)
         try:
             ran = agent_loop(sidecar, model, "counted", between)
         finally:

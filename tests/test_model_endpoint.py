@@ -4,6 +4,7 @@ upstream (tests/frameworks/fakellm.py). What the upstream saw at each request is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -634,6 +635,97 @@ def test_a_chained_conversation_that_goes_on_from_the_stop_answer_gets_the_error
     assert len(llm.requests(model)) == 2
 
 
+@pytest.mark.parametrize(("how", "restart"), [
+    ("whole", True), ("stream", True), ("chained", True), ("conversation", False),
+    ("conversation", True)])
+def test_a_retry_after_a_stop_gets_the_error_after_a_restart_and_in_a_kept_conversation(
+        tmp_path: Path, llm: FakeLLM, how: str, restart: bool) -> None:
+    """The stop answer's digests and ids are the stopped run's, stored with it: a retry that
+    goes on from it after the sidecar restarted (the same state directory) gets the error
+    with the stop note, never a new run with a fresh budget at the upstream. A conversation
+    the server keeps (``conversation``: its requests carry no answer nor id to go on from)
+    is the stopped run's from its stop on, as a chain from the stop answer's id is."""
+    pack = tmp_path / "budgets.yaml"
+    pack.write_text(BUDGET_PACK + STOP_RULE)
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, rules=(str(pack),))
+    model = llm.script(f"stop-kept-{how}", looping("search", lambda i: {"q": f"page {i}"}))
+    retry = {"role": "user", "content": "Validation failed: answer with a JSON object."}
+    messages: list[Any] = []
+    previous = None
+    with contextlib.ExitStack() as servers:
+        server = servers.enter_context(running_server(config))
+        chat = client(server, "stopper")
+        if how in ("whole", "stream"):
+            output, _ = run_loop(chat, model, how == "stream", messages=messages)
+            messages += [{"role": "assistant", "content": output.strip()}, retry]
+        elif how == "chained":
+            response = chained_loop(chat, model, 3, False)
+            output, previous = response.output_text, response.id
+        else:
+            response, _ = stored_turn(chat, model, "Find it.", conversation="conv_stopped")
+            output = response.output_text
+        assert "two tool calls are enough" in output
+        assert len(llm.requests(model)) == 2
+        if restart:  # the same state directory
+            servers.close()
+            server = servers.enter_context(running_server(config))
+            chat = client(server, "stopper")
+        with pytest.raises(openai.BadRequestError) as failure:
+            if how in ("whole", "stream"):
+                chat.chat.completions.create(model=model, messages=messages, tools=TOOLS,
+                                             stream=how == "stream")
+            else:
+                more = {"previous_response_id": previous} if previous else {
+                    "conversation": "conv_stopped"}
+                chat.responses.create(model=model, input=[retry], tools=RESPONSES_TOOLS,
+                                      **more)  # type: ignore[arg-type]
+        assert failure.value.code == "watchdog_aborted"
+        assert "two tool calls are enough" in failure.value.message
+        assert len(llm.requests(model)) == 2  # nothing reached the upstream
+        assert len(runs_of(server, "stopper")) == 1  # no new run
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("instructions", [None, "Be brief."])
+def test_the_instructions_a_response_echoes_are_the_clients_own(
+        sidecar: RunningServer, llm: FakeLLM, stream: bool, instructions: str | None) -> None:
+    """A Responses request whose note went into ``instructions`` (the agent gave none, or gave
+    them there): the upstream's response echoes the instructions it was sent, and the agent
+    gets back the ones it sent (none: null, as the API echoes none; Koog reads a string there
+    as a list and fails), streamed (every event that carries the response) and not; the note
+    itself reaches the model."""
+    model = llm.script(f"echo-{stream}-{instructions}", looping(
+        "search", lambda i: {"q": f"page {i}"}, answer_without_tools="REPORT: echoed"))
+    chat = client(sidecar, "budgeted")
+    items: list[Any] = [{"role": "user", "content": "Find the answer."}]
+    echoed: list[Any] = []
+    more = {"instructions": instructions} if instructions is not None else {}
+    for _ in range(6):
+        if stream:
+            with chat.responses.stream(model=model, input=items, tools=RESPONSES_TOOLS,
+                                       **more) as events:  # type: ignore[arg-type]
+                echoed += [event.response.instructions for event in events
+                           if getattr(event, "response", None) is not None]
+                response = events.get_final_response()
+        else:
+            response = chat.responses.create(model=model, input=items, tools=RESPONSES_TOOLS,
+                                              **more)  # type: ignore[arg-type]
+            echoed.append(response.instructions)
+        calls = [item for item in response.output if item.type == "function_call"]
+        if not calls:
+            break
+        for item in calls:
+            items += [{"type": "function_call", "call_id": item.call_id, "name": item.name,
+                       "arguments": item.arguments},
+                      {"type": "function_call_output", "call_id": item.call_id,
+                       "output": "result"}]
+    assert response.output_text == "REPORT: echoed"
+    sent = [body.get("instructions") or "" for body in llm.requests(model)]
+    assert "[budget: 3 of 3" in sent[0] and "[budget:" in sent[-1], sent  # (notes went there)
+    assert echoed and echoed == [instructions] * len(echoed), echoed
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_abort_as_an_error(error_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
     model = llm.script("stopped", looping("search", lambda i: {"q": f"page {i}"}))
@@ -1235,13 +1327,16 @@ def test_a_new_user_message_after_a_kept_conversations_run_ended_is_the_next_run
     assert len({run["session"] for run in runs}) == 1 and runs[0]["session"]
 
 
+@pytest.mark.parametrize("bad", [0, 1])
 def test_an_answer_the_client_could_not_read_and_asked_again_hands_nothing_over(
-        tmp_path: Path) -> None:
+        tmp_path: Path, bad: int) -> None:
     """A streamed answer with a ``data:`` line that is not JSON: the endpoint passes it on
     whole, but the ``openai`` SDK raises on that line, and the agent sends the same request
     again. The calls of the answer it could not read were never run: the request that only
     resends the one before is a retry, not the run going on, and the budget (5) is spent by
-    the calls the agent ran, each counted once."""
+    the calls the agent ran, each counted once. The first answer (``bad`` 0) too: its
+    request sent again is the same run's, not a twin run (one left active, its calls
+    pending, until ``run_end_timeout``)."""
     from tests.test_model_proxy import RawUpstream
 
     answers = iter(range(1000))
@@ -1261,7 +1356,7 @@ def test_an_answer_the_client_could_not_read_and_asked_again_hands_nothing_over(
                        else {"role": "assistant", "content": "REPORT"}, None),
                       ({}, "tool_calls" if body.get("tool_choice") != "none" else "stop"))]
         events = [b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in chunks]
-        if number == 1:  # the second answer: a line the client cannot read, at its end
+        if number == bad:  # a line the client cannot read, at the answer's end
             events.append(b"data: not json\n\n")
         events.append(b"data: [DONE]\n\n")
         handler.send_response(200)
@@ -1317,5 +1412,7 @@ def test_an_answer_the_client_could_not_read_and_asked_again_hands_nothing_over(
                 "/v1/runs?limit=10")["runs"] if r["agent"] == "unread"
                 and r["state"] == "ended"), None), "the run ended")
             assert (run["iterations"], run["tool_calls"]) == (5, 5), run
+            runs = server.get_json("/v1/runs?agent=unread")["runs"]
+            assert [r["id"] for r in runs] == [run["id"]], runs  # no twin
     finally:
         raw.close()

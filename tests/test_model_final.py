@@ -8,6 +8,7 @@ itself (``NativeEndpoint.finals``), its held answer released on Python's word.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 
 from tests.frameworks.fakellm import FakeLLM, looping
 from tests.frameworks.fakellm import offers_tools as offered
-from tests.harness import RunningServer, running_server, sidecar_config
+from tests.harness import RunningServer, running_server, sidecar_config, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 from tests.test_model_endpoint import RESPONSES_TOOLS, anthropic_loop, chained_loop
 
@@ -222,3 +223,37 @@ def test_a_final_answer_past_the_bound_read_is_judged_or_refused_alike(
         assert failure.value.status_code == 502
         assert b"response_unjudged" in failure.value.response.content
         assert [offered(body) for body in llm.requests(model)] == [True, True, False]
+
+
+@pytest.mark.integration
+def test_a_held_final_whose_client_went_away_cancels_its_upstream_request(
+        tmp_path: Path) -> None:
+    """The run's final request (its model-call budget of 1: the first is its last), its
+    streamed answer held until it ends; the model takes long (30 s). The client goes away
+    meanwhile (it closes its connection: the answer's head, written as it begins, meets a
+    reset): the upstream request is cancelled then, as a stream passed on as it comes is, not
+    kept until the upstream ends or times out. (A whole answer's client gone is noticed at
+    its end, held or not: a close and a half-close look the same until something is
+    written.)"""
+    import socket
+
+    from tests.test_model_proxy import RawUpstream, endless
+
+    raw = RawUpstream(endless)
+    try:
+        config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                                model_upstream=raw.base + "/v1")
+        with running_server(config) as server:
+            host, port = server.server.addresses["model"]
+            body = json.dumps({"model": "m", "stream": True, "tools": TOOLS, "messages": [
+                {"role": "user", "content": "find it"}]}).encode()
+            with socket.create_connection((host, port), timeout=5) as sock:
+                sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Type: application/json\r\nX-Watchdog-Agent: gone\r\n"
+                             b"X-Watchdog-Budget-Iterations: 1\r\nContent-Length: "
+                             + str(len(body)).encode() + b"\r\n\r\n" + body)
+                wait_until(lambda: raw.seen, "the final request upstream")
+            assert json.loads(raw.seen[0].body)["tool_choice"] == "none"  # (the final)
+            assert raw.broken_pipe.wait(10), "the upstream request was not cancelled"
+    finally:
+        raw.close()

@@ -364,18 +364,21 @@ def test_http2_prior_knowledge_is_told_http_1_1_is_required(sidecar: RunningServ
     assert status == 200
 
 
-def test_client_disconnect_cancels_the_upstream_request(tmp_path: Path) -> None:
-    def endless(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
-        handler.send_response(200)
-        handler.send_header("Content-Type", "text/event-stream")
-        handler.end_headers()
-        chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
-                 "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}]}
-        for _ in range(600):
-            handler.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            handler.wfile.flush()
-            time.sleep(0.05)
+def endless(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+    """An upstream whose stream goes on for 30 s (a chunk each 50 ms): a client gone before
+    its end must cancel it."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.end_headers()
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+             "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}]}
+    for _ in range(600):
+        handler.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        handler.wfile.flush()
+        time.sleep(0.05)
 
+
+def test_client_disconnect_cancels_the_upstream_request(tmp_path: Path) -> None:
     raw = RawUpstream(endless)
     try:
         with sidecar_for(tmp_path, raw) as sidecar:

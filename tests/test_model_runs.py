@@ -902,6 +902,24 @@ def aside_loop(sidecar: RunningServer, llm: FakeLLM, withdrawn: bool, later: boo
     if named is not None:
         headers["x-watchdog-run"] = named
     client = chat(sidecar, **headers)
+
+    def midway(step: int, messages: list[Any]) -> list[Any]:
+        if step == 0:
+            aside = [*messages, {"role": "user", "content": "Summarise the work so far."}]
+            offered: dict[str, Any] = {"tools": TOOLS, "tool_choice": "none"} if withdrawn else {}
+            client.chat.completions.create(model=model, messages=aside, **offered)
+            if later:
+                wait_until(lambda: ended_runs(sidecar, "aside-agent"), "the aside ends the run")
+        return messages
+
+    assert budget_loop(client, model, midway) == ("REPORT", 3)
+    check_one_run_counted_down(sidecar, llm, model)
+
+
+def budget_loop(client: Any, model: str, midway: Any) -> tuple[str | None, int]:
+    """The aside agent's tool loop, its history sent whole; after each step's tool results,
+    ``midway(step, messages)``: the messages it goes on with. Its answer, and the tool calls
+    it was handed."""
     messages: list[Any] = [{"role": "system", "content": "S"},
                            {"role": "user", "content": "Find the config file."}]
     handed = 0
@@ -915,13 +933,13 @@ def aside_loop(sidecar: RunningServer, llm: FakeLLM, withdrawn: bool, later: boo
                          "tool_calls": [c.model_dump() for c in message.tool_calls]})
         messages += [{"role": "tool", "tool_call_id": c.id, "content": "nothing"}
                      for c in message.tool_calls]
-        if step == 0:
-            aside = [*messages, {"role": "user", "content": "Summarise the work so far."}]
-            offered: dict[str, Any] = {"tools": TOOLS, "tool_choice": "none"} if withdrawn else {}
-            client.chat.completions.create(model=model, messages=aside, **offered)
-            if later:
-                wait_until(lambda: ended_runs(sidecar, "aside-agent"), "the aside ends the run")
-    assert (message.content, handed) == ("REPORT", 3)
+        messages = midway(step, messages)
+    return message.content, handed
+
+
+def check_one_run_counted_down(sidecar: RunningServer, llm: FakeLLM, model: str) -> None:
+    """The aside agent's requests that offered tools were told the true count, 3 to 1, and
+    the sidecar saw one run, ended at its budget of 3 tool calls, 5 model calls."""
     said = [LEFT.findall(body["messages"][0]["content"]) for body in llm.requests(model)
             if body.get("tools") and body.get("tool_choice") != "none"]
     assert said == [[("3", "3")], [("2", "3")], [("1", "3")]], said
@@ -930,6 +948,33 @@ def aside_loop(sidecar: RunningServer, llm: FakeLLM, withdrawn: bool, later: boo
         and runs, "the run ends")
     assert [(run["tool_calls"], run["iterations"], run["terminal_state"]) for run in runs] == [
         (3, 5, "tool_limit_reached")], runs
+
+
+def test_a_context_compacted_to_the_runs_summary_keeps_its_budget(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    """An agent that compacts its context (as the Codex CLI does): midway it asks the model for
+    a summary of its history aside (no tools), whose answer ends the run, then replaces its
+    history by that summary quoted in a user message of its own — no tool results, shorter
+    than the conversation was. That request goes on from the run's aside, so it takes the run
+    back: one run, the true countdown, never a tool call past the budget."""
+    summary = "Searched the config directories twice; nothing found yet."
+    with aside_sidecar(tmp_path, llm) as sidecar:
+        model = llm.script("compacting", looping("search", lambda i: {"q": str(i)},
+                                                 answer_without_tools=summary))
+        client = chat(sidecar, **{"x-watchdog-agent": "aside-agent"})
+
+        def compacted(step: int, messages: list[Any]) -> list[Any]:
+            if step != 1:
+                return messages
+            compact = [*messages, {"role": "user", "content": "Summarise the work."}]
+            said = client.chat.completions.create(model=model, messages=compact)
+            assert said.choices[0].message.content == summary
+            wait_until(lambda: ended_runs(sidecar, "aside-agent"), "the aside ends the run")
+            return [*messages[:2], {"role": "user",
+                                    "content": f"A summary of the work so far:\n\n{summary}\n"}]
+
+        assert budget_loop(client, model, compacted) == (summary, 3)
+        check_one_run_counted_down(sidecar, llm, model)
 
 
 def test_a_summarised_conversation_named_by_its_run_header_keeps_its_budget(

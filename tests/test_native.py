@@ -58,6 +58,10 @@ ALL = sorted((path.parent.name, path.stem) for path in RECORDINGS.glob("*/*.json
              if not path.stem.endswith(".logs"))  # (OTLP logs: the join's test below)
 WITH_LOGS = sorted((path.parent.name, path.stem.removesuffix(".logs"))
                    for path in RECORDINGS.glob("*/*.logs.jsonl"))
+# The log events of these carry no GenAI content to join (Claude Code's own events: the answer's
+# text in `claude_code.assistant_response`, which names the interaction's span, not the model
+# call's; a named gap, docs/frameworks.md): joined, no record gets an answer from them
+LOGS_WITHOUT_CONTENT = frozenset({"claude_code"})
 NOT_BUILT = ("the compiled decode (watchdog.core.spans._native) is not built: `make` builds it "
              "where cargo is on the PATH (pip install -e . with setuptools-rust)")
 
@@ -143,7 +147,9 @@ def test_spans_joined_with_their_logs_read_the_same(driver: str, scenario: str,
                                                     logs_first: bool) -> None:
     compiled = joined(driver, scenario, compiled=True, logs_first=logs_first)
     assert compiled == joined(driver, scenario, compiled=False, logs_first=logs_first)
-    assert any(record.final_output for record in compiled)  # (the content was joined)
+    # (the content was joined; none for a recording whose log events carry none)
+    assert any(record.final_output for record in compiled) is (
+        driver not in LOGS_WITHOUT_CONTENT)
 
 
 def refusal(body: bytes, compiled: bool) -> str | None:

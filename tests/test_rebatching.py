@@ -221,7 +221,12 @@ RESTART_CUTS = 10  # restart points tried per recording, span by span
 # is placed in that observation's run by the records the tracker retains of the trace; restarted
 # after a crash before the observation's span comes, the observation is a run of its own (named
 # after the service) and the agent's run its child. Take a recording out when it reads right.
-CRASH_MISREAD = {("pydantic_ai_langfuse", "limit"): [7],
+# The Codex CLI's turn trace has a second root (`turn/start`, the request that started the turn,
+# ended before its work) that ends the run; restarted after a crash after it (the tracker's
+# memory of the ended trace lost), the turn's later spans make the run active again, and it is
+# abandoned, not `no_response` (frameworks.md names the gap).
+CRASH_MISREAD = {("codex", "two_tools"): [257, 321],
+                 ("pydantic_ai_langfuse", "limit"): [7],
                  ("pydantic_ai_langfuse", "three_tools"): [8],
                  ("pydantic_ai_langfuse", "tool_error"): [3]}
 

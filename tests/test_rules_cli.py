@@ -229,7 +229,8 @@ def test_bad_test_files_are_reported_with_lines(tmp_path: Path,
         f"{tests}:4: test 'bad': step 0: needs exactly one of llm, tool, heartbeat, tick, end, "
         f"session (has tool, heartbeat)",
         f"{tests}:5: test 'bad': step 1: at: expected a number of seconds >= 0 or a duration "
-        f"like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, largest first), got -1",
+        f"like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, largest first), got -1; this one "
+        f"is negative",
         f"{tests}:5: test 'bad': step 1: llm: unknown key 'tokens' (did you mean "
         f"'input_tokens'?)",
         f"{tests}:7: test 'bad': step 3: comes after 'end' (step 2): the run has ended",
@@ -323,6 +324,40 @@ def test_a_pack_budget_past_the_bound_is_a_problem_and_the_default_rules_still_r
     """)
     code, out, _ = cli(capsys, "rules", "test", "-v", tests)
     assert code == 0 and "failed to evaluate" not in out, out
+
+
+def test_a_step_time_past_the_bound_is_a_problem_with_its_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A step's ``at`` and ``duration`` are seconds up to MAX_BUDGET (10^12, a budget's largest
+    ``max_seconds``), as other numbers from outside are bounded: ``at: 1e23`` passed, on a
+    clock that no longer tells its seconds apart."""
+    write(tmp_path / "p.yaml", HEADER + "budgets:\n  - agents: ['*']\n"
+          "    max_seconds: 1000000000000\nrules: []\n")
+    tests = write(tmp_path / "p.test.yaml", """\
+        rule_files: [p.yaml]
+        tests:
+          - name: t
+            steps:
+              - {at: 0, llm: {input_tokens: 1, output_tokens: 1}}
+              - {at: 1000000000001, tool: search, duration: 99999999999999999999999}
+              - {at: 1.0e+23, end: {final_answer: true}}
+    """)
+    code, out, err = cli(capsys, "rules", "test", tests)
+    assert (code, out.splitlines()) == (1, [
+        f"{tests}:6: test 't': step 1: at: must be at most 1e+12 seconds, not 1000000000001",
+        f"{tests}:6: test 't': step 1: duration: must be at most 1e+12 seconds, not 1e+23",
+        f"{tests}:7: test 't': step 2: at: must be at most 1e+12 seconds, not 1e+23"]), (out, err)
+    write(tmp_path / "p.test.yaml", """\
+        rule_files: [p.yaml]
+        tests:
+          - name: the bound itself
+            steps:
+              - {at: 0, llm: {input_tokens: 1, output_tokens: 1}}
+              - {at: 1000000000000, tool: search, duration: 1000000000000}
+            expect: []
+    """)
+    code, out, err = cli(capsys, "rules", "test", tests)
+    assert code == 0 and "1 of 1 tests passed" in out, (out, err)
 
 
 def test_an_integer_of_more_digits_than_python_reads_is_a_problem_with_its_line(

@@ -136,6 +136,72 @@ rules:
     assert agent.tool(4) == []
 
 
+
+def test_a_message_cel_renders_is_rendered_again_whenever_a_value_it_reads_changes() -> None:
+    """A message kept by the values it reads (the run's tools, ``fleet``) is the one CEL
+    renders from the values of now: a tool's count, another tool, the fleet's outage moved;
+    and the same values of another run give it without CEL. (The tools in an order of the
+    message's own: CEL iterates a map in an order of its own, not always the same.)"""
+    engine = RuleEngine(rules("""
+rules:
+  - {name: tools, when: run.tool_calls >= 1, action: notify, repeat: on_change,
+     message: "${['search', 'fetch', 'other'].filter(t, t in run.tools).map(t,
+       t + '=' + string(run.tools[t])).join(',')} | ${'fetch' in fleet.failing_tools
+       ? 'fetch:' + string(fleet.failing_tools['fetch'].runs) : ''}"}
+"""))
+    agent = Agent(engine)
+    renders = 0
+    template = engine.ruleset.rules[0].message
+    render = type(template).render
+
+    def counted(self: Any, act: Any) -> Any:
+        nonlocal renders
+        renders += 1
+        return render(self, act)
+
+    outage = {"runs": 3, "errors": 3, "since": "2027-01-15T08:00:00Z", "error_type": "Boom"}
+
+    def step(at: float, tool: str, fleet: dict[str, Any]) -> list[tuple[str, str]]:
+        agent.tracker.apply([agent._record(at, SpanKind.TOOL, tool_name=tool,
+                                           args_hash=stable_hash(f"{tool}{at}"))], T0 + at)
+        return fired(engine.evaluate(agent.run, T0 + at, None, fleet=fleet))
+
+    import unittest.mock
+    with unittest.mock.patch.object(type(template), "render", counted):
+        assert step(1, "search", {"failing_tools": {}}) == [("tools", "search=1 | ")]
+        assert step(2, "search", {"failing_tools": {}}) == [("tools", "search=2 | ")]
+        assert step(3, "fetch", {"failing_tools": {}}) == [("tools", "search=2,fetch=1 | ")]
+        failing = {"failing_tools": {"fetch": outage}}
+        assert step(4, "fetch", failing) == [("tools", "search=2,fetch=2 | fetch:3")]
+        assert step(5, "other", {"failing_tools": {"fetch": {**outage, "runs": 4}}}) == [
+            ("tools", "search=2,fetch=2,other=1 | fetch:4")]
+        moved = {"failing_tools": {"fetch": {**outage, "runs": 5}}}  # the fleet alone moved
+        assert fired(engine.evaluate(agent.run, T0 + 6, None, fleet=moved)) == [
+            ("tools", "search=2,fetch=2,other=1 | fetch:5")]
+        assert renders == 6
+        other = Agent(engine, key="run-2")  # the same values: the message without CEL
+        agent = other
+        step(1, "search", {"failing_tools": {}})
+        assert fired(engine.evaluate(other.run, T0 + 1, None, fleet={"failing_tools": {}})) \
+            == []  # (on_change: said already)
+        assert renders == 6
+        assert step(2, "search", {"failing_tools": {}}) == [("tools", "search=2 | ")]
+        assert renders == 6
+
+
+def test_the_key_a_rendered_message_is_kept_by_tells_apart_what_cel_writes_apart() -> None:
+    """``1``, ``1.0`` and ``True`` are equal to Python, and so are ``0.0`` and ``-0.0``: CEL
+    writes each its own way, so each is a key of its own; and so is another order of a map."""
+    from watchdog.core.rules.engine import _frozen
+
+    values: list[object] = [1, 1.0, True, 0, 0.0, -0.0, False, None, "1", [1], (1,), {"a": 1},
+                            {"a": 1.0}, {"a": True}, {1: "a"}, {True: "a"}]
+    keys = [_frozen(value) for value in values]
+    assert len(set(keys)) == len(values)
+    assert _frozen({"a": 1, "b": 2}) != _frozen({"b": 2, "a": 1})
+    assert _frozen({"a": [1, "x", None]}) == _frozen({"a": [1, "x", None]})
+
+
 # -- for ------------------------------------------------------------------------------------------
 
 def test_for_needs_the_condition_to_hold_continuously() -> None:
@@ -659,3 +725,56 @@ budgets:
   - agents: ["*"]
     max_tool_calls: 2
 rules:"""
+
+
+def test_the_fleets_notes_are_the_messages_cel_renders_each_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Erring agents with a tool failing for the fleet (the default pack's ``tool-outage`` notes
+    every run that calls it, the outage's run count moving), the timer between slices: the same
+    decisions, in the same order, with the rendered messages kept by what they read as with
+    every message rendered by CEL, from a few renders for hundreds of notes."""
+    from bench.workload import batches
+    from watchdog.core.fleet import Fleet
+    from watchdog.core.rules.expr import Template
+    from watchdog.core.sessions import SessionBook
+    from watchdog.core.spans.decode import parse_protobuf
+    from watchdog.core.spans.pipeline import slices_of
+    from watchdog.core.step import Core
+
+    bodies = list(batches(300, 512, 8192, workload="rules-firing", seed=5))
+    slices = [part.records for body in bodies for part in slices_of(parse_protobuf(body), 32)]
+    start = max(record.end_ns for records in slices for record in records) / 1e9
+    render = Template.render
+    renders = 0
+
+    def counted(self: Template, act: Any) -> Any:
+        nonlocal renders
+        renders += "fleet." in self.text  # (the timeouts' messages read the time: each new)
+        return render(self, act)
+
+    monkeypatch.setattr(Template, "render", counted)
+
+    def decisions() -> list[tuple[str, str, str, str, str]]:
+        core = Core(RunTracker(), SessionBook(lambda _id: None), RuleEngine(load_rules([])),
+                    Fleet(600.0))
+        made = []
+        now = start
+        for index, records in enumerate(slices):
+            step = core.apply(records, now)
+            if index % 4 == 3:
+                now += 25.0
+                core.fleet_tick(now)
+                core.evaluate(list(core.tracker.active()), now, step, timed_only=True)
+            assert not step.rule_errors
+            made += step.decisions
+        return [(d.decision.run_key, d.decision.rule, d.decision.action.value,
+                 d.decision.message, d.decision.dedup_key) for d in made]
+
+    kept = decisions()
+    kept_renders, renders = renders, 0
+    monkeypatch.setattr("watchdog.core.rules.engine._values_read", lambda template: None)
+    every = decisions()
+    notes = [d for d in every if d[1] == "tool-outage"]
+    assert len(notes) > 150 and len({d[3] for d in notes}) > 10
+    assert renders >= len(notes) > 2 * kept_renders
+    assert kept == every

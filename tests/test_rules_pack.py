@@ -512,7 +512,7 @@ def test_pack_level_problems(tmp_path: Path, text: str, expected: str) -> None:
      "rule r: agents: empty list (the rule would never apply; use enabled: false)"),
     ("{name: r, when: run.errors > 1, action: notify, message: m, for: -5s}",
      "rule r: for: expected a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, "
-     "largest first), got '-5s'"),
+     "largest first), got '-5s'; a duration is written without a sign"),
     ("{name: r, when: run.errors > 1, action: notify, message: m, for: 5}",
      "rule r: for: expected a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, "
      "largest first), got 5; a bare number has no unit: write 5s"),

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from watchdog.core import step as core_step
+from watchdog.core.bounds import MAX_STOP_ANSWERS, MAX_STOP_NOTE_CHARS
 from watchdog.core.handout import Step
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.pack import load_rules
@@ -188,3 +192,56 @@ def test_a_rule_that_fired_at_a_late_span_keeps_what_fired_before(tmp_path: Path
                            going_on=True)[1])
     note(watchdog.model_records([model_call(key, T0 + 3)], T0 + 3))
     assert decided == ["wrap-up", "a-tool"]
+
+
+def test_a_model_endpoint_stop_is_kept_with_its_run_bounded_and_restored(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What goes on from the endpoint's stop answer is kept with the run: at most
+    ``MAX_STOP_ANSWERS`` of it, the note cut to ``MAX_STOP_NOTE_CHARS``, in its snapshot, and
+    found again by any of it after a restore; the lookup across runs holds at most
+    ``MAX_STOPS_KEPT``, the least recent out."""
+    monkeypatch.setattr(core_step, "MAX_STOPS_KEPT", MAX_STOP_ANSWERS)
+    watchdog = core()
+    for key in ("model:a", "model:b"):
+        watchdog.open_run(key, KeySource.WATCHDOG, "ab" * 16, T0, "a", None, None)
+    many = [f"digest-{n}" for n in range(MAX_STOP_ANSWERS + 4)]
+    assert watchdog.model_stop_answered("model:a", "N" * 10_000, many, T0) is not None
+    assert watchdog.model_stop_answered("model:a", "N" * 10_000, many, T0) is None  # (known)
+    key, note, answers = watchdog.stop_of(None, ["digest-0"]) or ("", "", ())
+    assert (key, len(note), answers) == ("model:a", MAX_STOP_NOTE_CHARS,
+                                         tuple(many[:MAX_STOP_ANSWERS]))
+    assert watchdog.stop_of("model:a") == (key, note, answers)  # (by its run)
+    assert watchdog.stop_of(None, [many[-1]]) is None  # (past the run's bound: not kept)
+    watchdog.model_stop_answered("model:b", "stopped", ["resp_b"], T0)
+    # the lookup across runs is bounded: the least recent of model:a's went out
+    assert watchdog.stop_of(None, ["digest-0"]) is None
+    assert watchdog.stop_of(None, ["resp_b"]) == ("model:b", "stopped", ("resp_b",))
+    # restored from the run's snapshot, as after a restart
+    row = watchdog.tracker.get("model:a")
+    assert row is not None
+    again = core()
+    again.restore([row.to_dict()], [], lambda key: None)
+    assert again.stop_of(None, ["digest-0"]) == ("model:a", note, answers)
+
+
+def test_a_run_whose_budget_tool_came_after_its_end_is_at_its_packs_budget(
+        tmp_path: Path) -> None:
+    """A run that ended at its answer before the span of a tool call that spent its rule
+    pack's budget came (an exporter's batch, after the endpoint's answer) is classified again
+    as at its end: ``tool_limit_reached`` (budget), as a run that announced that budget is."""
+    pack = tmp_path / "pack.yaml"
+    pack.write_text("apiVersion: agent-watchdog/v1\nkind: RulePack\nname: late\nbudgets:\n"
+                    "  - agents: [a]\n    max_tool_calls: 1\n")
+    watchdog = Core(RunTracker(run_end_timeout=60.0), SessionBook(lambda _id: None),
+                    RuleEngine(load_rules([str(pack)], False)))
+    key = "model:8"
+    watchdog.open_run(key, KeySource.WATCHDOG, "ab" * 16, T0, "a", None, None)
+    watchdog.model_records([model_call(key, T0)], T0)
+    watchdog.model_records([model_call(key, T0 + 1, answer=True)], T0 + 1)
+    run = watchdog.tracker.get(key)
+    assert run is not None and run.ended
+    assert run.terminal_state is TerminalState.COMPLETED  # (its tool call not in yet)
+    step = watchdog.model_records([tool_call(key, T0 + 0.5)], T0 + 1.5)  # late, once ended
+    assert (run.terminal_state, run.terminal_reason) == (TerminalState.TOOL_LIMIT_REACHED,
+                                                         "budget")
+    assert key in step.dirty and run.tool_calls == 1  # (the shell stores it again)

@@ -142,12 +142,42 @@ def test_a_path_with_a_line_break_is_shown_escaped_in_the_one_line(
 
 
 def test_an_unusable_state_dir(tmp_path: Path) -> None:
+    """A file where the state dir, or a directory above it, should be is named as a file (the
+    OS says "File exists" or "Not a directory", which does not say which path is wrong)."""
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    line = failed_start(serve_env(blocker / "state", fresh_ports()))
-    assert line == (f"watchdog: state_dir '{blocker / 'state'}': Not a directory: set state_dir "
-                    f"(WATCHDOG_STATE_DIR, --state-dir) to a writable directory, or :memory: "
-                    f"to keep nothing")
+    advice = ": set state_dir (WATCHDOG_STATE_DIR, --state-dir) to a writable directory, or " \
+             ":memory: to keep nothing"
+    line = failed_start(serve_env(blocker, fresh_ports()))
+    assert line == f"watchdog: state_dir '{blocker}' is a file, not a directory{advice}"
+    line = failed_start(serve_env(blocker / "state" / "deeper", fresh_ports()))
+    assert line == (f"watchdog: state_dir '{blocker / 'state' / 'deeper'}' is under "
+                    f"'{blocker}', which is a file, not a directory{advice}")
+    assert blocker.read_text() == "not a directory"  # (left as it was)
+
+
+def test_a_number_of_seconds_may_be_signed_and_a_negative_one_is_named(tmp_path: Path) -> None:
+    """``-0`` is 0 and ``+5`` is 5, as YAML and the integer keys read them: the grammar's lack
+    of a sign refused ``model_shutdown_grace=-0`` as "expected >= 0", which it is. A negative
+    number is refused as negative; a duration is never signed (Prometheus' grammar)."""
+    for value in ("-0", "+5", "-0.0"):
+        ports = fresh_ports()
+        with running_sidecar(serve_env(tmp_path / "state", ports,
+                                       WATCHDOG_MODEL_SHUTDOWN_GRACE=value,
+                                       WATCHDOG_EVAL_INTERVAL="+1"), ports["metrics"]):
+            pass
+    allowed = SECONDS_ALLOWED["model_shutdown_grace"]
+    for value, hint in (("-1", "this one is negative"), ("-0.5", "this one is negative"),
+                        ("-5m", "a duration is written without a sign"),
+                        ("-0s", "a duration is written without a sign")):
+        line = failed_start(serve_env(tmp_path / "state", fresh_ports(),
+                                      WATCHDOG_MODEL_SHUTDOWN_GRACE=value))
+        assert line.startswith(f"watchdog: model_shutdown_grace={value!r} is not allowed: "
+                               f"expected {allowed}; "), line
+        assert line.endswith(f"; {hint}"), line
+    line = failed_start(serve_env(tmp_path / "state", fresh_ports(), WATCHDOG_EVAL_INTERVAL="-0"))
+    assert line.startswith("watchdog: eval_interval='-0' is not allowed: expected a positive "
+                           "number of seconds"), line
 
 
 def test_an_empty_state_dir_is_refused(tmp_path: Path) -> None:
@@ -375,7 +405,7 @@ def test_a_time_too_large_is_refused_with_its_bound(tmp_path: Path) -> None:
     assert line.startswith("watchdog: run_end_timeout=") and line.endswith(
         "is not allowed: expected a positive number of seconds or a duration, at most 1y (e.g. "
         "900 or 15m); a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, largest "
-        "first)"), line
+        "first); this one is too large for a number of seconds"), line
     line = failed_start(serve_env(tmp_path / "state", fresh_ports(),
                                   WATCHDOG_MODEL_ADDRESS="127.0.0.1:0",
                                   WATCHDOG_MODEL_UPSTREAM_TIMEOUT="99999999999999999999y"))

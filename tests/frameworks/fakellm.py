@@ -11,9 +11,9 @@ and ``n`` answers, the same step in each with call ids of its own, a stream's ch
 a request that offers legacy ``functions`` and no ``tools`` is answered in their shape: the first
 call as ``message.function_call``, streamed as ``delta.function_call``, finish reason
 ``function_call``), ``POST /v1/responses`` (the OpenAI Responses API, plain and streamed:
-``function_call`` items), ``GET /v1/models`` and Anthropic's Messages API,
-``POST /v1/messages`` (plain and streamed: ``tool_use`` content blocks, ``stop_reason``
-``tool_use`` / ``end_turn``), from the same scripts;
+``function_call`` items, a step's reasoning as a ``reasoning`` item), ``GET /v1/models`` and
+Anthropic's Messages API, ``POST /v1/messages`` (plain and streamed: ``tool_use`` content
+blocks, ``stop_reason`` ``tool_use`` / ``end_turn``), from the same scripts;
 the same paths without ``/v1`` too, for clients configured without it. Each request's raw body and
 headers are recorded too (:meth:`FakeLLM.raw_requests`, :meth:`FakeLLM.request_headers`).
 Standard library only: it runs inside the test process, whatever venv the framework lives in.
@@ -47,6 +47,8 @@ class Step:
     text: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     finish_reason: str | None = None  # default: "tool_calls" with calls, else "stop"
+    reasoning: str | None = None  # the model's reasoning first (Responses: a reasoning item)
+    tokens: int | None = None  # the total tokens its usage reports (default: an estimate)
 
     @property
     def finish(self) -> str:
@@ -214,6 +216,8 @@ class FakeLLM:
 def _usage(body: dict[str, Any], step: Step) -> dict[str, int]:
     prompt = sum(len(json.dumps(m)) for m in body.get("messages", [])) // 4 + 1
     completion = len(step.text or "") // 4 + 8 * len(step.tool_calls) + 1
+    if step.tokens is not None:  # (a context the agent must compact, say)
+        prompt = max(step.tokens - completion, 0)
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion}
 
@@ -386,10 +390,17 @@ def anthropic_events(message: dict[str, Any]) -> Iterator[tuple[str, dict[str, A
 
 def response_object(model: str, response_id: str, step: Step, body: dict[str, Any]
                     ) -> dict[str, Any]:
-    """An OpenAI Responses API response: a message item (if the step has text), one
-    ``function_call`` item per call."""
+    """An OpenAI Responses API response: a reasoning item (if the step has reasoning: its
+    summary, and its ``encrypted_content`` when the request's ``include`` asks for it), a
+    message item (if the step has text), one ``function_call`` item per call."""
     output: list[dict[str, Any]] = []
     suffix = response_id[-6:]
+    if step.reasoning:  # its summary; its content encrypted when the request asks for it
+        item: dict[str, Any] = {"type": "reasoning", "id": f"rs_{suffix}", "summary": [
+            {"type": "summary_text", "text": step.reasoning}]}
+        if "reasoning.encrypted_content" in (body.get("include") or ()):
+            item["encrypted_content"] = "enc:" + step.reasoning[::-1]
+        output.append(item)
     if step.text:
         output.append({"type": "message", "id": f"msg_{suffix}", "status": "completed",
                        "role": "assistant", "content": [{"type": "output_text",
@@ -422,7 +433,17 @@ def response_events(response: dict[str, Any]) -> Iterator[tuple[str, dict[str, A
     started = {**response, "status": "in_progress", "output": []}
     yield "response.created", {"response": started}
     for index, item in enumerate(response["output"]):
-        if item["type"] == "message":
+        if item["type"] == "reasoning":
+            yield "response.output_item.added", {"output_index": index,
+                                                 "item": {**item, "summary": []}}
+            for part, summary in enumerate(item["summary"]):
+                yield "response.reasoning_summary_text.delta", {
+                    "output_index": index, "item_id": item["id"], "summary_index": part,
+                    "delta": summary["text"]}
+                yield "response.reasoning_summary_text.done", {
+                    "output_index": index, "item_id": item["id"], "summary_index": part,
+                    "text": summary["text"]}
+        elif item["type"] == "message":
             text = item["content"][0]["text"]
             yield "response.output_item.added", {"output_index": index,
                                                  "item": {**item, "content": [],

@@ -174,8 +174,9 @@ AGENTS = [
     Agent("spring-ai", "spring_ai", "call"),
     Agent("spring-ai", "spring_ai", "stream"),
     # Koog's AIAgent (Kotlin) on its OpenAILLMClient: Chat Completions, and the Responses API
-    # (a model that speaks only that)
-    *(Agent("koog", "koog", mode) for mode in ("chat", "responses")),
+    # (a model that speaks only that), with no system prompt too (the note then goes into
+    # ``instructions``, whose echo Koog reads as a list only)
+    *(Agent("koog", "koog", mode) for mode in ("chat", "responses", "responses_bare")),
     *(Agent("ts", "endpoint_ts", mode) for mode in (
         "chat", "chat_stream", "responses", "responses_stream")),
     *(Agent("ts", "endpoint_ai_sdk", mode) for mode in (

@@ -38,6 +38,11 @@ MIN_SPAN_TIME_NS = MIN_EPOCH_SECONDS * 10**9
 # of a tool call's signatures is handed them with the compiled decode (spans read no run).
 MAX_DISTINCT_SIGNATURES = 128
 MAX_CYCLE_LENGTH = 4
+# the model endpoint's stop of one run, kept with it: what a request that goes on from its stop
+# answer carries (digests, ids), and its note
+MAX_STOP_ANSWERS = 8
+MAX_STOP_NOTE_CHARS = 4096
+MAX_STOPS_KEPT = 20_000  # stop answers told from a run's, across runs (least recent out)
 
 # C0 and C1 controls, DEL, and lone surrogates (JSON "\ud800" decodes to one).
 _BAD_ID_CHAR = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")

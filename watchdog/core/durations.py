@@ -33,6 +33,8 @@ _NUMBER = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
 DURATION_HELP = "a duration like 500ms, 30s, 1m30s, 1h, 1d (units ms s m h d w y, largest first)"
 SECONDS_HELP = "a number of seconds >= 0 or " + DURATION_HELP
 TOO_LARGE = "this one is too large for a number of seconds"
+NEGATIVE = "this one is negative"
+UNSIGNED = "a duration is written without a sign"
 
 
 class DurationError(ValueError):
@@ -55,6 +57,9 @@ def parse_duration(value: object) -> float:
         bare = text if text is not None else value
         hint = "" if isinstance(value, bool) or not _NUMBER.match(str(bare)) else (
             f"a bare number has no unit: write {bare}s")
+        if text and text[0] in "+-" and text[1:] and (text[1:] == "0"
+                                                      or _GRAMMAR.match(text[1:])):
+            hint = UNSIGNED
         raise DurationError(DURATION_HELP, hint)
     try:  # (a count of hundreds of digits is past any float)
         seconds = sum(int(count) * UNIT_SECONDS["ms" if name == "ms_" else name]
@@ -67,19 +72,29 @@ def parse_duration(value: object) -> float:
 
 
 def parse_seconds(value: object) -> float:
-    """Seconds from a non-negative number, a numeric string or a duration string."""
+    """Seconds from a non-negative number, a numeric string or a duration string. A number may
+    carry a sign, as YAML and the integer keys take one (``-0`` is 0, ``+5`` is 5); a negative
+    one is refused as such, and a duration takes no sign (Prometheus' grammar has none)."""
     if isinstance(value, bool):
         raise DurationError(SECONDS_HELP)
     if isinstance(value, (int, float)):
-        if value < 0 or (isinstance(value, float) and math.isnan(value)):
+        if isinstance(value, float) and math.isnan(value):
             raise DurationError(SECONDS_HELP)
-        return _finite(value)
-    if isinstance(value, str) and _NUMBER.match(value.strip()):
-        return _finite(value.strip())
+        if value < 0:
+            raise DurationError(SECONDS_HELP, NEGATIVE)
+        return _finite(value) + 0.0  # (-0.0 is 0)
+    text = value.strip() if isinstance(value, str) else ""
+    sign, unsigned = (text[0], text[1:]) if text[:1] in ("+", "-") else ("", text)
+    if _NUMBER.match(unsigned):
+        seconds = _finite(unsigned)
+        if sign == "-" and seconds != 0:
+            raise DurationError(SECONDS_HELP, NEGATIVE)
+        return seconds
     try:
         return parse_duration(value)
     except DurationError as exc:  # (its hint for a bare number does not apply here)
-        raise DurationError(SECONDS_HELP, exc.hint if exc.hint == TOO_LARGE else "") from None
+        raise DurationError(SECONDS_HELP, exc.hint if exc.hint in (TOO_LARGE, UNSIGNED)
+                            else "") from None
 
 
 def _finite(number: float | str) -> float:

@@ -40,6 +40,7 @@ from collections.abc import Set as AbstractSet
 from functools import partial
 from typing import Any
 
+from watchdog.core.bounds import MAX_STOP_ANSWERS, MAX_STOP_NOTE_CHARS, MAX_STOPS_KEPT
 from watchdog.core.cycles import CycleBook, Entry, Trail
 from watchdog.core.fleet import FLEET_SLICE, Fleet, ToTell
 from watchdog.core.handout import Failure, Step
@@ -89,6 +90,8 @@ class Core(CoreReads):
         self._stuck_ended: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._recent: dict[str, RecentSteps] = {}
         self.cycles = CycleBook()  # loops across agents (session.agent_cycle)
+        # what goes on from a model endpoint's stop answer (a digest, an id) -> its run
+        self._stops: OrderedDict[str, str] = OrderedDict()
 
     # -- spans ----------------------------------------------------------------------------------
 
@@ -123,8 +126,20 @@ class Core(CoreReads):
         if finished:
             self._finish(finished, step)
             step._evicted.extend(result.evicted)
+        self._late_at_budget(result, finished)
         self._seal(step, now)
         return step
+
+    def _late_at_budget(self, result: BatchResult, finished: list[RunState]) -> None:
+        """A run that ended before spans of it came (an exporter's batches, two export
+        paths: the tool calls that spent its budget after its end) is classified again as at
+        its end (:meth:`_finish`), by the rule pack's budget for its agent too (the tracker's
+        own late reading, :meth:`RunState.late_answer`, knows only the budget it announced)."""
+        defaults = self._defaults
+        done = {run.key for run in finished}
+        for run in result.touched.values():
+            if run.ended and run.key not in done and (budget := defaults(run)) is not None:
+                run.ended_at_budget(budget)
 
     def _has_rules(self) -> bool:
         return self.engine is not None and bool(self.engine.ruleset.rules)
@@ -232,7 +247,10 @@ class Core(CoreReads):
             return runs
 
         restored = read(active)
-        self.tracker.restore(restored + read(ended))
+        ended_runs = read(ended)
+        self.tracker.restore(restored + ended_runs)
+        for run in (*ended_runs, *restored):
+            self._know_stop(run.key, run.stop_answers)
         return [run.key for run in restored]
 
     # -- client calls ---------------------------------------------------------------------------
@@ -447,6 +465,48 @@ class Core(CoreReads):
         self._finish([run], step)
         self._seal(step, now)
         return step
+
+    def model_stop_answered(self, key: str, note: str, answers: Iterable[str],
+                            now: float) -> Step | None:
+        """The model endpoint answered run ``key`` with its stop ``note``; ``answers``: what a
+        request that goes on from that answer carries (:meth:`stop_of`). Kept with the run
+        (its snapshot), at most ``MAX_STOP_ANSWERS`` of them, the note cut to
+        ``MAX_STOP_NOTE_CHARS``. None when the run is not in memory or nothing is new."""
+        run = self.tracker.get(key)
+        if run is None:
+            return None
+        known = run.stop_answers
+        added = tuple(answer for answer in dict.fromkeys(answers) if answer not in known)
+        added = added[:max(MAX_STOP_ANSWERS - len(known), 0)]
+        note = note[:MAX_STOP_NOTE_CHARS]
+        if not added and run.stop_note == note:
+            return None
+        run.stop_note, run.stop_answers = note, known + added
+        self._know_stop(key, added)
+        step = Step(dirty={key: run})
+        self._seal(step, now)
+        return step
+
+    def stop_of(self, key: str | None, answers: Iterable[str] = ()
+                ) -> tuple[str, str, tuple[str, ...]] | None:
+        """The model endpoint's stop of run ``key``, else of the run whose stop answer one of
+        ``answers`` is (a digest, an id): ``(run, note, answers)``; None: no such stop kept."""
+        run = self.tracker.get(key) if key is not None else None
+        if run is None or run.stop_note is None:
+            found = next((self._stops[answer] for answer in answers if answer in self._stops),
+                         None)
+            run = self.tracker.get(found) if found is not None else None
+        if run is None or run.stop_note is None:
+            return None
+        return run.key, run.stop_note, run.stop_answers
+
+    def _know_stop(self, key: str, answers: Iterable[str]) -> None:
+        stops = self._stops
+        for answer in answers:
+            stops[answer] = key
+            stops.move_to_end(answer)
+        while len(stops) > MAX_STOPS_KEPT:
+            stops.popitem(last=False)
 
     def model_in_flight(self, key: str, calls: int, now: float,
                         since: float | None = None) -> None:

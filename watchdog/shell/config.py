@@ -646,7 +646,8 @@ def _coerce(key: str, value: Any, kind: str) -> Any:
             return parse_seconds(value)
         except DurationError as exc:
             allowed = SECONDS_ALLOWED.get(key)
-            expected = f"{allowed}; {DURATION_HELP}" if allowed else str(exc)
+            expected = (f"{allowed}; {DURATION_HELP}" + (f"; {exc.hint}" if exc.hint else "")
+                        if allowed else str(exc))
             raise ConfigError(f"{key}={shown(value)} is not allowed: expected "
                               f"{expected}") from None
     if kind == "tuple[str, ...]":

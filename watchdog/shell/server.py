@@ -201,7 +201,7 @@ class Server:
 
             passthrough.install_http(otlp_app, service, metrics, admission, config, forward)
         await self._start_app("otlp_http", config.otlp_http_address, otlp_app,
-                              **otlp_http.RUNNER_OPTIONS)
+                              make_runner=otlp_http.Runner)
         await self._start_app("api", config.api_address, create_app(
             service, config, directives=outbox, rules=self.engine, reload=rules.reload),
             make_runner=functools.partial(ApiRunner, priority=service.priority))
@@ -399,6 +399,7 @@ class Server:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self.service is not None:
+            self.service.closing()
             await self.service.save_pending()
         if self.outbox is not None:
             await self.outbox.stop()  # stores what is pending; lets webhook attempts finish

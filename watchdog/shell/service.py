@@ -655,6 +655,19 @@ class WatchdogService:
         if stopped is not None:
             self._carry(stopped)
 
+    def model_stop_answered(self, key: str, note: str, answers: Iterable[str]) -> None:
+        """The model endpoint answered run ``key`` with its stop ``note``; ``answers``: what a
+        request that goes on from it carries. Kept with the run (its snapshot)."""
+        stopped = self.core.model_stop_answered(key, note, answers, self.clock.now())
+        if stopped is not None:
+            self._carry(stopped)
+
+    def stop_of(self, key: str | None, answers: Sequence[str]
+                ) -> tuple[str, str, tuple[str, ...]] | None:
+        """The model endpoint's stop kept with run ``key``, else with the run whose stop answer
+        one of ``answers`` is: ``(run, note, answers)``, or None."""
+        return self.core.stop_of(key, answers)
+
     def model_in_flight(self, key: str, calls: int, since: float | None = None) -> None:
         """The model endpoint's word on what runs for ``key`` now (its model call, or the
         tools it handed over), as a client heartbeat tells it: a run waiting on them is not
@@ -761,6 +774,10 @@ class WatchdogService:
     def flush(self) -> None:
         """Persist everything pending, synchronously (only when no loop is running: tests)."""
         self.state.flush()
+
+    def closing(self) -> None:
+        """The receivers are closed (shutdown): what is saved now is said as such."""
+        self.state.closing = True
 
     async def save_pending(self) -> bool:
         """Flush the runs; once it has stored them, the snapshots stored with the directives

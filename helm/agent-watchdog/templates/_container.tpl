@@ -181,18 +181,34 @@ The volumes of the watchdog container. Context: as for "agent-watchdog.container
   persistentVolumeClaim:
     claimName: {{ $v.gateway.persistence.existingClaim }}
   {{- else }}
-  emptyDir:
-    {{- with $v.state.medium }}
-    medium: {{ . }}
-    {{- end }}
-    {{- with $v.state.sizeLimit }}
-    sizeLimit: {{ include "agent-watchdog.envValue" . }}
-    {{- end }}
+  {{- include "agent-watchdog.emptyDir" (dict "medium" $v.state.medium "sizeLimit" $v.state.sizeLimit) | nindent 2 }}
   {{- end }}
 - name: watchdog-tmp
-  emptyDir:
-    sizeLimit: {{ include "agent-watchdog.envValue" $v.state.tmpSizeLimit }}
+  {{- include "agent-watchdog.emptyDir" (dict "sizeLimit" $v.state.tmpSizeLimit) | nindent 2 }}
 - name: watchdog-rules
   configMap:
     name: {{ include "agent-watchdog.rulesConfigMapName" . }}
+{{- end }}
+
+{{/*
+An emptyDir volume source: .medium ("" or Memory) and .sizeLimit, a quantity. A zero one (0, "0",
+"0Mi") means no limit, and is left out as Kubernetes reads a limit that is not set; an emptyDir
+with neither is written {}, never null (a volume with no source).
+*/}}
+{{- define "agent-watchdog.emptyDir" -}}
+{{- $limit := "" }}
+{{- if not (or (kindIs "invalid" .sizeLimit) (regexMatch "^(0+(\\.0*)?|\\.0+)([eE][+-]?[0-9]+)?[A-Za-z]*$" (toString .sizeLimit))) }}
+{{- $limit = include "agent-watchdog.envValue" .sizeLimit }}
+{{- end }}
+{{- if or .medium $limit -}}
+emptyDir:
+  {{- with .medium }}
+  medium: {{ . }}
+  {{- end }}
+  {{- with $limit }}
+  sizeLimit: {{ . }}
+  {{- end }}
+{{- else -}}
+emptyDir: {}
+{{- end }}
 {{- end }}

@@ -151,7 +151,7 @@ Refusals: values that cannot work are stopped at render time with a message nami
 {{- if eq .Values.mode "gateway" }}
 {{- $text := ternary "20s" (toString $grace | trim) $unset }}
 {{- $seconds := 0.0 }}
-{{- if regexMatch "^[0-9]+(\\.[0-9]+)?$" $text }}
+{{- if regexMatch "^[+-]?[0-9]+(\\.[0-9]+)?$" $text }}
 {{- $seconds = float64 $text }}
 {{- else }}
 {{- $units := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 "d" 86400.0 "w" 604800.0 "y" 31536000.0 }}

@@ -154,6 +154,9 @@ enum Reply {
         unasked: Option<Bytes>,
         ahead: Option<admit::Digest>,
         hold: bool,
+        /// The instructions the client sent, for those a Responses response echoes (None:
+        /// the echo is the client's own).
+        echo: Option<serde_json::Value>,
     },
 }
 
@@ -208,10 +211,32 @@ struct Client {
 /// on a second descriptor of its socket: a peek, so hyper's reading is left as it was (it
 /// reads nothing of a connection while it serves a request on it, `half_close`). Bytes the
 /// client sends meanwhile (a request pipelined) end the watch: that client is still there.
-async fn watch_client(shared: Arc<Shared>, id: u64, socket: tokio::net::TcpStream) {
+/// A client that ended its side may have half-closed (it waits for its answer) or gone; one
+/// gone resets the connection once something is written to it (the answer's head, as it
+/// begins): then the connection is dropped at once (`client`'s, as `Relay.let_go` drops
+/// it), which cancels its upstream request as a client gone mid-answer does, though
+/// nothing more is written to it meanwhile (a final request's answer, held until it ends).
+async fn watch_client(
+    shared: Arc<Shared>,
+    id: u64,
+    socket: tokio::net::TcpStream,
+    client: Arc<Client>,
+) {
     let mut byte = [0u8; 1];
-    if !matches!(socket.peek(&mut byte).await, Ok(read) if read > 0) {
-        shared.push(Event::Ended { id });
+    let gone = match socket.peek(&mut byte).await {
+        Ok(read) if read > 0 => return,
+        Ok(_) => {
+            shared.push(Event::Ended { id });
+            // (a reset, when it comes: the socket's error; none for a half-closed client)
+            socket.ready(tokio::io::Interest::ERROR).await.is_ok()
+        }
+        Err(_) => {
+            shared.push(Event::Ended { id });
+            true
+        }
+    };
+    if gone {
+        client.drop.notify_one();
     }
 }
 
@@ -1053,6 +1078,7 @@ async fn handle(
                 unasked: None,
                 ahead: (admitted.api == Api::Chat).then_some(admitted.digest),
                 hold: false,
+                echo: None,
             }
         }
         (verdict, body, _) => {
@@ -1097,12 +1123,14 @@ async fn handle(
                 unasked,
                 ahead,
                 hold,
+                echo,
             } => {
                 ticket.notify = notify;
                 if notify && !ticket.watched {
                     // with the model from now: its client's end is told (Python's to judge)
                     if let Some(socket) = watch_socket(&client) {
-                        let watch = tokio::spawn(watch_client(shared.clone(), id, socket));
+                        let watch =
+                            tokio::spawn(watch_client(shared.clone(), id, socket, client.clone()));
                         shared
                             .watched
                             .lock()
@@ -1150,7 +1178,7 @@ async fn handle(
                                         hide_usage: false,
                                         ..trim
                                     })
-                                    .filter(|trim| trim.keep.is_some());
+                                    .filter(|trim| trim.keep.is_some() || echo.is_some());
                                 sent = send(unasked).await;
                             }
                             Ok((data, _)) => read = Some(data),
@@ -1161,8 +1189,10 @@ async fn handle(
                 let failure = match (sent, failed_body) {
                     (_, Some(failure)) => failure,
                     (Ok(upstream), None) => {
-                        match relayed(&shared, upstream, read, ticket, observe, trim, watch, hold)
-                            .await
+                        match relayed(
+                            &shared, upstream, read, ticket, observe, trim, watch, hold, &echo,
+                        )
+                        .await
                         {
                             Ok(response) => return Ok(response),
                             Err((back, kind, detail)) => {
@@ -1331,6 +1361,7 @@ async fn relayed(
     trim: Option<Trim>,
     watch: Option<Api>,
     hold: bool,
+    echo: &Option<serde_json::Value>,
 ) -> Result<Response<RelayBody>, Failure> {
     let status = upstream.status();
     ticket.status = status.as_u16();
@@ -1390,6 +1421,27 @@ async fn relayed(
             } else {
                 None
             };
+            // the instructions it echoes set back to the client's (read as it is observed)
+            let restored = match (echo, &ticket.observed) {
+                (Some(echo), Some(Observed::Whole(text))) if whole => trim::trim_whole_echo(
+                    Api::Responses,
+                    text,
+                    usize::MAX,
+                    &shared.answers(),
+                    Some(echo),
+                )
+                .ok()
+                .flatten(),
+                _ => None,
+            };
+            let read = match restored {
+                Some((out, _)) => {
+                    headers.remove("content-encoding"); // (what it passes on is plain)
+                    headers.remove("content-length");
+                    Bytes::from(out)
+                }
+                None => read,
+            };
             body.whole = Some(read);
             if !whole {
                 body.upstream = Some(upstream.into());
@@ -1425,7 +1477,9 @@ async fn relayed(
             if coding.inflated() {
                 body.inflate = Some(Inflater::new(coding));
             }
-            body.trim = Some(StreamTrim::new(trim, shared.answers()));
+            let mut trim = StreamTrim::new(trim, shared.answers());
+            trim.echo = echo.clone();
+            body.trim = Some(trim);
             body.upstream = Some(upstream.into());
             if hold {
                 body.hold = Some(Hold {
@@ -1477,11 +1531,12 @@ async fn relayed(
             if observe {
                 ticket.observed = Some(Observed::Whole(text.clone())); // (held once)
             }
-            let mut out = match trim::trim_whole(api, &text, keep, &shared.answers()) {
-                Ok(Some(trimmed)) => {
-                    ticket.changed = true;
+            let answers = shared.answers();
+            let mut out = match trim::trim_whole_echo(api, &text, keep, &answers, echo.as_ref()) {
+                Ok(Some((changed, trimmed))) => {
+                    ticket.changed = trimmed;
                     headers.remove("content-encoding"); // (what it passes on is plain)
-                    Bytes::from(trimmed)
+                    Bytes::from(changed)
                 }
                 Ok(None) => read, // as it came
                 Err(trim::Unjudged) => return unjudged(ticket, "JSON it cannot judge"),
@@ -1798,7 +1853,7 @@ impl Relay {
     /// ``held`` and the relay waits for ``release``.
     #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
                         api="", keep=-1, watch=false, unasked=None, ahead=None,
-                        hold=false))]
+                        hold=false, echo=None))]
     #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
@@ -1815,6 +1870,7 @@ impl Relay {
         unasked: Option<&[u8]>,
         ahead: Option<&str>,
         hold: bool,
+        echo: Option<&str>,
     ) -> PyResult<bool> {
         if hold && (keep < 0 || !observe) {
             return Err(PyValueError::new_err(
@@ -1829,11 +1885,17 @@ impl Relay {
             })
             .transpose()?;
         let hide_usage = unasked.is_some();
+        let echo = echo
+            .map(|text| {
+                serde_json::from_str::<serde_json::Value>(text)
+                    .map_err(|_| PyValueError::new_err("echo is not JSON"))
+            })
+            .transpose()?;
         let parsed = || {
             Api::parse(api)
                 .ok_or_else(|| PyValueError::new_err(format!("not a model API: {api:?}")))
         };
-        let trim = if keep < 0 && !hide_usage {
+        let trim = if keep < 0 && !hide_usage && echo.is_none() {
             None
         } else {
             Some(Trim {
@@ -1862,6 +1924,7 @@ impl Relay {
                 unasked: unasked.map(Bytes::copy_from_slice),
                 ahead,
                 hold,
+                echo,
             },
         ))
     }

@@ -413,6 +413,19 @@ pub fn trim_whole(
     keep: usize,
     answers: &Answers,
 ) -> Result<Option<Vec<u8>>, Unjudged> {
+    Ok(trim_whole_echo(api, data, keep, answers, None)?.map(|(out, _)| out))
+}
+
+/// `trim_whole`, and the echoed `instructions` set back to the client's (`echo`:
+/// `responses.restore_echo`): Some((new bytes, whether calls were trimmed)) when either
+/// changed it.
+pub fn trim_whole_echo(
+    api: Api,
+    data: &[u8],
+    keep: usize,
+    answers: &Answers,
+    echo: Option<&Value>,
+) -> Result<Option<(Vec<u8>, bool)>, Unjudged> {
     let Ok(text) = std::str::from_utf8(data) else {
         return Ok(None);
     };
@@ -420,11 +433,42 @@ pub fn trim_whole(
     let Some(Value::Object(mut body)) = loads(text)? else {
         return Ok(None);
     };
-    if trim_body(api, &mut body, keep, answers) {
-        Ok(Some(dumps(&Value::Object(body))))
-    } else {
-        Ok(None)
+    let trimmed = trim_body(api, &mut body, keep, answers);
+    let restored = echo.is_some_and(|echo| restore_echo(&mut body, echo));
+    Ok((trimmed || restored).then(|| (dumps(&Value::Object(body)), trimmed)))
+}
+
+/// `responses.restore_echo`: a response object's echoed `instructions` set back to the
+/// client's; whether that changed it.
+pub fn restore_echo(response: &mut Map<String, Value>, echo: &Value) -> bool {
+    match response.get_mut("instructions") {
+        Some(given) if given != echo => {
+            *given = echo.clone();
+            true
+        }
+        _ => false,
     }
+}
+
+/// `responses.restored_event`: a stream event whose response object echoes the instructions,
+/// with the client's instead; None: as it came (no such echo, or one that cannot be read).
+fn restored_event(event: &Event, echo: &Value) -> Option<Event> {
+    if !event.raw.windows(14).any(|w| w == b"\"instructions\"") {
+        return None;
+    }
+    let mut data = json_data(event).ok()??;
+    let Some(Value::Object(response)) = data.get_mut("response") else {
+        return None;
+    };
+    if !restore_echo(response, echo) {
+        return None;
+    }
+    let data = Value::Object(data);
+    Some(Event {
+        raw: sse(&data, event.name.as_deref()),
+        name: event.name.clone(),
+        data: Some(String::from_utf8(dumps(&data)).unwrap_or_default()),
+    })
 }
 
 // -- SSE ----------------------------------------------------------------------------------------
@@ -630,6 +674,9 @@ pub struct StreamTrim {
     answers: Answers,
     reader: SseReader,
     rewriter: Rewriter,
+    /// The instructions the client sent, for those a Responses stream's response objects
+    /// echo (`responses.restored_event`; not counted in `changed`).
+    pub echo: Option<Value>,
     /// Whether any event was changed or left out.
     pub changed: bool,
     /// Whether the response's last event has come (`[DONE]`, a Responses end event,
@@ -667,6 +714,7 @@ impl StreamTrim {
             answers,
             reader: SseReader::new(),
             rewriter,
+            echo: None,
             changed: false,
             finished: false,
         }
@@ -684,6 +732,11 @@ impl StreamTrim {
             if self.hide_usage && usage_only(event)? {
                 continue; // read already (the upstream's bytes are observed), not asked for
             }
+            let restored = self
+                .echo
+                .as_ref()
+                .and_then(|echo| restored_event(event, echo));
+            let event = restored.as_ref().unwrap_or(event);
             match self.rewrite(event)? {
                 Some(bytes) => {
                     self.changed = true;

@@ -57,9 +57,17 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from watchdog.core.bounds import MAX_STOP_ANSWERS
 from watchdog.core.model.failure import looks_failed, refusal_of
 from watchdog.core.model.steer import answer_of, is_answer_tool
-from watchdog.core.model.wire import Observation, Request, ToolCall, ToolResult, answer_digest
+from watchdog.core.model.wire import (
+    CONVERSATION_ANCHOR,
+    Observation,
+    Request,
+    ToolCall,
+    ToolResult,
+    answer_digest,
+)
 from watchdog.core.redact import brief, mask
 from watchdog.core.spans.record import ENDPOINT_SCOPE, KeySource, SpanKind, SpanRecord
 
@@ -68,6 +76,9 @@ MAX_CONVERSATIONS = 10_000  # conversation anchors remembered
 MAX_RESPONSE_IDS = 20_000  # response id -> run, for previous_response_id
 MAX_PENDING_CALLS = 128  # tool calls of one response waiting for their results
 MAX_BRIEF_CHARS = 500
+MAX_ASIDE_CHARS = 500  # of an aside's answer, kept to know the request that goes on from it
+# ... and the least it must hold: a summary, not a word a person's next message may repeat
+MIN_ASIDE_CHARS = 40
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
 SCOPE = ENDPOINT_SCOPE  # the records' instrumentation scope: another than any agent's span
 # Ids of the endpoint's runs and records: random, as the OpenTelemetry SDK's own
@@ -86,6 +97,11 @@ _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]
                           re.DOTALL)
 FAILED_TOOL = "ToolError"  # the error type of a tool result that says it failed
 INCOMPLETE = "IncompleteResponse"  # the error type of a response that broke off before its end
+
+
+# a run's stop as kept with the run (it outlives a restart): (the run, its stop note, what a
+# request that goes on from its stop answer carries: :attr:`EndpointRun.stop_answers`)
+Stop = tuple[str, str, tuple[str, ...]]
 
 
 @dataclass(slots=True)
@@ -147,6 +163,10 @@ class EndpointRun:
     # the request identified last goes on from the run's own calls (its results answer calls
     # the run handed over): a run ended at an answer (to a request aside) is taken back
     going_on: bool = False
+    # the answer to the run's latest request aside (one that offered no tools: a summary of
+    # its history the agent asked for), its words, at most MAX_ASIDE_CHARS: a request whose new
+    # user message quotes it goes on from it (the agent compacted its context to that summary)
+    aside: str | None = None
     # what its last request carried past the model's last answer (:func:`_asked`): a request
     # that carries the same, answering none of the calls handed over since, sends it again
     asked: tuple[object, ...] | None = None
@@ -175,6 +195,9 @@ class ModelBook:
         # told the key of each run let go (its bound), or whose conversation was: a request of
         # it is then read as new
         self.let_go: Callable[[str], None] | None = None
+        # the stop kept with a run this book does not know (lost in a restart, or let go): of
+        # the run named, else of the run whose stop answer one of these is; None: no such stop
+        self.stops: Callable[[str | None, Sequence[str]], Stop | None] | None = None
         self._going_on = False  # (what _identify found of the request it reads)
 
     def __len__(self) -> int:
@@ -221,13 +244,17 @@ class ModelBook:
         if caller.run is not None:
             state = self._runs.get(caller.run)
             if state is None:
-                state = self._keep(EndpointRun(caller.run, KeySource.WATCHDOG,
-                                               _random_hex(128), None, agent=agent))
+                state = self._kept_stop(self._stop_of(caller.run, ()), agent, None, None) \
+                    or self._keep(EndpointRun(caller.run, KeySource.WATCHDOG,
+                                              _random_hex(128), None, agent=agent))
             self._going_on = self._answers_calls_of(state, request)
             return self._touch(state)
         if request.previous_response_id is not None:
             previous = self._responses.get(request.previous_response_id)
             known = self._runs.get(previous) if previous is not None else None
+            if known is None:  # (the response the endpoint's stop answer was, before a restart)
+                known = self._kept_stop(self._stop_of(None, (request.previous_response_id,)),
+                                        agent, None, None)
             if known is not None:
                 if not (request.last_is_user and _over(known, ended)) \
                         or goes_on_from_stop(known, request):
@@ -299,6 +326,11 @@ class ModelBook:
                                        None, session=session, agent=agent,
                                        conversation=digest, messages=request.messages))
                 self._conversations[digest] = key = found
+        if key is None and (stop := self._stop_of(None, _stop_tokens(request))) is not None:
+            # a conversation that goes on from a stop answer the book no longer knows (a
+            # restart): the stopped run's, by the stop kept with it
+            self._kept_stop(stop, agent, digest, session)
+            self._conversations[digest] = key = stop[0]
         answers_its_calls = False  # its results answer calls its run handed over
         for result in request.results:  # the run that handed over the calls it answers
             handed = self._runs.get(self._calls.get(result.call_id) or "")
@@ -309,16 +341,43 @@ class ModelBook:
         if state is not None and goes_on_from_stop(state, request):
             self._conversations.move_to_end(digest)  # (its agent did not take the stop)
             return self._touch(state)
+        if state is not None and goes_on_from_aside(state, request):
+            # its history compacted to the aside's answer: the run goes on (taken back if
+            # that answer ended it), whatever the request's length
+            self._conversations.move_to_end(digest)
+            self._going_on = True
+            return self._touch(state)
         if state is not None and not (
                 (request.last_is_user and _over(state, ended))
                 or (not request.kept and (
                     (request.messages < state.messages and not answers_its_calls)
                     or (request.messages <= state.first and not request.results
-                        and (state.asking > 0 or state.answered > 0))))):
+                        and (state.asking > 0 or state.answered > 0)
+                        and not _sent_again(state, request))))):
             self._conversations.move_to_end(digest)
             self._going_on = answers_its_calls and not request.last_is_user
             return self._touch(state)
         return self._next_run(digest, session, agent, request.messages)
+
+    def _stop_of(self, key: str | None, answers: Sequence[str]) -> Stop | None:
+        return self.stops(key, answers) if self.stops is not None and (key or answers) \
+            else None
+
+    def _kept_stop(self, stop: Stop | None, agent: str | None, conversation: str | None,
+                   session: str | None) -> EndpointRun | None:
+        """The book's run for a stop kept with its run (:attr:`stops`), or None."""
+        if stop is None:
+            return None
+        key, note, answers = stop
+        state = self._runs.get(key)
+        if state is None:
+            state = self._keep(EndpointRun(
+                key, KeySource.WATCHDOG, key.removeprefix("model:") if key.startswith(
+                    "model:") and len(key) == 38 else _random_hex(128), None, session=session,
+                agent=agent, conversation=conversation))
+        state.stop = state.stop or note
+        state.stop_answers |= frozenset(answers)
+        return self._touch(state)
 
     def _next_run(self, conversation: str | None, session: str | None, agent: str | None,
                   messages: int) -> EndpointRun:
@@ -412,13 +471,18 @@ class ModelBook:
             records.append(record)
         return records
 
-    def stopped(self, state: EndpointRun, answer: str, response_id: str | None = None) -> None:
-        """The endpoint answered ``state``'s run with ``answer`` at its stop (``response_id``:
-        the id it gave that answer, which a conversation the server keeps goes on from): a
-        request that goes on from it is the stopped run's (:func:`goes_on_from_stop`)."""
-        for known in (answer_digest(answer), response_id):
+    def stopped(self, state: EndpointRun, request: Request, answer: str,
+                response_id: str | None = None) -> None:
+        """The endpoint answered ``state``'s run with ``answer`` at its stop, for ``request``
+        (``response_id``: the id it gave that answer, which a conversation the server keeps
+        goes on from): a request that goes on from it is the stopped run's
+        (:func:`goes_on_from_stop`). So is every later request of a conversation the server
+        keeps by its id (``conversation``): the stop answer is not in it (the upstream never
+        gave it), and its requests carry nothing else to go on from."""
+        kept = request.anchor if request.anchor.startswith(CONVERSATION_ANCHOR) else None
+        for known in (answer_digest(answer), response_id, kept):
             if known is not None and known not in state.stop_answers \
-                    and len(state.stop_answers) < 8:
+                    and len(state.stop_answers) < MAX_STOP_ANSWERS:
                 state.stop_answers |= {known}
         if response_id is not None:
             self._responses[response_id] = state.key
@@ -486,6 +550,9 @@ class ModelBook:
                 "length", "max_tokens", "content_filter"):
             record.final_answer = True
             record.final_output = brief(seen.text, MAX_BRIEF_CHARS)
+            words = " ".join(seen.text.split())
+            if not request.has_tools and len(words) >= MIN_ASIDE_CHARS:
+                state.aside = words[:MAX_ASIDE_CHARS]  # an aside's answer (it offered no tools)
         waiting = state.begun if broke else state.pending
         for call in work:
             if len(waiting) < MAX_PENDING_CALLS:
@@ -553,6 +620,15 @@ def _asked(request: Request) -> tuple[object, ...]:
             tuple(result.call_id for result in request.results), hash(tuple(request.said)))
 
 
+def _sent_again(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request`` sends again the request before of ``state``'s run (its client
+    could not read the answer): it carries what that one did, no other of the run is with
+    the model, and the calls that answer handed over wait for their results. A first request
+    sent again so is its run's, not a twin's (:meth:`ModelBook.tool_records` takes its calls
+    back)."""
+    return state.asking == 0 and bool(state.pending) and state.asked == _asked(request)
+
+
 def _wait(waiting: dict[str, ToolCall], call: ToolCall) -> None:
     """``call`` waits for its result: under its id, or, when a call handed over before has the
     same id (an upstream that gives none, or the same one to each call), under its id and a
@@ -581,11 +657,37 @@ def goes_on_from_stop(state: EndpointRun, request: Request) -> bool:
     not the next run's."""
     if not state.stop_answers:
         return False
-    if request.previous_response_id is not None and request.previous_response_id \
-            in state.stop_answers:
-        return True
+    if (request.previous_response_id is not None and request.previous_response_id \
+            in state.stop_answers) or request.anchor in state.stop_answers:
+        return True  # (an anchor there: a conversation the server keeps by its id)
     return request.last_answer is not None \
         and answer_digest(request.last_answer) in state.stop_answers
+
+
+def _stop_tokens(request: Request) -> tuple[str, ...]:
+    """What ``request`` may go on from a stop answer by: its last answer's digest, the id of
+    the response it continues, the id of the conversation the server keeps."""
+    tokens: list[str] = []
+    if request.last_answer is not None and (digest := answer_digest(request.last_answer)):
+        tokens.append(digest)
+    if request.previous_response_id is not None:
+        tokens.append(request.previous_response_id)
+    if request.anchor.startswith(CONVERSATION_ANCHOR):
+        tokens.append(request.anchor)
+    return tuple(tokens)
+
+
+def goes_on_from_aside(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request`` goes on from the answer to ``state``'s latest request aside: a new
+    user message after its last model answer quotes that answer (spacing aside), as an agent
+    that compacts its context sends it — its history replaced by the summary it asked the
+    model for (Codex: "Another language model started to solve this problem and produced a
+    summary ..."), no tool results, shorter than its conversation was. It is still the run's,
+    not the next run's, unless the run is over by its final request or a stop."""
+    aside = state.aside
+    if not aside or not request.last_is_user or state.final_used or state.stop is not None:
+        return False
+    return any(aside in " ".join(text.split()) for text in request.said)
 
 
 def _over(state: EndpointRun, ended: Callable[[str], bool]) -> bool:

@@ -21,17 +21,20 @@ from watchdog.core.model.chat import withdraw_function_tools
 from watchdog.core.model.failure import looks_failed
 from watchdog.core.model.steer import is_answer_tool
 from watchdog.core.model.wire import (
+    CONVERSATION_ANCHOR,
     MAX_TOOL_CALLS_SEEN,
     Event,
     Observation,
     Request,
     ToolCall,
     ToolResult,
+    Unjudged,
     anchor_of,
     append_text,
     can_call,
     clipped,
     closed_up,
+    dumps,
     json_data,
     json_format,
     judged_data,
@@ -48,8 +51,6 @@ CALL_ITEMS: dict[str, str] = {
     "computer_call": "computer_call_output", "local_shell_call": "local_shell_call_output",
     "shell_call": "shell_call_output", "apply_patch_call": "apply_patch_call_output"}
 RESULT_ITEMS = frozenset(CALL_ITEMS.values())
-# a kept conversation's anchor: its id after this (no first user message reads so)
-CONVERSATION_ANCHOR = "\0conversation:"
 MAX_CONVERSATION_ID = 256
 # what a built-in tool's call is named (a function's and a custom tool's calls name theirs)
 BUILT_IN_TOOLS = {"computer_call": "computer", "local_shell_call": "local_shell",
@@ -334,3 +335,42 @@ class ResponsesTrimmer:
         if self._skipped and isinstance(sequence, int):
             data["sequence_number"], changed = sequence - self._skipped, True
         return sse(data, event.name) if changed else event.raw
+
+
+# -- the instructions a response echoes --------------------------------------------------------
+
+def echo_of(given: dict[str, Any], sent: dict[str, Any]) -> str | None:
+    """The ``instructions`` the agent gave (JSON text: ``null`` for none), when the request
+    sent upstream (``sent``, of the agent's ``given``) carries others (a note went there): the
+    response echoes what it was sent, and the agent must get back what it sent (a client may
+    read the echo: Koog takes a string there for a list). None: they are the agent's own."""
+    before = given.get("instructions")
+    return None if sent.get("instructions") == before else dumps(before).decode()
+
+
+def restore_echo(response: dict[str, Any], echo: str) -> bool:
+    """A response object's echoed ``instructions`` set back to the agent's (``echo``:
+    :func:`echo_of`'s); whether that changed it."""
+    if "instructions" not in response:
+        return False
+    given = json.loads(echo)
+    if response["instructions"] == given:
+        return False
+    response["instructions"] = given
+    return True
+
+
+def restored_event(event: Event, echo: str) -> Event:
+    """A stream event whose response object (``response.created``, ``.in_progress``,
+    ``.completed``...) echoes the instructions: with the agent's instead (:func:`restore_echo`);
+    any other event, or one that cannot be read, as it came."""
+    if b'"instructions"' not in event.raw:
+        return event
+    try:
+        data = judged_data(event)
+    except Unjudged:
+        return event
+    response = data.get("response") if data is not None else None
+    if data is None or not isinstance(response, dict) or not restore_echo(response, echo):
+        return event
+    return Event(sse(data, event.name), event.name, dumps(data).decode())

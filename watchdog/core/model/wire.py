@@ -18,6 +18,9 @@ from typing import Any, Protocol
 
 MAX_SSE_EVENT_BYTES = 4 * 1024 * 1024  # one SSE event (a whole JSON chunk) at most
 MAX_TOOL_CALLS_SEEN = 128  # tool calls one response (or results one request) is read for
+# a conversation the server keeps by its id (Responses ``conversation``): its anchor, the id
+# after this (no first user message reads so)
+CONVERSATION_ANCHOR = "\0conversation:"
 MAX_TEXT_CHARS = 64 * 1024  # answer text kept of one response (the report, the final output)
 
 

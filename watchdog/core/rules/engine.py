@@ -56,10 +56,11 @@ from watchdog.core.rules.decision import (
     Decision,
     Severity,
 )
-from watchdog.core.rules.expr import EvalError, activation
+from watchdog.core.rules.expr import EvalError, Template, activation
 from watchdog.core.rules.fast import rises_with_time
 from watchdog.core.rules.model import Grace, Repeat, Rule, RuleSet
 from watchdog.core.rules.signals import run_activation, session_activation
+from watchdog.core.runs.catalogue import RUN_SIGNALS, SignalReader, reader
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
 
@@ -71,6 +72,7 @@ MAX_CACHED_AGENTS = 4096  # agent names whose applicable rules are remembered; t
 MAX_CACHED_CHANGES = 1024  # per agent: sets of changed signals whose rules are remembered
 MESSAGE_HASH_BYTES = 4  # on_change dedup keys: rule#<8 hex>; collisions only merge two messages
 MAX_MESSAGE_CHARS = 2000  # a rendered message is stored and sent; placeholders may be long
+MAX_RENDERED = 256  # messages CEL rendered, kept by what they read (the oldest dropped first)
 GRACE_SUFFIX = "#grace"
 FLEET = "fleet"  # what a rule reading the CEL variable `fleet` reads (see signals_read)
 EACH_TIME_MARK = "@"  # dedup keys of ``repeat: each_time``: rule@<seconds it fired>
@@ -174,6 +176,8 @@ class RuleEngine:
         self._runs: OrderedDict[str, _RunRules] = OrderedDict()
         self._ended: OrderedDict[str, _RunRules] = OrderedDict()  # (forget, take_back)
         self._agents: dict[str, _AgentView] = {}
+        # a template's message rendered by CEL, by the values it reads (_rendered)
+        self._rendered: dict[tuple[Any, ...], tuple[str, list[str]]] = {}
         self._install(ruleset)
 
     # -- rule set -----------------------------------------------------------------------------
@@ -189,6 +193,9 @@ class RuleEngine:
         self.last_error_runs = {k: v for k, v in self.last_error_runs.items()
                                 if k in self._by_name}
         self._agents = {}
+        self._rendered = {}
+        self._readers: dict[Template, SignalReader | None] = {
+            rule.message: _values_read(rule.message) for rule in ruleset.rules}
         self.timed_rules_exist = any(
             rule.timed or (rule.grace is not None and rule.grace.seconds is not None)
             for rule in ruleset.rules)
@@ -426,11 +433,10 @@ class RuleEngine:
         each_time = rule.repeat is Repeat.EACH_TIME
         if each_time and state is not None and name in state.fired:
             return None, act  # this time it holds was decided already
-        message = rule.message.render_fast(run, now, budget)
+        template = rule.message
+        message = template.render_fast(run, now, budget)
         if message is None:
-            if act is None:
-                act = _activation(run, now, budget, session, fleet)
-            message, errors = rule.message.render(act)
+            message, errors, act = self._render(template, run, now, act, budget, session, fleet)
         else:
             errors = []
         if not message:  # (an empty notify withdraws a note: a rule's says at least its name)
@@ -458,6 +464,33 @@ class RuleEngine:
             grace = announced_grace(given.grace, given.calls_at)
         return Decision(run.key, name, rule.action, rule.severity, message, rule.terminal_state,
                         dedup_key, grace=grace, countdown=rule.countdown), act
+
+    def _render(self, template: Template, run: RunState, now: float, act: Any,
+                budget: dict[str, float], session: Session,
+                fleet: dict[str, Any] | None) -> tuple[str, list[str], Any]:
+        """``template`` rendered by CEL on the run's activation (built here if it is not yet),
+        with the errors of its placeholders, and the activation. A message that reads no time,
+        no ``session`` and no run as a whole is what CEL renders from the values it reads
+        (the run's signals it names, ``fleet``), the same each time they are the same: kept by
+        them (an outage's note is rendered for every run that calls the tool, from the same
+        few values)."""
+        read = self._readers.get(template)
+        key = None
+        if read is not None:
+            key = _frozen_key(template, read(run, now, budget), fleet)
+            if key is not None:
+                found = self._rendered.get(key)
+                if found is not None:
+                    return found[0], found[1], act
+        if act is None:
+            act = _activation(run, now, budget, session, fleet)
+        message, errors = template.render(act)
+        if key is not None:
+            rendered = self._rendered
+            if len(rendered) >= MAX_RENDERED:
+                del rendered[next(iter(rendered))]
+            rendered[key] = (message, errors)
+        return message, errors, act
 
     def _escalate(self, run: RunState, now: float, state: _RunRules) -> Decision | None:
         """An abort when a run went on past the grace of a wind_down it was sent."""
@@ -491,6 +524,47 @@ def _activation(run: RunState, now: float, budget: dict[str, float], session: Se
         session = session()
     return activation(run_activation(run.signals(now, budget)), session_activation(session),
                       fleet)
+
+
+def _values_read(template: Template) -> SignalReader | None:
+    """The reader of the run's signals ``template``'s CEL placeholders read (as
+    :meth:`RunState.signals` reads them), where those and ``fleet`` are all they read: no time,
+    no ``session``, no run as a whole; None otherwise."""
+    reads = template.reads
+    if template.timed or reads is None or SESSION in reads:
+        return None
+    return reader(signal for signal in RUN_SIGNALS if signal.name in reads)
+
+
+class _Unfrozen(Exception):
+    """A value :func:`_frozen` has no key for."""
+
+
+def _frozen_key(template: Template, signals: dict[str, Any],
+                fleet: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """The key of ``template`` rendered on these values: equal only where each value is
+    equal in type and order too (``1``, ``1.0`` and ``True`` are equal to Python, not to what
+    CEL writes); None where a value has no key."""
+    try:
+        return (template, _frozen(signals), _frozen(fleet))
+    except _Unfrozen:
+        return None
+
+
+_ATOMS = frozenset({str, int, bool, type(None)})
+
+
+def _frozen(value: Any) -> Any:
+    kind = type(value)
+    if kind in _ATOMS:
+        return value if kind is str or value is None else (kind, value)
+    if kind is dict:
+        return (dict, *((_frozen(key), _frozen(item)) for key, item in value.items()))
+    if kind is list or kind is tuple:
+        return (kind, *(_frozen(item) for item in value))
+    if kind is float:
+        return (float, repr(value))  # (-0.0 is 0.0 to Python; NaN equal to itself here)
+    raise _Unfrozen
 
 
 def _lapsed(rule: Rule, state: _RunRules, run: RunState, now: float) -> Decision | None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from yaml.nodes import Node
 
+from watchdog.core.bounds import MAX_BUDGET
 from watchdog.core.rules.decision import Action, Decision, Severity
 from watchdog.core.rules.problem import Problem
 from watchdog.core.rules.signals import SESSION_SCHEMA
@@ -225,11 +226,23 @@ def _read_session(reader: Reader, node: Node, where: str) -> dict[str, Any] | No
     return session
 
 
+def _bounded(reader: Reader, node: Node, where: str) -> float | None:
+    """A step's seconds (``at``, ``duration``): a number or a duration, at most
+    :data:`MAX_BUDGET` (the largest ``max_seconds`` a test may reach): the test's clock is a
+    float, which past it no longer tells the seconds apart."""
+    seconds = reader.duration(node, None, where, seconds=True)
+    if seconds is not None and seconds > MAX_BUDGET:
+        reader.problem(node, None, f"{where}: must be at most {MAX_BUDGET:g} seconds, not "
+                                   f"{seconds:.15g}")
+        return None
+    return seconds
+
+
 def _read_step(reader: Reader, node: Node, index: int, where: str) -> Step | None:
     fields = reader.fields(node, None, where, STEP_KEYS, ("at",))
     if fields is None or "at" not in fields:
         return None
-    at = reader.duration(fields["at"], None, f"{where}: at", seconds=True)
+    at = _bounded(reader, fields["at"], f"{where}: at")
     kinds = [k for k in STEP_KINDS if k in fields]
     if len(kinds) != 1:
         reader.problem(node, None, f"{where}: needs exactly one of {', '.join(STEP_KINDS)}"
@@ -241,8 +254,7 @@ def _read_step(reader: Reader, node: Node, index: int, where: str) -> Step | Non
         if key in fields and kind != "tool":
             reader.problem(fields[key], None, f"{where}: '{key}' belongs to a tool step")
     if "duration" in fields:
-        step.duration = reader.duration(fields["duration"], None, f"{where}: duration",
-                                        seconds=True) or 0.0
+        step.duration = _bounded(reader, fields["duration"], f"{where}: duration") or 0.0
     body = fields[kind]
     if kind == "tool":
         step.data["tool"] = reader.string(body, None, f"{where}: tool")

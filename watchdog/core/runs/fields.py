@@ -70,7 +70,8 @@ class RunFields:
         "output_tokens", "parent_run",
         "repeated_error", "repeated_tool_call", "repeated_tool_result", "root_span", "service",
         "session",
-        "session_counted", "spans", "terminal_reason", "terminal_state", "tool_calls", "tools",
+        "session_counted", "spans", "stop_answers", "stop_note", "terminal_reason",
+        "terminal_state", "tool_calls", "tools",
         "trace_id", "unpriced_calls",
     )
 
@@ -86,6 +87,13 @@ class RunFields:
         self._plumbing_service = False  # ... taken from a span of no kind: a call's names it
         self.session: str | None = None
         self.session_counted = False  # the shell has counted this run in its session's runs
+        # the model endpoint's stop: the note it answered the run with (at most
+        # bounds.MAX_STOP_NOTE_CHARS) and what a request that goes on from that answer carries
+        # (its digests, its Responses id, its kept conversation; at most bounds.
+        # MAX_STOP_ANSWERS): kept with the run, so a retry after a restart is still the
+        # stopped run's
+        self.stop_note: str | None = None
+        self.stop_answers: tuple[str, ...] = ()
         # The client SDK announced it: its own span (``watchdog.run <agent>``) ends it, not the
         # agent spans inside it (a framework's agent, an agent called as a tool).
         self.framed = False

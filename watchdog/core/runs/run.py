@@ -298,6 +298,8 @@ class RunState(RunCounts):
                 value = {int(k): v for k, v in value.items()}
             elif name == "clock_lags" and value is not None:  # stored as a JSON list
                 value = [float(value[0]), float(value[1])]
+            elif name == "stop_answers":  # stored as a JSON list
+                value = tuple(str(item) for item in value)
             elif name == "_cap_request" and value is not None:  # stored as a JSON list
                 value = (str(value[0]), str(value[1]))
             elif name == "_models":  # stored as JSON lists

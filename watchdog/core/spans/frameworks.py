@@ -773,6 +773,66 @@ KOOG = Convention(
           "with `setVerbose(true)`" + ON_NO_SPAN,
 )
 
+CLAUDE_CODE = Convention(
+    name="Claude Code",
+    emitted_by="Claude Code's own OpenTelemetry (npm `@anthropic-ai/claude-code`: "
+               "`CLAUDE_CODE_ENABLE_TELEMETRY=1`; its spans with "
+               "`CLAUDE_CODE_ENHANCED_TELEMETRY_BETA=1` and `OTEL_TRACES_EXPORTER=otlp`: "
+               "`claude_code.interaction`, `claude_code.llm_request`, `claude_code.tool`)",
+    scopes=("com.anthropic.claude_code",),
+    # GenAI operation names for the prompt's interaction (`invoke_agent`), its model calls
+    # (`chat`) and tools (`execute_tool`); a tool's call is its command, on the tool's span
+    # with `OTEL_LOG_TOOL_DETAILS=1` (the Bash tool's; no other tool's arguments are on a
+    # span), its output a `tool.output` event with `OTEL_LOG_TOOL_CONTENT=1`
+    tool_args=("full_command",),
+    tool_result=("tool.output:output",),
+    # what it writes for a prompt or an answer it does not log (without
+    # `OTEL_LOG_USER_PROMPTS`, `OTEL_LOG_ASSISTANT_RESPONSES`)
+    hidden_content=frozenset({"<REDACTED>"}),
+    notes="the spans name no agent: the run is named after the service (`claude-code`), its "
+          "session Claude Code's (`session.id`); a sub-agent (its `Agent` tool) runs below "
+          "that tool's span, its model calls and tools counted in the invocation's run; no "
+          "span carries the answer (its text is only in the `claude_code.assistant_response` "
+          "log event, which names the interaction's span, not a model call's), nor the "
+          "arguments of a tool other than Bash (only the `claude_code.tool_result` log event "
+          "has them): a repeated call of another tool cannot be told from another" + ON_NO_SPAN,
+)
+
+CODEX = Convention(
+    name="Codex CLI",
+    emitted_by="the OpenAI Codex CLI's own traces (Rust; its `[otel]` `trace_exporter`: its "
+               "`tracing` spans, a turn's `run_turn`, each model request's HTTP span, each "
+               "tool's dispatch span)",
+    # the model call: the span of the HTTP request itself, whose context the request's
+    # `traceparent` carries (the model endpoint's call hangs below it: its twin, counted
+    # once), not the `run_sampling_request` around it, which also spans the tools it ran
+    span_names={"run_turn": Role.AGENT,
+                "endpoint_session.stream_encoded_json_with": Role.LLM},
+    kinds={"codex.tool.phase": {"dispatch": Role.TOOL}},
+    notes="a turn (`run_turn`, one `codex exec`) is a run, named after the service "
+          "(`codex_exec`: no span names an agent), each model request (its HTTP span, "
+          "`endpoint_session.stream_encoded_json_with`) a model call, each tool's dispatch "
+          "span (`codex.tool.phase: dispatch`) a tool call; no span carries tokens, a finish "
+          "reason, messages, the answer, a tool's arguments or result: traced alone, a run "
+          "ends `no_response`, its calls unpriced, a loop of one command not told from new "
+          "commands (known gaps; its log events, `codex.sse_event` with a response's tokens, "
+          "`codex.tool_result` with a tool's arguments and output, are no GenAI events and "
+          "are not read); the turn's trace has a second root, `turn/start` (the request that "
+          "started the turn, ended before its work), which ends the run when it comes: the "
+          "turn's spans after it are read as a run's late spans (counted, the run classified "
+          "again), and exported while the turn still runs they come to an ended run (a known "
+          "gap: Codex exports at its exit, so `codex exec` reads whole)" + ON_NO_SPAN,
+)
+
+CODEX_NAMES = Convention(
+    name="Codex CLI (its tool names)",
+    emitted_by="the OpenAI Codex CLI's own traces",
+    # its own generic name (`tool_name`): read on its scope's spans alone (the tracer is
+    # named after the binary: `codex_exec` for `codex exec`)
+    scopes=("codex",),
+    tool_name=("tool_name",),
+)
+
 AGENTOPS = Convention(
     name="AgentOps",
     emitted_by="the AgentOps SDK's own tracing (its decorators `@trace`, `@agent`, "
@@ -854,6 +914,6 @@ CONVENTIONS: tuple[Convention, ...] = (
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
-    SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG,
-    AGENTOPS, LAMINAR, LANGTRACE,
+    SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG, CODEX, CODEX_NAMES,
+    AGENTOPS, LAMINAR, LANGTRACE, CLAUDE_CODE,
 )

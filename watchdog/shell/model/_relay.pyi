@@ -21,7 +21,8 @@ class Relay:
                 body: bytes, observe: bool = False, notify: bool = True,
                 api: str = "", keep: int = -1,
                 watch: bool = False, unasked: bytes | None = None,
-                ahead: str | None = None, hold: bool = False) -> bool: ...
+                ahead: str | None = None, hold: bool = False,
+                echo: str | None = None) -> bool: ...
     def release(self, id: int, body: bytes | None = None) -> bool: ...
     @staticmethod
     def observed(api: str, data: bytes) -> tuple[

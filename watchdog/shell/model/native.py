@@ -52,7 +52,9 @@ second descriptor of its socket, peeked: hyper reads nothing of it meanwhile) an
 the client ends its side (``ended``: it half-closed, or went away); a request of the same run
 or conversation that comes then lets it go (:meth:`ModelProxy._let_go_resent`, the rule of
 both relays: an SDK's retry after its timeout), and ``let_go`` closes that connection, which
-cancels it as a client gone does.
+cancels it as a client gone does. A client that resets the connection (gone: the answer's
+head met a reset) has it closed by the relay at once, as ``let_go`` would: a final request's
+answer, held until it ends, writes nothing more that would meet the reset.
 
 A forward that fails before the client's answer has begun (no head in time, none at all, a
 whole response whose body stalls or breaks off while the relay reads it first, one a bound
@@ -437,7 +439,7 @@ class NativeEndpoint:
         if not self.relay.forward(number, plan.method, plan.url, list(plan.headers.items()),
                                   plan.body, observed, api=plan.api, keep=plan.keep,
                                   watch=observed, unasked=plan.unasked,
-                                  ahead=self._ahead(plan), hold=hold):
+                                  ahead=self._ahead(plan), hold=hold, echo=plan.echo):
             del self.pending[number]  # the client went away meanwhile
             self._finish(plan, 0, "cancelled", None, "", 0.0)
         else:
@@ -715,16 +717,18 @@ class NativeEndpoint:
 
     def check_basis(self) -> None:
         """What the relay learned holds while the rules and the fleet's failing tools are
-        those it was learned under and the state can be written (checked at each batch of
-        events, when the rules are loaded again, after each step of the core and when the
-        state's writes fail or succeed again); while it cannot, the relay learns nothing."""
+        those it was learned under and the state can be written and keeps up (checked at each
+        batch of events, when the rules are loaded again, after each step of the core and when
+        the state's writes fail or succeed again); while it cannot, the relay learns
+        nothing."""
         if self.relay is None or self.closed:
             return
         service = self.proxy.service
         core = service.core
-        if service.state_error is not None:
-            # (the state cannot take a request's records: Python steers each one by the
-            # book's counts, ModelProxy._steer_unrecorded, which no proof says ahead)
+        if service.state_error is not None or service.state.behind:
+            # (the state cannot take a request's records, unwritable or behind: Python steers
+            # each one by the book's counts, ModelProxy._steer_unrecorded, which no proof
+            # says ahead)
             if self._basis is not None:
                 self._forget()
             return

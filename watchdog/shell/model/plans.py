@@ -65,6 +65,13 @@ class Plan:
         return exchange.unasked if exchange is not None else None
 
     @property
+    def echo(self) -> str | None:
+        """The instructions its client sent, to set its response's echo back to (None: the
+        echo is the client's own)."""
+        exchange = self.exchange
+        return exchange.echo if exchange is not None else None
+
+    @property
     def keep(self) -> int:
         """The tool calls its response may hand over (-1: no bound)."""
         exchange = self.exchange
@@ -96,7 +103,7 @@ class Asking(Protocol):
 class Exchange:
     """One request on its way: what the response is read against."""
 
-    __slots__ = ("agent", "answered", "arrived", "broke", "key", "request", "reserved",
+    __slots__ = ("agent", "answered", "arrived", "broke", "echo", "key", "request", "reserved",
                  "settled", "started_ns", "state", "turn", "unasked", "wire")
 
     def __init__(self, wire: Wire, request: Any, state: EndpointRun, turn: Turn,
@@ -110,6 +117,10 @@ class Exchange:
         # the request asks for its stream's usage on its client's behalf: the body without
         # that, sent instead if the upstream refuses it (:func:`refuses_usage`)
         self.unasked = unasked
+        # the instructions its client sent (JSON text), when the request went upstream with
+        # others (a note there): its response's echo of them is set back to these
+        # (:func:`~watchdog.core.model.responses.echo_of`)
+        self.echo: str | None = None
         # its stream's last event came: the client had it all, whatever its connection does
         self.answered = False
         self.broke = False  # its response broke off before its end (booked as a failed call)

@@ -52,7 +52,7 @@ from watchdog.core.model.book import Caller, EndpointRun, ModelBook, goes_on_fro
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
 from watchdog.core.model.messages import MessagesWire
-from watchdog.core.model.responses import ResponsesWire
+from watchdog.core.model.responses import ResponsesWire, echo_of
 from watchdog.core.model.steer import Act, Counts, Turn, answer_of, decide, kept_calls
 from watchdog.core.model.wire import (
     ABORT_CODE,
@@ -189,6 +189,7 @@ class ModelProxy:
         self.config = config
         self.metrics = observer  # watchdog.shell.metrics.Metrics (None: not counted)
         self.book = ModelBook()
+        self.book.stops = service.stop_of
         self.wires: dict[str, Wire] = {"/v1/chat/completions": ChatWire(),
                                        "/v1/responses": ResponsesWire(),
                                        "/v1/messages": MessagesWire()}
@@ -360,15 +361,16 @@ class ModelProxy:
 
     def plan(self, wire: Wire | None, method: str, target: str,
              given: CIMultiDict[str] | CIMultiDictProxy[str], raw: bytes,
-             path_agent: str | None = None, arrived: float | None = None, sent: bool = False
-             ) -> Answer | Plan:
+             path_agent: str | None = None, arrived: float | None = None,
+             sent: bool = False) -> Answer | Plan:
         """The request read, given its run and steered (``target`` checked already; its path
         named ``path_agent``; ``arrived``: when its head came, on the service's clock, else
         now): what the upstream is sent, or the answer given without it. A
         plan with an exchange holds its run until :meth:`ModelBook.settle` (its relay's, when
-        the response has ended). ``sent``: the compiled relay sent it upstream already (it
-        went on ahead): what it would be sent as is not made (its headers, a body written
-        anew), only what it gets."""
+        the response has ended). ``sent``: the compiled relay sent the request on already
+        (ahead): what it would go upstream as is not made (its headers, a body written anew),
+        only what it gets; an abort decided meanwhile gets no answer here (the upstream's
+        goes to the agent, and the call is booked as sent); the run's next request gets it."""
         url = self._upstream_url(target, given)
         headers, watchdog = request_headers(given, sent)
         if wire is None:  # other paths: passed through
@@ -406,11 +408,15 @@ class ModelProxy:
             return Plan(method, wire.api, url, headers, raw, None)
         state, turn, run_key, agent_label = call
         if turn.act is Act.ABORT:
-            try:
-                return self._abort(wire, parsed, state, turn, run_key, agent_label)
-            finally:
-                self.book.settle(state)
+            if sent:  # (the stop its next request gets: the run may have ended meanwhile)
+                state.stop = state.stop or self._stop_text(turn, state, run_key)
+            else:
+                try:
+                    return self._abort(wire, parsed, state, turn, run_key, agent_label)
+                finally:
+                    self.book.settle(state)
         try:  # the request is the run's until its response has ended
+            own = body  # (as its client sent it: what follows writes the changes anew)
             if turn.act in (Act.FINAL, Act.WITHDRAW):
                 body = wire.withdraw_tools(body, turn.text)
                 state.final_used = state.final_used or turn.act is Act.FINAL
@@ -429,7 +435,7 @@ class ModelProxy:
                 raw = spliced if spliced is not None else dumps(body if asked is None
                                                                 else asked)
                 headers.popall("Content-Encoding", None)  # the new body goes as it is
-            if turn.act is not Act.PASS:
+            if turn.act is not Act.PASS and turn.act is not Act.ABORT:
                 self.steered(agent_label, turn.act.value)
                 logs.event("model_steered", run=run_key, agent=agent_label, api=wire.api,
                            action=turn.act.value, rule=turn.rule, keep=turn.keep)
@@ -439,6 +445,8 @@ class ModelProxy:
             self.service.model_in_flight(run_key, 1, arrived)
             exchange = Exchange(wire, parsed, state, turn, time.time_ns(), agent_label, run_key,
                                 unasked, arrived)
+            if wire.api == "responses" and body is not own:
+                exchange.echo = echo_of(own, body)
         except BaseException:
             self.book.settle(state)
             raise
@@ -613,15 +621,24 @@ class ModelProxy:
             # (the model's own report ended its run: what follows it with a new user message
             # is the session's next run, as after any answer; a report that is the stop note
             # in place of its final answer is the endpoint's: given again, under an id anew)
-            self._stopped(state, wire, answer, body)
+            self._stopped(state, wire, parsed, answer, body, text)
         return Answer(200, body, headers)
 
-    def _stopped(self, state: EndpointRun, wire: Wire, answer: str, body: bytes) -> None:
-        """The endpoint answered ``state``'s run with ``body``, its stop answer ``answer``: a
-        request that goes on from it is the stopped run's (a conversation the server keeps
-        goes on from the answer by its id: Responses)."""
+    def _stopped(self, state: EndpointRun, wire: Wire, request: Request, answer: str,
+                 body: bytes, note: str) -> None:
+        """The endpoint answered ``state``'s run's ``request`` with ``body``, its stop answer
+        ``answer`` (of the stop note ``note``): a request that goes on from it is the stopped
+        run's (a conversation the server keeps goes on from the answer by its id:
+        Responses). Kept with the run too, so that holds after a restart."""
         named = STOP_ANSWER_ID.search(body) if wire.api == "responses" else None
-        self.book.stopped(state, answer, named.group(1).decode() if named else None)
+        self.book.stopped(state, request, answer, named.group(1).decode() if named else None)
+        try:
+            self.service.model_stop_answered(state.run_key or state.key, note,
+                                             state.stop_answers)
+        except (Overloaded, StateUnavailable) as exc:
+            log.warning("model run's stop not kept: %s", exc)
+        except Exception:
+            self._failed("request")
 
     def _stop_text(self, turn: Turn, state: EndpointRun, key: str) -> str:
         if state.report:  # the final report the model gave: the run's result
@@ -819,7 +836,7 @@ class ModelProxy:
         note = self._stop_text(reason, exchange.state, exchange.key)
         seen.text = note
         body = stop_answer(exchange, note, stream)
-        self._stopped(exchange.state, exchange.wire, note, body)
+        self._stopped(exchange.state, exchange.wire, exchange.request, note, body, note)
         return body
 
     def observed(self, exchange: Exchange, handed: list[Any], seen: Any,

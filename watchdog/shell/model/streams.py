@@ -37,6 +37,7 @@ from aiohttp import web
 from multidict import CIMultiDictProxy
 
 from watchdog.core.model.chat import usage_only
+from watchdog.core.model.responses import restore_echo, restored_event
 from watchdog.core.model.steer import Act, kept_calls
 from watchdog.core.model.wire import SSEReader, Unjudged, dumps, judged
 from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, inflate
@@ -149,6 +150,8 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
         if keep is not None and wire.trim(body, keep):
             data, changed = dumps(body), True
             proxy.steered(exchange.agent, "trim")
+        if exchange.echo is not None and restore_echo(body, exchange.echo):
+            data, changed = dumps(body), True
         if (replaced := proxy.empty_final(exchange, seen, handed, stream=False)) is not None:
             data, changed = replaced, True
         proxy.observed(exchange, handed, seen)
@@ -185,7 +188,8 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
     reader, accumulator = SSEReader(), wire.accumulator()
     trimmer = wire.stream_trimmer(keep) if keep is not None else None
     hide = exchange.hide_usage  # the usage-only chunk the client did not ask for: left out
-    evented = trimmer is not None or hide
+    echo = exchange.echo  # the instructions it sent, for those its response echoes
+    evented = trimmer is not None or hide or echo is not None
     coding = coding_of(upstream.headers)
     readable = coding in SUPPORTED
     inflater = Inflater(coding) if readable and coding not in IDENTITY else None
@@ -242,6 +246,8 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
                     for event in events:
                         if hide and usage_only(event):
                             continue
+                        if echo is not None:
+                            event = restored_event(event, echo)
                         part = trimmer.rewrite(event) if trimmer is not None else event.raw
                         trimmed = trimmed or part is not event.raw
                         parts.append(part)

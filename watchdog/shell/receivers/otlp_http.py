@@ -26,11 +26,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from watchdog.core.spans import codings
 from watchdog.core.spans.decode import (
@@ -44,6 +46,7 @@ from watchdog.core.spans.decode import (
 )
 from watchdog.shell.auth import check_bearer
 from watchdog.shell.config import Config
+from watchdog.shell.connections import QuietRefusals, QuietRunner, Wrapped, parser_refusal
 from watchdog.shell.errors import (
     BadRequest,
     PayloadTooLarge,
@@ -264,8 +267,46 @@ async def _answer_and_close(request: web.Request, response: web.Response) -> Non
     request.protocol.force_close()
 
 
-# For the AppRunner of this app: the body is read as sent and inflated by codings.inflate.
-RUNNER_OPTIONS: dict[str, Any] = {"auto_decompress": False}
+_CONTENT_TYPE = re.compile(rb"^content-type:[ \t]*([^;\r\n]*)", re.IGNORECASE | re.MULTILINE)
+
+
+# What a connection keeps of the bytes it last received, for the Content-Type of a head the
+# parser refuses: a head begins a read, and its Content-Type line comes within a header line
+# or two (the parser refuses one past 8,190 bytes). At most this much held per connection.
+HEAD_BYTES = 16 * 1024
+
+
+class _LastBytes(Wrapped):
+    """A connection's protocol keeping the first :data:`HEAD_BYTES` of the last bytes it
+    received (the read itself when shorter: no copy), where a head the parser refused is."""
+
+    __slots__ = ("last",)
+
+    def __init__(self, handler: asyncio.Protocol) -> None:
+        super().__init__(handler)
+        self.last = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.last = data[:HEAD_BYTES]
+        self.handler.data_received(data)
+
+
+class _StatusRefusals(QuietRefusals):
+    __slots__ = ()
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        super().handle_error(request, status, exc, message)  # (logs it, or raises: sent already)
+        protocol = self.transport.get_protocol() if self.transport is not None else None
+        found = _CONTENT_TYPE.search(protocol.last) if isinstance(protocol, _LastBytes) else None
+        codec = CODECS.get(found.group(1).strip().lower().decode("latin-1"), JSON) if found \
+            else JSON
+        error = (BadRequest(f"malformed HTTP request: {parser_refusal(exc)}") if status < 500
+                 else WatchdogError("internal error; see the watchdog log"))
+        response = web.Response(status=status, body=codec.status(error),
+                                content_type=codec.content_type)
+        response.force_close()
+        return response
 
 
 def create_app(consumer: TraceConsumer, metrics: Metrics, admission: Admission,
@@ -274,3 +315,19 @@ def create_app(consumer: TraceConsumer, metrics: Metrics, admission: Admission,
     app = web.Application(client_max_size=config.max_request_bytes)
     app.router.add_post(TRACES_PATH, receiver.handle)
     return app
+
+
+class Runner(QuietRunner):
+    """This port's runner. A request head the HTTP parser refuses is answered as every other
+    refusal here: a ``Status`` in the request's encoding (OTLP: the body of every 4xx and 5xx
+    is one), read from the ``Content-Type`` line among the bytes the refusal came in; JSON
+    when there is none, as :meth:`TraceReceiver.handle` answers a type it does not know. The
+    body is read as sent (inflated by ``codings.inflate``)."""
+
+    handler = _StatusRefusals
+
+    def __init__(self, app: web.Application, **options: Any) -> None:
+        super().__init__(app, auto_decompress=False, **options)
+
+    def wrap(self, handler: RequestHandler) -> asyncio.Protocol:
+        return _LastBytes(handler)

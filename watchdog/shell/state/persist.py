@@ -113,6 +113,7 @@ class StateWriter:
         # told when the state becomes unwritable or writable again (the model relay's proofs
         # hold only while it is writable)
         self.writable_changed: Callable[[], None] | None = None
+        self.closing = False  # the receivers are closed (shutdown): nothing is accepted now
 
     # -- what changed -----------------------------------------------------------------------------
 
@@ -125,10 +126,15 @@ class StateWriter:
             self._dirty.pop(key, None)
             self._gone.add(key)
 
+    @property
+    def behind(self) -> bool:
+        """More activity waits for the store than it takes (:meth:`admit` refuses work)."""
+        return len(self._pending) >= MAX_PENDING_ACTIVITY
+
     def admit(self) -> None:
         """Raise unless new work can be accepted (the state is writable and keeps up)."""
         self.admit_state()
-        if len(self._pending) >= MAX_PENDING_ACTIVITY:
+        if self.behind:
             raise Overloaded("the state store is behind; retry shortly", retry_after=1.0)
 
     def admit_state(self) -> None:
@@ -301,7 +307,10 @@ class StateWriter:
                 self.writable_changed()
 
     def _written(self) -> None:
-        if self.state_error is not None:
+        if self.state_error is not None and self.closing:
+            log.warning("the state in %s could be written at shutdown: what waited in memory "
+                        "is saved", self.state_dir)
+        elif self.state_error is not None:
             log.warning("the state in %s is writable again: exports are accepted",
                         self.state_dir)
             self.state_error = None
@@ -311,6 +320,7 @@ class StateWriter:
 
     async def close(self) -> None:
         """Persist what is pending and close the store (shutdown)."""
+        self.closing = True
         if not await self.save_pending():
             log.error("shutting down with unsaved state: %d runs and %d activity entries could "
                       "not be written (%s)", len(self._dirty), len(self._pending),

@@ -472,6 +472,19 @@ def _by_run(activity: Iterable[ActivityEntry]) -> dict[str, list[ActivityEntry]]
     return by_run
 
 
+def dir_problem(state_dir: str, exc: OSError) -> str:
+    """Why ``state_dir`` could not be made a directory: a file where it, or a directory above
+    it, should be is named as such (the OS says "File exists" or "Not a directory"); other
+    errors as the OS words them (permission denied, read-only file system)."""
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
+        path = Path(state_dir)
+        for blocker in (path, *path.parents):
+            if blocker.exists() and not blocker.is_dir():
+                what = "is" if blocker == path else f"is under {str(blocker)!r}, which is"
+                return f"state_dir {state_dir!r} {what} a file, not a directory"
+    return f"state_dir {state_dir!r}: {exc.strerror}"
+
+
 def own(state_dir: str) -> IO[bytes] | None:
     """The state dir held for this process (None for ``:memory:``): a lock file it holds until
     it closes the file (or ends), so a second sidecar started on the same state dir is refused
@@ -484,7 +497,7 @@ def own(state_dir: str) -> IO[bytes] | None:
         directory.mkdir(parents=True, exist_ok=True)
         owner = open(directory / OWNER_FILE, "a+b")  # noqa: SIM115 (held open: the lock)
     except OSError as exc:
-        raise StoreError(f"state_dir {state_dir!r}: {exc.strerror}") from None
+        raise StoreError(dir_problem(state_dir, exc)) from None
     try:
         fcntl.flock(owner.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -517,7 +530,7 @@ class Store:
             try:
                 directory.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise StoreError(f"state_dir {state_dir!r}: {exc.strerror}") from None
+                raise StoreError(dir_problem(state_dir, exc)) from None
             self.path = directory / DB_FILE
             target = self.path.absolute().as_uri()
         opened: list[sqlite3.Connection] = []

@@ -1,11 +1,13 @@
 package agent
 
 import ai.koog.agents.core.agent.AIAgent
+import ai.koog.agents.core.agent.config.AIAgentConfig
 import ai.koog.agents.core.tools.ToolRegistry
 import ai.koog.agents.core.tools.annotations.LLMDescription
 import ai.koog.agents.core.tools.annotations.Tool
 import ai.koog.agents.core.tools.reflect.ToolSet
 import ai.koog.agents.features.opentelemetry.feature.OpenTelemetry
+import ai.koog.prompt.dsl.prompt
 import ai.koog.prompt.executor.clients.openai.OpenAIClientSettings
 import ai.koog.prompt.executor.clients.openai.OpenAILLMClient
 import ai.koog.prompt.executor.llms.SingleLLMPromptExecutor
@@ -35,7 +37,8 @@ import kotlinx.coroutines.runBlocking
  * it, Koog throws), `two_runs` (one agent run twice). With RECORD_SPANS set, every export is
  * also appended there as one OTLP/JSON request per line.
  *
- * `agent.MainKt endpoint chat|responses`: the model endpoint's agent (no tracing), its base URL
+ * `agent.MainKt endpoint chat|responses|responses_bare`: the model endpoint's agent (no tracing;
+ * responses_bare: no system prompt), its base URL
  * OPENAI_BASE_URL, the model ENDPOINT_MODEL (spoken to over Chat Completions or the Responses
  * API), the task ENDPOINT_TASK, one tool `search`; it prints one JSON line last:
  * {"ran": [the search terms], "output": answer}.
@@ -144,11 +147,18 @@ fun traced(scenario: String) {
 fun endpoint(mode: String) {
     val api = when (mode) {
         "chat" -> LLMCapability.OpenAIEndpoint.Completions
-        "responses" -> LLMCapability.OpenAIEndpoint.Responses
+        "responses", "responses_bare" -> LLMCapability.OpenAIEndpoint.Responses
         else -> throw IllegalArgumentException("no mode $mode")
     }
     val search = Search()
-    val agent = AIAgent(
+    // (responses_bare: a prompt with no system message, so the request has no instructions
+    // of its own: the endpoint's note goes into `instructions`, which the response echoes)
+    val agent = if (mode == "responses_bare") AIAgent(
+        promptExecutor = executor(env("OPENAI_BASE_URL"), env("OPENAI_API_KEY")),
+        agentConfig = AIAgentConfig(prompt = prompt("bare") {}, model = model(env("ENDPOINT_MODEL"), api),
+            maxAgentIterations = 50),
+        toolRegistry = ToolRegistry { tools(search) },
+    ) else AIAgent(
         promptExecutor = executor(env("OPENAI_BASE_URL"), env("OPENAI_API_KEY")),
         llmModel = model(env("ENDPOINT_MODEL"), api),
         toolRegistry = ToolRegistry { tools(search) },

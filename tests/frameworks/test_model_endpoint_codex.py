@@ -1,0 +1,343 @@
+"""The OpenAI Codex CLI — an agent written in Rust, shipped on npm with its platform binary —
+steered through the sidecar's model endpoint with no code in it (DESIGN §12), on both relays.
+
+``make test`` installs it with ``npm ci`` from ``codex/package-lock.json`` (``@openai/codex``
+0.171.0: npm picks the linux binary, an optional dependency; nothing is downloaded at its first
+run). Each test runs ``codex exec`` once in a temp dir of its own (its ``CODEX_HOME`` there,
+sessions not persisted, the sandbox off: it does not work in a container, and the test dir is
+the sandbox), pointed at a real sidecar by a custom model provider alone (``base_url``, the
+API key from ``OPENAI_API_KEY`` by ``env_key``; the Responses API, streamed, as Codex speaks
+it). Nothing reaches the network: no login, no update check, no plugin marketplace sync
+(``--disable plugins``: else it runs ``git ls-remote`` on GitHub), no analytics.
+
+Codex sends the whole conversation on every request (``store: false``, no
+``previous_response_id``): its own instructions as developer messages, ``reasoning`` with
+``include: ["reasoning.encrypted_content"]``, and the model's reasoning items handed back in
+the next request's input. Its tool is ``exec_command`` (a shell command, really run in the temp
+dir: each appends its term to ``ran.txt``); ``codex exec`` prints the last message of the run on
+stdout (and writes it to ``--output-last-message``). Behind the sidecar is the scripted upstream
+(:mod:`tests.frameworks.fakellm`), whose recorded request bodies are what the model read.
+
+Steered: a budget counts down and ends in the report; a loop is wound down, then its final
+request; a rule's abort is answered by the endpoint; Codex's own context compaction (a request
+aside for a summary, then its history replaced by it) stays one run, counted down. Watched: its
+own ``[otel]`` traces and log events exported to the sidecar (recorded under
+``recordings/codex/`` with ``RECORD_SPANS``), alone and while steered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import DRIVER_TIMEOUT, RECORDINGS, clean_environ
+from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
+    AGENT,
+    ANSWER,
+    BUDGET,
+    GRACE_LEFT,
+    KEY,
+    LEFT,
+    LOOP_NOTE,
+    REPORT,
+    budgeted,
+    check_no_control_text_in_user_messages,
+    instructions,
+    plain,
+    run_ids,
+    the_new_run,
+)
+from tests.frameworks.test_model_endpoint_stop import NOTE, stopping  # noqa: F401
+from tests.harness import RunningServer, http_request
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+
+CODEX_DIR = Path(__file__).resolve().parent / "codex"
+CODEX = CODEX_DIR / "node_modules" / ".bin" / "codex"
+TOOL = "exec_command"  # Codex's shell tool: {"cmd": "..."}
+THOUGHT = "The file may be under /srv; search on."
+
+
+def codex() -> Path:
+    assert CODEX.exists(), (f"{CODEX} is missing: run `make tests/frameworks/codex/"
+                            f"node_modules/.installed` (part of `make test`)")
+    return CODEX
+
+
+@contextlib.contextmanager
+def recording(sidecar: RunningServer, scenario: str) -> Iterator[tuple[str, str]]:
+    """Where Codex exports its OpenTelemetry, and in which protocol: the sidecar's OTLP/HTTP
+    receiver, protobuf; with ``RECORD_SPANS`` set, a relay in front of it that writes each
+    export request, OTLP/JSON as Codex sent it, to ``recordings/codex/SCENARIO.jsonl`` (its
+    traces; its log events, which are no GenAI events, to ``SCENARIO.logs.ndjson``)."""
+    if not os.environ.get("RECORD_SPANS"):
+        yield sidecar.otlp_http, "binary"
+        return
+    target = RECORDINGS / "codex"
+    target.mkdir(parents=True, exist_ok=True)
+    files = {"/v1/traces": target / f"{scenario}.jsonl",
+             "/v1/logs": target / f"{scenario}.logs.ndjson"}
+    for path in files.values():
+        path.unlink(missing_ok=True)
+    lock = threading.Lock()
+
+    class Relay(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            with lock, files[self.path].open("a", encoding="utf-8") as out:
+                out.write(json.dumps(json.loads(body), separators=(",", ":")) + "\n")
+            status, answer = http_request("POST", sidecar.otlp_http + self.path, body,
+                                          {"Content-Type": "application/json"})
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+    relay = ThreadingHTTPServer(("127.0.0.1", 0), Relay)
+    threading.Thread(target=relay.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{relay.server_address[1]}", "json"
+    finally:
+        relay.shutdown()
+        relay.server_close()
+
+
+def run_codex(sidecar: RunningServer, model: str, tmp: Path, base_url: str | None = None,
+              otel: tuple[str, str] | None = None, **settings: str) -> tuple[list[str], str]:
+    """``codex exec`` once in ``tmp`` against ``sidecar``'s model endpoint (or ``base_url``):
+    the terms its shell commands appended to ``ran.txt``, and the last message it printed.
+    ``otel``: its own OpenTelemetry on, its logs and traces exported (OTLP/HTTP) to that base
+    URL, in that protocol (:func:`recording`)."""
+    work, home = tmp / "work", tmp / "codex-home"
+    work.mkdir()
+    home.mkdir()
+    last = tmp / "last-message.txt"
+    env = {**clean_environ("CODEX_"), "HOME": str(tmp), "CODEX_HOME": str(home),
+           "OPENAI_API_KEY": KEY, "OTEL_SDK_DISABLED": "true"}
+    config = {"model_provider": '"watchdog"',
+              "model_providers.watchdog.name": '"watchdog"',
+              "model_providers.watchdog.base_url": f'"{base_url or sidecar.url("model") + "/v1"}"',
+              "model_providers.watchdog.env_key": '"OPENAI_API_KEY"',
+              "model_providers.watchdog.wire_api": '"responses"',
+              "check_for_update_on_startup": "false",
+              "analytics.enabled": "false", **settings}
+    if otel is not None:
+        url, protocol = otel
+        config.update({"otel.environment": '"test"', "otel.log_user_prompt": "true",
+                       "otel.exporter": f'{{otlp-http={{endpoint="{url}/v1/logs",'
+                                        f'protocol="{protocol}"}}}}',
+                       "otel.trace_exporter": f'{{otlp-http={{endpoint="{url}/v1/traces",'
+                                              f'protocol="{protocol}"}}}}'})
+    command = [str(codex()), "exec", "--skip-git-repo-check", "--ephemeral", "--color", "never",
+               "--dangerously-bypass-approvals-and-sandbox",
+               "--disable", "plugins", "--disable", "remote_plugin", "--disable", "apps",
+               "-C", str(work), "-o", str(last), "-m", model,
+               *(part for key, value in config.items() for part in ("-c", f"{key}={value}")),
+               "Find the file."]
+    result = subprocess.run(command, env=env, capture_output=True, text=True,
+                            timeout=DRIVER_TIMEOUT, cwd=work, stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-6000:])
+        raise AssertionError(f"codex exec exited {result.returncode}:\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    ran = work / "ran.txt"
+    terms = ran.read_text().splitlines() if ran.exists() else []
+    printed = result.stdout.strip()
+    assert last.read_text().strip() == printed, (last.read_text(), printed)
+    return terms, printed
+
+
+@dataclass(frozen=True)
+class Invocation:
+    ran: list[str]  # the terms its shell commands wrote
+    printed: str  # its last message
+    requests: list[dict[str, Any]]  # what the upstream read
+    headers: list[dict[str, str]]  # ... with these headers
+    run: dict[str, Any]  # the sidecar's one run of it, ended
+    after: int  # the requests the upstream had got once the run had ended
+
+
+def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Path,
+           **options: Any) -> Invocation:
+    """``codex exec`` once (:func:`run_codex`, ``options`` its), its model ``script``."""
+    model = llm.script(f"codex-{tmp.name}", script)
+    before = run_ids(sidecar)
+    ran, printed = run_codex(sidecar, model, tmp, **options)
+    requests, headers = llm.requests(model), llm.request_headers(model)
+    run = the_new_run(sidecar, before)
+    return Invocation(ran, printed, requests, headers, run, len(llm.requests(model)))
+
+
+def shell(term: str) -> dict[str, Any]:
+    return {"cmd": f"echo '{term}' >> ran.txt"}
+
+
+def thinking(script: fakellm.Script) -> fakellm.Script:
+    """Each step with the model's reasoning before it (a reasoning item Codex hands back)."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        step = script(index, body)
+        return fakellm.Step(step.text, step.tool_calls, step.finish_reason, reasoning=THOUGHT)
+
+    return pick
+
+
+def searching() -> fakellm.Script:
+    return thinking(fakellm.looping(TOOL, lambda i: shell(f"term {i}"), REPORT))
+
+
+def repeating() -> fakellm.Script:
+    return thinking(fakellm.looping(TOOL, lambda i: shell("the file"), REPORT))
+
+
+def reasoning_items(body: dict[str, Any]) -> int:
+    return sum(1 for item in body["input"] if item.get("type") == "reasoning")
+
+
+def test_codex_budget_counts_down_then_the_report_is_its_last_message(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    it = invoke(budgeted, llm, searching(), tmp_path)
+    requests = it.requests
+    assert it.ran == ["term 0", "term 1", "term 2"]  # never past the budget
+    assert len(requests) == BUDGET + 1
+    # what Codex sends: the whole conversation, kept by no server, its reasoning handed back
+    assert all(body.get("store") is False and not body.get("previous_response_id")
+               and body.get("stream") is True for body in requests)
+    assert [reasoning_items(body) for body in requests] == [0, 1, 2, 3]
+    # the true number left, in the instructions of every request that offers tools
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * BUDGET + [False]
+    assert f"all {BUDGET} tool calls used" in instructions(requests[-1])
+    check_no_control_text_in_user_messages(requests)
+    assert it.printed == REPORT  # the last upstream answer is what codex exec prints
+    assert (it.run["iterations"], it.run["tool_calls"], it.run["terminal_state"],
+            it.run["has_final_answer"]) == (BUDGET + 1, BUDGET, "tool_limit_reached", True)
+    assert it.after == BUDGET + 1  # and nothing more reached the upstream
+
+
+def test_a_looping_codex_is_wound_down_then_stopped(
+        plain: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    it = invoke(plain, llm, repeating(), tmp_path)
+    requests = it.requests
+    notes = [LOOP_NOTE in instructions(body) for body in requests]
+    assert len(requests) == 7 and notes[:6] == [False] * 4 + [True] * 2, notes
+    assert [GRACE_LEFT.findall(instructions(body)) for body in requests] == [
+        [], [], [], [], ["2"], ["1"], []]
+    assert it.ran == ["the file"] * 6
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * 6 + [False]
+    check_no_control_text_in_user_messages(requests)
+    assert it.printed == REPORT
+    assert (it.run["tool_calls"], it.run["terminal_state"], it.run["has_final_answer"]) == (
+        6, "loop_detected", True), it.run
+    assert it.after == 7  # the upstream got nothing after the final request
+
+
+SUMMARY = "Searched for term 0 and term 1 with the shell; no file found yet."
+FULL = 200_000  # the tokens of an answer whose context Codex compacts (above its limit, below
+COMPACT_AT = 100_000  # the context window it knows for a model it has no metadata of)
+
+
+def compacting() -> fakellm.Script:
+    """New terms as ``searching``; the second call's answer reports a context near full, so
+    Codex compacts it before its next request: a request of its own (the history and its
+    compaction prompt, no tools), whose answer, the summary, is all the history its next
+    requests carry."""
+    calls: list[int] = []
+
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if not body.get("tools"):  # Codex's compaction request (tools: [])
+            return fakellm.answer(SUMMARY)
+        if not fakellm.offers_tools(body):
+            return fakellm.answer(REPORT)
+        calls.append(index)
+        return fakellm.Step(tool_calls=(fakellm.ToolCall(TOOL, shell(f"term {len(calls) - 1}")),),
+                            reasoning=THOUGHT, tokens=FULL if len(calls) == 2 else 1_000)
+
+    return pick
+
+
+def test_codex_compacting_its_context_stays_one_run_counted_down(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    it = invoke(budgeted, llm, compacting(), tmp_path,
+                model_auto_compact_token_limit=str(COMPACT_AT))
+    requests = it.requests
+    assert [bool(body.get("tools")) for body in requests] == [True, True, False, True, True]
+    assert it.ran == ["term 0", "term 1", "term 2"]
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [], [("1", "3")], []]
+    assert "[budget" not in instructions(requests[2])  # the aside: no note
+    assert [fakellm.offers_tools(body) for body in requests] == [True, True, False, True, False]
+    assert it.printed == REPORT
+    assert (it.run["iterations"], it.run["tool_calls"], it.run["terminal_state"]) == (
+        5, BUDGET, "tool_limit_reached"), it.run
+
+
+def counting() -> fakellm.Script:
+    return thinking(fakellm.steps(fakellm.call(TOOL, **shell("alpha")),
+                                  fakellm.call(TOOL, **shell("beta")), fakellm.answer(ANSWER)))
+
+
+def test_codex_traced_by_its_own_opentelemetry_is_one_run_with_its_tools(
+        plain: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """Codex's ``[otel]`` exporters to the sidecar, its model the scripted upstream itself:
+    its trace (a turn's ``run_turn``, each request's HTTP span, each tool's dispatch span) is
+    one run of its model calls and tools, unchanged. Named gaps: no span
+    of it carries the answer, tokens, arguments or results."""
+    with recording(plain, "two_tools") as otel:
+        it = invoke(plain, llm, counting(), tmp_path, base_url=llm.base_url, otel=otel)
+    assert (it.ran, it.printed) == (["alpha", "beta"], ANSWER)
+    run = it.run
+    assert (run["agent"], run["iterations"], run["tool_calls"], run["errors"]) == (
+        "codex_exec", 3, 2, 0), run
+    assert run["signals"]["tools"] == {TOOL: 2}, run["signals"]
+    # the gaps: its answer is on no span (the run ends without one), nor its tokens
+    assert (run["has_final_answer"], run["terminal_state"], run["total_tokens"],
+            run["unpriced_calls"]) == (False, "no_response", 0, 3), run
+
+
+def test_codex_traced_and_steered_is_one_run_counted_once(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """Codex traced by its own OpenTelemetry and steered through the endpoint at once: its
+    model requests carry the ``traceparent`` of its turn's trace, so the endpoint's calls are
+    that trace's run's — one run, each model call and tool counted once, steered as before."""
+    it = invoke(budgeted, llm, searching(), tmp_path, otel=(budgeted.otlp_http, "binary"))
+    assert (it.ran, it.printed) == (["term 0", "term 1", "term 2"], REPORT)
+    assert [LEFT.findall(instructions(body)) for body in it.requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert [fakellm.offers_tools(body) for body in it.requests] == [True] * BUDGET + [False]
+    assert all(headers.get("traceparent") for headers in it.headers)
+    run = it.run
+    # (its spans name no agent, only their service: the run keeps the name the endpoint gave
+    # it first, model_agent_name; traced alone, it is named after the service)
+    assert (run["agent"], run["iterations"], run["tool_calls"], run["signals"]["tools"]) == (
+        AGENT, BUDGET + 1, BUDGET, {TOOL: BUDGET}), run
+    # its tools' spans come after the endpoint's answer ended it: at its budget all the same
+    assert (run["terminal_state"], run["has_final_answer"], run["final_output"]) == (
+        "tool_limit_reached", True, REPORT), run
+    assert run["total_tokens"] > 0  # the endpoint's, which no span of it carries
+
+
+def test_a_stopped_codex_prints_the_stop_and_the_upstream_gets_nothing_more(
+        stopping: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """A rule's abort at two tool calls: the endpoint answers Codex's next request itself,
+    a well-formed streamed answer carrying the stop note, which ``codex exec`` prints as its
+    last message; the upstream got the run's calls before the stop and nothing after."""
+    it = invoke(stopping, llm, searching(), tmp_path)
+    assert it.ran == ["term 0", "term 1"]
+    assert NOTE in it.printed, it.printed
+    assert len(it.requests) == it.after == 2
+    assert (it.run["tool_calls"], it.run["terminal_state"]) == (2, "loop_detected"), it.run
