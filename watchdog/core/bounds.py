@@ -170,6 +170,10 @@ def refuse_constant(name: str) -> float:
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+# json.loads with options makes a decoder at every call: this one is reused (what it keeps
+# between calls is a cache of the keys it read, cleared at the end of each)
+_DECODER = json.JSONDecoder(parse_float=finite_float, parse_int=bounded_int,
+                            parse_constant=refuse_constant)
 
 
 def load_json(raw: bytes | str) -> object:
@@ -187,9 +191,11 @@ def load_json(raw: bytes | str) -> object:
             raise ValueError(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
     else:
         needle, text = raw.encode("utf-8", "surrogatepass"), raw
+    if text.startswith("\ufeff"):  # (as json.loads says it)
+        raise ValueError("Unexpected UTF-8 BOM (decode using utf-8-sig): line 1 column 1 "
+                         "(char 0)")
     try:
-        value = json.loads(text, parse_float=finite_float, parse_int=bounded_int,
-                           parse_constant=refuse_constant)
+        value = _DECODER.decode(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
     except ValueError as exc:

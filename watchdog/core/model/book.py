@@ -54,6 +54,8 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
 
 from watchdog.core.bounds import MAX_STOP_ANSWERS
 from watchdog.core.model.failure import looks_failed, refusal_of
@@ -500,8 +502,7 @@ class ModelBook:
         record = self._record(state, SpanKind.TOOL, "execute_tool " + call.name[:200],
                               state.last_end_ns or now_ns, now_ns)
         record.tool_name = call.name[:200] or "unknown"
-        from watchdog.core.spans.conventions import canonical_arguments, stable_hash
-
+        canonical_arguments, stable_hash = _hashing()
         canonical = canonical_arguments(call.arguments)
         record.args_hash = stable_hash(record.tool_name + "\0" + canonical)
         record.args_brief = brief(canonical, MAX_BRIEF_CHARS)
@@ -576,8 +577,7 @@ class ModelBook:
         refused`): a failed model call of its run, free, its error the API's. The same bad
         request sent again and again is then a loop the rules see (``error-loop``), not a run
         gone quiet; sent again once mended, it is the same run's."""
-        from watchdog.core.spans.conventions import stable_hash  # (loaded at first use)
-
+        stable_hash = _hashing()[1]
         record = self._record(state, SpanKind.LLM, "chat " + request.model[:200], start_ns,
                               end_ns, run_key)
         record.model = request.model[:200] or None
@@ -694,6 +694,15 @@ def _over(state: EndpointRun, ended: Callable[[str], bool]) -> bool:
     """Whether a run is over for a new user message: its final request went upstream, the
     endpoint answered it with a stop, or it has ended."""
     return state.final_used or state.stop is not None or ended(state.key)
+
+
+@cache
+def _hashing() -> tuple[Callable[[Any], str], Callable[[str], int]]:
+    """The conventions' ``canonical_arguments`` and ``stable_hash``, loaded at the first record
+    that needs them, not with the endpoint (an import statement at each record cost 1-2 µs)."""
+    from watchdog.core.spans.conventions import canonical_arguments, stable_hash
+
+    return canonical_arguments, stable_hash
 
 
 def _digest(api: str, agent: str | None, anchor: str) -> str:

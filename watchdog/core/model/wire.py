@@ -485,10 +485,17 @@ def append_text(existing: str, note: str) -> str:
     return f"{existing}\n\n{note}" if existing else note
 
 
+# the conventions' request_hash once loaded (at the first model request, not with the endpoint:
+# an import statement at each request cost ~2 % of deciding it)
+_conventions_hash: Callable[[object], int | None] | None = None
+
+
 def request_hash(value: object) -> int | None:
     """The conventions' hash of the request a model call was given
-    (:func:`watchdog.core.spans.model_calls.request_hash`): the conventions load at the first
-    model request, not with the endpoint."""
-    from watchdog.core.spans.conventions import request_hash as conventions_hash
+    (:func:`watchdog.core.spans.model_calls.request_hash`)."""
+    global _conventions_hash
+    if _conventions_hash is None:
+        from watchdog.core.spans.conventions import request_hash as conventions_hash
 
-    return conventions_hash(value)
+        _conventions_hash = conventions_hash
+    return _conventions_hash(value)

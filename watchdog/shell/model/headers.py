@@ -120,12 +120,14 @@ def check_target(method: str, target: str) -> None:
                       "the API passed through)")
 
 
-def request_headers(headers: CIMultiDict[str] | CIMultiDictProxy[str]
+def request_headers(headers: CIMultiDict[str] | CIMultiDictProxy[str], sent: bool = False
                     ) -> tuple[CIMultiDict[str], dict[str, str]]:
-    """The headers to send upstream, and the watchdog's own (read, not sent)."""
+    """The headers to send upstream, and the watchdog's own (read, not sent); ``sent``: the
+    request went upstream already (the compiled relay sent it on), so of the headers to send
+    only its ``Content-Encoding`` (how its body is read)."""
     named = {part.strip().lower() for value in headers.getall("Connection", ())
              for part in value.split(",")}
-    out: CIMultiDict[str] = CIMultiDict()
+    out: list[tuple[str, str]] = []
     watchdog: dict[str, str] = {}
     for name, value in headers.items():
         lower = name.lower()
@@ -133,9 +135,10 @@ def request_headers(headers: CIMultiDict[str] | CIMultiDictProxy[str]
             # (bytes that are no UTF-8, which aiohttp keeps as lone surrogates: replaced, as
             # the compiled relay reads them, so no such text reaches a run, a label or a file)
             watchdog[lower] = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-        elif lower not in HOP_BY_HOP and lower not in REQUEST_SET and lower not in named:
-            out.add(name, value)
-    return out, watchdog
+        elif (not sent or lower == "content-encoding") and lower not in HOP_BY_HOP \
+                and lower not in REQUEST_SET and lower not in named:
+            out.append((name, value))
+    return CIMultiDict(out), watchdog
 
 
 def response_headers(headers: CIMultiDictProxy[str], plain: bool) -> CIMultiDict[str]:

@@ -368,10 +368,11 @@ class ModelProxy:
         now): what the upstream is sent, or the answer given without it. A
         plan with an exchange holds its run until :meth:`ModelBook.settle` (its relay's, when
         the response has ended). ``sent``: the compiled relay sent the request on already
-        (ahead): an abort decided meanwhile gets no answer here (the upstream's goes to the
-        agent, and the call is booked as sent); the run's next request gets it."""
+        (ahead): what it would go upstream as is not made (its headers, a body written anew),
+        only what it gets; an abort decided meanwhile gets no answer here (the upstream's
+        goes to the agent, and the call is booked as sent); the run's next request gets it."""
         url = self._upstream_url(target, given)
-        headers, watchdog = request_headers(given)
+        headers, watchdog = request_headers(given, sent)
         if wire is None:  # other paths: passed through
             return Plan(method, "other", url, headers, raw, None)
         headers["Accept-Encoding"] = "identity"  # the response is read: no compression
@@ -424,7 +425,9 @@ class ModelProxy:
             # (to price the call, unless the upstream refused that before)
             asked = wire.ask_usage(body) if turn.usage and not self.usage_unasked else None
             unasked = None
-            if turn.act is not Act.PASS or asked is not None:
+            if sent:  # (what the request gets, not what it would go as)
+                unasked = raw if asked is not None else None
+            elif turn.act is not Act.PASS or asked is not None:
                 if asked is not None:  # (sent instead if the upstream refuses the ask)
                     unasked = raw if turn.act is Act.PASS and coding in IDENTITY \
                         else dumps(body)
