@@ -500,6 +500,7 @@ class ModelBook:
         record = self._record(state, SpanKind.TOOL, "execute_tool " + call.name[:200],
                               state.last_end_ns or now_ns, now_ns)
         record.tool_name = call.name[:200] or "unknown"
+        record.tool_call_id = call.call_id[:200] or None  # (the agent's span of it pairs by it)
         from watchdog.core.spans.conventions import canonical_arguments, stable_hash
 
         canonical = canonical_arguments(call.arguments)

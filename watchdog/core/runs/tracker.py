@@ -54,6 +54,7 @@ from watchdog.core.runs.book import (
     MAX_LONE_ROOT_SPANS,
     MAX_LONE_ROOTS,
     MAX_LOOSE_GROUPS,
+    MAX_PAIRED_RESPONSES,
     MAX_PENDING_PARENTS,
     MAX_TRACE_ALIASES,
     MAX_TRACED_ANSWERS,
@@ -269,6 +270,69 @@ class RunTracker(RunBook):
             record.run_key, record.loose = call.run_key, True
             self._fold(record, self._run_for(record, now, result), now, result, count=False)
 
+    def _pair_relayed(self, records: list[SpanRecord], now: float, result: BatchResult
+                      ) -> None:
+        """A model call the model endpoint relayed for a run of its own (its request named no
+        trace) and an agent's span of a model call with the same response id are one call, so
+        the span's trace is the endpoint's run: its trace is named that run's (as the client
+        SDK names its run's trace), and a run the trace's spans opened before (they came
+        first) is folded into it (:meth:`_take_trace`). The endpoint's run is the one kept: its
+        budget, the notes it was given and its directives are the ones its agent was steered
+        by; the spans' model calls pair with its calls by response id, their tool calls with
+        the tool calls it handed over by call id, each counted once."""
+        relayed, traced = self._relayed, self._traced
+        for record in records:
+            response = record.response_id
+            if record.kind is not LLM or not response:
+                continue
+            if record.scope == ENDPOINT_SCOPE:
+                if record.key_source is KEY_TRACE or record.pinned:
+                    continue  # (its traceparent named its trace: one run already)
+                relayed[response] = record.run_key
+                relayed.move_to_end(response)
+                while len(relayed) > MAX_PAIRED_RESPONSES:
+                    relayed.popitem(last=False)
+                trace = traced.get(response)
+                if trace is not None:
+                    self._take_trace(trace, record.run_key, now, result)
+            elif record.key_source is KEY_TRACE:
+                key = relayed.get(response)
+                if key is not None:
+                    self._take_trace(record.trace_id, key, now, result)
+                elif record.trace_id not in self._trace_runs:
+                    traced[response] = record.trace_id
+                    traced.move_to_end(response)
+                    while len(traced) > MAX_PAIRED_RESPONSES:
+                        traced.popitem(last=False)
+
+    def _take_trace(self, trace_id: str, key: str, now: float, result: BatchResult) -> None:
+        """The spans of ``trace_id`` are the endpoint's run ``key``'s from now on, and the run
+        they opened before is folded into it and dropped, unless the trace names a run already
+        (the client SDK's, or ``key``) or its run's spans are not all retained (then the two
+        stay apart)."""
+        run = self.get(key)
+        if run is None or trace_id in self._trace_runs:
+            return
+        stray_key = "trace:" + trace_id
+        stray = self._active.get(stray_key)
+        records: list[SpanRecord] = []
+        if stray is not None:
+            frames = self._frames.get(trace_id)
+            if frames is None or not frames.complete or frames.children \
+                    or stray.parent_run is not None:
+                return
+            records = frames.records
+            self._frames.forget(trace_id)
+            del self._active[stray_key]
+            result.touched.pop(stray_key, None)
+            result.absorbed[stray_key] = key
+        elif stray_key in self._ended:
+            return  # (its run ended before the endpoint's call came: the two stay apart)
+        self._alias(trace_id, key)
+        for record in records:
+            record.run_key, record.key_source = key, run.key_source
+            self._fold(record, run, now, result, count=False)
+
     def _frames_calls(self, root: SpanRecord, calls: list[SpanRecord]) -> bool:
         """Whether root model call ``root`` frames its trace's model loop: model calls of its
         trace, other than its twin (the same call traced by a second instrumentation, one span
@@ -325,6 +389,8 @@ class RunTracker(RunBook):
         for record, reread in late_content:
             self._read_late_content(record, reread, now, result)
         records = list(records)
+        if self._relayed or any(record.scope == ENDPOINT_SCOPE for record in records):
+            self._pair_relayed(records, now, result)
         by_span = self._learn_aliases(records)
         for call, stray in self._group_loose(records):
             self._absorb(call, stray, now, result)
