@@ -103,6 +103,9 @@ class RunBook:
         # told the key of each ended run let go (its bound): a request of it finds it no more
         self.dropped: Callable[[str], None] | None = None
         self._trace_runs: OrderedDict[str, tuple[str, KeySource]] = OrderedDict()
+        # the model endpoint opened a run (it steers agents here): their spans' model calls
+        # are looked up among the calls it relayed
+        self.steering = False
         self._relayed: OrderedDict[str, str] = OrderedDict()  # response id -> endpoint run
         self._traced: OrderedDict[str, str] = OrderedDict()  # response id -> its span's trace
         self._frames = FrameBook()
@@ -163,6 +166,7 @@ class RunBook:
              ) -> tuple[RunState, bool]:
         """The run ``key`` (active or recently ended), or a new active one that no span has
         named yet (the model endpoint's, at its first request); and whether it is new."""
+        self.steering = True
         run = self.get(key)
         if run is not None:
             return run, False

@@ -271,7 +271,7 @@ class RunTracker(RunBook):
             self._fold(record, self._run_for(record, now, result), now, result, count=False)
 
     def _pair_relayed(self, records: list[SpanRecord], now: float, result: BatchResult
-                      ) -> None:
+                      ) -> list[tuple[str, str]]:
         """A model call the model endpoint relayed for a run of its own (its request named no
         trace) and an agent's span of a model call with the same response id are one call, so
         the span's trace is the endpoint's run: its trace is named that run's (as the client
@@ -279,8 +279,10 @@ class RunTracker(RunBook):
         first) is folded into it (:meth:`_take_trace`). The endpoint's run is the one kept: its
         budget, the notes it was given and its directives are the ones its agent was steered
         by; the spans' model calls pair with its calls by response id, their tool calls with
-        the tool calls it handed over by call id, each counted once."""
+        the tool calls it handed over by call id, each counted once. Returns the pairs (trace,
+        endpoint run) to join once the batch is applied (the run not open yet)."""
         relayed, traced = self._relayed, self._traced
+        later: list[tuple[str, str]] = []
         for record in records:
             response = record.response_id
             if record.kind is not LLM or not response:
@@ -293,26 +295,31 @@ class RunTracker(RunBook):
                 while len(relayed) > MAX_PAIRED_RESPONSES:
                     relayed.popitem(last=False)
                 trace = traced.get(response)
-                if trace is not None:
-                    self._take_trace(trace, record.run_key, now, result)
+                if trace is not None and not self._take_trace(trace, record.run_key, now,
+                                                              result):
+                    later.append((trace, record.run_key))
             elif record.key_source is KEY_TRACE:
                 key = relayed.get(response)
                 if key is not None:
-                    self._take_trace(record.trace_id, key, now, result)
+                    if not self._take_trace(record.trace_id, key, now, result):
+                        later.append((record.trace_id, key))
                 elif record.trace_id not in self._trace_runs:
                     traced[response] = record.trace_id
                     traced.move_to_end(response)
                     while len(traced) > MAX_PAIRED_RESPONSES:
                         traced.popitem(last=False)
+        return later
 
-    def _take_trace(self, trace_id: str, key: str, now: float, result: BatchResult) -> None:
+    def _take_trace(self, trace_id: str, key: str, now: float, result: BatchResult) -> bool:
         """The spans of ``trace_id`` are the endpoint's run ``key``'s from now on, and the run
         they opened before is folded into it and dropped, unless the trace names a run already
         (the client SDK's, or ``key``) or its run's spans are not all retained (then the two
-        stay apart)."""
+        stay apart). False: run ``key`` is not open yet (its first call is in this batch)."""
         run = self.get(key)
-        if run is None or trace_id in self._trace_runs:
-            return
+        if run is None:
+            return False
+        if trace_id in self._trace_runs:
+            return True
         stray_key = "trace:" + trace_id
         stray = self._active.get(stray_key)
         records: list[SpanRecord] = []
@@ -320,18 +327,19 @@ class RunTracker(RunBook):
             frames = self._frames.get(trace_id)
             if frames is None or not frames.complete or frames.children \
                     or stray.parent_run is not None:
-                return
+                return True
             records = frames.records
             self._frames.forget(trace_id)
             del self._active[stray_key]
             result.touched.pop(stray_key, None)
             result.absorbed[stray_key] = key
         elif stray_key in self._ended:
-            return  # (its run ended before the endpoint's call came: the two stay apart)
+            return True  # (its run ended before the endpoint's call came: the two stay apart)
         self._alias(trace_id, key)
         for record in records:
             record.run_key, record.key_source = key, run.key_source
             self._fold(record, run, now, result, count=False)
+        return True
 
     def _frames_calls(self, root: SpanRecord, calls: list[SpanRecord]) -> bool:
         """Whether root model call ``root`` frames its trace's model loop: model calls of its
@@ -389,8 +397,7 @@ class RunTracker(RunBook):
         for record, reread in late_content:
             self._read_late_content(record, reread, now, result)
         records = list(records)
-        if self._relayed or any(record.scope == ENDPOINT_SCOPE for record in records):
-            self._pair_relayed(records, now, result)
+        paired = self._pair_relayed(records, now, result) if self.steering else None
         by_span = self._learn_aliases(records)
         for call, stray in self._group_loose(records):
             self._absorb(call, stray, now, result)
@@ -500,6 +507,9 @@ class RunTracker(RunBook):
             for record in spans:
                 self._hold(unplaced, trace_id, record, MAX_UNPLACED_TRACES,
                            MAX_UNPLACED_PER_TRACE)
+        if paired:  # (the endpoint's runs these calls opened exist now)
+            for trace_id, key in paired:
+                self._take_trace(trace_id, key, now, result)
         for root, run in reframed:  # it ended after what ran inside it
             self._fold(root, run, now, result, count=False)
         for run in result.touched.values():
