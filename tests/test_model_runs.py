@@ -1014,3 +1014,36 @@ def test_a_summarised_conversation_named_by_its_run_header_keeps_its_budget(
                         and d["state"] == "ended" and d, "the run ends")
     assert detail["signals"]["tool_calls"] == 3
     assert detail["terminal_state"] == "tool_limit_reached"
+
+
+def test_a_session_the_client_names_is_its_runs_session(sidecar: RunningServer,
+                                                        llm: FakeLLM) -> None:
+    """A client that names its session in a header of its requests (Claude Code's
+    ``X-Claude-Code-Session-Id``, a generic ``x-session-id``): each of its conversations is a
+    run of that session, the one its spans name. A request that names none (the plain
+    ``openai`` SDK), or a value no session id may be, keeps the session of its conversation."""
+    model = llm.script("sessions", steps(*[answer(f"answer {index}") for index in range(5)]))
+    asked = [("main task", {"X-Claude-Code-Session-Id": "cc-session-1"}),
+             ("a sub-agent's task", {"X-Claude-Code-Session-Id": "cc-session-1",
+                                     "x-claude-code-agent-id": "agent-7"}),
+             ("another client's task", {"x-session-id": "generic-session"}),
+             ("a plain request", {}),
+             ("a bad session", {"x-session-id": "s" * 300})]
+    for task, headers in asked:
+        chat(sidecar).chat.completions.create(
+            model=model, messages=[{"role": "user", "content": task}], extra_headers=headers)
+
+    def all_ended() -> list[dict[str, Any]] | None:
+        runs = ended_runs(sidecar, "pod-agent")
+        return runs if len(runs) == len(asked) else None
+
+    runs = wait_until(all_ended, "the runs to end")
+    by_answer = {sidecar.get_json(f"/v1/runs/{run['id']}")["final_output"]: run["session"]
+                 for run in runs}
+    sessions = [by_answer[f"answer {index}"] for index in range(len(asked))]
+    assert sessions[:3] == ["cc-session-1", "cc-session-1", "generic-session"], sessions
+    for session in sessions[3:]:  # (as without the header: the conversation's own)
+        assert session.startswith("model:") and session not in sessions[:3], sessions
+    assert sessions[3] != sessions[4]
+    assert all(headers.get("x-claude-code-session-id") == "cc-session-1"  # (passed on)
+               for headers in llm.request_headers(model)[:2])

@@ -109,6 +109,9 @@ class Caller:
     traceparent: str | None = None
     run: str | None = None
     agent: str | None = None
+    # the client's own session, as a header of its requests names it (SESSION_HEADERS): the
+    # session of the runs of its conversations, the one its spans name (session.id)
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,9 +245,11 @@ class ModelBook:
         if caller.run is not None:
             state = self._runs.get(caller.run)
             if state is None:
-                state = self._kept_stop(self._stop_of(caller.run, ()), agent, None, None) \
+                state = self._kept_stop(self._stop_of(caller.run, ()), agent, None,
+                                        caller.session) \
                     or self._keep(EndpointRun(caller.run, KeySource.WATCHDOG,
-                                              _random_hex(128), None, agent=agent))
+                                              _random_hex(128), None, agent=agent,
+                                              session=caller.session))
             self._going_on = self._answers_calls_of(state, request)
             return self._touch(state)
         if request.previous_response_id is not None:
@@ -265,7 +270,7 @@ class ModelBook:
                                        request.messages)
                 self._responses[request.previous_response_id] = state.key
                 return state
-        return self._conversation(api, request, agent, ended, resume)
+        return self._conversation(api, request, agent, ended, resume, caller.session)
 
     def unbooked_of(self, api: str, request: Request, caller: Caller, agent: str | None,
                     calls: Sequence[Unbooked]) -> list[int]:
@@ -311,9 +316,11 @@ class ModelBook:
 
     def _conversation(self, api: str, request: Request, agent: str | None,
                       ended: Callable[[str], bool],
-                      resume: Callable[[str], str | None] | None) -> EndpointRun:
+                      resume: Callable[[str], str | None] | None,
+                      client_session: str | None = None) -> EndpointRun:
         digest = _digest(api, agent, request.anchor)
-        session = "model:" + digest[:24]
+        # (a client that names its session: its conversations' runs are that session's)
+        session = client_session or "model:" + digest[:24]
         key = self._conversations.get(digest)
         if key is None and resume is not None and (request.results or not request.last_is_user):
             # a conversation going on that the book does not know: the session's active run
