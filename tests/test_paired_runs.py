@@ -52,25 +52,29 @@ def endpoint_calls(book: ModelBook, response_ids: list[str]) -> list[list[SpanRe
     return batches
 
 
-def agent_spans(response_ids: list[str]) -> list[list[SpanRecord]]:
+def agent_spans(response_ids: list[str | None], call_id: str = "call_search_1"
+                ) -> list[list[SpanRecord]]:
     """The agent's own spans of the same invocation (a trace of its own, no request names
-    it): the first call and the tool it ran; then the second call and the invocation's root."""
+    it): the first call and the tool it ran (``call_id``); then the second call and the
+    invocation's root. A response id None: the span names none (Claude Code's)."""
     maker = SpanMaker({"service.name": "watched-agent"})
     batches: list[list[SpanRecord]] = []
     with maker.agent("invoke_agent watched", {"gen_ai.agent.name": "watched-agent"},
                      start=T0 - 0.1, end=T0 + 2):
-        maker.span("chat m", chat_attrs(*USAGE[0], "tool_calls",
-                                        **{"gen_ai.response.id": response_ids[0]}),
+        maker.span("chat m", chat_attrs(*USAGE[0], "tool_calls", **named(response_ids[0])),
                    start=T0, end=T0 + 0.2)
         maker.span("execute_tool search", tool_attrs(
             "search", json.dumps({"q": "file"}), "found",
-            **{"gen_ai.tool.call.id": "call_search_1"}), start=T0 + 0.3, end=T0 + 0.5)
+            **{"gen_ai.tool.call.id": call_id}), start=T0 + 0.3, end=T0 + 0.5)
         batches.append(records_of(maker.take()))
-        maker.span("chat m", chat_attrs(*USAGE[1], "stop",
-                                        **{"gen_ai.response.id": response_ids[1]}),
+        maker.span("chat m", chat_attrs(*USAGE[1], "stop", **named(response_ids[1])),
                    start=T0 + 1, end=T0 + 1.2)
     batches.append(records_of(maker.take()))
     return batches
+
+
+def named(response_id: str | None) -> dict[str, str]:
+    return {} if response_id is None else {"gen_ai.response.id": response_id}
 
 
 ORDERS = {
@@ -81,10 +85,18 @@ ORDERS = {
 }
 
 
+@pytest.mark.parametrize("named_responses", [True, False],
+                         ids=["spans name the response", "spans name no response"])
 @pytest.mark.parametrize("order", ORDERS.values(), ids=list(ORDERS))
-def test_an_agent_watched_and_steered_is_one_run_counted_once(order: str) -> None:
+def test_an_agent_watched_and_steered_is_one_run_counted_once(order: str,
+                                                              named_responses: bool) -> None:
+    """Spans that name their responses (Qwen Code's) pair by them; spans that name none
+    (Claude Code's) pair their trace by the id of the tool call the endpoint handed over,
+    which the agent's span of running it carries, and each model call with the endpoint's
+    record of it by its usage."""
     ids = ["chatcmpl-paired-1", "chatcmpl-paired-2"]
-    batches = {"E": endpoint_calls(ModelBook(), ids), "S": agent_spans(ids)}
+    spans = agent_spans(ids if named_responses else [None, None])
+    batches = {"E": endpoint_calls(ModelBook(), ids), "S": spans}
     tracker = RunTracker()
     now = T0 + 3
     first = batches["E"][0][0]  # (the endpoint opens its run at the first request)
@@ -102,10 +114,11 @@ def test_an_agent_watched_and_steered_is_one_run_counted_once(order: str) -> Non
 
 
 def test_spans_that_name_another_response_stay_a_run_of_their_own() -> None:
-    """A trace whose model calls name responses the endpoint never relayed (another agent's,
-    sent to its model directly) is not the endpoint's run: two runs, each counting its own."""
+    """A trace whose model calls name responses the endpoint never relayed, and its tool call
+    another id (another agent's, sent to its model directly), is not the endpoint's run: two
+    runs, each counting its own."""
     batches = endpoint_calls(ModelBook(), ["chatcmpl-relayed-1", "chatcmpl-relayed-2"])
-    spans = agent_spans(["chatcmpl-direct-1", "chatcmpl-direct-2"])
+    spans = agent_spans(["chatcmpl-direct-1", "chatcmpl-direct-2"], "call_other_9")
     tracker = RunTracker()
     tracker.open(batches[0][0].run_key, batches[0][0].key_source, batches[0][0].trace_id, T0)
     for batch in (spans[0], batches[0], batches[1], spans[1]):

@@ -67,7 +67,13 @@ from watchdog.core.model.wire import (
     answer_digest,
 )
 from watchdog.core.redact import brief, mask
-from watchdog.core.spans.record import ENDPOINT_SCOPE, KeySource, SpanKind, SpanRecord
+from watchdog.core.spans.record import (
+    ENDPOINT_SCOPE,
+    MAX_ASKED_TOOLS,
+    KeySource,
+    SpanKind,
+    SpanRecord,
+)
 
 MAX_MODEL_RUNS = 10_000  # runs whose endpoint state is kept (pending calls, counts)
 MAX_CONVERSATIONS = 10_000  # conversation anchors remembered
@@ -542,6 +548,9 @@ class ModelBook:
         record.response_id = seen.response_id
         work = [call for call in handed if not is_answer_tool(call.name)]
         record.requested_tools = bool(work)
+        if not seen.broke_off:  # (what it handed over: an agent's span of running one pairs)
+            record.asked_tools = tuple((call.name[:200], call.call_id[:200])
+                                       for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
         answer = answer_of(handed)
         if broke:

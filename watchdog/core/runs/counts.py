@@ -473,12 +473,19 @@ class RunCounts(RunFields):
         are two calls."""
         models = self._models
         span, parent, response = record.span_id, record.parent_span_id, record.response_id
+        scope = record.scope
+        tokens = (record.input_tokens, record.output_tokens)
         index = len(models)
         for call in reversed(models):
             index -= 1
             if ((call[0] == parent or call[1] == span)
                     and not (response and call[4] and call[4] != response)) or (
-                    response is not None and call[4] == response and call[5] != record.scope):
+                    response is not None and call[4] == response and call[5] != scope) or (
+                    # the model endpoint's record of a call and the agent's span of it that
+                    # names no response (or the other way round): the same usage
+                    not (response and call[4]) and (call[5] == ENDPOINT_SCOPE) != (
+                        scope == ENDPOINT_SCOPE) and (call[2], call[3]) == tokens
+                    and tokens != (0, 0)):
                 return index
         return -1
 

@@ -273,7 +273,8 @@ class RunTracker(RunBook):
     def _pair_relayed(self, records: list[SpanRecord], now: float, result: BatchResult
                       ) -> list[tuple[str, str]]:
         """A model call the model endpoint relayed for a run of its own (its request named no
-        trace) and an agent's span of a model call with the same response id are one call, so
+        trace) and an agent's span of a model call with the same response id are one call (and
+        so are a tool call it handed over and a span of running it with the same call id), so
         the span's trace is the endpoint's run: its trace is named that run's (as the client
         SDK names its run's trace), and a run the trace's spans opened before (they came
         first) is folded into it (:meth:`_take_trace`). The endpoint's run is the one kept: its
@@ -284,21 +285,30 @@ class RunTracker(RunBook):
         relayed, traced = self._relayed, self._traced
         later: list[tuple[str, str]] = []
         for record in records:
-            response = record.response_id
-            if record.kind is not LLM or not response:
+            if record.kind is LLM:
+                response = record.response_id
+            elif record.kind is TOOL and record.tool_call_id:
+                # (the id of a tool call the endpoint handed over: unique to its response, so
+                # it pairs as a response id does, for an agent whose spans name no response)
+                response = "\0" + record.tool_call_id
+            else:
                 continue
             if record.scope == ENDPOINT_SCOPE:
                 if record.key_source is KEY_TRACE or record.pinned:
                     continue  # (its traceparent named its trace: one run already)
-                relayed[response] = record.run_key
-                relayed.move_to_end(response)
+                # (a call's response, and the tool calls it handed over)
+                for handed in (*((response,) if response else ()),
+                               *("\0" + call_id for _, call_id in record.asked_tools
+                                 if call_id)):
+                    relayed[handed] = record.run_key
+                    relayed.move_to_end(handed)
+                    trace = traced.get(handed)
+                    if trace is not None and not self._take_trace(trace, record.run_key, now,
+                                                                  result):
+                        later.append((trace, record.run_key))
                 while len(relayed) > MAX_PAIRED_RESPONSES:
                     relayed.popitem(last=False)
-                trace = traced.get(response)
-                if trace is not None and not self._take_trace(trace, record.run_key, now,
-                                                              result):
-                    later.append((trace, record.run_key))
-            elif record.key_source is KEY_TRACE:
+            elif response and record.key_source is KEY_TRACE:
                 key = relayed.get(response)
                 if key is not None:
                     if not self._take_trace(record.trace_id, key, now, result):
