@@ -217,6 +217,9 @@ def test_a_sub_agent_is_a_run_of_its_own(
     runs = sorted(wait_until(ended, what="the two runs"), key=lambda run: -run["iterations"])
     assert [(run["iterations"], run["tool_calls"], run["terminal_state"]) for run in runs] == [
         (BUDGET + 1, BUDGET, "tool_limit_reached"), (3, 2, "completed")], runs
+    # both in the session its requests name (X-Claude-Code-Session-Id, the sub-agent's too)
+    sessions = {headers["x-claude-code-session-id"] for headers in llm.request_headers(model)}
+    assert len(sessions) == 1 and [run["session"] for run in runs] == [*sessions] * 2, runs
 
 
 # -- watched through its own OpenTelemetry ---------------------------------------------------

@@ -325,10 +325,13 @@ class ModelBook:
                       resume: Callable[[str], str | None] | None,
                       client_session: str | None = None) -> EndpointRun:
         digest = _digest(api, agent, request.anchor)
-        # (a client that names its session: its conversations' runs are that session's)
+        # (a client that names its session: its conversations' runs are that session's; such a
+        # session has runs of several conversations at once, a sub-agent's beside its caller's,
+        # so a conversation the book does not know is not taken for its active run)
         session = client_session or "model:" + digest[:24]
         key = self._conversations.get(digest)
-        if key is None and resume is not None and (request.results or not request.last_is_user):
+        if key is None and resume is not None and client_session is None \
+                and (request.results or not request.last_is_user):
             # a conversation going on that the book does not know: the session's active run
             # (the sidecar restored it), which the endpoint's records join by its key
             found = resume(session)
