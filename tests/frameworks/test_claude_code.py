@@ -278,3 +278,36 @@ def test_watched_and_steered_at_once_is_one_run(
     assert detail["signals"]["input_tokens"] == sum(
         sum(len(json.dumps(part)) for part in [body.get("system", ""), *body["messages"]]) // 4
         + 1 for body in llm.requests(model)), detail["signals"]
+
+
+def test_watched_and_steered_with_a_sub_agent(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
+    """A sub-agent, watched and steered: its conversation is a run of its own at the endpoint
+    (3 model calls, 2 commands), and Claude Code's trace of the whole invocation joins the main
+    conversation's run, the one that started first — so the main run counts the sub-agent's
+    calls too (its own 4 calls and 3 tool calls, the ``Agent`` call among them, and the
+    sub-agent's 3 and 2): a known limit (docs/model-endpoint.md). Both runs are in Claude Code's
+    session."""
+    model = llm.script(f"claude-code-sub-both-{model_relay}", delegating)
+    before = run_ids(budgeted)
+    output, ran = run_claude(tmp_path, budgeted.url("model"), model, "Find the file.",
+                             telemetry_env(budgeted.otlp_http, "http/protobuf"),
+                             tools="Bash,Read,Agent")
+    assert (output, ran) == (REPORT, ["sub 0", "sub 1", "main 1", "main 2"]), (output, ran)
+    session = llm.request_headers(model)[0]["x-claude-code-session-id"]
+    endpoint_records = 2 * BUDGET + 1  # (the main run's model calls and tool calls handed over)
+
+    def joined() -> list[dict[str, Any]] | None:
+        runs = [run for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
+                if run["id"] not in before]
+        return runs if len(runs) == 2 and all(run["state"] == "ended" for run in runs) and any(
+            budgeted.get_json(f"/v1/runs/{run['id']}")["spans"] > endpoint_records
+            for run in runs) else None
+
+    runs = sorted(wait_until(joined, what="its spans to join the main run"),
+                  key=lambda run: -run["iterations"])
+    assert [(run["session"], run["iterations"], run["tool_calls"], run["terminal_state"])
+            for run in runs] == [(session, BUDGET + 1 + 3, BUDGET + 2, "tool_limit_reached"),
+                                 (session, 3, 2, "completed")], runs
+    tools = [budgeted.get_json(f"/v1/runs/{run['id']}")["signals"]["tools"] for run in runs]
+    assert tools == [{"Agent": 1, "Bash": 4}, {"Bash": 2}], tools

@@ -284,6 +284,10 @@ class RunTracker(RunBook):
         endpoint run) to join once the batch is applied (the run not open yet)."""
         relayed, traced = self._relayed, self._traced
         later: list[tuple[str, str]] = []
+        # trace -> the endpoint run its spans pair with: of several (a sub-agent's conversation,
+        # a run of its own at the endpoint, traced in its caller's trace), the one that started
+        # first, the caller's
+        pairs: dict[str, str] = {}
         for record in records:
             if record.kind is LLM:
                 response = record.response_id
@@ -311,14 +315,23 @@ class RunTracker(RunBook):
             elif response and record.key_source is KEY_TRACE:
                 key = relayed.get(response)
                 if key is not None:
-                    if not self._take_trace(record.trace_id, key, now, result):
-                        later.append((record.trace_id, key))
+                    found = pairs.setdefault(record.trace_id, key)
+                    if found != key and self._started_before(key, found):
+                        pairs[record.trace_id] = key
                 elif record.trace_id not in self._trace_runs:
                     traced[response] = record.trace_id
                     traced.move_to_end(response)
                     while len(traced) > MAX_PAIRED_RESPONSES:
                         traced.popitem(last=False)
+        for trace_id, key in pairs.items():
+            if not self._take_trace(trace_id, key, now, result):
+                later.append((trace_id, key))
         return later
+
+    def _started_before(self, key: str, other: str) -> bool:
+        """Whether run ``key`` started before run ``other`` (a run not in memory: no)."""
+        run, then = self.get(key), self.get(other)
+        return run is not None and (then is None or run.first_seen < then.first_seen)
 
     def _take_trace(self, trace_id: str, key: str, now: float, result: BatchResult) -> bool:
         """The spans of ``trace_id`` are the endpoint's run ``key``'s from now on, and the run
