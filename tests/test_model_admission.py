@@ -44,6 +44,7 @@ from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import SDK_MARKS
 from watchdog.shell.model._relay import Relay
+from watchdog.shell.model.headers import SESSION_HEADERS
 
 KEY = "sk-admit-SECRET-0123456789"
 AGENT = "admitted"
@@ -306,7 +307,8 @@ def test_only_plain_first_requests_of_new_conversations_go_on_without_the_loop(
     """Each of these waits for the loop: a conversation seen before, one going on, a run, a
     trace or a budget named, a body to inflate, instructions of the client SDK, content in
     parts, an agent whose new runs the loop has not judged, a continued response, other
-    paths. Plain first requests of all three APIs in the same window go on."""
+    paths, a session its client names. Plain first requests of all three APIs in the same
+    window go on."""
     waiting: dict[str, tuple[str, bytes, dict[str, str]]] = {
         "seen-before": (PATHS["chat"], chat("task one"), {}),
         "going-on": (PATHS["chat"], json.dumps({"model": "m", "messages": [
@@ -329,6 +331,9 @@ def test_only_plain_first_requests_of_new_conversations_go_on_without_the_loop(
         "continued": (PATHS["responses"], json.dumps({
             "model": "m", "input": "continued", "previous_response_id": "resp_0"}).encode(), {}),
         "query": (PATHS["chat"] + "?x=1", chat("query"), {}),
+        # a session the client names (each header Python reads: the relay's table has it)
+        **{f"session-{name}": (PATHS["chat"], chat(f"session-{name}"), {name: "a-session"})
+           for name in SESSION_HEADERS},
         "embeddings": ("/v1/embeddings", json.dumps({"model": "m", "input": "embeddings"}
                                                      ).encode(), {}),
     }

@@ -1014,3 +1014,94 @@ def test_a_summarised_conversation_named_by_its_run_header_keeps_its_budget(
                         and d["state"] == "ended" and d, "the run ends")
     assert detail["signals"]["tool_calls"] == 3
     assert detail["terminal_state"] == "tool_limit_reached"
+
+
+def test_a_session_the_client_names_is_its_runs_session(sidecar: RunningServer,
+                                                        llm: FakeLLM) -> None:
+    """A client that names its session in a header of its requests (Claude Code's
+    ``X-Claude-Code-Session-Id``, a generic ``x-session-id``): each of its conversations is a
+    run of that session, the one its spans name. A request that names none (the plain
+    ``openai`` SDK), or a value no session id may be, keeps the session of its conversation."""
+    model = llm.script("sessions", steps(*[answer(f"answer {index}") for index in range(5)]))
+    asked = [("main task", {"X-Claude-Code-Session-Id": "cc-session-1"}),
+             ("a sub-agent's task", {"X-Claude-Code-Session-Id": "cc-session-1",
+                                     "x-claude-code-agent-id": "agent-7"}),
+             ("another client's task", {"x-session-id": "generic-session"}),
+             ("a plain request", {}),
+             ("a bad session", {"x-session-id": "s" * 300})]
+    for task, headers in asked:
+        chat(sidecar).chat.completions.create(
+            model=model, messages=[{"role": "user", "content": task}], extra_headers=headers)
+
+    def all_ended() -> list[dict[str, Any]] | None:
+        runs = ended_runs(sidecar, "pod-agent")
+        return runs if len(runs) == len(asked) else None
+
+    runs = wait_until(all_ended, "the runs to end")
+    by_answer = {sidecar.get_json(f"/v1/runs/{run['id']}")["final_output"]: run["session"]
+                 for run in runs}
+    sessions = [by_answer[f"answer {index}"] for index in range(len(asked))]
+    assert sessions[:3] == ["cc-session-1", "cc-session-1", "generic-session"], sessions
+    for session in sessions[3:]:  # (as without the header: the conversation's own)
+        assert session.startswith("model:") and session not in sessions[:3], sessions
+    assert sessions[3] != sessions[4]
+    assert all(headers.get("x-claude-code-session-id") == "cc-session-1"  # (passed on)
+               for headers in llm.request_headers(model)[:2])
+
+
+def _answer_id(sidecar: RunningServer, model: str, api: str, stream: bool) -> str:
+    """One request of an agent's (no ``traceparent``), answered with no tool call: the id of
+    the response it got, as its SDK read it."""
+    if api == "messages":
+        import anthropic
+
+        claude = anthropic.Anthropic(base_url=sidecar.url("model"), api_key=KEY, max_retries=0)
+        asked: dict[str, Any] = {"model": model, "max_tokens": 100,
+                                 "messages": [{"role": "user", "content": "paired by id"}]}
+        if stream:
+            with claude.messages.stream(**asked) as events:
+                return events.get_final_message().id
+        return claude.messages.create(**asked).id
+    client = chat(sidecar)
+    if api == "responses":
+        if stream:
+            return next(event.response.id for event in client.responses.create(
+                model=model, input="paired by id", stream=True)
+                        if event.type == "response.completed")
+        return client.responses.create(model=model, input="paired by id").id
+    messages: list[Any] = [{"role": "user", "content": "paired by id"}]
+    if stream:
+        return next(chunk.id for chunk in client.chat.completions.create(
+            model=model, messages=messages, stream=True))
+    return client.chat.completions.create(model=model, messages=messages).id
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+def test_a_call_traced_without_traceparent_is_paired_by_the_response_id_relayed(
+        tmp_path: Path, llm: FakeLLM, api: str, stream: bool) -> None:
+    """The agent sends no ``traceparent`` and exports its own span of the call, naming the
+    response it got (``gen_ai.response.id``) and other token counts than the endpoint read (so
+    only the id pairs them): its trace is the endpoint's run, one run, one model call, on each
+    API, whole or streamed, on both relays (each records the id of the response it relayed)."""
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url,
+                            model_upstream_anthropic=llm.base_url.removesuffix("/v1"),
+                            model_agent_name="pod-agent")
+    model = llm.script(f"paired-{api}", steps(answer("the answer")))
+    with running_server(config) as sidecar:
+        response_id = _answer_id(sidecar, model, api, stream)
+        wait_until(lambda: ended_runs(sidecar, "pod-agent"), "the endpoint's run ends")
+        maker = SpanMaker({"service.name": "paired-agent"})
+        start = time.time() - 5
+        with maker.agent("invoke_agent paired", {"gen_ai.agent.name": "paired-agent"},
+                         start=start, end=start + 2):
+            maker.span("chat m", chat_attrs(1, 1, "stop", **{"gen_ai.response.id": response_id}),
+                       start=start + 0.5, end=start + 1)
+        export_http(sidecar, maker.take())
+        detail = wait_until(lambda: (runs := sidecar.get_json("/v1/runs")["runs"]) and (
+            d := sidecar.get_json(f"/v1/runs/{runs[0]['id']}"))["spans"] > 1 and d,
+            "the span joins the run")
+        runs = sidecar.get_json("/v1/runs")["runs"]
+    assert [run["id"].split(":")[0] for run in runs] == ["model"], runs
+    assert (detail["agent"], detail["signals"]["iterations"]) == ("paired-agent", 1), detail

@@ -20,8 +20,8 @@ really runs in a directory of the test's (each call appends a line to ``ran.txt`
 * a sub-agent (its ``Agent`` tool) is a conversation of its own: a run of its own, with its own
   budget (a known limit, docs/model-endpoint.md);
 * watched by its own OpenTelemetry too (:mod:`tests.frameworks.test_claude_code_otel` reads
-  it alone): two runs, the endpoint's and the trace's, each true (a known limit: no request
-  names its trace, no span its response).
+  it alone): one run, its trace paired with the endpoint's run by the tool-call ids its tool
+  spans carry, in the session its requests name (``X-Claude-Code-Session-Id``).
 
 No side request reaches the upstream in ``claude -p`` with its non-essential traffic off (no
 title, no token count, no small model's call): each test counts every request the scripted
@@ -217,6 +217,9 @@ def test_a_sub_agent_is_a_run_of_its_own(
     runs = sorted(wait_until(ended, what="the two runs"), key=lambda run: -run["iterations"])
     assert [(run["iterations"], run["tool_calls"], run["terminal_state"]) for run in runs] == [
         (BUDGET + 1, BUDGET, "tool_limit_reached"), (3, 2, "completed")], runs
+    # both in the session its requests name (X-Claude-Code-Session-Id, the sub-agent's too)
+    sessions = {headers["x-claude-code-session-id"] for headers in llm.request_headers(model)}
+    assert len(sessions) == 1 and [run["session"] for run in runs] == [*sessions] * 2, runs
 
 
 # -- watched through its own OpenTelemetry ---------------------------------------------------
@@ -233,14 +236,16 @@ def telemetry_env(otlp_http: str, protocol: str) -> dict[str, str]:
             "OTEL_LOG_ASSISTANT_RESPONSES": "1"}
 
 
-def test_watched_and_steered_at_once_is_two_runs(
+def test_watched_and_steered_at_once_is_one_run(
         budgeted: RunningServer, llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
     """Its own spans (OTLP/HTTP protobuf) to the sidecar that steers it: the steering is as
-    above, and its spans read as the invocation they are — a run of agent ``claude-code`` (its
-    service), in Claude Code's session, its 4 model calls and 3 Bash calls, the budget's stop.
-    A known gap: they are two runs, the endpoint's and the trace's, since no request names
-    the trace (Claude Code sends no ``traceparent``) and no span the response (no
-    ``gen_ai.response.id``) — nothing pairs them."""
+    above, and it is one run, counted once. No request names its trace (Claude Code sends no
+    ``traceparent``) and no span its response (no ``gen_ai.response.id``), but each of its
+    tool spans carries the id of the tool call the endpoint handed over
+    (``gen_ai.tool.call.id``): the endpoint's run takes its trace, its model-call spans pair
+    with the endpoint's calls by their usage, its tool spans with the calls handed over by
+    id. The run is in Claude Code's session, which its requests name
+    (``X-Claude-Code-Session-Id``) as its spans do."""
     model = llm.script(f"claude-code-both-{model_relay}", searching)
     before = run_ids(budgeted)
     output, ran = run_claude(tmp_path, budgeted.url("model"), model, "Find the file.",
@@ -248,21 +253,61 @@ def test_watched_and_steered_at_once_is_two_runs(
     assert ran == ["term 0", "term 1", "term 2"], ran
     assert output == REPORT
     assert not any("traceparent" in headers for headers in llm.request_headers(model))
+    session = llm.request_headers(model)[0]["x-claude-code-session-id"]
 
-    def ended() -> list[dict[str, Any]] | None:
+    endpoint_records = 2 * BUDGET + 1  # (its model calls and the tool calls handed over)
+
+    def joined() -> list[dict[str, Any]] | None:
         runs = [run for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
                 if run["id"] not in before]
-        return runs if len(runs) == 2 and all(run["state"] == "ended" for run in runs) \
-            else None
+        # (its spans come as claude exits: the run has them when it holds more records than
+        # the endpoint made, and its trace's run would be a second by then)
+        return runs if any(run["state"] == "ended" and budgeted.get_json(
+            f"/v1/runs/{run['id']}")["spans"] > endpoint_records for run in runs) else None
 
-    runs = {run["id"].split(":")[0]: run for run in wait_until(ended, what="the two runs")}
-    steered, watched = runs["model"], runs["trace"]
-    for run in (steered, watched):
-        assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
-            BUDGET + 1, BUDGET, "tool_limit_reached"), run
-    assert steered["agent"] == AGENT
-    assert watched["agent"] == "claude-code"
-    session = llm.request_headers(model)[0]["x-claude-code-session-id"]
-    assert watched["session"] == session
-    detail = budgeted.get_json(f"/v1/runs/{watched['id']}")
+    runs = wait_until(joined, what="its spans to join its run")
+    # (its spans name no agent, only their service: the endpoint's name, that its budget is
+    # the rule pack's for, stays)
+    assert [(run["id"].split(":")[0], run["agent"], run["session"], run["iterations"],
+             run["tool_calls"], run["terminal_state"]) for run in runs] == [
+        ("model", AGENT, session, BUDGET + 1, BUDGET, "tool_limit_reached")], runs
+    detail = budgeted.get_json(f"/v1/runs/{runs[0]['id']}")
     assert detail["signals"]["tools"] == {"Bash": BUDGET}, detail["signals"]
+    # the tokens the upstream billed (its usage: a quarter of each request's system and
+    # messages), once
+    assert detail["signals"]["input_tokens"] == sum(
+        sum(len(json.dumps(part)) for part in [body.get("system", ""), *body["messages"]]) // 4
+        + 1 for body in llm.requests(model)), detail["signals"]
+
+
+def test_watched_and_steered_with_a_sub_agent(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
+    """A sub-agent, watched and steered: its conversation is a run of its own at the endpoint
+    (3 model calls, 2 commands), and Claude Code's trace of the whole invocation joins the main
+    conversation's run, the one that started first — so the main run counts the sub-agent's
+    calls too (its own 4 calls and 3 tool calls, the ``Agent`` call among them, and the
+    sub-agent's 3 and 2): a known limit (docs/model-endpoint.md). Both runs are in Claude Code's
+    session."""
+    model = llm.script(f"claude-code-sub-both-{model_relay}", delegating)
+    before = run_ids(budgeted)
+    output, ran = run_claude(tmp_path, budgeted.url("model"), model, "Find the file.",
+                             telemetry_env(budgeted.otlp_http, "http/protobuf"),
+                             tools="Bash,Read,Agent")
+    assert (output, ran) == (REPORT, ["sub 0", "sub 1", "main 1", "main 2"]), (output, ran)
+    session = llm.request_headers(model)[0]["x-claude-code-session-id"]
+    endpoint_records = 2 * BUDGET + 1  # (the main run's model calls and tool calls handed over)
+
+    def joined() -> list[dict[str, Any]] | None:
+        runs = [run for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
+                if run["id"] not in before]
+        return runs if len(runs) == 2 and all(run["state"] == "ended" for run in runs) and any(
+            budgeted.get_json(f"/v1/runs/{run['id']}")["spans"] > endpoint_records
+            for run in runs) else None
+
+    runs = sorted(wait_until(joined, what="its spans to join the main run"),
+                  key=lambda run: -run["iterations"])
+    assert [(run["session"], run["iterations"], run["tool_calls"], run["terminal_state"])
+            for run in runs] == [(session, BUDGET + 1 + 3, BUDGET + 2, "tool_limit_reached"),
+                                 (session, 3, 2, "completed")], runs
+    tools = [budgeted.get_json(f"/v1/runs/{run['id']}")["signals"]["tools"] for run in runs]
+    assert tools == [{"Agent": 1, "Bash": 4}, {"Bash": 2}], tools

@@ -17,8 +17,8 @@ answer on stdout. Behind the sidecar is the scripted upstream (:mod:`tests.frame
 whose recorded request bodies are what the model read.
 
 Steered: a budget counts down and ends in the report; a tool cycle is wound down, then its final
-request; a rule's abort is answered by the endpoint. Watched and steered at once: two runs, each
-true (a named gap). Watched alone: ``test_qwen_code_otel.py``.
+request; a rule's abort is answered by the endpoint. Watched and steered at once: one run, its
+spans paired with the endpoint's calls by response id. Watched alone: ``test_qwen_code_otel.py``.
 """
 
 from __future__ import annotations
@@ -202,14 +202,14 @@ def test_a_stopped_qwen_code_prints_the_stop_and_the_upstream_gets_nothing_more(
     assert (it.run["tool_calls"], it.run["terminal_state"]) == (2, "loop_detected"), it.run
 
 
-def test_qwen_code_traced_and_steered_is_two_runs_each_true(
+def test_qwen_code_traced_and_steered_is_one_run(
         budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
     """Qwen Code traced by its own OpenTelemetry and steered through the endpoint at once: it
-    is steered as before, and each run is true, but they are two: its HTTP client's spans send
-    no ``traceparent`` with its requests (nor anything else that names its trace), so the
-    endpoint's run (``model:``) and its trace's run (``trace:``) are never one. A named gap
-    (docs/frameworks.md): each counts the same 4 model calls and 3 tools, and the trace's has
-    the answer its log events brought."""
+    is steered as before, and it is one run, counted once. Its requests carry no
+    ``traceparent``, but each model-call span carries the id of the response the endpoint
+    relayed (``gen_ai.response.id``): the endpoint's run (``model:``) takes its trace, whose
+    model calls pair with the endpoint's by that id and whose tool calls with the ones the
+    endpoint handed over by call id — 4 model calls and 3 tools, not 8 and 6."""
     model = llm.script(f"qwen-{tmp_path.name}", searching())
     before = run_ids(budgeted)
     ran, printed = run_qwen(budgeted.url("model") + "/v1", model, tmp_path,
@@ -220,16 +220,23 @@ def test_qwen_code_traced_and_steered_is_two_runs_each_true(
         [("3", "3")], [("2", "3")], [("1", "3")], []]
     assert [fakellm.offers_tools(body) for body in requests] == [True] * BUDGET + [False]
     assert not any("traceparent" in headers for headers in llm.request_headers(model))
-    def ended() -> list[dict[str, Any]] | None:
+
+    def joined() -> list[dict[str, Any]] | None:
         runs = [run for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
                 if run["id"] not in before]
-        return runs if len(runs) == 2 and all(run["state"] == "ended" for run in runs) else None
+        # (its spans come once qwen has exited: the run has them when its agent is theirs)
+        return runs if any(run["agent"] == "qwen-code" and run["state"] == "ended"
+                           for run in runs) else None
 
-    runs = wait_until(ended, what="its two runs to end")
-    assert sorted((run["id"].split(":")[0], run["agent"], run["iterations"], run["tool_calls"],
-                   run["terminal_state"], run["has_final_answer"]) for run in runs) == [
-        ("model", AGENT, BUDGET + 1, BUDGET, "tool_limit_reached", True),
-        ("trace", "qwen-code", BUDGET + 1, BUDGET, "tool_limit_reached", True)], runs
-    # (the trace's answer its log event's: the report it printed)
-    assert [budgeted.get_json(f"/v1/runs/{run['id']}")["final_output"] for run in runs
-            if run["id"].startswith("trace:")] == [REPORT], runs
+    runs = wait_until(joined, what="its spans to join its run")
+    assert [(run["id"].split(":")[0], run["agent"], run["iterations"], run["tool_calls"],
+             run["terminal_state"], run["has_final_answer"]) for run in runs] == [
+        ("model", "qwen-code", BUDGET + 1, BUDGET, "tool_limit_reached", True)], runs
+    signals = budgeted.get_json(f"/v1/runs/{runs[0]['id']}")["signals"]
+    # the tokens the upstream billed (its usage: a quarter of each request's messages), once
+    assert signals["input_tokens"] == sum(
+        sum(len(json.dumps(message)) for message in body["messages"]) // 4 + 1
+        for body in requests), signals
+    assert signals["tools"] == {"run_shell_command": BUDGET}, signals
+    # (its answer: the report it printed)
+    assert budgeted.get_json(f"/v1/runs/{runs[0]['id']}")["final_output"] == REPORT

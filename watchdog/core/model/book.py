@@ -69,7 +69,13 @@ from watchdog.core.model.wire import (
     answer_digest,
 )
 from watchdog.core.redact import brief, mask
-from watchdog.core.spans.record import ENDPOINT_SCOPE, KeySource, SpanKind, SpanRecord
+from watchdog.core.spans.record import (
+    ENDPOINT_SCOPE,
+    MAX_ASKED_TOOLS,
+    KeySource,
+    SpanKind,
+    SpanRecord,
+)
 
 MAX_MODEL_RUNS = 10_000  # runs whose endpoint state is kept (pending calls, counts)
 MAX_CONVERSATIONS = 10_000  # conversation anchors remembered
@@ -111,6 +117,9 @@ class Caller:
     traceparent: str | None = None
     run: str | None = None
     agent: str | None = None
+    # the client's own session, as a header of its requests names it (SESSION_HEADERS): the
+    # session of the runs of its conversations, the one its spans name (session.id)
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,9 +253,11 @@ class ModelBook:
         if caller.run is not None:
             state = self._runs.get(caller.run)
             if state is None:
-                state = self._kept_stop(self._stop_of(caller.run, ()), agent, None, None) \
+                state = self._kept_stop(self._stop_of(caller.run, ()), agent, None,
+                                        caller.session) \
                     or self._keep(EndpointRun(caller.run, KeySource.WATCHDOG,
-                                              _random_hex(128), None, agent=agent))
+                                              _random_hex(128), None, agent=agent,
+                                              session=caller.session))
             self._going_on = self._answers_calls_of(state, request)
             return self._touch(state)
         if request.previous_response_id is not None:
@@ -267,7 +278,7 @@ class ModelBook:
                                        request.messages)
                 self._responses[request.previous_response_id] = state.key
                 return state
-        return self._conversation(api, request, agent, ended, resume)
+        return self._conversation(api, request, agent, ended, resume, caller.session)
 
     def unbooked_of(self, api: str, request: Request, caller: Caller, agent: str | None,
                     calls: Sequence[Unbooked]) -> list[int]:
@@ -313,11 +324,16 @@ class ModelBook:
 
     def _conversation(self, api: str, request: Request, agent: str | None,
                       ended: Callable[[str], bool],
-                      resume: Callable[[str], str | None] | None) -> EndpointRun:
+                      resume: Callable[[str], str | None] | None,
+                      client_session: str | None = None) -> EndpointRun:
         digest = _digest(api, agent, request.anchor)
-        session = "model:" + digest[:24]
+        # (a client that names its session: its conversations' runs are that session's; such a
+        # session has runs of several conversations at once, a sub-agent's beside its caller's,
+        # so a conversation the book does not know is not taken for its active run)
+        session = client_session or "model:" + digest[:24]
         key = self._conversations.get(digest)
-        if key is None and resume is not None and (request.results or not request.last_is_user):
+        if key is None and resume is not None and client_session is None \
+                and (request.results or not request.last_is_user):
             # a conversation going on that the book does not know: the session's active run
             # (the sidecar restored it), which the endpoint's records join by its key
             found = resume(session)
@@ -502,6 +518,7 @@ class ModelBook:
         record = self._record(state, SpanKind.TOOL, "execute_tool " + call.name[:200],
                               state.last_end_ns or now_ns, now_ns)
         record.tool_name = call.name[:200] or "unknown"
+        record.tool_call_id = call.call_id[:200] or None  # (the agent's span of it pairs by it)
         canonical_arguments, stable_hash = _hashing()
         canonical = canonical_arguments(call.arguments)
         record.args_hash = stable_hash(record.tool_name + "\0" + canonical)
@@ -535,6 +552,9 @@ class ModelBook:
         record.response_id = seen.response_id
         work = [call for call in handed if not is_answer_tool(call.name)]
         record.requested_tools = bool(work)
+        if not seen.broke_off:  # (what it handed over: an agent's span of running one pairs)
+            record.asked_tools = tuple((call.name[:200], call.call_id[:200])
+                                       for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
         answer = answer_of(handed)
         if broke:

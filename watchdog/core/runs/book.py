@@ -32,6 +32,10 @@ MAX_TRACED_ANSWERS = 10_000
 # closes it only ``loose_run_gap`` after its last span: an instrumentation may leave that root
 # open when the run raises (it is never exported); this many such runs are watched at once
 MAX_FAILED_UNCLOSED = 10_000
+# Response ids of model calls the model endpoint relayed for a run of its own (no traceparent),
+# and of model calls a trace's spans traced: a span and an endpoint call of one response id are
+# one call, and the span's trace is the endpoint's run (either may come first)
+MAX_PAIRED_RESPONSES = 20_000
 MAX_LOOSE_GROUPS = 10_000  # open runs of loose calls (loose_group) tracked at once
 MAX_PENDING_PARENTS = 10_000  # child runs waiting for the span their agent span hangs from
 # Spans of no kind a run keeps that no tool asked for matched yet: the model call that asked
@@ -99,6 +103,11 @@ class RunBook:
         # told the key of each ended run let go (its bound): a request of it finds it no more
         self.dropped: Callable[[str], None] | None = None
         self._trace_runs: OrderedDict[str, tuple[str, KeySource]] = OrderedDict()
+        # the model endpoint opened a run (it steers agents here): their spans' model calls
+        # are looked up among the calls it relayed
+        self.steering = False
+        self._relayed: OrderedDict[str, str] = OrderedDict()  # response id -> endpoint run
+        self._traced: OrderedDict[str, str] = OrderedDict()  # response id -> its span's trace
         self._frames = FrameBook()
         self._loose: OrderedDict[tuple[str | None, ...], str] = OrderedDict()
         self._loose_traces: OrderedDict[str, str] = OrderedDict()  # trace -> its loose run
@@ -157,6 +166,7 @@ class RunBook:
              ) -> tuple[RunState, bool]:
         """The run ``key`` (active or recently ended), or a new active one that no span has
         named yet (the model endpoint's, at its first request); and whether it is new."""
+        self.steering = True
         run = self.get(key)
         if run is not None:
             return run, False

@@ -18,6 +18,7 @@ from watchdog.core.runs.fields import (
     RECENT_ANSWERED,
     RECENT_FAILURES,
     RECENT_MODEL_CALLS,
+    RECENT_TOOL_IDS,
     UNPRICED,
     Asked,
     RunFields,
@@ -171,6 +172,11 @@ class RunCounts(RunFields):
             if echo and kind is not LLM:  # no second tool call either (a model call stays one:
                 record.kind = kind = OTHER  # its twin was counted as one call already)
                 record.tool_name = None
+        if kind is TOOL and record.tool_call_id and self._counted_elsewhere(record):
+            # the call the model endpoint handed over and the agent's span of running it (or
+            # the other way round): one call, counted once, as it came first
+            record.kind = kind = OTHER
+            record.tool_name = None
         if kind is TOOL:
             if not record.named_tool and self.counted_around(record, record.tool_name):
                 # the tool call around a call of the same tool counted directly inside it (a
@@ -425,6 +431,24 @@ class RunCounts(RunFields):
                     del models[0]
                 models.append(call)
 
+    def _counted_elsewhere(self, record: SpanRecord) -> bool:
+        """Whether tool call ``record`` (it carries its call's id) was counted already from
+        another scope: the model endpoint's record of the call it handed over, and the agent's
+        own span of running it (either first). Else its id is remembered
+        (``RECENT_TOOL_IDS``)."""
+        call_id, scope = record.tool_call_id or "", record.scope
+        ids = self._tool_ids
+        for known, known_scope in ids:
+            if known == call_id and known_scope != scope:
+                return True
+        if not ids:
+            self._tool_ids = [(call_id, scope)]
+        else:
+            if len(ids) >= RECENT_TOOL_IDS:
+                del ids[0]
+            ids.append((call_id, scope))
+        return False
+
     def _pair_cost(self, cost: float | None, twin_cost: float | None) -> float | None:
         """The second half of a call traced twice: the pair is one call, priced by the half
         that costs more, and unpriced only when neither half has a price. ``twin_cost`` is the
@@ -449,12 +473,19 @@ class RunCounts(RunFields):
         are two calls."""
         models = self._models
         span, parent, response = record.span_id, record.parent_span_id, record.response_id
+        scope = record.scope
+        tokens = (record.input_tokens, record.output_tokens)
         index = len(models)
         for call in reversed(models):
             index -= 1
             if ((call[0] == parent or call[1] == span)
                     and not (response and call[4] and call[4] != response)) or (
-                    response is not None and call[4] == response and call[5] != record.scope):
+                    response is not None and call[4] == response and call[5] != scope) or (
+                    # the model endpoint's record of a call and the agent's span of it that
+                    # names no response (or the other way round): the same usage
+                    not (response and call[4]) and (call[5] == ENDPOINT_SCOPE) != (
+                        scope == ENDPOINT_SCOPE) and (call[2], call[3]) == tokens
+                    and tokens != (0, 0)):
                 return index
         return -1
 

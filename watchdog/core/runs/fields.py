@@ -28,6 +28,10 @@ NS = 1_000_000_000
 CLOCK_SKEW_TOLERANCE = 60.0
 # Failed spans a run keeps to tell an exception's echo on the span around (or inside) one
 RECENT_FAILURES = 8
+# the ids of the tool calls a run counted lately, with the scope of the record that counted
+# each: a call of the same id from another scope (the model endpoint's record of a call it
+# handed over, and the agent's span of running it) is the same call, counted once
+RECENT_TOOL_IDS = 32
 # Tool calls asked for and not answered a run keeps (several model calls' worth: an export
 # request groups spans by scope, so a tool's span may come after the model call after it)
 MAX_ASKED = 2 * MAX_ASKED_TOOLS
@@ -57,7 +61,7 @@ class RunFields:
         "_recent_calls",
         "_reported_calls",
         "_result_counts", "_tool_end_ns",
-        "_tool_error_streak", "_tool_spans", "_tool_start_ns",
+        "_tool_error_streak", "_tool_ids", "_tool_spans", "_tool_start_ns",
         "activity_seq",
         "agent", "agent_spans", "budget", "budget_used", "clock_lags", "consecutive_errors",
         "cost_usd",
@@ -183,6 +187,8 @@ class RunFields:
         self._named: list[tuple[str, str]] | tuple[()] = ()
         # ... and (span id, tool): a tool call inside one of them, come after it, is too
         self._tool_spans: list[tuple[str, str]] | tuple[()] = ()
+        # ... and (call id, scope) of the last RECENT_TOOL_IDS that carried an id
+        self._tool_ids: list[tuple[str, str]] | tuple[()] = ()
         # the last RECENT_FAILURES failed spans (not agent spans): an exception seen again on
         # the span around one of them, or inside it, is one failure (see _echo)
         self._failures: list[Failure] | tuple[()] = ()

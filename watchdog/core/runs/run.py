@@ -347,7 +347,8 @@ _SPAN_SLOTS = (
     "_llm_said_ns",
     "_llm_said_start_ns", "_llm_start_ns", "_loop_cap", "_loop_capped", "_loop_ended", "_models",
     "_named", "_recent_calls", "_reported_calls", "_result_counts",
-    "_tool_end_ns", "_tool_error_streak", "_tool_spans", "_tool_start_ns", "_agent_step_ns",
+    "_tool_end_ns", "_tool_error_streak", "_tool_ids", "_tool_spans", "_tool_start_ns",
+    "_agent_step_ns",
     "agent", "agent_spans",
     "budget_used",
     "consecutive_errors", "cycle_repeats",
@@ -360,7 +361,7 @@ _SPAN_SLOTS = (
 _ENUM_SLOTS = ("forced_state", "key_source", "terminal_state")
 _INT_KEYED_SLOTS = ("_call_counts", "_error_counts")  # JSON keys are strings (_result_counts too)
 # tuples of tuples (JSON: lists of lists)
-_TUPLE_LIST_SLOTS = ("_answered", "_asked", "_named", "_tool_spans", "_failures")
+_TUPLE_LIST_SLOTS = ("_answered", "_asked", "_named", "_tool_ids", "_tool_spans", "_failures")
 # values a run's copy shares with it (nothing in them changes)
 _IMMUTABLE = (int, float, str, tuple, frozenset, Enum, type(None))
 _SHARED = frozenset({int, float, str, tuple, bool, type(None)})  # (the most, told at once)

@@ -54,6 +54,7 @@ from watchdog.core.runs.book import (
     MAX_LONE_ROOT_SPANS,
     MAX_LONE_ROOTS,
     MAX_LOOSE_GROUPS,
+    MAX_PAIRED_RESPONSES,
     MAX_PENDING_PARENTS,
     MAX_TRACE_ALIASES,
     MAX_TRACED_ANSWERS,
@@ -269,6 +270,100 @@ class RunTracker(RunBook):
             record.run_key, record.loose = call.run_key, True
             self._fold(record, self._run_for(record, now, result), now, result, count=False)
 
+    def _pair_relayed(self, records: list[SpanRecord], now: float, result: BatchResult
+                      ) -> list[tuple[str, str]]:
+        """A model call the model endpoint relayed for a run of its own (its request named no
+        trace) and an agent's span of a model call with the same response id are one call (and
+        so are a tool call it handed over and a span of running it with the same call id), so
+        the span's trace is the endpoint's run: its trace is named that run's (as the client
+        SDK names its run's trace), and a run the trace's spans opened before (they came
+        first) is folded into it (:meth:`_take_trace`). The endpoint's run is the one kept: its
+        budget, the notes it was given and its directives are the ones its agent was steered
+        by; the spans' model calls pair with its calls by response id, their tool calls with
+        the tool calls it handed over by call id, each counted once. Returns the pairs (trace,
+        endpoint run) to join once the batch is applied (the run not open yet)."""
+        relayed, traced = self._relayed, self._traced
+        later: list[tuple[str, str]] = []
+        # trace -> the endpoint run its spans pair with: of several (a sub-agent's conversation,
+        # a run of its own at the endpoint, traced in its caller's trace), the one that started
+        # first, the caller's
+        pairs: dict[str, str] = {}
+        for record in records:
+            if record.kind is LLM:
+                response = record.response_id
+            elif record.kind is TOOL and record.tool_call_id:
+                # (the id of a tool call the endpoint handed over: unique to its response, so
+                # it pairs as a response id does, for an agent whose spans name no response)
+                response = "\0" + record.tool_call_id
+            else:
+                continue
+            if record.scope == ENDPOINT_SCOPE:
+                if record.key_source is KEY_TRACE or record.pinned:
+                    continue  # (its traceparent named its trace: one run already)
+                # (a call's response, and the tool calls it handed over)
+                for handed in (*((response,) if response else ()),
+                               *("\0" + call_id for _, call_id in record.asked_tools
+                                 if call_id)):
+                    relayed[handed] = record.run_key
+                    relayed.move_to_end(handed)
+                    trace = traced.get(handed)
+                    if trace is not None and not self._take_trace(trace, record.run_key, now,
+                                                                  result):
+                        later.append((trace, record.run_key))
+                while len(relayed) > MAX_PAIRED_RESPONSES:
+                    relayed.popitem(last=False)
+            elif response and record.key_source is KEY_TRACE:
+                key = relayed.get(response)
+                if key is not None:
+                    found = pairs.setdefault(record.trace_id, key)
+                    if found != key and self._started_before(key, found):
+                        pairs[record.trace_id] = key
+                elif record.trace_id not in self._trace_runs:
+                    traced[response] = record.trace_id
+                    traced.move_to_end(response)
+                    while len(traced) > MAX_PAIRED_RESPONSES:
+                        traced.popitem(last=False)
+        for trace_id, key in pairs.items():
+            if not self._take_trace(trace_id, key, now, result):
+                later.append((trace_id, key))
+        return later
+
+    def _started_before(self, key: str, other: str) -> bool:
+        """Whether run ``key`` started before run ``other`` (a run not in memory: no)."""
+        run, then = self.get(key), self.get(other)
+        return run is not None and (then is None or run.first_seen < then.first_seen)
+
+    def _take_trace(self, trace_id: str, key: str, now: float, result: BatchResult) -> bool:
+        """The spans of ``trace_id`` are the endpoint's run ``key``'s from now on, and the run
+        they opened before is folded into it and dropped, unless the trace names a run already
+        (the client SDK's, or ``key``) or its run's spans are not all retained (then the two
+        stay apart). False: run ``key`` is not open yet (its first call is in this batch)."""
+        run = self.get(key)
+        if run is None:
+            return False
+        if trace_id in self._trace_runs:
+            return True
+        stray_key = "trace:" + trace_id
+        stray = self._active.get(stray_key)
+        records: list[SpanRecord] = []
+        if stray is not None:
+            frames = self._frames.get(trace_id)
+            if frames is None or not frames.complete or frames.children \
+                    or stray.parent_run is not None:
+                return True
+            records = frames.records
+            self._frames.forget(trace_id)
+            del self._active[stray_key]
+            result.touched.pop(stray_key, None)
+            result.absorbed[stray_key] = key
+        elif stray_key in self._ended:
+            return True  # (its run ended before the endpoint's call came: the two stay apart)
+        self._alias(trace_id, key)
+        for record in records:
+            record.run_key, record.key_source = key, run.key_source
+            self._fold(record, run, now, result, count=False)
+        return True
+
     def _frames_calls(self, root: SpanRecord, calls: list[SpanRecord]) -> bool:
         """Whether root model call ``root`` frames its trace's model loop: model calls of its
         trace, other than its twin (the same call traced by a second instrumentation, one span
@@ -325,6 +420,7 @@ class RunTracker(RunBook):
         for record, reread in late_content:
             self._read_late_content(record, reread, now, result)
         records = list(records)
+        paired = self._pair_relayed(records, now, result) if self.steering else None
         by_span = self._learn_aliases(records)
         for call, stray in self._group_loose(records):
             self._absorb(call, stray, now, result)
@@ -434,6 +530,9 @@ class RunTracker(RunBook):
             for record in spans:
                 self._hold(unplaced, trace_id, record, MAX_UNPLACED_TRACES,
                            MAX_UNPLACED_PER_TRACE)
+        if paired:  # (the endpoint's runs these calls opened exist now)
+            for trace_id, key in paired:
+                self._take_trace(trace_id, key, now, result)
         for root, run in reframed:  # it ended after what ran inside it
             self._fold(root, run, now, result, count=False)
         for run in result.touched.values():

@@ -15,6 +15,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from watchdog.core.bounds import id_problem
+
 # RFC 9110 §7.6.1, and what the proxy sets itself
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
                         "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"})
@@ -36,6 +38,16 @@ BUDGET_HEADERS: dict[str, tuple[str, float, bool]] = {
     "x-watchdog-budget-seconds": ("max_seconds", 30 * 86_400, False),
     "x-watchdog-budget-cost-usd": ("max_cost_usd", 1_000_000, False),
 }
+# Request headers in which a client names its own session, on each of its requests (the first
+# one a request carries counts): its endpoint runs are that session's runs, the session its own
+# spans name (``session.id``), so its conversations share session rules and memory, and a run
+# watched by its spans and steered here meet in one session. Data, as the conventions are: a
+# client that names its session in a header of its own is a line here (and in the compiled
+# relay's ``SESSION_HEADERS``, native/relay/src/admit.rs, which sends such a request to Python)
+SESSION_HEADERS = (
+    "x-claude-code-session-id",  # Claude Code (its spans' session.id; a sub-agent's requests too)
+    "x-session-id",  # generic
+)
 _COUNT = re.compile(r"[0-9]{1,32}", re.ASCII)  # a budget header's count
 _DECIMAL = re.compile(r"(?=[0-9.]{1,32}$)(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)", re.ASCII)
 _BAD_PATH = re.compile(r"(?:%2e|%2f|%5c|\\|/\.\.?(?:/|$)|//)", re.IGNORECASE)
@@ -203,3 +215,17 @@ def budget_from(watchdog: Mapping[str, str]) -> dict[str, float] | None:
                           f"expected {kind} from 0 to {largest:.0f}")  # (not 1e+06)
         budget[key] = value
     return budget or None
+
+
+def client_session(headers: CIMultiDict[str] | CIMultiDictProxy[str]) -> str | None:
+    """The session the client names in its request's headers (:data:`SESSION_HEADERS`, the
+    first one it carries), if it is a valid session id (as a span's ``session.id`` must be:
+    :func:`~watchdog.core.bounds.id_problem`); else None (the endpoint keys the session by the
+    conversation, as for a request that names none)."""
+    for name in SESSION_HEADERS:
+        value = headers.get(name)
+        if value is not None:
+            value = value.strip(" \t").encode("utf-8", "surrogateescape").decode(
+                "utf-8", "replace")
+            return value if id_problem(value) is None else None
+    return None

@@ -79,6 +79,7 @@ from watchdog.shell.model.headers import (
     agent_allowed,
     budget_from,
     check_agent,
+    client_session,
     door,
     proxy_for,
     request_headers,
@@ -403,7 +404,7 @@ class ModelProxy:
         parsed = wire.read_request(body)
         agent = named or self.config.model_agent_name
         call = self._observe_request(wire, parsed, Caller(
-            given.get("traceparent"), run_header, agent), agent, budget)
+            given.get("traceparent"), run_header, agent, client_session(given)), agent, budget)
         if call is None:  # the state cannot take it: forward unobserved (fail open)
             return Plan(method, wire.api, url, headers, raw, None)
         state, turn, run_key, agent_label = call

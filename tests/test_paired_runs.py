@@ -1,0 +1,128 @@
+"""An agent both watched (its own spans, no ``traceparent`` on its model requests) and steered
+(the model endpoint relays its calls) is one run (DESIGN §12): a span of a model call whose
+response id is the one the endpoint relayed is that call, whichever comes first; the trace is
+the endpoint's run's, its model calls counted once (paired by response id) and its tool calls
+once (paired with the calls the endpoint handed over by call id).
+
+The endpoint's records are the real :class:`~watchdog.core.model.book.ModelBook`'s of real
+chat requests; the agent's spans a real OpenTelemetry tracer's, decoded as the receiver does;
+both go to one real tracker, in every order they may come in.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.spans import T0, SpanMaker, chat_attrs, records_of, tool_attrs
+from watchdog.core.model.book import Caller, ModelBook
+from watchdog.core.model.chat import ChatWire
+from watchdog.core.model.wire import Observation, ToolCall
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans.record import SpanRecord
+
+NS = 1_000_000_000
+USAGE = [(100, 20), (180, 30)]  # (input, output) tokens of the two calls, as the model said
+
+
+def endpoint_calls(book: ModelBook, response_ids: list[str]) -> list[list[SpanRecord]]:
+    """The endpoint's records of a two-call conversation (a search, then the answer): the
+    first call's; then the tool call it handed over, and the second call's."""
+    wire = ChatWire()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "find the file"}]
+    batches: list[list[SpanRecord]] = []
+    for step, response_id in enumerate(response_ids):
+        request = wire.read_request({"model": "m", "messages": messages})
+        state = book.identify("chat", request, Caller(), "steered-agent", lambda _key: False)
+        records = book.tool_records(state, request, int((T0 + step) * NS))
+        asked = [ToolCall("call_search_1", "search", '{"q": "file"}')] if step == 0 else []
+        seen = Observation(response_id, *USAGE[step], model="m",
+                           finish_reason="tool_calls" if asked else "stop", calls=asked,
+                           text="" if asked else "it is in /tmp", complete=True)
+        records.append(book.call_record(state, request, seen, asked, int((T0 + step) * NS),
+                                        int((T0 + step + 0.2) * NS)))
+        book.settle(state)
+        batches.append(records)
+        messages += [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_search_1", "type": "function",
+             "function": {"name": "search", "arguments": '{"q": "file"}'}}]},
+                     {"role": "tool", "tool_call_id": "call_search_1", "content": "found"}]
+    return batches
+
+
+def agent_spans(response_ids: list[str | None], call_id: str = "call_search_1"
+                ) -> list[list[SpanRecord]]:
+    """The agent's own spans of the same invocation (a trace of its own, no request names
+    it): the first call and the tool it ran (``call_id``); then the second call and the
+    invocation's root. A response id None: the span names none (Claude Code's)."""
+    maker = SpanMaker({"service.name": "watched-agent"})
+    batches: list[list[SpanRecord]] = []
+    with maker.agent("invoke_agent watched", {"gen_ai.agent.name": "watched-agent"},
+                     start=T0 - 0.1, end=T0 + 2):
+        maker.span("chat m", chat_attrs(*USAGE[0], "tool_calls", **named(response_ids[0])),
+                   start=T0, end=T0 + 0.2)
+        maker.span("execute_tool search", tool_attrs(
+            "search", json.dumps({"q": "file"}), "found",
+            **{"gen_ai.tool.call.id": call_id}), start=T0 + 0.3, end=T0 + 0.5)
+        batches.append(records_of(maker.take()))
+        maker.span("chat m", chat_attrs(*USAGE[1], "stop", **named(response_ids[1])),
+                   start=T0 + 1, end=T0 + 1.2)
+    batches.append(records_of(maker.take()))
+    return batches
+
+
+def named(response_id: str | None) -> dict[str, str]:
+    return {} if response_id is None else {"gen_ai.response.id": response_id}
+
+
+ORDERS = {
+    "endpoint first": "E0 E1 S0 S1",
+    "spans first": "S0 E0 E1 S1",
+    "interleaved": "E0 S0 E1 S1",
+    "spans of the first call before it is booked, the rest after": "S0 E0 S1 E1",
+}
+
+
+@pytest.mark.parametrize("named_responses", [True, False],
+                         ids=["spans name the response", "spans name no response"])
+@pytest.mark.parametrize("order", ORDERS.values(), ids=list(ORDERS))
+def test_an_agent_watched_and_steered_is_one_run_counted_once(order: str,
+                                                              named_responses: bool) -> None:
+    """Spans that name their responses (Qwen Code's) pair by them; spans that name none
+    (Claude Code's) pair their trace by the id of the tool call the endpoint handed over,
+    which the agent's span of running it carries, and each model call with the endpoint's
+    record of it by its usage."""
+    ids = ["chatcmpl-paired-1", "chatcmpl-paired-2"]
+    spans = agent_spans(ids if named_responses else [None, None])
+    batches = {"E": endpoint_calls(ModelBook(), ids), "S": spans}
+    tracker = RunTracker()
+    now = T0 + 3
+    first = batches["E"][0][0]  # (the endpoint opens its run at the first request)
+    tracker.open(first.run_key, first.key_source, first.trace_id, now)
+    for step in order.split():
+        tracker.apply(batches[step[0]][int(step[1])], now)
+        now += 0.1
+    runs = [*tracker.active(), *tracker.ended()]
+    assert [run.key.split(":")[0] for run in runs] == ["model"], [run.key for run in runs]
+    run = runs[0]
+    assert (run.iterations, run.tool_calls) == (2, 1)
+    assert (run.input_tokens, run.output_tokens) == (280, 50)  # each call's once
+    assert run.agent == "watched-agent"  # named by its spans, as any run
+    assert run.has_final_answer
+
+
+def test_spans_that_name_another_response_stay_a_run_of_their_own() -> None:
+    """A trace whose model calls name responses the endpoint never relayed, and its tool call
+    another id (another agent's, sent to its model directly), is not the endpoint's run: two
+    runs, each counting its own."""
+    batches = endpoint_calls(ModelBook(), ["chatcmpl-relayed-1", "chatcmpl-relayed-2"])
+    spans = agent_spans(["chatcmpl-direct-1", "chatcmpl-direct-2"], "call_other_9")
+    tracker = RunTracker()
+    tracker.open(batches[0][0].run_key, batches[0][0].key_source, batches[0][0].trace_id, T0)
+    for batch in (spans[0], batches[0], batches[1], spans[1]):
+        tracker.apply(batch, T0 + 3)
+    runs = sorted([*tracker.active(), *tracker.ended()], key=lambda run: run.key)
+    assert [(run.key.split(":")[0], run.iterations, run.tool_calls) for run in runs] == [
+        ("model", 2, 1), ("trace", 2, 1)]
