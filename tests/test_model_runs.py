@@ -1014,3 +1014,48 @@ def test_a_summarised_conversation_named_by_its_run_header_keeps_its_budget(
                         and d["state"] == "ended" and d, "the run ends")
     assert detail["signals"]["tool_calls"] == 3
     assert detail["terminal_state"] == "tool_limit_reached"
+
+
+def _iterations_then_runs(sidecar: RunningServer, agent: str, iterations: int
+                          ) -> list[tuple[int, int]]:
+    """(iterations, tool calls) of each of ``agent``'s ended runs, once they count
+    ``iterations`` model calls in all."""
+    runs = wait_until(lambda: (r := ended_runs(sidecar, agent)) and sum(
+        run["iterations"] for run in r) == iterations and r, "the model calls recorded")
+    return sorted((run["iterations"], run["tool_calls"]) for run in runs)
+
+
+def test_a_person_who_quotes_the_agents_answer_asks_the_next_run(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """A chat agent that offers no tools: each answer is its run's end. The person pastes that
+    answer into their next message (the conversation sent whole, the answer in it as the
+    model's): a new user message after the run ended, the next run — not the run taken back
+    as an agent that compacted its context to a summary it asked for aside is."""
+    said = "The config file is at /etc/app/config.yaml and it sets the port to 8080."
+    model = llm.script("quoted", steps(answer(said), answer("Port 8080.")))
+    client = chat(sidecar)
+    messages: list[Any] = [{"role": "user", "content": "Where is the config file?"}]
+    first = client.chat.completions.create(model=model, messages=messages)
+    assert first.choices[0].message.content == said
+    wait_until(lambda: ended_runs(sidecar, "pod-agent"), "the answer ends the run")
+    messages += [{"role": "assistant", "content": said},
+                 {"role": "user", "content": f"You wrote:\n> {said}\nWhich port, in short?"}]
+    client.chat.completions.create(model=model, messages=messages)
+    assert _iterations_then_runs(sidecar, "pod-agent", 2) == [(1, 0), (1, 0)]
+
+
+def test_two_invocations_whose_first_message_holds_the_first_ones_answer_are_two_runs(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """An agent asked to quote from its input, with no tools: its answer is in its first user
+    message. A second invocation with the same first message quotes that answer as a new user
+    message, but starts over (no longer than the first run's conversation): the next run."""
+    quote_ = "the port is set to 8080 in the file /etc/app/config.yaml"
+    ask = f"Quote the sentence about the port: 'Defaults: {quote_}. Logs go to stderr.'"
+    model = llm.script("quoting", steps(answer(quote_)))
+    client = chat(sidecar)
+    for _ in range(2):
+        said = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": ask}])
+        assert said.choices[0].message.content == quote_
+        wait_until(lambda: ended_runs(sidecar, "pod-agent"), "the answer ends the run")
+    assert _iterations_then_runs(sidecar, "pod-agent", 2) == [(1, 0), (1, 0)]
