@@ -82,6 +82,21 @@ def compressed(data: bytes, coding: str) -> list[bytes]:
     return [*pieces, packer.flush()]
 
 
+def send(handler: BaseHTTPRequestHandler, pieces: list[bytes], stream: bool,
+         coding: str | None) -> None:
+    """An answer of ``pieces`` in ``coding`` (None: plain), each sent at once, as a streaming
+    server sends them."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream" if stream else "application/json")
+    if coding is not None:
+        handler.send_header("Content-Encoding", coding)
+    handler.send_header("Content-Length", str(sum(map(len, pieces))))
+    handler.end_headers()
+    for piece in pieces:
+        handler.wfile.write(piece)
+        handler.wfile.flush()
+
+
 BOMB = gzip.compress(b"data: " + b"0" * BOMB_BYTES, compresslevel=9)
 
 
@@ -98,29 +113,27 @@ class Upstream(BaseHTTPRequestHandler):
         data = b"".join(pieces)
         Upstream.sent[body["messages"][-1]["content"] if isinstance(
             body["messages"][-1]["content"], str) else "results"] = data
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream" if body.get("stream")
-                         else "application/json")
-        self.send_header("Content-Encoding",
-                         "gzip" if coding == "bomb" else coding.partition("+")[0])
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        for piece in pieces:  # one at a time, as a streaming server sends them
-            self.wfile.write(piece)
-            self.wfile.flush()
+        send(self, pieces, bool(body.get("stream")),
+             "gzip" if coding == "bomb" else coding.partition("+")[0])
 
     def log_message(self, format: str, *args: object) -> None:
         pass
 
 
-@pytest.fixture(scope="module")
-def sidecar(tmp_path_factory: pytest.TempPathFactory, model_relay: str  # noqa: F811
-            ) -> Iterator[RunningServer]:
-    with http_served(Upstream) as url:
+def served(tmp_path_factory: pytest.TempPathFactory, upstream: type[BaseHTTPRequestHandler]
+           ) -> Iterator[RunningServer]:
+    """A sidecar whose model endpoint is in front of ``upstream`` (OpenAI and Anthropic)."""
+    with http_served(upstream) as url:
         config = sidecar_config(tmp_path_factory.mktemp("state"), model_address="127.0.0.1:0",
                                 model_upstream=url + "/v1", model_upstream_anthropic=url)
         with running_server(config) as server:
             yield server
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory: pytest.TempPathFactory, model_relay: str  # noqa: F811
+            ) -> Iterator[RunningServer]:
+    yield from served(tmp_path_factory, Upstream)
 
 
 def headers(run: str, budget: int | None) -> dict[str, str]:
@@ -325,12 +338,10 @@ def test_a_compressed_stream_asked_for_its_usage_is_read_and_handed_on_without_i
                timeout=10)
 
 
-class EchoingUpstream(BaseHTTPRequestHandler):
+class EchoingUpstream(Upstream):
     """A Responses API that echoes the ``instructions`` it was sent in every response object:
     whole, or streamed (``response.created``, ``.in_progress``, then ``.completed``,
     ``.incomplete`` or ``.failed``), in the coding its model names (``gzip:failed``...)."""
-
-    protocol_version = "HTTP/1.1"
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -350,30 +361,13 @@ class EchoingUpstream(BaseHTTPRequestHandler):
         else:
             text = json.dumps(response).encode()
         pieces = compressed(text, coding) if coding != "identity" else [text]
-        data = b"".join(pieces)
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream" if body.get("stream")
-                         else "application/json")
-        if coding != "identity":
-            self.send_header("Content-Encoding", coding)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        for piece in pieces:
-            self.wfile.write(piece)
-            self.wfile.flush()
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        send(self, pieces, bool(body.get("stream")), coding if coding != "identity" else None)
 
 
 @pytest.fixture(scope="module")
 def echoing_sidecar(tmp_path_factory: pytest.TempPathFactory, model_relay: str  # noqa: F811
             ) -> Iterator[RunningServer]:
-    with http_served(EchoingUpstream) as url:
-        config = sidecar_config(tmp_path_factory.mktemp("state"), model_address="127.0.0.1:0",
-                                model_upstream=url + "/v1")
-        with running_server(config) as server:
-            yield server
+    yield from served(tmp_path_factory, EchoingUpstream)
 
 
 HUGE = "Follow the house style. " * 20_000  # ~480 KB of the client's own instructions
