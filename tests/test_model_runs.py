@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import anthropic
 import openai
 import pytest
 from agent_watchdog_client import Watchdog
@@ -1025,23 +1026,38 @@ def _iterations_then_runs(sidecar: RunningServer, agent: str, iterations: int
     return sorted((run["iterations"], run["tool_calls"]) for run in runs)
 
 
+@pytest.mark.parametrize("delay", [0.0, 0.02, 0.15])
+@pytest.mark.parametrize("api", ["chat", "messages"])
 def test_a_person_who_quotes_the_agents_answer_asks_the_next_run(
-        sidecar: RunningServer, llm: FakeLLM) -> None:
+        tmp_path: Path, llm: FakeLLM, api: str, delay: float) -> None:
     """A chat agent that offers no tools: each answer is its run's end. The person pastes that
     answer into their next message (the conversation sent whole, the answer in it as the
-    model's): a new user message after the run ended, the next run — not the run taken back
-    as an agent that compacted its context to a summary it asked for aside is."""
+    model's), on the Chat and Messages APIs, the model answering in 0 to 150 ms: a new user
+    message after the run ended, the next run — not the run taken back as an agent that
+    compacted its context to a summary it asked for aside is."""
     said = "The config file is at /etc/app/config.yaml and it sets the port to 8080."
-    model = llm.script("quoted", steps(answer(said), answer("Port 8080.")))
-    client = chat(sidecar)
-    messages: list[Any] = [{"role": "user", "content": "Where is the config file?"}]
-    first = client.chat.completions.create(model=model, messages=messages)
-    assert first.choices[0].message.content == said
-    wait_until(lambda: ended_runs(sidecar, "pod-agent"), "the answer ends the run")
-    messages += [{"role": "assistant", "content": said},
-                 {"role": "user", "content": f"You wrote:\n> {said}\nWhich port, in short?"}]
-    client.chat.completions.create(model=model, messages=messages)
-    assert _iterations_then_runs(sidecar, "pod-agent", 2) == [(1, 0), (1, 0)]
+    model = llm.script(f"quoted-{api}-{delay}", steps(answer(said), answer("Port 8080.")),
+                       delay=delay)
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, model_agent_name="pod-agent",
+                            model_upstream_anthropic=llm.base_url.removesuffix("/v1"))
+    with running_server(config) as sidecar:
+        def ask(messages: list[Any]) -> str | None:
+            if api == "chat":
+                return chat(sidecar).chat.completions.create(
+                    model=model, messages=messages).choices[0].message.content
+            message = anthropic.Anthropic(base_url=sidecar.url("model"), api_key=KEY,
+                                          max_retries=0).messages.create(
+                model=model, max_tokens=100, messages=messages)
+            return "".join(block.text for block in message.content if block.type == "text")
+
+        messages: list[Any] = [{"role": "user", "content": "Where is the config file?"}]
+        assert ask(messages) == said
+        wait_until(lambda: ended_runs(sidecar, "pod-agent"), "the answer ends the run")
+        messages += [{"role": "assistant", "content": said},
+                     {"role": "user", "content": f"You wrote:\n> {said}\nWhich port, in short?"}]
+        assert ask(messages) == "Port 8080."
+        assert _iterations_then_runs(sidecar, "pod-agent", 2) == [(1, 0), (1, 0)]
 
 
 def test_two_invocations_whose_first_message_holds_the_first_ones_answer_are_two_runs(
