@@ -374,8 +374,9 @@ HUGE = "Follow the house style. " * 20_000  # ~480 KB of the client's own instru
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("instructions", ["absent", None, "Be brief.", HUGE],
-                         ids=["absent", "null", "short", "huge"])
+@pytest.mark.parametrize("instructions", [
+    "absent", None, "Be brief.", HUGE, [{"role": "developer", "content": "Be brief."}]],
+    ids=["absent", "null", "short", "huge", "items"])
 @pytest.mark.parametrize(("stream", "end"), [
     (False, "completed"), (True, "completed"), (True, "incomplete"), (True, "failed")],
     ids=["whole", "completed", "incomplete", "failed"])
@@ -386,7 +387,7 @@ def test_the_echoed_instructions_are_the_clients_in_every_response_object_and_co
     """The note goes into ``instructions`` (a budget); the upstream echoes them, compressed or
     not, in each event that carries the response (created, in_progress, the terminal one
     whichever it is) or in the whole response: the client reads back only what it sent (none:
-    null), never the note."""
+    null; input items: those items), never the note."""
     body: dict[str, Any] = {"model": f"{coding}:{end}", "input": "Find it.", "stream": stream,
                             "tools": [{"type": "function", "name": "search", "parameters": {
                                 "type": "object", "properties": {}}}]}
