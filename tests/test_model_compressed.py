@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import anthropic
 import openai
@@ -27,6 +28,8 @@ from tests.frameworks.fakellm import (
     anthropic_message,
     chunks,
     completion,
+    response_events,
+    response_object,
 )
 from tests.harness import RunningServer, http_served, running_server, sidecar_config, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
@@ -79,6 +82,21 @@ def compressed(data: bytes, coding: str) -> list[bytes]:
     return [*pieces, packer.flush()]
 
 
+def send(handler: BaseHTTPRequestHandler, pieces: list[bytes], stream: bool,
+         coding: str | None) -> None:
+    """An answer of ``pieces`` in ``coding`` (None: plain), each sent at once, as a streaming
+    server sends them."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream" if stream else "application/json")
+    if coding is not None:
+        handler.send_header("Content-Encoding", coding)
+    handler.send_header("Content-Length", str(sum(map(len, pieces))))
+    handler.end_headers()
+    for piece in pieces:
+        handler.wfile.write(piece)
+        handler.wfile.flush()
+
+
 BOMB = gzip.compress(b"data: " + b"0" * BOMB_BYTES, compresslevel=9)
 
 
@@ -95,29 +113,27 @@ class Upstream(BaseHTTPRequestHandler):
         data = b"".join(pieces)
         Upstream.sent[body["messages"][-1]["content"] if isinstance(
             body["messages"][-1]["content"], str) else "results"] = data
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream" if body.get("stream")
-                         else "application/json")
-        self.send_header("Content-Encoding",
-                         "gzip" if coding == "bomb" else coding.partition("+")[0])
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        for piece in pieces:  # one at a time, as a streaming server sends them
-            self.wfile.write(piece)
-            self.wfile.flush()
+        send(self, pieces, bool(body.get("stream")),
+             "gzip" if coding == "bomb" else coding.partition("+")[0])
 
     def log_message(self, format: str, *args: object) -> None:
         pass
 
 
-@pytest.fixture(scope="module")
-def sidecar(tmp_path_factory: pytest.TempPathFactory, model_relay: str  # noqa: F811
-            ) -> Iterator[RunningServer]:
-    with http_served(Upstream) as url:
+def served(tmp_path_factory: pytest.TempPathFactory, upstream: type[BaseHTTPRequestHandler]
+           ) -> Iterator[RunningServer]:
+    """A sidecar whose model endpoint is in front of ``upstream`` (OpenAI and Anthropic)."""
+    with http_served(upstream) as url:
         config = sidecar_config(tmp_path_factory.mktemp("state"), model_address="127.0.0.1:0",
                                 model_upstream=url + "/v1", model_upstream_anthropic=url)
         with running_server(config) as server:
             yield server
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory: pytest.TempPathFactory, model_relay: str  # noqa: F811
+            ) -> Iterator[RunningServer]:
+    yield from served(tmp_path_factory, Upstream)
 
 
 def headers(run: str, budget: int | None) -> dict[str, str]:
@@ -320,3 +336,77 @@ def test_a_compressed_stream_asked_for_its_usage_is_read_and_handed_on_without_i
     wait_until(lambda: sidecar.get_json(f"/v1/runs/{run}")["signals"]["total_tokens"] == 10,
                lambda: f"the stream's usage booked: {sidecar.get_json('/v1/runs/' + run)}",
                timeout=10)
+
+
+class EchoingUpstream(Upstream):
+    """A Responses API that echoes the ``instructions`` it was sent in every response object:
+    whole, or streamed (``response.created``, ``.in_progress``, then ``.completed``,
+    ``.incomplete`` or ``.failed``), in the coding its model names (``gzip:failed``...)."""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        coding, _, end = body["model"].partition(":")
+        response = response_object("m", f"resp_{next(NUMBERS)}", TWO, body)
+        if body.get("stream"):
+            started = {**response, "status": "in_progress", "output": []}
+            ended = {**response, "status": end}
+            text = b"".join(
+                f"event: {name}\ndata: ".encode() + json.dumps({"type": name, **data}).encode()
+                + b"\n\n" for name, data in (
+                    ("response.created", {"response": started}),
+                    ("response.in_progress", {"response": started}),
+                    *[(name, data) for name, data in response_events(response)
+                      if name.startswith("response.output_item")],
+                    (f"response.{end}", {"response": ended})))
+        else:
+            text = json.dumps(response).encode()
+        pieces = compressed(text, coding) if coding != "identity" else [text]
+        send(self, pieces, bool(body.get("stream")), coding if coding != "identity" else None)
+
+
+@pytest.fixture(scope="module")
+def echoing_sidecar(tmp_path_factory: pytest.TempPathFactory, model_relay: str  # noqa: F811
+            ) -> Iterator[RunningServer]:
+    yield from served(tmp_path_factory, EchoingUpstream)
+
+
+HUGE = "Follow the house style. " * 20_000  # ~480 KB of the client's own instructions
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("instructions", [
+    "absent", None, "Be brief.", HUGE, [{"role": "developer", "content": "Be brief."}]],
+    ids=["absent", "null", "short", "huge", "items"])
+@pytest.mark.parametrize(("stream", "end"), [
+    (False, "completed"), (True, "completed"), (True, "incomplete"), (True, "failed")],
+    ids=["whole", "completed", "incomplete", "failed"])
+@pytest.mark.parametrize("coding", ["identity", "gzip", "deflate"])
+def test_the_echoed_instructions_are_the_clients_in_every_response_object_and_coding(
+        echoing_sidecar: RunningServer, coding: str, stream: bool, end: str, instructions: Any
+        ) -> None:
+    """The note goes into ``instructions`` (a budget); the upstream echoes them, compressed or
+    not, in each event that carries the response (created, in_progress, the terminal one
+    whichever it is) or in the whole response: the client reads back only what it sent (none:
+    null; input items: those items), never the note."""
+    body: dict[str, Any] = {"model": f"{coding}:{end}", "input": "Find it.", "stream": stream,
+                            "tools": [{"type": "function", "name": "search", "parameters": {
+                                "type": "object", "properties": {}}}]}
+    if instructions != "absent":
+        body["instructions"] = instructions
+    where = urlsplit(echoing_sidecar.url("model"))
+    connection = http.client.HTTPConnection(where.hostname or "", where.port, timeout=30)
+    connection.request("POST", "/v1/responses", json.dumps(body), {
+        "Authorization": f"Bearer {KEY}", "Content-Type": "application/json",
+        "Accept-Encoding": "identity", "x-watchdog-budget-tool-calls": "3",
+        "x-watchdog-run": f"echo-{coding}-{stream}-{end}-{len(str(instructions))}"})
+    answer_ = connection.getresponse()
+    data = answer_.read()
+    connection.close()
+    assert answer_.status == 200, data[:300]
+    assert answer_.getheader("Content-Encoding") in (None, "identity"), "passed on plain"
+    objects = [json.loads(line[6:])["response"] for line in data.split(b"\n")
+               if line.startswith(b"data: ") and b'"response"' in line] if stream \
+        else [json.loads(data)]
+    expected = None if instructions == "absent" else instructions
+    assert len(objects) == (3 if stream else 1), data[:300]
+    assert [o["instructions"] for o in objects] == [expected] * len(objects)

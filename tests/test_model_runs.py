@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import anthropic
 import openai
 import pytest
 from agent_watchdog_client import Watchdog
@@ -1105,3 +1106,63 @@ def test_a_call_traced_without_traceparent_is_paired_by_the_response_id_relayed(
         runs = sidecar.get_json("/v1/runs")["runs"]
     assert [run["id"].split(":")[0] for run in runs] == ["model"], runs
     assert (detail["agent"], detail["signals"]["iterations"]) == ("paired-agent", 1), detail
+
+
+def _iterations_then_runs(sidecar: RunningServer, agent: str, iterations: int
+                          ) -> list[tuple[int, int]]:
+    """(iterations, tool calls) of each of ``agent``'s ended runs, once they count
+    ``iterations`` model calls in all."""
+    runs = wait_until(lambda: (r := ended_runs(sidecar, agent)) and sum(
+        run["iterations"] for run in r) == iterations and r, "the model calls recorded")
+    return sorted((run["iterations"], run["tool_calls"]) for run in runs)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.02, 0.15])
+@pytest.mark.parametrize("api", ["chat", "messages"])
+def test_a_person_who_quotes_the_agents_answer_asks_the_next_run(
+        tmp_path: Path, llm: FakeLLM, api: str, delay: float) -> None:
+    """A chat agent that offers no tools: each answer is its run's end. The person pastes that
+    answer into their next message (the conversation sent whole, the answer in it as the
+    model's), on the Chat and Messages APIs, the model answering in 0 to 150 ms: a new user
+    message after the run ended, the next run — not the run taken back as an agent that
+    compacted its context to a summary it asked for aside is."""
+    said = "The config file is at /etc/app/config.yaml and it sets the port to 8080."
+    model = llm.script(f"quoted-{api}-{delay}", steps(answer(said), answer("Port 8080.")),
+                       delay=delay)
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream=llm.base_url, model_agent_name="pod-agent",
+                            model_upstream_anthropic=llm.base_url.removesuffix("/v1"))
+    with running_server(config) as sidecar:
+        def ask(messages: list[Any]) -> str | None:
+            if api == "chat":
+                return chat(sidecar).chat.completions.create(
+                    model=model, messages=messages).choices[0].message.content
+            message = anthropic.Anthropic(base_url=sidecar.url("model"), api_key=KEY,
+                                          max_retries=0).messages.create(
+                model=model, max_tokens=100, messages=messages)
+            return "".join(block.text for block in message.content if block.type == "text")
+
+        messages: list[Any] = [{"role": "user", "content": "Where is the config file?"}]
+        assert ask(messages) == said
+        wait_until(lambda: ended_runs(sidecar, "pod-agent"), "the answer ends the run")
+        messages += [{"role": "assistant", "content": said},
+                     {"role": "user", "content": f"You wrote:\n> {said}\nWhich port, in short?"}]
+        assert ask(messages) == "Port 8080."
+        assert _iterations_then_runs(sidecar, "pod-agent", 2) == [(1, 0), (1, 0)]
+
+
+def test_two_invocations_whose_first_message_holds_the_first_ones_answer_are_two_runs(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """An agent asked to quote from its input, with no tools: its answer is in its first user
+    message. A second invocation with the same first message quotes that answer as a new user
+    message, but starts over (no longer than the first run's conversation): the next run."""
+    quote_ = "the port is set to 8080 in the file /etc/app/config.yaml"
+    ask = f"Quote the sentence about the port: 'Defaults: {quote_}. Logs go to stderr.'"
+    model = llm.script("quoting", steps(answer(quote_)))
+    client = chat(sidecar)
+    for _ in range(2):
+        said = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": ask}])
+        assert said.choices[0].message.content == quote_
+        wait_until(lambda: ended_runs(sidecar, "pod-agent"), "the answer ends the run")
+    assert _iterations_then_runs(sidecar, "pod-agent", 2) == [(1, 0), (1, 0)]

@@ -247,6 +247,10 @@ def test_a_responses_note_goes_where_the_agent_gave_its_instructions() -> None:
         assert told["input"] == body["input"], told
         assert told["instructions"].endswith(note) and told["instructions"].startswith(
             body.get("instructions", note)), told
+    # instructions as input items (as a response echoes a prompt's): kept, the note after them
+    items = [{"role": "developer", "content": "Answer in French."}]
+    told = wire.add_note({"instructions": items, "input": [user]}, note)
+    assert told["instructions"] == [*items, {"role": "developer", "content": note}], told
 
 
 def test_the_sidecars_own_responses_answer_says_its_text_format() -> None:

@@ -703,9 +703,13 @@ def goes_on_from_aside(state: EndpointRun, request: Request) -> bool:
     that compacts its context sends it — its history replaced by the summary it asked the
     model for (Codex: "Another language model started to solve this problem and produced a
     summary ..."), no tool results, shorter than its conversation was. It is still the run's,
-    not the next run's, unless the run is over by its final request or a stop."""
+    not the next run's, unless the run is over by its final request or a stop. A request no
+    shorter (a person who quotes the answer in their next message, the conversation sent whole;
+    another invocation whose first message holds that answer) or whose length is not read (a
+    conversation the server keeps) is not: the quote alone does not tell it."""
     aside = state.aside
-    if not aside or not request.last_is_user or state.final_used or state.stop is not None:
+    if not aside or not request.last_is_user or state.final_used or state.stop is not None \
+            or request.kept or request.messages >= state.messages:
         return False
     return any(aside in " ".join(text.split()) for text in request.said)
 

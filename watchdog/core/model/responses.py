@@ -148,7 +148,7 @@ class ResponsesWire:
         system prompt), so that the request's ``instructions`` stay the agent's own: the
         response echoes them, and a strict client reads them back as it sent them. A
         conversation the server keeps gets it in ``instructions`` (an item would stay in
-        it)."""
+        it). Instructions given as input items keep them, the note an item after them."""
         existing = body.get("instructions")
         items = body.get("input")
         if not (isinstance(existing, str) and existing) and isinstance(items, list) \
@@ -157,6 +157,8 @@ class ResponsesWire:
                 if isinstance(item, dict) and item.get("role") in ("system", "developer"):
                     noted = {**item, "content": _with_note(item.get("content"), note)}
                     return {**body, "input": [*items[:index], noted, *items[index + 1:]]}
+        if isinstance(existing, list) and existing:  # input items (as a prompt's): kept
+            return {**body, "instructions": [*existing, {"role": "developer", "content": note}]}
         return {**body, "instructions": append_text(
             existing if isinstance(existing, str) else "", note)}
 
