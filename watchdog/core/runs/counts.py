@@ -302,7 +302,10 @@ class RunCounts(RunFields):
     def _read_model_content(self, record: SpanRecord) -> None:
         """What model call ``record`` says (its content): the tools it asked for, the run's
         input if it is the first call, its answer or tool request."""
-        if record.asked_tools:
+        if record.asked_tools and record.scope != ENDPOINT_SCOPE:
+            # (the model endpoint's call names what it handed over only to pair runs: it
+            # records the tool calls themselves from the results the next request carries, so
+            # no span of the agent's is taken for the execution of one of them)
             self._remember_asked(record)
         if self.input_hash is None or record.start_ns < self._input_start_ns:
             # the run's input: its first model call's request (see watchdog.core.cycles),
