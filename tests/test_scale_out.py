@@ -395,7 +395,8 @@ def difference(topology: Topology) -> str:
 # a recording that joins this set fails the pin below until it is named here.
 BATCH_DECIDED = frozenset({("openai_agents_js_oi", "error_loop"), ("mastra", "error_loop"),
                            ("openai_agents_logfire", "error_loop"), ("rig", "repeat"),
-                           ("spring_ai", "repeat"), ("ag2_native", "repeat")})
+                           ("spring_ai", "repeat"), ("ag2_native", "repeat"),
+                           ("claude_code", "loop")})
 
 # Each recording goes through once: the even ones in the first test, the odd ones, with a
 # replica's crash amid them, in the second (a run sent twice would be one run continued).
