@@ -28,9 +28,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from tests.frameworks.fakellm import FakeLLM, Script
 from tests.harness import (
     RunningServer,
     http_request,
+    http_served,
     run_directory,
     run_owner,
     running_server,
@@ -703,3 +706,47 @@ def scenario_tests(env: str, driver: str, scripts: Mapping[str, Mapping[str, Scr
         read(sidecar, scenario)
 
     return test_live, test_recorded
+
+
+def request_body(handler: BaseHTTPRequestHandler) -> bytes:
+    """A request's body, whether sized or chunked (some agents' OTLP exporters chunk theirs)."""
+    if handler.headers.get("Transfer-Encoding", "").lower() != "chunked":
+        return handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+    body = bytearray()
+    while size := int(handler.rfile.readline().split(b";")[0], 16):
+        body += handler.rfile.read(size)
+        handler.rfile.readline()
+    handler.rfile.readline()
+    return bytes(body)
+
+
+@contextlib.contextmanager
+def otlp_recorder(sidecar: RunningServer, files: Mapping[str, Path]) -> Iterator[str]:
+    """A relay in front of the sidecar's OTLP/HTTP receiver, for an agent that exports OTLP/JSON
+    with no driver of ours (a binary): each export request to a path of ``files``
+    (``/v1/traces``, ``/v1/logs``) is written to that file, one request a line as the agent sent
+    it; every request is passed on. Yields the relay's URL."""
+    for path in files.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+    lock = threading.Lock()
+
+    class Relay(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = request_body(self)
+            if self.path in files:
+                with lock, files[self.path].open("a", encoding="utf-8") as out:
+                    out.write(json.dumps(json.loads(body), separators=(",", ":")) + "\n")
+            status, answer = http_request("POST", sidecar.otlp_http + self.path, body,
+                                          {"Content-Type": "application/json"})
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+    with http_served(Relay) as url:
+        yield url

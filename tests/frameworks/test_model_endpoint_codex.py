@@ -28,20 +28,17 @@ own ``[otel]`` traces and log events exported to the sidecar (recorded under
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, RECORDINGS, clean_environ
+from tests.frameworks.harness import DRIVER_TIMEOUT, RECORDINGS, clean_environ, otlp_recorder
 from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
     AGENT,
     ANSWER,
@@ -59,7 +56,7 @@ from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its
     the_new_run,
 )
 from tests.frameworks.test_model_endpoint_stop import NOTE, stopping  # noqa: F401
-from tests.harness import RunningServer, http_request
+from tests.harness import RunningServer
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 CODEX_DIR = Path(__file__).resolve().parent / "codex"
@@ -84,36 +81,9 @@ def recording(sidecar: RunningServer, scenario: str) -> Iterator[tuple[str, str]
         yield sidecar.otlp_http, "binary"
         return
     target = RECORDINGS / "codex"
-    target.mkdir(parents=True, exist_ok=True)
-    files = {"/v1/traces": target / f"{scenario}.jsonl",
-             "/v1/logs": target / f"{scenario}.logs.ndjson"}
-    for path in files.values():
-        path.unlink(missing_ok=True)
-    lock = threading.Lock()
-
-    class Relay(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            with lock, files[self.path].open("a", encoding="utf-8") as out:
-                out.write(json.dumps(json.loads(body), separators=(",", ":")) + "\n")
-            status, answer = http_request("POST", sidecar.otlp_http + self.path, body,
-                                          {"Content-Type": "application/json"})
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
-
-    relay = ThreadingHTTPServer(("127.0.0.1", 0), Relay)
-    threading.Thread(target=relay.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{relay.server_address[1]}", "json"
-    finally:
-        relay.shutdown()
-        relay.server_close()
+    with otlp_recorder(sidecar, {"/v1/traces": target / f"{scenario}.jsonl",
+                                 "/v1/logs": target / f"{scenario}.logs.ndjson"}) as url:
+        yield url, "json"
 
 
 def run_codex(sidecar: RunningServer, model: str, tmp: Path, base_url: str | None = None,

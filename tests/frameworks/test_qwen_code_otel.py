@@ -12,34 +12,25 @@ tool's arguments its ``qwen-code.tool_call`` event's, each naming its span, and 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import RECORDINGS, Expect, check_runs, replay, replay_logs
+from tests.frameworks.harness import (
+    RECORDINGS,
+    Expect,
+    check_runs,
+    otlp_recorder,
+    replay,
+    replay_logs,
+)
 from tests.frameworks.test_model_endpoint_frameworks import ANSWER
 from tests.frameworks.test_model_endpoint_qwen_code import TOOL, invoke, shell
-from tests.harness import RunningServer, http_request, http_served
-
-
-def chunked_body(handler: BaseHTTPRequestHandler) -> bytes:
-    """A request's body, whether sized or chunked (Qwen Code's OTLP exporters chunk theirs)."""
-    if handler.headers.get("Transfer-Encoding", "").lower() != "chunked":
-        return handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
-    body = bytearray()
-    while size := int(handler.rfile.readline().split(b";")[0], 16):
-        body += handler.rfile.read(size)
-        handler.rfile.readline()
-    handler.rfile.readline()
-    return bytes(body)
+from tests.harness import RunningServer
 
 
 @contextlib.contextmanager
@@ -52,31 +43,8 @@ def recording(sidecar: RunningServer, scenario: str) -> Iterator[str]:
         yield sidecar.otlp_http
         return
     target = RECORDINGS / "qwen_code"
-    target.mkdir(parents=True, exist_ok=True)
-    files = {"/v1/traces": target / f"{scenario}.jsonl",
-             "/v1/logs": target / f"{scenario}.logs.jsonl"}
-    for path in files.values():
-        path.unlink(missing_ok=True)
-    lock = threading.Lock()
-
-    class Relay(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            body = chunked_body(self)
-            if self.path in files:
-                with lock, files[self.path].open("a", encoding="utf-8") as out:
-                    out.write(json.dumps(json.loads(body), separators=(",", ":")) + "\n")
-            status, answer = http_request("POST", sidecar.otlp_http + self.path, body,
-                                          {"Content-Type": "application/json"})
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
-
-    with http_served(Relay) as url:
+    with otlp_recorder(sidecar, {"/v1/traces": target / f"{scenario}.jsonl",
+                                 "/v1/logs": target / f"{scenario}.logs.jsonl"}) as url:
         yield url
 
 
