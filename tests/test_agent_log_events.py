@@ -7,7 +7,9 @@ alike: ``tests/test_native.py``.)"""
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from tests.frameworks.harness import RECORDINGS
 from tests.recorded import recorded_lines
 from watchdog.core.spans.decode import parse_json
 from watchdog.core.spans.logs import (
@@ -110,3 +112,50 @@ def test_an_event_of_its_name_from_another_scope_is_not_read() -> None:
     assert join.events == 0
     add_all(join, logs("claude_code", "three_tools"), 0.0)
     assert join.events == 1
+
+
+def codex_logs(scenario: str, call_ids: bool = True) -> list[bytes]:
+    """The Codex CLI's log exports (``call_ids``: False, its events' ``call_id`` left out)."""
+    bodies = []
+    path = RECORDINGS / "codex" / f"{scenario}.logs.ndjson"
+    for line in path.read_text("utf-8").splitlines():
+        document = json.loads(line)
+        for resource in document["resourceLogs"]:
+            for scoped in resource["scopeLogs"]:
+                for record in scoped["logRecords"]:
+                    record["attributes"] = [kv for kv in record["attributes"]
+                                            if call_ids or kv["key"] != "call_id"]
+        bodies.append(json.dumps(document).encode())
+    return bodies
+
+
+def codex_records(join: LogJoin, scenario: str, now: float) -> list[Any]:
+    lines = (RECORDINGS / "codex" / f"{scenario}.jsonl").read_text("utf-8").splitlines()
+    records = [record for line in lines
+               for part in slices_of(parse_json(line.encode()), None, join, now)
+               for record in part.records]
+    return records + released(join.expired(1e9), join, 1e9).records
+
+
+def test_codex_tool_results_name_their_tools_by_call_id() -> None:
+    """``codex.tool_result`` (its name in ``event.name``: the record's field is a source
+    location) names a child of its tool's span: it is read on the tool's span that carries its
+    ``call_id``, not on the span it names, nor on the command's span below that carries the id
+    as well."""
+    join = LogJoin()
+    add_all(join, codex_logs("loop"), 0.0)
+    assert join.events == 4  # its 4 tool results; its other events are not read
+    records = codex_records(join, "loop", 1.0)
+    command = '{"cmd":"echo \'the file\' >> ran.txt"}'
+    assert [record.args_brief for record in records if record.kind == "tool"] == [command] * 4
+    assert [record.name for record in records if record.args_brief] == ["exec_command"] * 4
+    assert join.content_counts() == {WITH_SPAN: 4, LATE: 0, DROPPED: 0}
+
+
+def test_a_codex_tool_result_without_its_call_id_names_no_span() -> None:
+    join = LogJoin()
+    add_all(join, codex_logs("loop", call_ids=False), 0.0)
+    records = codex_records(join, "loop", 1.0)
+    assert {record.args_brief for record in records if record.kind == "tool"} == {None}
+    join.expired(CONTENT_WAIT_SECONDS + 2.0)
+    assert join.content_counts() == {WITH_SPAN: 0, LATE: 0, DROPPED: 0}  # (never kept)

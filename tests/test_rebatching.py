@@ -225,7 +225,7 @@ RESTART_CUTS = 10  # restart points tried per recording, span by span
 # ended before its work) that ends the run; restarted after a crash after it (the tracker's
 # memory of the ended trace lost), the turn's later spans make the run active again, and it is
 # abandoned, not `no_response` (frameworks.md names the gap).
-CRASH_MISREAD = {("codex", "two_tools"): [257, 321],
+CRASH_MISREAD = {("codex", "two_tools"): [257, 321], ("codex", "loop"): [262],
                  ("pydantic_ai_langfuse", "limit"): [7],
                  ("pydantic_ai_langfuse", "three_tools"): [8],
                  ("pydantic_ai_langfuse", "tool_error"): [3]}

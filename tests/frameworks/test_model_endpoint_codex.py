@@ -36,9 +36,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, RECORDINGS, clean_environ, otlp_recorder
+from tests.frameworks.harness import (
+    DRIVER_TIMEOUT,
+    RECORDINGS,
+    Expect,
+    check_runs,
+    clean_environ,
+    otlp_recorder,
+    replay,
+    replay_logs,
+)
 from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
     AGENT,
     ANSWER,
@@ -261,22 +272,55 @@ def counting() -> fakellm.Script:
                                   fakellm.call(TOOL, **shell("beta")), fakellm.answer(ANSWER)))
 
 
+def looping_traced() -> fakellm.Script:
+    return thinking(fakellm.steps(*[fakellm.call(TOOL, **shell("the file"))] * 4,
+                                  fakellm.answer(ANSWER)))
+
+
+@pytest.mark.parametrize(("scenario", "script", "ran", "repeats"), [
+    ("two_tools", counting, ["alpha", "beta"], 1),
+    ("loop", looping_traced, ["the file"] * 4, 4)])
 def test_codex_traced_by_its_own_opentelemetry_is_one_run_with_its_tools(
-        plain: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+        plain: RunningServer, llm: FakeLLM, tmp_path: Path, scenario: str,  # noqa: F811
+        script: Any, ran: list[str], repeats: int) -> None:
     """Codex's ``[otel]`` exporters to the sidecar, its model the scripted upstream itself:
     its trace (a turn's ``run_turn``, each request's HTTP span, each tool's dispatch span) is
-    one run of its model calls and tools, unchanged. Named gaps: no span
-    of it carries the answer, tokens, arguments or results."""
-    with recording(plain, "two_tools") as otel:
-        it = invoke(plain, llm, counting(), tmp_path, base_url=llm.base_url, otel=otel)
-    assert (it.ran, it.printed) == (["alpha", "beta"], ANSWER)
+    one run of its model calls and tools, each tool's arguments its ``codex.tool_result`` log
+    event's: a loop of one command is seen, two commands are not one repeated. Named gaps: no
+    span or joinable event of it carries the answer or tokens."""
+    with recording(plain, scenario) as otel:
+        it = invoke(plain, llm, script(), tmp_path, base_url=llm.base_url, otel=otel)
+    assert (it.ran, it.printed) == (ran, ANSWER)
     run = it.run
+    tools = len(ran)
     assert (run["agent"], run["iterations"], run["tool_calls"], run["errors"]) == (
-        "codex_exec", 3, 2, 0), run
-    assert run["signals"]["tools"] == {TOOL: 2}, run["signals"]
+        "codex_exec", tools + 1, tools, 0), run
+    assert run["signals"]["tools"] == {TOOL: tools}, run["signals"]
+    assert run["signals"]["repeated_tool_call"] == repeats, run["signals"]
     # the gaps: its answer is on no span (the run ends without one), nor its tokens
     assert (run["has_final_answer"], run["terminal_state"], run["total_tokens"],
-            run["unpriced_calls"]) == (False, "no_response", 0, 3), run
+            run["unpriced_calls"]) == (False, "no_response", 0, tools + 1), run
+
+
+@pytest.mark.parametrize("logs_first", [False, True], ids=["spans-first", "logs-first"])
+@pytest.mark.parametrize(("scenario", "tools", "repeats"), [("two_tools", 2, 1), ("loop", 4, 4)])
+def test_codex_recorded_reads_its_tools_arguments_from_its_log_events(
+        sidecar: RunningServer, scenario: str, tools: int, repeats: int,
+        logs_first: bool) -> None:
+    """Its recordings (``recordings/codex/``: its spans and its log events) exported again, in
+    either order, read as the runs they were live: each tool's arguments, from the
+    ``codex.tool_result`` event that names the tool's child span and its call id, so the loop
+    of one command is seen (without the logs, a tool call of no arguments repeats any)."""
+    folder = RECORDINGS / "codex"
+    if logs_first:
+        replay_logs(sidecar, folder / f"{scenario}.logs.ndjson")
+    replay(sidecar, folder / f"{scenario}.jsonl")
+    if not logs_first:
+        replay_logs(sidecar, folder / f"{scenario}.logs.ndjson")
+    [run] = check_runs(sidecar, [Expect("codex_exec", tools + 1, tools, 0, "no_response",
+                                        False)])
+    assert run["signals"]["tools"] == {TOOL: tools}, run["signals"]
+    assert run["signals"]["repeated_tool_call"] == repeats, run["signals"]
 
 
 def test_codex_traced_and_steered_is_one_run_counted_once(

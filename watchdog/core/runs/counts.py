@@ -665,6 +665,17 @@ class RunCounts(RunFields):
         if tool not in self.tools and len(self.tools) >= MAX_DISTINCT_TOOLS:
             tool = OTHER_TOOL
         self.tools[tool] = self.tools.get(tool, 0) + 1
+        self._count_call(record)
+
+    def read_tool_call(self, record: SpanRecord) -> None:
+        """The arguments and result of tool call ``record``, counted already without them (an
+        agent's own log event brought them after the span: ``record`` has taken them), for a
+        run that cannot be folded again with them (still open, or its trace's records not all
+        kept): its signature counted now, in the order the facts came (a loop of one call is
+        seen; a cycle's order is the facts' arrival's), nothing else counted again."""
+        self._count_call(record)
+
+    def _count_call(self, record: SpanRecord) -> None:
         call = record.args_hash
         if call is None:
             return

@@ -576,11 +576,11 @@ class RunTracker(RunBook):
         kept = [kept for kept in frames.records if kept.run_key == run.key] \
             if frames is not None and frames.complete and run.ended \
             and any(kept is record for kept in frames.records) else None
-        if kind is TOOL and kept is None:
-            return  # (a tool call of an open run: counted with what its span said)
         record.take_content(reread)
         if kept is not None:
             self._refold(run, kept, now)
+        elif kind is TOOL:  # (an open run, or its records not all kept: >512 spans a trace)
+            run.read_tool_call(record)
         elif kind is AGENT:  # (an agent span's answer, from an agent's own log event)
             run.read_answer(record)
         else:
@@ -592,7 +592,7 @@ class RunTracker(RunBook):
             run.late_answer()
             self._late_parent_answer(run, result)
             return
-        if record.loose and run.has_final_answer:
+        if record.loose and run.has_final_answer and kind is not TOOL:
             group = loose_group(record)
             if self._loose.get(group) == run.key:  # the next call opens the next run
                 del self._loose[group]

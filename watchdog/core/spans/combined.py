@@ -44,6 +44,7 @@ _SCOPED_NAMES = ("agent_name", "agent_span_name", "session", "response_id", "too
                  "output_tokens", "total_tokens", "response_model", "request_model", "provider")
 _SCOPED_PAIRS = ("agent_name_json", "error_json", "limit_error_json", "usage_json")
 SCOPE_FREE = frozenset({"name", "emitted_by", "notes", "scopes", "hidden_content", "log_events",
+                        "log_event_keys",
                         "limit_finish_reasons", "answer_finish_reasons", "tool_finish_reasons",
                         "limit_exceptions", "limit_status", "limit_phrases"})
 
@@ -236,6 +237,7 @@ class Tables:
     transfer_targets: Names
     caller_names: Names
     log_events: Names
+    log_event_keys: Names
     scopes: tuple[Scoped, ...]  # the entries with scopes: what their spans read besides
 
     @property
@@ -382,6 +384,7 @@ def combine() -> Tables:
         transfer_targets=_names("transfer_targets"),
         caller_names=_names("caller_names"),
         log_events=_names("log_events"),
+        log_event_keys=_names("log_event_keys"),
         scopes=tuple(_scoped_reads(convention, entry)
                      for convention, entry in zip(CONVENTIONS, ENTRIES, strict=True)
                      if convention.scopes),

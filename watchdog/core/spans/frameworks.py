@@ -836,25 +836,35 @@ CODEX = Convention(
     notes="a turn (`run_turn`, one `codex exec`) is a run, named after the service "
           "(`codex_exec`: no span names an agent), each model request (its HTTP span, "
           "`endpoint_session.stream_encoded_json_with`) a model call, each tool's dispatch "
-          "span (`codex.tool.phase: dispatch`) a tool call; no span carries tokens, a finish "
-          "reason, messages, the answer, a tool's arguments or result: traced alone, a run "
-          "ends `no_response`, its calls unpriced, a loop of one command not told from new "
-          "commands (known gaps; its log events, `codex.sse_event` with a response's tokens, "
-          "`codex.tool_result` with a tool's arguments and output, are no GenAI events and "
-          "are not read); the turn's trace has a second root, `turn/start` (the request that "
-          "started the turn, ended before its work), which ends the run when it comes: the "
-          "turn's spans after it are read as a run's late spans (counted, the run classified "
-          "again), and exported while the turn still runs they come to an ended run (a known "
-          "gap: Codex exports at its exit, so `codex exec` reads whole)" + ON_NO_SPAN,
+          "span (`codex.tool.phase: dispatch`) a tool call; a tool's arguments and output come "
+          "from its `codex.tool_result` log event, joined to the tool's span by its `call_id` "
+          "(with no logs exported, a loop of one command is not told from new commands); no "
+          "span or joinable event carries a model call's tokens, finish reason, messages or "
+          "the answer: traced alone, a run ends `no_response`, its calls unpriced (known "
+          "gaps: `codex.sse_event`, a response's tokens, names no trace or span; the "
+          "`handle_responses` spans that carry them are no model call's); the turn's trace "
+          "has a second root, `turn/start` (the request that started the turn, ended before "
+          "its work), which ends the run when it comes: the turn's spans after it are read as "
+          "a run's late spans (counted, the run classified again), and exported while the "
+          "turn still runs they come to an ended run (a known gap: Codex exports at its exit, "
+          "so `codex exec` reads whole)" + ON_NO_SPAN,
 )
 
 CODEX_NAMES = Convention(
-    name="Codex CLI (its tool names)",
-    emitted_by="the OpenAI Codex CLI's own traces",
+    name="Codex CLI (its tool names, its log events)",
+    emitted_by="the OpenAI Codex CLI's own traces and log events (its `[otel]` `exporter`)",
     # its own generic name (`tool_name`): read on its scope's spans alone (the tracer is
-    # named after the binary: `codex_exec` for `codex exec`)
+    # named after the binary: `codex_exec` for `codex exec`; its log scope `codex_otel.*`)
     scopes=("codex",),
     tool_name=("tool_name",),
+    # a tool's arguments and output: only in its `codex.tool_result` log event (its name in
+    # the `event.name` attribute: the record's field holds a source location), which names
+    # the tool's child span (`dispatch_tool_call_with_state`), not the tool's: joined to the
+    # tool's span by the `call_id` both carry
+    tool_args=("codex.tool_result:arguments",),
+    tool_result=("codex.tool_result:output",),
+    log_events=("codex.tool_result",),
+    log_event_keys=("codex.tool_result:call_id",),
 )
 
 AGENTOPS = Convention(

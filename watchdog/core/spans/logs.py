@@ -118,6 +118,17 @@ LATE_SCOPES: Mapping[str, tuple[str, ...]] = MappingProxyType({
                         if any(event in AGENT_EVENTS and AGENT_EVENTS[event][0] is role
                                for event in convention.log_events)))})
 LATE_SCOPE_PREFIXES = tuple(scope for scopes in LATE_SCOPES.values() for scope in scopes)
+# The agent events that name their facts' span by an attribute (a call id) the span carries,
+# not by its span id (the conventions' ``log_event_keys``): event -> that attribute; and each
+# such attribute -> the role of span and the scopes whose spans it names (the event's)
+EVENT_KEYS: Mapping[str, str] = MappingProxyType({
+    event: attribute for convention in ENTRIES for fact in convention.log_event_keys
+    for event, _, attribute in (fact.partition(":"),) if event in AGENT_EVENTS})
+KEY_ATTRIBUTES: Mapping[str, tuple[Role, tuple[str, ...]]] = MappingProxyType({
+    attribute: (AGENT_EVENTS[event][0], AGENT_EVENTS[event][2])
+    for event, attribute in EVENT_KEYS.items()})
+_KEY_SCOPES = tuple(scope for _, scopes in KEY_ATTRIBUTES.values() for scope in scopes)
+MAX_KEY_CHARS = 256  # of a call id naming a span
 _LLM_ONLY = frozenset({_LLM})
 
 
@@ -224,13 +235,30 @@ def logs_response_json(rejected: int, message: str) -> bytes:
 
 
 def _event_name(record: Any) -> str:
-    """A log record's event name: the field, or (older SDKs) its ``event.name`` attribute."""
-    if record.event_name:
-        return str(record.event_name)
+    """A log record's event name: the field, or its ``event.name`` attribute when the field is
+    empty (older SDKs) or names no event read here (the Codex CLI's holds a source location,
+    ``event otel/src/tool_result.rs:54``)."""
+    name = str(record.event_name)
+    if name in CONTENT_EVENTS:
+        return name
     for kv in record.attributes:
         if kv.key == "event.name":
             return str(kv.value.string_value)
-    return ""
+    return name
+
+
+def call_key(value: object) -> bytes:
+    """What a span named by a call id (:data:`EVENT_KEYS`) is joined by, in place of its span
+    id (never 8 bytes long: no span id's)."""
+    return b"call:" + str(value)[:MAX_KEY_CHARS].encode()
+
+
+def _record_key(record: Any, attribute: str) -> bytes | None:
+    for kv in record.attributes:
+        if kv.key == attribute:
+            value = kv.value.string_value
+            return call_key(value) if value else None
+    return None
 
 
 def content_of(record: Any, name: str = "") -> dict[str, object]:
@@ -262,7 +290,7 @@ class Held:
     deadline: float
     # (Span, Resource, scope, its content or None) or a SpanRecord
     items: list[Any] = field(default_factory=list)
-    waiting: set[bytes] = field(default_factory=set)  # span ids whose content is awaited
+    waiting: set[bytes] = field(default_factory=set)  # span ids (or call keys) awaited
     content: dict[bytes, dict[str, object]] = field(default_factory=dict)  # ... what came
     size: int = 0
 
@@ -337,8 +365,13 @@ class LogJoin:
                     if service is not None:
                         self._remember(service, EVENT_ROLES[name])
                     trace_id, span_id = bytes(record.trace_id), bytes(record.span_id)
-                    if len(trace_id) != 16 or len(span_id) != 8 or not any(span_id):
+                    keyed = EVENT_KEYS.get(name) if EVENT_KEYS else None
+                    if keyed is not None:  # (the span it names is another)
+                        span_id = _record_key(record, keyed) or b""
+                    elif len(span_id) != 8 or not any(span_id):
                         continue  # no span to join it to
+                    if len(trace_id) != 16 or not span_id:
+                        continue
                     facts = content_of(record, name)
                     if facts:
                         held = self._content_arrived(trace_id, span_id, facts,
@@ -389,6 +422,18 @@ class LogJoin:
 
     # -- the span side -------------------------------------------------------------------------
 
+    @staticmethod
+    def span_key(span_id: bytes, name: str, attrs: Mapping[str, object], scope: str) -> bytes:
+        """What a span's log events name it by: its span id, or, a span of a scope and role
+        whose events name it by a call id it carries (:data:`KEY_ATTRIBUTES`), that id's key."""
+        if _KEY_SCOPES and scope.startswith(_KEY_SCOPES):
+            for attribute, (role, scopes) in KEY_ATTRIBUTES.items():
+                value = attrs.get(attribute)
+                if value is not None and value != "" and scope.startswith(scopes) \
+                        and role_of(name, attrs) is role:
+                    return call_key(value)
+        return bytes(span_id)
+
     def content(self, trace_id: bytes, span_id: bytes) -> dict[str, object] | None:
         """The content a log brought for this span (taken: read once)."""
         if not self._content:
@@ -406,11 +451,11 @@ class LogJoin:
         return {WITH_SPAN: self.with_span, LATE: self.late_content, DROPPED: self.dropped}
 
     def note(self, span: Any, record: SpanRecord, resource: Resource, scope: str,
-             now: float) -> None:
+             now: float, key: bytes | None = None) -> None:
         """Keep model call ``span``, applied without content (``record``), for its content,
         should a log event bring it within ``content_wait_seconds`` (or a tool or agent span
         for its facts, :meth:`kept_late`)."""
-        key = bytes(span.trace_id) + bytes(span.span_id)
+        key = bytes(span.trace_id) + (bytes(span.span_id) if key is None else key)
         if key in self._unread:  # (the span again, a retry: its first record is the applied one)
             return
         data: bytes = span.SerializeToString()
@@ -446,7 +491,8 @@ class LogJoin:
         return role is not None and role in roles and AWAITED_KEYS[role].isdisjoint(attrs)
 
     def hold(self, span: Any, resource: Resource, scope: str, now: float,
-             waits: bool, content: dict[str, object] | None = None) -> None:
+             waits: bool, content: dict[str, object] | None = None,
+             key: bytes | None = None) -> None:
         """Keep ``span`` with its trace (held from now on if it was not), waiting for its
         content if ``waits`` (``content``: what its log already brought)."""
         trace_id = bytes(span.trace_id)
@@ -466,7 +512,7 @@ class LogJoin:
         self._bytes += size
         self._held_spans += 1
         if waits:
-            held.waiting.add(bytes(span.span_id))
+            held.waiting.add(bytes(span.span_id) if key is None else key)
         self._bound()
 
     def keep_record(self, trace_id: bytes, record: Any) -> None:

@@ -113,12 +113,13 @@ def slices_of(request: TraceRequest, size: int | None,
                         else (select_attributes(span.attributes), None)
                     if join is not None:
                         trace_id = span.trace_id
-                        content = join.content(trace_id, span.span_id)
+                        key = join.span_key(span.span_id, span.name, attrs, scope)
+                        content = join.content(trace_id, key)
                         if content is not None:
                             attrs, firsts = merged(attrs, content), None
                         waits = content is None and join.awaits(span.name, attrs, resource)
                         if len(trace_id) == 16 and (waits or join.holding(trace_id)):
-                            join.hold(span, resource, scope, now, waits, content)
+                            join.hold(span, resource, scope, now, waits, content, key)
                             held = True
                             continue
                     record = _checked(normalised(span, attrs, resource, firsts, scope))
@@ -131,7 +132,7 @@ def slices_of(request: TraceRequest, size: int | None,
                     elif join is not None and content is None \
                             and scope.startswith(LATE_SCOPE_PREFIXES) \
                             and join.kept_late(record.kind, scope, attrs):
-                        join.note(span, record, resource, scope, now)
+                        join.note(span, record, resource, scope, now, key)
                     records.append(record)
                 except SpanRejected as exc:
                     decoded.rejected[exc.reason] += 1
@@ -234,9 +235,9 @@ def _read_held(traces: list[Held], join: LogJoin, decoded: Decoded,
                 continue
             span, resource, scope, content = item
             attrs = selected(span)
+            key = join.span_key(span.span_id, span.name, attrs, scope)
             if content is None:
-                content = held.content.get(span.span_id) or join.content(span.trace_id,
-                                                                         span.span_id)
+                content = held.content.get(key) or join.content(span.trace_id, key)
             if content is not None:
                 attrs = merged(attrs, content)
             try:
@@ -252,7 +253,7 @@ def _read_held(traces: list[Held], join: LogJoin, decoded: Decoded,
                 if content is None and attrs.keys().isdisjoint(CONTENT_KEYS):
                     join.note(span, record, resource, scope, now)  # (its content may come yet)
             elif content is None and join.kept_late(record.kind, scope, attrs):
-                join.note(span, record, resource, scope, now)
+                join.note(span, record, resource, scope, now, key)
             records.append(record)
     return records
 

@@ -343,4 +343,8 @@ class Convention:
     # OTLP log events whose attributes are a span's content (its trace and span id name it):
     # read as if the span carried them (watchdog.core.spans.logs)
     log_events: Names = _NO_NAMES
+    # ``<event>:<attribute>``: that log event names the span its facts are of by this attribute
+    # (a call id), which the span carries under the same name, not by its span id (which then
+    # names another span: the Codex CLI's, a child of the tool's)
+    log_event_keys: Names = _NO_NAMES
     notes: str = ""  # for the README
