@@ -1327,6 +1327,55 @@ def test_a_new_user_message_after_a_kept_conversations_run_ended_is_the_next_run
     assert len({run["session"] for run in runs}) == 1 and runs[0]["session"]
 
 
+@pytest.mark.parametrize("after_ms", [0, 20, 150])
+def test_two_invocations_with_the_same_first_request_are_two_runs_with_their_own_budgets(
+        sidecar: RunningServer, llm: FakeLLM, after_ms: int) -> None:
+    """Staggered identical prompts (an eval harness, a job queue): invocation B sends the very
+    same first request as A right after A's first answer was read, while A's tool runs. The
+    answer A got was whole and readable, so B's request is no resend of A's: B is a run of its
+    own, and each counts down from its own budget of 3 (not one run of 3 tool calls that winds
+    both down)."""
+    model = llm.script(f"staggered-{after_ms}", looping(
+        "search", lambda i: {"q": f"page {i}"}, answer_without_tools="REPORT: staggered"))
+    agent = f"staggered-{after_ms}"
+    chat = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                         default_headers={"x-watchdog-agent": agent,
+                                          "x-watchdog-budget-tool-calls": "3"})
+
+    def invocation(name: str) -> Iterator[int]:
+        """One agent loop, a step per model call: yields the tool calls it ran so far."""
+        messages: list[Any] = [{"role": "system", "content": "You are a researcher."},
+                               {"role": "user", "content": "Find the answer."}]
+        ran = 0
+        for _ in range(8):
+            message = chat.chat.completions.create(model=model, messages=messages,
+                                                   tools=TOOLS).choices[0].message
+            if not message.tool_calls:
+                assert message.content == "REPORT: staggered", name
+                return
+            messages.append(message.model_dump(exclude_none=True))
+            for tool_call in message.tool_calls:
+                ran += 1
+                messages.append({"role": "tool", "tool_call_id": tool_call.id,
+                                 "content": f"{name} result {ran}"})
+            yield ran
+
+    a, b = invocation("A"), invocation("B")
+    assert next(a) == 1  # A's first answer read, its tool run; its next request not yet sent
+    time.sleep(after_ms / 1000)
+    assert next(b) == 1  # B's first request, the same as A's first
+    assert list(a) == [2, 3] and list(b) == [2, 3]
+    lefts = [LEFT.findall(system_of(body)) for body in llm.requests(model)]
+    # A 3, B 3, then A's 2, 1, report, then B's 2, 1, report: each its own countdown
+    assert lefts == [[("3", "3")], [("3", "3")], [("2", "3")], [("1", "3")], [],
+                     [("2", "3")], [("1", "3")], []], lefts
+    runs = wait_until(lambda: len(r := [run for run in runs_of(sidecar, agent)
+                                        if run["state"] == "ended"]) == 2 and r,
+                      "both invocations' runs end")
+    assert [(run["tool_calls"], run["iterations"], run["terminal_state"]) for run in runs] == [
+        (3, 4, "tool_limit_reached")] * 2, runs
+
+
 @pytest.mark.parametrize("bad", [0, 1])
 def test_an_answer_the_client_could_not_read_and_asked_again_hands_nothing_over(
         tmp_path: Path, bad: int) -> None:

@@ -296,6 +296,28 @@ OWN: dict[str, list[bytes]] = {
 
 
 @pytest.mark.parametrize("api", list(WIRES))
+@pytest.mark.parametrize("variant", ["as_is", "crlf"])
+def test_a_data_line_that_is_not_json_marks_the_answer_unreadable(api: str,
+                                                                    variant: str) -> None:
+    """A ``data:`` line no client reads (an SDK raises on it), at the start, mid-way or just
+    before the end: both readers mark the answer unreadable, and read the rest as ever. JSON
+    that is no object, ``[DONE]``, a comment: readable."""
+    stream = MAKERS[api](STEPS["three"])
+    events = events_of(stream)
+    readable = python(api, stream)
+    assert readable is not None and not readable.unreadable and readable.calls
+    for at in (0, len(events) // 2, len(events) - 1):
+        for line, unreadable in ((b"data: not json\n\n", True), (b"data: {\"a\": \n\n", True),
+                                 (b"data: 5\n\n", False), (b"data: [DONE]\n\n", False),
+                                 (b": keep-alive\n\n", False)):
+            data = COMMON[variant](b"".join([*events[:at], line, *events[at:]]))
+            seen, rusts = python(api, data), rust(api, data)
+            assert rusts is not None and rusts == seen, (line, at)
+            assert seen.unreadable is unreadable, (line, at)
+            assert seen.calls == readable.calls, (line, at)
+
+
+@pytest.mark.parametrize("api", list(WIRES))
 def test_odd_json_is_read_alike_or_declined(api: str) -> None:
     cases = [*OWN[api], *OWN["chat"], *ODD[api], *ANY]
     for case in cases:

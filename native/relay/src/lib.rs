@@ -313,6 +313,7 @@ type SeenTuple = (
     Vec<(String, String, String)>,
     String,
     bool,
+    bool,
 );
 
 fn seen_tuple(seen: Seen) -> SeenTuple {
@@ -330,6 +331,7 @@ fn seen_tuple(seen: Seen) -> SeenTuple {
             .collect(),
         seen.text,
         seen.complete,
+        seen.unreadable,
     )
 }
 

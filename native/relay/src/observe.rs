@@ -67,6 +67,8 @@ pub struct Seen {
     pub calls: Vec<Call>,
     pub text: String,
     pub complete: bool,
+    /// a `data:` line that is not JSON was passed on (no client reads it)
+    pub unreadable: bool,
 }
 
 /// The answer text as the accumulators gather it: pieces added while fewer than
@@ -204,7 +206,14 @@ impl Reader {
         }
         match loads(data, self.keep())? {
             Some(Value::Object(map)) => self.feed_object(&map),
-            _ => Ok(()),
+            Some(_) => Ok(()),
+            None => {
+                // (None: not JSON, or JSON the sparse reader did not take)
+                if matches!(trim::loads(data), Ok(None)) {
+                    self.seen.unreadable = true;
+                }
+                Ok(())
+            }
         }
     }
 
@@ -327,7 +336,9 @@ impl Reader {
         let kind = str_of(data.get("type")).unwrap_or("");
         match (kind, data.get("response"), data.get("delta")) {
             (kind, Some(Value::Object(response)), _) if DONE_EVENTS.contains(&kind) => {
+                let unreadable = self.seen.unreadable;
                 self.seen = read_response(response)?;
+                self.seen.unreadable = unreadable;
                 self.text.set = false; // the response's own text, until a delta comes
             }
             ("response.created", Some(Value::Object(response)), _) => {

@@ -179,6 +179,9 @@ class EndpointRun:
     # what its last request carried past the model's last answer (:func:`_asked`): a request
     # that carries the same, answering none of the calls handed over since, sends it again
     asked: tuple[object, ...] | None = None
+    # its last answer passed on a line no client reads (:attr:`Observation.unreadable`): the
+    # agent may send its request again (:func:`_sent_again`)
+    unread: bool = False
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
@@ -584,6 +587,7 @@ class ModelBook:
         if not broke:  # (its request may be sent again: the same run's, not a twin's)
             state.handed += len(work)
             state.answered += 1
+        state.unread = seen.unreadable
         state.last_end_ns = end_ns
         if seen.response_id:
             self._responses[seen.response_id] = state.key
@@ -641,12 +645,14 @@ def _asked(request: Request) -> tuple[object, ...]:
 
 
 def _sent_again(state: EndpointRun, request: Request) -> bool:
-    """Whether ``request`` sends again the request before of ``state``'s run (its client
-    could not read the answer): it carries what that one did, no other of the run is with
-    the model, and the calls that answer handed over wait for their results. A first request
-    sent again so is its run's, not a twin's (:meth:`ModelBook.tool_records` takes its calls
-    back)."""
-    return state.asking == 0 and bool(state.pending) and state.asked == _asked(request)
+    """Whether ``request`` sends again the request before of ``state``'s run, whose answer the
+    endpoint saw its client could not read (it passed on a line that is not JSON): it carries
+    what that one did, no other of the run is with the model, and the calls that answer
+    handed over wait for their results. A first request sent again so is its run's, not a
+    twin's (:meth:`ModelBook.tool_records` takes its calls back). Equal content alone is no
+    evidence: a second invocation with the same first request is the next run."""
+    return state.unread and state.asking == 0 and bool(state.pending) \
+        and state.asked == _asked(request)
 
 
 def _wait(waiting: dict[str, ToolCall], call: ToolCall) -> None:

@@ -41,6 +41,7 @@ from watchdog.core.model.wire import (
     sse,
     text_of,
     token,
+    unreadable,
 )
 
 INSTRUCTION_ROLES = ("system", "developer")
@@ -326,6 +327,8 @@ class ChatAccumulator:
         data = json_data(event)
         if data is not None:
             self.feed_object(data)
+        elif unreadable(event):
+            self.observation.unreadable = True
 
     def feed_object(self, data: dict[str, Any]) -> None:
         seen = self.observation

@@ -35,6 +35,7 @@ from watchdog.core.model.wire import (
     sse,
     text_of,
     token,
+    unreadable,
 )
 
 _FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length",
@@ -212,6 +213,8 @@ class MessagesAccumulator:
         data = json_data(event)
         if data is not None:
             self.feed_object(data)
+        elif unreadable(event):
+            self.observation.unreadable = True
 
     def feed_object(self, data: dict[str, Any]) -> None:
         seen = self.observation

@@ -42,6 +42,7 @@ from watchdog.core.model.wire import (
     sse,
     text_of,
     token,
+    unreadable,
 )
 
 DONE_EVENTS = ("response.completed", "response.incomplete", "response.failed")
@@ -287,11 +288,15 @@ class ResponsesAccumulator:
         data = json_data(event)
         if data is not None:
             self.feed_object(data)
+        elif unreadable(event):
+            self.observation.unreadable = True
 
     def feed_object(self, data: dict[str, Any]) -> None:
         kind = data.get("type")
         if kind in DONE_EVENTS and isinstance(data.get("response"), dict):
+            unread = self.observation.unreadable
             self.observation = self.wire.read_response(data["response"])
+            self.observation.unreadable = unread
         elif kind == "response.created" and isinstance(data.get("response"), dict):
             if isinstance(data["response"].get("id"), str):
                 self.observation.response_id = data["response"]["id"]

@@ -140,6 +140,9 @@ class Observation:
     calls: list[ToolCall] = field(default_factory=list)
     text: str = ""
     complete: bool = False  # the response (or the stream) ended as its API ends one
+    # it passed on a ``data:`` line that is not JSON: a client's SDK raises on it, so the
+    # agent never read this answer (:func:`unreadable`)
+    unreadable: bool = False
 
     @property
     def broke_off(self) -> bool:
@@ -151,15 +154,15 @@ class Observation:
 # What the compiled relay read of a stream (``Relay.observed``, its ``done`` event): the fields
 # of an Observation in their order, its calls as (call_id, name, arguments)
 ObservedFields = tuple[str | None, int, int, int, int, str | None, str | None,
-                       list[tuple[str, str, str]], str, bool]
+                       list[tuple[str, str, str]], str, bool, bool]
 
 
 def observation_of(fields: ObservedFields) -> Observation:
     """The :class:`Observation` the compiled relay read (as :func:`read_stream` reads)."""
     (response_id, input_tokens, output_tokens, cache_read, cache_write, model, finish, calls,
-     text, complete) = fields
+     text, complete, unreadable) = fields
     return Observation(response_id, input_tokens, output_tokens, cache_read, cache_write, model,
-                       finish, [ToolCall(*call) for call in calls], text, complete)
+                       finish, [ToolCall(*call) for call in calls], text, complete, unreadable)
 
 
 def dumps(value: object) -> bytes:
@@ -325,6 +328,20 @@ def json_data(event: Event) -> dict[str, Any] | None:
     except (ValueError, RecursionError):  # (nesting deeper than the parser goes)
         return None
     return value if isinstance(value, dict) else None
+
+
+def unreadable(event: Event) -> bool:
+    """Whether ``event`` has data no client reads: neither ``[DONE]`` nor JSON (what
+    :func:`json_data` gave None for)."""
+    if event.data is None or event.data == "[DONE]":
+        return False
+    try:
+        json.loads(event.data)
+    except RecursionError:  # (JSON nested deeper than Python parses: some client may read it)
+        return False
+    except ValueError:
+        return True
+    return False
 
 
 class Unjudged(Exception):
