@@ -489,6 +489,16 @@ def replay_logs(sidecar: RunningServer, recording: Path) -> None:
             assert status == 200, (status, body)
 
 
+def replay_with_logs(sidecar: RunningServer, spans: Path, logs: Path, logs_first: bool) -> None:
+    """Export a recording's spans and its log events again, the log events first or last (an
+    agent's events joined to its spans in either arrival order)."""
+    if logs_first:
+        replay_logs(sidecar, logs)
+    replay(sidecar, spans)
+    if not logs_first:
+        replay_logs(sidecar, logs)
+
+
 def recorded_spans(recording: Path) -> list[dict[str, Any]]:
     """Every span of a recording, as OTLP/JSON, in export order (for tests of what a framework
     emitted)."""

@@ -47,8 +47,7 @@ from tests.frameworks.harness import (
     check_runs,
     clean_environ,
     otlp_recorder,
-    replay,
-    replay_logs,
+    replay_with_logs,
 )
 from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
     AGENT,
@@ -312,11 +311,8 @@ def test_codex_recorded_reads_its_tools_arguments_from_its_log_events(
     ``codex.tool_result`` event that names the tool's child span and its call id, so the loop
     of one command is seen (without the logs, a tool call of no arguments repeats any)."""
     folder = RECORDINGS / "codex"
-    if logs_first:
-        replay_logs(sidecar, folder / f"{scenario}.logs.ndjson")
-    replay(sidecar, folder / f"{scenario}.jsonl")
-    if not logs_first:
-        replay_logs(sidecar, folder / f"{scenario}.logs.ndjson")
+    replay_with_logs(sidecar, folder / f"{scenario}.jsonl",
+                     folder / f"{scenario}.logs.ndjson", logs_first)
     [run] = check_runs(sidecar, [Expect("codex_exec", tools + 1, tools, 0, "no_response",
                                         False)])
     assert run["signals"]["tools"] == {TOOL: tools}, run["signals"]

@@ -25,8 +25,7 @@ from tests.frameworks.harness import (
     Expect,
     check_runs,
     otlp_recorder,
-    replay,
-    replay_logs,
+    replay_with_logs,
 )
 from tests.frameworks.test_model_endpoint_frameworks import ANSWER
 from tests.frameworks.test_model_endpoint_qwen_code import TOOL, invoke, shell
@@ -102,11 +101,8 @@ def test_qwen_code_recorded_reads_as_the_same_run(sidecar: RunningServer, scenar
     """Its recordings (``recordings/qwen_code/``: its spans and its log events) exported again,
     in either order, read as the runs they were live: the answer, and the loop seen."""
     folder = RECORDINGS / "qwen_code"
-    if logs_first:
-        replay_logs(sidecar, folder / f"{scenario}.logs.jsonl")
-    replay(sidecar, folder / f"{scenario}.jsonl")
-    if not logs_first:
-        replay_logs(sidecar, folder / f"{scenario}.logs.jsonl")
+    replay_with_logs(sidecar, folder / f"{scenario}.jsonl",
+                     folder / f"{scenario}.logs.jsonl", logs_first)
     [run] = check_runs(sidecar, [Expect("qwen-code", tools + 1, tools, 0, "completed", True)])
     assert run["signals"]["tools"] == {TOOL: tools} and run["final_output"] == ANSWER, run
     assert run["signals"]["repeated_tool_call"] == repeats, run["signals"]
