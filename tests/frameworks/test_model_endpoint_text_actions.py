@@ -29,7 +29,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, VENVS, clean_environ
+from tests.frameworks.harness import DRIVERS, clean_environ, drive_command
 from tests.harness import RunningServer, running_server, sidecar_config, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
@@ -133,8 +132,8 @@ def run_mini(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.S
     work = tmp_path / "work"
     work.mkdir()
     trajectory = tmp_path / "trajectory.json"
-    env = clean_environ("MSWEA_", "LITELLM_")
-    env.update({
+    env = {
+        **clean_environ("MSWEA_", "LITELLM_"),
         "OPENAI_BASE_URL": f"{sidecar.url('model')}/agent/{agent}/v1",
         "OPENAI_API_KEY": KEY,
         # as a user sets mini up for a model of their own, with nothing asked at start
@@ -142,17 +141,17 @@ def run_mini(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.S
         "MSWEA_GLOBAL_CONFIG_DIR": str(tmp_path / "mini-config"),
         "MSWEA_COST_TRACKING": "ignore_errors",  # (a model LiteLLM has no price for)
         "MSWEA_SILENT_STARTUP": "1",
-        # no internet: LiteLLM's price list from the package, not fetched
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    })
-    command = [str(VENVS / "mini_swe_agent" / "bin" / "mini"), "-c", "mini_textbased.yaml",
-               "--model-class", "litellm_textbased", "-m", f"openai/{model}",
-               "-t", "Count the steps.", "--yolo", "--exit-immediately",
-               "-o", str(trajectory)]
-    result = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
-                            timeout=DRIVER_TIMEOUT, stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, f"mini exited {result.returncode}:\n" \
-        f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        "PYTHONPATH": str(DRIVERS),
+        "MINI_WORKDIR": str(work),
+        "MINI_ARGS": json.dumps([
+            "-c", "mini_textbased.yaml", "--model-class", "litellm_textbased",
+            "-m", f"openai/{model}", "-t", "Count the steps.", "--yolo", "--exit-immediately",
+            "-o", str(trajectory)]),
+    }
+    # (the driver process imported LiteLLM with PRELOAD_ENV: its price list from the package,
+    # never fetched)
+    drive_command("mini_swe_agent", "endpoint_mini_swe_agent", "cli",
+                  {**clean_environ(), "PYTHONPATH": str(DRIVERS)}, env)
     saved = json.loads(trajectory.read_text())
     info: dict[str, Any] = {**saved["info"], "last_answer": next(
         (m["content"] for m in reversed(saved["messages"]) if m["role"] == "assistant"), None)}
