@@ -173,6 +173,8 @@ class RuleSet:
     sources: tuple[Source, ...] = ()
     _budget_cache: dict[str, dict[str, float]] = field(default_factory=dict, repr=False,
                                                        compare=False)
+    _acting_cache: dict[str, Budget | None] = field(default_factory=dict, repr=False,
+                                                    compare=False)
 
     def budget_for(self, agent: str) -> dict[str, float]:
         """The default budget of ``agent``: the first matching entry (a copy)."""
@@ -185,9 +187,17 @@ class RuleSet:
         return dict(cached)
 
     def acts_in_text(self, agent: str) -> Budget | None:
-        """``agent``'s budgets entry (the first matching) when it says ``actions: text``."""
+        """``agent``'s budgets entry (the first matching) when it says ``actions: text``
+        (read at each model request: remembered per agent, as its budget is)."""
+        cache = self._acting_cache
+        if agent in cache:
+            return cache[agent]
         entry = next((b for b in self.budgets if b.applies_to(agent)), None)
-        return entry if entry is not None and entry.actions == ACTIONS_TEXT else None
+        found = entry if entry is not None and entry.actions == ACTIONS_TEXT else None
+        if len(cache) >= MAX_CACHED_AGENTS:
+            cache.clear()
+        cache[agent] = found
+        return found
 
     def get(self, name: str) -> Rule | None:
         return next((r for r in self.rules if r.name == name), None)
