@@ -214,6 +214,9 @@ def test_declared_its_conversation_is_one_run_each_answer_an_action(
     # open until loose_run_gap passes with no request (the submission's action has no result)
     assert (run["state"], run["iterations"], run["tool_calls"]) == ("active", 4, 3), run
     assert run["signals"]["tools"] == {"text_action": 3}, run["signals"]
+    # its last answer's action runs at the agent (as far as the endpoint can tell): in flight,
+    # not idle, as a run whose tool calls were handed over is
+    assert run["signals"]["in_flight"] == 1, run["signals"]
 
 
 def test_undeclared_each_step_is_a_run_of_its_own(

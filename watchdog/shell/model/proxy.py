@@ -868,9 +868,10 @@ class ModelProxy:
         except Exception:  # the answer has gone to the agent; the run misses this call
             self._failed("response")
             return
-        # (a response that broke off handed nothing over: no tool of it runs at the agent)
-        self._book(Booked(record, exchange.key, 0 if seen.broke_off else len(handed),
-                          exchange.arrived), into)
+        # (a response that broke off handed nothing over: no tool of it runs at the agent;
+        # an answer the agent acts on runs there as its action)
+        running = 0 if seen.broke_off else len(handed) + record.acted_on
+        self._book(Booked(record, exchange.key, running, exchange.arrived), into)
 
     def _book(self, booked: Booked, into: list[Booked] | None) -> None:
         """``booked`` goes to ``into`` (the caller books the lot in one step), else now."""
