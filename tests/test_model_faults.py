@@ -216,6 +216,42 @@ def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
         raw.close()
 
 
+@pytest.mark.parametrize("answer", [
+    b"\x00\xffNOT HTTP AT ALL\r\n\r\n",  # not HTTP
+    b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * (1 << 20) + b"\r\n\r\n",  # a head past any bound
+], ids=["not-http", "head-too-long"])
+@pytest.mark.parametrize("budget", [None, "3"], ids=["free", "bound"])
+def test_an_upstream_that_answers_no_http_response_is_a_502_saying_so(
+        relay: str, tmp_path: Path, answer: bytes, budget: str | None) -> None:
+    """An upstream that answers with bytes no HTTP client can read as a response (a server
+    that speaks another protocol on the port, a head past the relay's bound): the agent gets
+    502 ``upstream_unreachable`` saying the upstream gave no HTTP response, counted as such,
+    on both relays (the aiohttp relay answered 500 ``internal_error``, which only a bug may
+    be, and logged the upstream's bytes as a bad request from the agent)."""
+    def garbled(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        handler.wfile.write(answer)
+        handler.wfile.flush()
+        handler.close_connection = True
+
+    raw = RawUpstream(garbled)
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            headers = {"x-watchdog-agent": "garbled"}
+            if budget is not None:
+                headers["x-watchdog-budget-tool-calls"] = budget
+            status, body = post(sidecar, "/v1/chat/completions", json.dumps({
+                "model": "m", "messages": [{"role": "user", "content": "x"}]}).encode(),
+                headers)
+            assert status == 502, body
+            error = json.loads(body)["error"]
+            assert error["code"] == "upstream_unreachable", error
+            assert "gave no HTTP response" in error["message"], error
+            wait_until(lambda: outcomes(sidecar, "garbled") == {"upstream_unreachable": 1.0},
+                       lambda: f"counted: {outcomes(sidecar, 'garbled')}")
+    finally:
+        raw.close()
+
+
 @pytest.mark.parametrize("framing", ["length", "chunked"])
 def test_a_whole_response_too_long_to_read_that_breaks_off_is_the_upstreams_failure(
         relay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -125,9 +125,9 @@ UPSTREAM_FAILURES: dict[str, tuple[int, str, str, str]] = {
     "stalled": (504, "upstream_timeout", "upstream_timeout",
                 " answered, then sent nothing more for {timeout} before its response was "
                 "complete"),
-    # no connection, or one closed before its head
+    # no connection, one closed before its head, or bytes that are no HTTP response's head
     "unreachable": (502, "upstream_unreachable", "upstream_unreachable",
-                    " cannot be reached ({detail})"),
+                    " cannot be reached or gave no HTTP response ({detail})"),
     # its head came, then its body broke off
     "broken": (502, "upstream_broken", "upstream_error",
                " answered, then broke off before its response was complete ({detail})"),
@@ -725,12 +725,16 @@ class ModelProxy:
         except TimeoutError:
             answer = self.upstream_failed(plan, "stalled" if answered else "timeout", "")
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError,
+                aiohttp.ClientResponseError) as exc:
             if request.transport is None or request.transport.is_closing():
                 self.count(agent, api, gone(exchange))
                 raise asyncio.CancelledError from None
+            what: BaseException = exc  # (a head aiohttp could not read: BadStatusLine, ...)
+            if isinstance(exc, aiohttp.ClientResponseError) and exc.__cause__ is not None:
+                what = exc.__cause__
             answer = self.upstream_failed(plan, "broken" if answered else "unreachable",
-                                          type(exc).__name__)
+                                          type(what).__name__)
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         except asyncio.CancelledError:  # the client went away
             self.count(agent, api, gone(exchange))
