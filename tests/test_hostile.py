@@ -742,3 +742,34 @@ def test_a_request_the_http_parser_refuses_is_one_warning_line(tmp_path: Path) -
         text = log.read()
     assert "Traceback" not in text and "ERROR" not in text, text[-3000:]
     assert text.count("bad HTTP request from 127.0.0.1") == 2, text[-3000:]
+
+
+def test_a_parser_refusal_is_said_whole_up_to_the_bytes_it_quotes(tmp_path: Path) -> None:
+    """What aiohttp's parser refused is said up to the bytes it quotes, never cut inside its
+    own words: ``Transfer-Encoding can't be present with Content-Length`` was said as
+    ``Transfer-Encoding can`` (the apostrophe taken for a quote), on each HTTP port aiohttp
+    serves (OTLP/HTTP, the control API, the model endpoint's Python relay); a refused header's
+    bytes are still never quoted."""
+    ports = {**fresh_ports(), "model": free_port()}
+    env = serve_env(tmp_path / "state", ports, WATCHDOG_MODEL_RELAY="python",
+                    WATCHDOG_MODEL_UPSTREAM="http://127.0.0.1:9/v1")
+    smuggled = (b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+    control = (b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nX-Key: sk-\x01secretkey\r\n"
+               b"Content-Length: 2\r\n\r\n{}")
+    with running_sidecar(env, ports["metrics"]):
+        for port in ("otlp_http", "api", "model"):
+            for request, said in ((smuggled, "Transfer-Encoding can't be present with "
+                                             "Content-Length"),
+                                  (control, "")):
+                with socket.create_connection(("127.0.0.1", ports[port]), timeout=5) as sock:
+                    sock.sendall(request)
+                    answer = b""
+                    with suppress(OSError):
+                        while chunk := sock.recv(65536):
+                            answer += chunk
+                head, _, body = answer.partition(b"\r\n\r\n")
+                assert head.split(b" ")[1] == b"400", (port, answer[:300])
+                text = json.dumps(json.loads(body))
+                assert said in text, (port, text)
+                assert b"secretkey" not in answer, (port, answer[:300])
