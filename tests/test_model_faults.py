@@ -953,6 +953,28 @@ def test_what_is_not_an_http11_request_is_refused_in_the_apis_error_shape(
         assert upstream_ok.seen == []
 
 
+@pytest.mark.parametrize(("sent", "status", "code"), [
+    (b"CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n", b"400",
+     "bad_request"),
+    (b"OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", b"404", "not_found"),
+], ids=["connect", "asterisk"])
+def test_a_target_that_is_no_path_is_refused_in_the_apis_error_shape(
+        relay: str, tmp_path: Path, upstream_ok: RawUpstream, sent: bytes, status: bytes,
+        code: str) -> None:
+    """``CONNECT host:port`` (the authority form) and ``OPTIONS *`` name no path: both relays
+    refuse them in the model API's error shape, as any other target outside /v1/ (the aiohttp
+    relay's router matched no route and answered its own text/plain 404, a CONNECT
+    included), and nothing reaches the upstream."""
+    with sidecar_for(tmp_path, upstream_ok, model_relay=relay) as sidecar:
+        answer = raw_exchange(sidecar, sent, wait=3)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.split(b" ", 2)[1] == status, answer[:300]
+        assert b"content-type: application/json" in head.lower(), head
+        body = body.removesuffix(b"<no end>")
+        assert json.loads(body)["error"]["code"] == code, body
+        assert upstream_ok.seen == []
+
+
 # -- refusals counted under their agent ----------------------------------------------------------
 
 def test_a_refused_request_is_counted_under_the_agent_it_names(

@@ -45,6 +45,7 @@ from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from watchdog.core.bounds import id_problem, load_json
@@ -237,11 +238,20 @@ class ModelProxy:
             self.session = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.model_max_body_bytes)
+        app = web.Application(client_max_size=self.config.model_max_body_bytes,
+                              middlewares=[self._no_path])
         app.router.add_route("*", "/{tail:.*}", self.handle, expect_handler=self._expect)
         app.on_startup.append(lambda _app: self.start())
         app.on_cleanup.append(lambda _app: self.close())
         return app
+
+    @web.middleware
+    async def _no_path(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """A target that is no path (``CONNECT host:port``, ``OPTIONS *``) matches no route:
+        refused by :meth:`handle` as any target outside /v1/, in the API's error shape."""
+        if not request.raw_path.startswith("/"):
+            return await self.handle(request)
+        return await handler(request)
 
     # -- the door -------------------------------------------------------------------------------
 
