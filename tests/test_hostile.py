@@ -685,6 +685,18 @@ def test_a_header_the_http_parser_refuses_is_not_shown(tmp_path: Path, relay: st
         assert secret[:20].encode() not in answer, answer[:300]
 
 
+def raw_answer(port: int, request: bytes) -> bytes:
+    """What a loopback port answers to these bytes, until it closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        with suppress(OSError):  # (the server may close before it has all)
+            sock.sendall(request)
+        answer = b""
+        with suppress(OSError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    return answer
+
+
 def test_a_head_the_http_parser_refuses_is_answered_an_otlp_status(tmp_path: Path) -> None:
     """OTLP: the body of every 4xx is a ``google.rpc.Status``, in the request's encoding. A head
     the HTTP parser refuses (a header past its limit, a control character) was answered
@@ -702,14 +714,7 @@ def test_a_head_the_http_parser_refuses_is_answered_an_otlp_status(tmp_path: Pat
                 typed = [b"Content-Type: " + content_type] if content_type else []
                 head = b"\r\n".join([b"POST /v1/traces HTTP/1.1", b"Host: x", *typed, bad,
                                       b"Content-Length: 2", b"", b"{}"])
-                with socket.create_connection(("127.0.0.1", ports["otlp_http"]),
-                                              timeout=5) as sock:
-                    with suppress(OSError):  # (the server may close before it has all)
-                        sock.sendall(head)
-                    answer = b""
-                    with suppress(OSError):
-                        while chunk := sock.recv(65536):
-                            answer += chunk
+                answer = raw_answer(ports["otlp_http"], head)
                 head_part, _, body = answer.partition(b"\r\n\r\n")
                 lines = head_part.decode().split("\r\n")
                 assert lines[0].split(" ")[1] == "400", answer[:300]
@@ -762,12 +767,7 @@ def test_a_parser_refusal_is_said_whole_up_to_the_bytes_it_quotes(tmp_path: Path
             for request, said in ((smuggled, "Transfer-Encoding can't be present with "
                                              "Content-Length"),
                                   (control, "")):
-                with socket.create_connection(("127.0.0.1", ports[port]), timeout=5) as sock:
-                    sock.sendall(request)
-                    answer = b""
-                    with suppress(OSError):
-                        while chunk := sock.recv(65536):
-                            answer += chunk
+                answer = raw_answer(ports[port], request)
                 head, _, body = answer.partition(b"\r\n\r\n")
                 assert head.split(b" ")[1] == b"400", (port, answer[:300])
                 text = json.dumps(json.loads(body))

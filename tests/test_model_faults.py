@@ -83,6 +83,15 @@ def raw_exchange(sidecar: RunningServer, request: bytes, wait: float = 10) -> by
     return answer
 
 
+def first_request(sidecar: RunningServer, agent: str, budget: str | None) -> tuple[int, bytes]:
+    """A run's first Chat Completions request, of ``agent``, with a tool-call bound or none."""
+    headers = {"x-watchdog-agent": agent}
+    if budget is not None:
+        headers["x-watchdog-budget-tool-calls"] = budget
+    return post(sidecar, "/v1/chat/completions", json.dumps({
+        "model": "m", "messages": [{"role": "user", "content": "x"}]}).encode(), headers)
+
+
 # -- every wait bounded -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -192,12 +201,7 @@ def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
     raw = RawUpstream(partial)
     try:
         with sidecar_for(tmp_path, raw, model_relay=relay, model_upstream_timeout=0.5) as sidecar:
-            headers = {"x-watchdog-agent": "cutter"}
-            if budget is not None:
-                headers["x-watchdog-budget-tool-calls"] = budget
-            status, answer = post(sidecar, "/v1/chat/completions", json.dumps({
-                "model": "m", "messages": [{"role": "user", "content": "x"}]}).encode(),
-                headers)
+            status, answer = first_request(sidecar, "cutter", budget)
             error = json.loads(answer)["error"]
             if fault != "stalled":
                 assert status == 502, answer
@@ -236,12 +240,7 @@ def test_an_upstream_that_answers_no_http_response_is_a_502_saying_so(
     raw = RawUpstream(garbled)
     try:
         with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
-            headers = {"x-watchdog-agent": "garbled"}
-            if budget is not None:
-                headers["x-watchdog-budget-tool-calls"] = budget
-            status, body = post(sidecar, "/v1/chat/completions", json.dumps({
-                "model": "m", "messages": [{"role": "user", "content": "x"}]}).encode(),
-                headers)
+            status, body = first_request(sidecar, "garbled", budget)
             assert status == 502, body
             error = json.loads(body)["error"]
             assert error["code"] == "upstream_unreachable", error
