@@ -773,3 +773,48 @@ def test_a_parser_refusal_is_said_whole_up_to_the_bytes_it_quotes(tmp_path: Path
                 text = json.dumps(json.loads(body))
                 assert said in text, (port, text)
                 assert b"secretkey" not in answer, (port, answer[:300])
+
+
+def test_a_long_otlp_json_export_leaves_the_loop_to_the_other_requests(tmp_path: Path) -> None:
+    """OTLP/JSON is read by protobuf's JSON parser, which is Python: a body of megabytes (within
+    ``max_request_bytes``) is seconds of CPU. Parsed on the event loop it held every other
+    request that long (a client SDK's sync, a model request's decision, the API: one export
+    stalled them all); parsed on a thread, the API answers meanwhile. Measured in the same run:
+    the longest answer of the API while the export is read is a small part of the export's
+    own time (it was all of it)."""
+    ports = fresh_ports()
+    now = time.time_ns()
+    spans = [{"traceId": "0" * 30 + "77", "spanId": f"{index + 1:016x}", "name": "t",
+              "startTimeUnixNano": str(now), "endTimeUnixNano": str(now + 1),
+              "attributes": [
+                  {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+                  {"key": "watchdog.run.id", "value": {"stringValue": "wide-attrs"}},
+                  *({"key": f"a{i}", "value": {"intValue": str(i)}} for i in range(25_000))]}
+             for index in range(5)]
+    body = json.dumps({"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": spans}]}]})
+    answers: list[float] = []
+    exported = threading.Event()
+    with running_sidecar(serve_env(tmp_path / "state", ports), ports["metrics"]):
+        api = f"http://127.0.0.1:{ports['api']}"
+
+        def probe() -> None:
+            while not exported.is_set():
+                started = time.perf_counter()
+                status, _ = http_request("GET", api + "/v1/rules", timeout=120)
+                assert status == 200
+                answers.append(time.perf_counter() - started)
+
+        prober = threading.Thread(target=probe)
+        prober.start()
+        try:
+            wait_until(lambda: answers, what="the API's first answer")
+            started = time.perf_counter()
+            status, answer = http_request(
+                "POST", f"http://127.0.0.1:{ports['otlp_http']}/v1/traces", body.encode(),
+                {"Content-Type": "application/json"}, timeout=120)
+            took = time.perf_counter() - started
+        finally:
+            exported.set()
+            prober.join()
+    assert status == 200, answer[:300]
+    assert max(answers) < 0.5 * took, (max(answers), took)
