@@ -926,7 +926,8 @@ def test_an_http11_request_without_one_host_header_is_400(
     b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n",
     b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 10_000 + b"\r\n"
     b"Connection: close\r\nContent-Length: 2\r\n\r\n{}",
-], ids=["request_line", "header", "long_header"])
+    b"GET /v1/models\r\n\r\n",  # HTTP/0.9's request line: no version, no Host
+], ids=["request_line", "header", "long_header", "no_version"])
 def test_what_is_not_an_http11_request_is_refused_in_the_apis_error_shape(
         relay: str, tmp_path: Path, upstream_ok: RawUpstream, sent: bytes) -> None:
     """A malformed request line or header, or a header line past aiohttp's limit (8,190

@@ -248,7 +248,17 @@ class ModelProxy:
     @web.middleware
     async def _no_path(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """A target that is no path (``CONNECT host:port``, ``OPTIONS *``) matches no route:
-        refused by :meth:`handle` as any target outside /v1/, in the API's error shape."""
+        refused by :meth:`handle` as any target outside /v1/, in the API's error shape. An
+        HTTP/0.9 request line (no version, so no headers, no Host) is no HTTP/1.1 request:
+        400, as the compiled relay answers it, its connection closed."""
+        if request.version < aiohttp.HttpVersion10:
+            answer = self.refusal(self.wire_of(request.method, request.path), Refused(
+                400, "bad_request", "the request could not be read as HTTP/1.1: its request "
+                "line has no HTTP version"), request.headers)
+            response = web.Response(status=answer.status, body=answer.body,
+                                    headers=answer.headers)
+            response.force_close()
+            return response
         if not request.raw_path.startswith("/"):
             return await self.handle(request)
         return await handler(request)
