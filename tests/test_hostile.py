@@ -685,6 +685,18 @@ def test_a_header_the_http_parser_refuses_is_not_shown(tmp_path: Path, relay: st
         assert secret[:20].encode() not in answer, answer[:300]
 
 
+def raw_answer(port: int, request: bytes) -> bytes:
+    """What a loopback port answers to these bytes, until it closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        with suppress(OSError):  # (the server may close before it has all)
+            sock.sendall(request)
+        answer = b""
+        with suppress(OSError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    return answer
+
+
 def test_a_head_the_http_parser_refuses_is_answered_an_otlp_status(tmp_path: Path) -> None:
     """OTLP: the body of every 4xx is a ``google.rpc.Status``, in the request's encoding. A head
     the HTTP parser refuses (a header past its limit, a control character) was answered
@@ -702,14 +714,7 @@ def test_a_head_the_http_parser_refuses_is_answered_an_otlp_status(tmp_path: Pat
                 typed = [b"Content-Type: " + content_type] if content_type else []
                 head = b"\r\n".join([b"POST /v1/traces HTTP/1.1", b"Host: x", *typed, bad,
                                       b"Content-Length: 2", b"", b"{}"])
-                with socket.create_connection(("127.0.0.1", ports["otlp_http"]),
-                                              timeout=5) as sock:
-                    with suppress(OSError):  # (the server may close before it has all)
-                        sock.sendall(head)
-                    answer = b""
-                    with suppress(OSError):
-                        while chunk := sock.recv(65536):
-                            answer += chunk
+                answer = raw_answer(ports["otlp_http"], head)
                 head_part, _, body = answer.partition(b"\r\n\r\n")
                 lines = head_part.decode().split("\r\n")
                 assert lines[0].split(" ")[1] == "400", answer[:300]
@@ -742,3 +747,74 @@ def test_a_request_the_http_parser_refuses_is_one_warning_line(tmp_path: Path) -
         text = log.read()
     assert "Traceback" not in text and "ERROR" not in text, text[-3000:]
     assert text.count("bad HTTP request from 127.0.0.1") == 2, text[-3000:]
+
+
+def test_a_parser_refusal_is_said_whole_up_to_the_bytes_it_quotes(tmp_path: Path) -> None:
+    """What aiohttp's parser refused is said up to the bytes it quotes, never cut inside its
+    own words: ``Transfer-Encoding can't be present with Content-Length`` was said as
+    ``Transfer-Encoding can`` (the apostrophe taken for a quote), on each HTTP port aiohttp
+    serves (OTLP/HTTP, the control API, the model endpoint's Python relay); a refused header's
+    bytes are still never quoted."""
+    ports = {**fresh_ports(), "model": free_port()}
+    env = serve_env(tmp_path / "state", ports, WATCHDOG_MODEL_RELAY="python",
+                    WATCHDOG_MODEL_UPSTREAM="http://127.0.0.1:9/v1")
+    smuggled = (b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+    control = (b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nX-Key: sk-\x01secretkey\r\n"
+               b"Content-Length: 2\r\n\r\n{}")
+    with running_sidecar(env, ports["metrics"]):
+        for port in ("otlp_http", "api", "model"):
+            for request, said in ((smuggled, "Transfer-Encoding can't be present with "
+                                             "Content-Length"),
+                                  (control, "")):
+                answer = raw_answer(ports[port], request)
+                head, _, body = answer.partition(b"\r\n\r\n")
+                assert head.split(b" ")[1] == b"400", (port, answer[:300])
+                text = json.dumps(json.loads(body))
+                assert said in text, (port, text)
+                assert b"secretkey" not in answer, (port, answer[:300])
+
+
+def test_a_long_otlp_json_export_leaves_the_loop_to_the_other_requests(tmp_path: Path) -> None:
+    """OTLP/JSON is read by protobuf's JSON parser, which is Python: a body of megabytes (within
+    ``max_request_bytes``) is seconds of CPU. Parsed on the event loop it held every other
+    request that long (a client SDK's sync, a model request's decision, the API: one export
+    stalled them all); parsed on a thread, the API answers meanwhile. Measured in the same run:
+    the longest answer of the API while the export is read is a small part of the export's
+    own time (it was all of it)."""
+    ports = fresh_ports()
+    now = time.time_ns()
+    spans = [{"traceId": "0" * 30 + "77", "spanId": f"{index + 1:016x}", "name": "t",
+              "startTimeUnixNano": str(now), "endTimeUnixNano": str(now + 1),
+              "attributes": [
+                  {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+                  {"key": "watchdog.run.id", "value": {"stringValue": "wide-attrs"}},
+                  *({"key": f"a{i}", "value": {"intValue": str(i)}} for i in range(25_000))]}
+             for index in range(5)]
+    body = json.dumps({"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": spans}]}]})
+    answers: list[float] = []
+    exported = threading.Event()
+    with running_sidecar(serve_env(tmp_path / "state", ports), ports["metrics"]):
+        api = f"http://127.0.0.1:{ports['api']}"
+
+        def probe() -> None:
+            while not exported.is_set():
+                started = time.perf_counter()
+                status, _ = http_request("GET", api + "/v1/rules", timeout=120)
+                assert status == 200
+                answers.append(time.perf_counter() - started)
+
+        prober = threading.Thread(target=probe)
+        prober.start()
+        try:
+            wait_until(lambda: answers, what="the API's first answer")
+            started = time.perf_counter()
+            status, answer = http_request(
+                "POST", f"http://127.0.0.1:{ports['otlp_http']}/v1/traces", body.encode(),
+                {"Content-Type": "application/json"}, timeout=120)
+            took = time.perf_counter() - started
+        finally:
+            exported.set()
+            prober.join()
+    assert status == 200, answer[:300]
+    assert max(answers) < 0.5 * took, (max(answers), took)

@@ -29,6 +29,7 @@ Theory of operation
 from __future__ import annotations
 
 import bisect
+import re
 import threading
 import time
 from collections import Counter as Tally
@@ -97,11 +98,23 @@ RULE_EVAL_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
+# A control character (C0, DEL, C1), a line or paragraph separator or a bidirectional control
+# in a label value is written as its escape: names come from the agents' spans, and a scrape
+# read in a terminal (curl /metrics) would act on them (ESC clears the screen, CR draws over).
+_ESCAPED = {code: f"\\x{code:02x}" for code in (*range(32), *range(127, 160))} | {
+    code: f"\\u{code:04x}" for code in (0x061C, 0x200E, 0x200F, 0x2028, 0x2029,
+                                          *range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
 def clip(value: str | None) -> str:
     """A label value: never empty, at most ``MAX_LABEL_CHARS`` characters, UTF-8 (a lone
-    surrogate, which no scrape could encode, becomes ``?``)."""
+    surrogate, which no scrape could encode, becomes ``?``), no control character
+    (:data:`_ESCAPED`)."""
     if not value:
         return UNKNOWN
+    if _CONTROL.search(value) is not None:
+        value = value.translate(_ESCAPED)
     value = value if len(value) <= MAX_LABEL_CHARS else value[:MAX_LABEL_CHARS]
     try:
         value.encode("utf-8")

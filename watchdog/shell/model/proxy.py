@@ -45,6 +45,7 @@ from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from watchdog.core.bounds import id_problem, load_json
@@ -131,9 +132,9 @@ UPSTREAM_FAILURES: dict[str, tuple[int, str, str, str]] = {
     "stalled": (504, "upstream_timeout", "upstream_timeout",
                 " answered, then sent nothing more for {timeout} before its response was "
                 "complete"),
-    # no connection, or one closed before its head
+    # no connection, one closed before its head, or bytes that are no HTTP response's head
     "unreachable": (502, "upstream_unreachable", "upstream_unreachable",
-                    " cannot be reached ({detail})"),
+                    " cannot be reached or gave no HTTP response ({detail})"),
     # its head came, then its body broke off
     "broken": (502, "upstream_broken", "upstream_error",
                " answered, then broke off before its response was complete ({detail})"),
@@ -243,11 +244,30 @@ class ModelProxy:
             self.session = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.model_max_body_bytes)
+        app = web.Application(client_max_size=self.config.model_max_body_bytes,
+                              middlewares=[self._no_path])
         app.router.add_route("*", "/{tail:.*}", self.handle, expect_handler=self._expect)
         app.on_startup.append(lambda _app: self.start())
         app.on_cleanup.append(lambda _app: self.close())
         return app
+
+    @web.middleware
+    async def _no_path(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """A target that is no path (``CONNECT host:port``, ``OPTIONS *``) matches no route:
+        refused by :meth:`handle` as any target outside /v1/, in the API's error shape. An
+        HTTP/0.9 request line (no version, so no headers, no Host) is no HTTP/1.1 request:
+        400, as the compiled relay answers it, its connection closed."""
+        if request.version < aiohttp.HttpVersion10:
+            answer = self.refusal(self.wire_of(request.method, request.path), Refused(
+                400, "bad_request", "the request could not be read as HTTP/1.1: its request "
+                "line has no HTTP version"), request.headers)
+            response = web.Response(status=answer.status, body=answer.body,
+                                    headers=answer.headers)
+            response.force_close()
+            return response
+        if not request.raw_path.startswith("/"):
+            return await self.handle(request)
+        return await handler(request)
 
     # -- the door -------------------------------------------------------------------------------
 
@@ -738,12 +758,16 @@ class ModelProxy:
         except TimeoutError:
             answer = self.upstream_failed(plan, "stalled" if answered else "timeout", "")
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError,
+                aiohttp.ClientResponseError) as exc:
             if request.transport is None or request.transport.is_closing():
                 self.count(agent, api, gone(exchange))
                 raise asyncio.CancelledError from None
+            what: BaseException = exc  # (a head aiohttp could not read: BadStatusLine, ...)
+            if isinstance(exc, aiohttp.ClientResponseError) and exc.__cause__ is not None:
+                what = exc.__cause__
             answer = self.upstream_failed(plan, "broken" if answered else "unreachable",
-                                          type(exc).__name__)
+                                          type(what).__name__)
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         except asyncio.CancelledError:  # the client went away
             self.count(agent, api, gone(exchange))

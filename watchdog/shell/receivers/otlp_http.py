@@ -29,7 +29,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -74,6 +74,12 @@ BODY_READ_TIMEOUT = 10.0
 # fast over each window (and gives it up at once to a newcomer when behind that rate: see
 # admission). Slower, it gives the slot back and takes one again when complete.
 RATE_WINDOW = 0.25  # seconds
+# An OTLP/JSON body longer than this is parsed on a thread of its own: protobuf's JSON parse is
+# Python (some 4 s of CPU for 16 MiB), which on the event loop held every other request (a
+# sync, a model request's decision, the API) that long. The thread lets the loop run between
+# its steps; a shorter body (a batch of spans: tens of KiB) is parsed at its turn.
+JSON_ON_THE_LOOP = 256 * 1024
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +172,9 @@ class TraceReceiver:
         """The answer's body, and whether the request is new (not an exporter's retry of one
         already applied, which was forwarded then)."""
         try:
-            decoded = await self.consumer.export_in_slices(
-                functools.partial(codec.parse, body), PROTOCOL, request_digest(body))
+            parse = await parse_at_turn(functools.partial(codec.parse, body), codec, len(body))
+            decoded = await self.consumer.export_in_slices(parse, PROTOCOL,
+                                                           request_digest(body))
         except DecodeError as exc:
             raise BadRequest(str(exc)) from None
         self._count(decoded.outcome())
@@ -252,6 +259,16 @@ class TraceReceiver:
             headers["WWW-Authenticate"] = "Bearer"
         return web.Response(status=error.http_status, body=codec.status(error),
                             content_type=codec.content_type, headers=headers)
+
+
+async def parse_at_turn(parse: Callable[[], T], codec: Codec, size: int) -> Callable[[], T]:
+    """``parse`` as the consumer calls it, at the request's turn; an OTLP/JSON body longer than
+    :data:`JSON_ON_THE_LOOP` is parsed first, on a thread (its :class:`DecodeError` raised
+    here), and the consumer's call hands over what it made."""
+    if codec is not JSON or size <= JSON_ON_THE_LOOP:
+        return parse
+    parsed = await asyncio.to_thread(parse)
+    return lambda: parsed
 
 
 def _content_encoding(request: web.Request) -> str:
