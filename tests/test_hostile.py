@@ -693,8 +693,6 @@ def test_a_head_the_http_parser_refuses_is_answered_an_otlp_status(tmp_path: Pat
     aiohttp's text/plain; it is a Status as the receiver's own refusals are: in the encoding
     its Content-Type line names, JSON when it names none (as for a type the receiver does not
     know)."""
-    from google.rpc import status_pb2
-
     ports = fresh_ports()
     with running_sidecar(serve_env(tmp_path / "state", ports), ports["metrics"]):
         for content_type, answered in ((b"application/x-protobuf", PROTOBUF),
@@ -704,27 +702,12 @@ def test_a_head_the_http_parser_refuses_is_answered_an_otlp_status(tmp_path: Pat
                 typed = [b"Content-Type: " + content_type] if content_type else []
                 head = b"\r\n".join([b"POST /v1/traces HTTP/1.1", b"Host: x", *typed, bad,
                                       b"Content-Length: 2", b"", b"{}"])
-                with socket.create_connection(("127.0.0.1", ports["otlp_http"]),
-                                              timeout=5) as sock:
-                    with suppress(OSError):  # (the server may close before it has all)
-                        sock.sendall(head)
-                    answer = b""
-                    with suppress(OSError):
-                        while chunk := sock.recv(65536):
-                            answer += chunk
-                head_part, _, body = answer.partition(b"\r\n\r\n")
-                lines = head_part.decode().split("\r\n")
-                assert lines[0].split(" ")[1] == "400", answer[:300]
-                headers = {k.lower(): v.strip() for k, _, v in
-                           (line.partition(":") for line in lines[1:])}
+                status_code, headers, body = _raw_answer(ports["otlp_http"], head)
+                assert status_code == "400", (status_code, headers)
                 assert headers["content-type"] == answered, (content_type, headers)
-                status = status_pb2.Status()
-                if answered == PROTOBUF:
-                    status.ParseFromString(body)
-                else:
-                    status.message = json.loads(body)["message"]
-                assert status.message.startswith("malformed HTTP request: "), status
-                assert "bbbb" not in status.message, status  # (what it refused: not its bytes)
+                message = _status_of(body, answered)
+                assert message.startswith("malformed HTTP request: "), message
+                assert "bbbb" not in message, message  # (what it refused: not its bytes)
 
 
 def _raw_answer(port: int, data: bytes, byte_at_a_time: bool = False
