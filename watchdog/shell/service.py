@@ -28,6 +28,7 @@ from watchdog.core.fleet import Fleet
 from watchdog.core.handout import Step
 from watchdog.core.rules.decision import Action, Decided, withdraws
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
+from watchdog.core.rules.model import Budget
 from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
@@ -686,6 +687,12 @@ class WatchdogService:
 
     def board(self, key: str) -> Board | None:
         return self.boards.get(key)
+
+    def acts_in_text(self, agent: str | None) -> Budget | None:
+        """The rule packs' budgets entry of ``agent`` when its agents act in their answers'
+        text (``actions: text``), else None."""
+        engine = self.core.engine
+        return engine.ruleset.acts_in_text(agent) if engine is not None and agent else None
 
     def recent_lines(self, key: str) -> tuple[str, ...]:
         """The run's last steps as report lines (redacted), oldest first."""

@@ -48,7 +48,13 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from watchdog.core.bounds import id_problem, load_json
-from watchdog.core.model.book import Caller, EndpointRun, ModelBook, goes_on_from_stop
+from watchdog.core.model.book import (
+    Caller,
+    EndpointRun,
+    ModelBook,
+    goes_on_from_stop,
+    text_stop_answer,
+)
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
 from watchdog.core.model.messages import MessagesWire
@@ -519,8 +525,10 @@ class ModelProxy:
                             or state.key_source is KeySource.TRACE else None)
             state.run_key, state.used = run.key, counts.used
             state.tool_limit = run.budget.get("max_tool_calls")
+            state.acts_in_text = service.acts_in_text(run.agent) is not None
             return state, decide(counts, service.board(run.key), parsed.instructions,
-                                 parsed.has_tools, parsed.structured), run.key, run.agent
+                                 parsed.has_tools, parsed.structured, state.acts_in_text), \
+                run.key, run.agent
         except (Overloaded, StateUnavailable) as exc:
             log.warning("model call not recorded: %s", exc)
             if state is not None:
@@ -571,7 +579,7 @@ class ModelProxy:
                         # (the rules saw the calls recorded, no more: from COUNTDOWN_FROM left)
                         ruled=state.used)
         return state, decide(counts, board, parsed.instructions, parsed.has_tools,
-                             parsed.structured), key, \
+                             parsed.structured, state.acts_in_text), key, \
             agent or state.agent or "unknown"
 
     def _run_of(self, state: EndpointRun, agent: str | None, budget: dict[str, float] | None,
@@ -608,6 +616,11 @@ class ModelProxy:
             except Exception:
                 self._failed("request")
         answer = abort_text(text, parsed.answer_format)
+        acting = self.service.acts_in_text(agent)
+        if parsed.answer_format is None and acting is not None \
+                and acting.stop_answer is not None:
+            # (an agent that acts on the answer's text ends by the form its pack gives)
+            answer = text_stop_answer(acting.stop_answer, text)
         if self.config.model_abort == "error" or answer is None \
                 or goes_on_from_stop(state, parsed):
             # (an agent that sent the stop answer on did not take it as its run's end, a
@@ -642,8 +655,8 @@ class ModelProxy:
             self._failed("request")
 
     def _stop_text(self, turn: Turn, state: EndpointRun, key: str) -> str:
-        if state.report:  # the final report the model gave: the run's result
-            return state.report
+        if state.report and not state.acts_in_text:  # the final report the model gave: the
+            return state.report  # run's result (an agent that acts in text acted on it)
         lines = self.service.recent_lines(key)[-MAX_REPORT_LINES:]
         run = self.service.model_run(key)
         parts = [f"The agent-watchdog stopped this run: {turn.text or 'the run is over'}"]
@@ -855,9 +868,10 @@ class ModelProxy:
         except Exception:  # the answer has gone to the agent; the run misses this call
             self._failed("response")
             return
-        # (a response that broke off handed nothing over: no tool of it runs at the agent)
-        self._book(Booked(record, exchange.key, 0 if seen.broke_off else len(handed),
-                          exchange.arrived), into)
+        # (a response that broke off handed nothing over: no tool of it runs at the agent;
+        # an answer the agent acts on runs there as its action)
+        running = 0 if seen.broke_off else len(handed) + record.acted_on
+        self._book(Booked(record, exchange.key, running, exchange.arrived), into)
 
     def _book(self, booked: Booked, into: list[Booked] | None) -> None:
         """``booked`` goes to ``into`` (the caller books the lot in one step), else now."""
