@@ -257,6 +257,10 @@ class Metrics:
         self.runs_finished_total = counter(
             "runs_finished_total", "Runs that reached a terminal state.",
             ["agent", "terminal_state"])
+        self.runs_reclassified_total = counter(
+            "runs_reclassified_total", "Runs counted in runs_finished_total under "
+            "terminal_state, classified again after (late spans): counted again under their "
+            "new state.", ["agent", "terminal_state"])
         self.runs_evicted_total = counter(
             "runs_evicted_total", "Active runs dropped (as abandoned) to stay within max_runs.",
             ["agent"])
@@ -433,6 +437,18 @@ class Metrics:
             child(self.run_iterations, agent).observe(run.iterations, exemplar)
             child(self.run_tool_calls, agent).observe(run.tool_calls, exemplar)
             child(self.run_duration_seconds, agent).observe(run.elapsed_seconds, exemplar)
+
+    def runs_reclassified(self, moves: Iterable[tuple[RunView, str]]) -> None:
+        """Runs whose state moved after their end was counted: counted again in the new state,
+        and as having left the one they were counted in, so ``runs_finished_total -
+        runs_reclassified_total`` is, by state, what ``/v1/runs`` says (histograms: once)."""
+        child = self._child
+        for run, was in moves:
+            agent = self.agent(run.agent)
+            state = run.terminal_state.value if run.terminal_state is not None else UNKNOWN
+            exemplar = _exemplar(run.trace_id)
+            child(self.runs_finished_total, agent, state).inc(1, exemplar)
+            child(self.runs_reclassified_total, agent, clip(was)).inc(1, exemplar)
 
     # -- receivers ----------------------------------------------------------------------------
 

@@ -697,7 +697,8 @@ class RunTracker(RunBook):
         if cap is not None:
             run.uncapped(cap)  # (its loop ended by its loop-end tool, come after its cap)
         ends = record.ends_run and (
-            not run.framed or record.run_frame or record.parent_span_id is None)
+            not run.framed or record.run_frame or record.ends_its_run
+            or record.parent_span_id is None)
         if late:
             if ends and not run.has_final_answer and run.end_error_type is None:
                 self._outcome_from_children(run)
