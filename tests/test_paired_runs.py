@@ -126,3 +126,38 @@ def test_spans_that_name_another_response_stay_a_run_of_their_own() -> None:
     runs = sorted([*tracker.active(), *tracker.ended()], key=lambda run: run.key)
     assert [(run.key.split(":")[0], run.iterations, run.tool_calls) for run in runs] == [
         ("model", 2, 1), ("trace", 2, 1)]
+
+
+@pytest.mark.parametrize(("side_model", "side_at"), [("small-model", 1.5), ("m", 30.0)],
+                         ids=["another model at once", "the same model 30 s later"])
+def test_a_span_pairs_by_usage_only_with_a_call_of_its_model_and_its_time(
+        side_model: str, side_at: float) -> None:
+    """The agent's spans name no response (Claude Code's): a model-call span pairs with the
+    endpoint's record of a call by their usage, and only with a call of the same model that
+    ran at the same time. Here the span of the endpoint's first call was not kept (a span the
+    sidecar dropped), and the agent made a call of its own (a side call, to another model at
+    once, or to the same model 30 s later, sent to its provider directly) with the usage of
+    that first call: it is a call of its own, not the first call's twin — three calls, each
+    call's tokens once."""
+    ids = ["chatcmpl-side-1", "chatcmpl-side-2"]
+    endpoint = endpoint_calls(ModelBook(), ids)
+    spans = agent_spans([None, None])
+    maker = SpanMaker({"service.name": "watched-agent"})
+    maker.span("chat " + side_model, chat_attrs(*USAGE[0], "stop", **{
+        "gen_ai.request.model": side_model, "gen_ai.response.model": side_model}),
+        start=T0 + side_at, end=T0 + side_at + 0.2)
+    side = [record for record in records_of(maker.take())]
+    for record in side:  # (the same trace as the agent's other spans: one invocation)
+        record.trace_id = spans[1][0].trace_id
+        record.run_key = "trace:" + record.trace_id
+    tracker = RunTracker()
+    first = endpoint[0][0]
+    tracker.open(first.run_key, first.key_source, first.trace_id, T0 + 3)
+    # (the first call's span and the tool's: not kept; the second call's, the side call's)
+    for batch in (endpoint[0], endpoint[1], spans[0][1:], side, spans[1]):
+        tracker.apply(batch, T0 + 40)
+    runs = [*tracker.active(), *tracker.ended()]
+    assert [run.key.split(":")[0] for run in runs] == ["model"], [run.key for run in runs]
+    run = runs[0]
+    assert (run.iterations, run.tool_calls) == (3, 1)
+    assert (run.input_tokens, run.output_tokens) == (380, 70)
