@@ -161,3 +161,79 @@ def test_a_span_pairs_by_usage_only_with_a_call_of_its_model_and_its_time(
     run = runs[0]
     assert (run.iterations, run.tool_calls) == (3, 1)
     assert (run.input_tokens, run.output_tokens) == (380, 70)
+
+
+def endpoint_loop(book: ModelBook, caller: Caller, task: str, steps: list[tuple[str, str]],
+                  at: float, usage: tuple[int, int]) -> list[list[SpanRecord]]:
+    """The endpoint's records of a conversation of ``caller`` (its session, its sub-agent):
+    a call per step (a tool call asked: its name and id), then the answer, a second apart."""
+    wire = ChatWire()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
+    batches: list[list[SpanRecord]] = []
+    for step, asked in enumerate([*steps, None]):
+        request = wire.read_request({"model": "m", "messages": messages})
+        state = book.identify("chat", request, caller, "steered-agent", lambda _key: False)
+        records = book.tool_records(state, request, int((at + step) * NS))
+        calls = [ToolCall(asked[1], asked[0], "{}")] if asked else []
+        seen = Observation(f"chatcmpl-{task}-{step}", usage[0] + step, usage[1], model="m",
+                           finish_reason="tool_calls" if calls else "stop", calls=calls,
+                           text="" if calls else "done", complete=True)
+        records.append(book.call_record(state, request, seen, calls, int((at + step) * NS),
+                                        int((at + step + 0.2) * NS)))
+        book.settle(state)
+        batches.append(records)
+        if asked:
+            messages += [{"role": "assistant", "content": None, "tool_calls": [
+                {"id": asked[1], "type": "function",
+                 "function": {"name": asked[0], "arguments": "{}"}}]},
+                         {"role": "tool", "tool_call_id": asked[1], "content": "ok"}]
+    return batches
+
+
+@pytest.mark.parametrize("apart", [False, True],
+                         ids=["one export request", "the sub-agent's spans first, apart"])
+def test_a_sub_agents_spans_in_its_callers_trace_are_its_child_runs(apart: bool) -> None:
+    """Claude Code's shape: the main conversation asks for ``Agent`` (its sub-agent), which
+    runs below that tool call's span in the invocation's trace — two model calls and a
+    ``Bash`` call — then answers; no span names a response. At the endpoint, the sub-agent's
+    requests name it in the session: a child run of the main one. The trace is the main run's,
+    but the spans beside the sub-agent's ``Bash`` call (its run handed over its id) are the
+    child run's: each run counts its own calls once, as the endpoint does."""
+    book = ModelBook()
+    main_calls = endpoint_loop(book, Caller(session="s-1"), "find the file",
+                               [("Agent", "toolu_agent")], T0, (100, 10))
+    sub_calls = endpoint_loop(book, Caller(session="s-1", subagent="agent-1"), "look in /srv",
+                              [("Bash", "toolu_bash")], T0 + 0.5, (300, 20))
+    main_key, sub_key = main_calls[0][-1].run_key, sub_calls[0][-1].run_key
+    assert book.get(sub_key).parent == main_key  # type: ignore[union-attr]
+    maker = SpanMaker({"service.name": "claude-code"})
+    with maker.agent("claude_code.interaction", start=T0 - 0.1, end=T0 + 3):
+        maker.span("chat m", chat_attrs(100, 10, "tool_calls"), start=T0, end=T0 + 0.2)
+        agent = maker.open("execute_tool Agent", tool_attrs(
+            "Agent", "{}", "found", **{"gen_ai.tool.call.id": "toolu_agent"}), start=T0 + 0.3)
+        maker.span("chat m", chat_attrs(300, 20, "tool_calls"), parent=agent,
+                   start=T0 + 0.5, end=T0 + 0.7)
+        maker.span("execute_tool Bash", tool_attrs(
+            "Bash", "{}", "ok", **{"gen_ai.tool.call.id": "toolu_bash"}), parent=agent,
+            start=T0 + 0.8, end=T0 + 0.9)
+        maker.span("chat m", chat_attrs(301, 20, "stop"), parent=agent,
+                   start=T0 + 1.5, end=T0 + 1.7)
+        sub_spans = records_of(maker.take())
+        agent.end(end_time=int((T0 + 1.8) * NS))
+        maker.span("chat m", chat_attrs(101, 10, "stop"), start=T0 + 1, end=T0 + 1.2)
+    main_spans = records_of(maker.take())
+    tracker = RunTracker()
+    now = T0 + 4
+    for first, parent in ((main_calls[0][-1], None), (sub_calls[0][-1], main_key)):
+        run, _ = tracker.open(first.run_key, first.key_source, first.trace_id, now)
+        run.parent_run = parent  # (as the core opens it: Core.open_run)
+    for batch in (*main_calls, *sub_calls):
+        tracker.apply(batch, now)
+    for batch in ((sub_spans, main_spans) if apart else ([*sub_spans, *main_spans],)):
+        tracker.apply(batch, now)
+    runs = {run.key: run for run in [*tracker.active(), *tracker.ended()]}
+    assert sorted(runs) == sorted([main_key, sub_key]), sorted(runs)
+    main, sub = runs[main_key], runs[sub_key]
+    assert (main.iterations, main.tool_calls, main.input_tokens) == (2, 1, 201)
+    assert (sub.iterations, sub.tool_calls, sub.input_tokens) == (2, 1, 601)
+    assert main.spans > 3 and sub.spans > 3  # (the endpoint's records and the spans)
