@@ -30,25 +30,36 @@ USAGE = [(100, 20), (180, 30)]  # (input, output) tokens of the two calls, as th
 def endpoint_calls(book: ModelBook, response_ids: list[str]) -> list[list[SpanRecord]]:
     """The endpoint's records of a two-call conversation (a search, then the answer): the
     first call's; then the tool call it handed over, and the second call's."""
+    return endpoint_loop(book, Caller(), "find the file", [("search", "call_search_1")], T0,
+                         USAGE, response_ids)
+
+
+def endpoint_loop(book: ModelBook, caller: Caller, task: str, steps: list[tuple[str, str]],
+                  at: float, usage: list[tuple[int, int]], response_ids: list[str]
+                  ) -> list[list[SpanRecord]]:
+    """The endpoint's records of a conversation of ``caller`` (its session, its sub-agent):
+    a call per step (a tool call asked: its name and id; its result found), then the answer,
+    a second apart, each of its ``usage`` and response id."""
     wire = ChatWire()
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "find the file"}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
     batches: list[list[SpanRecord]] = []
-    for step, response_id in enumerate(response_ids):
+    for step, asked in enumerate([*steps, None]):
         request = wire.read_request({"model": "m", "messages": messages})
-        state = book.identify("chat", request, Caller(), "steered-agent", lambda _key: False)
-        records = book.tool_records(state, request, int((T0 + step) * NS))
-        asked = [ToolCall("call_search_1", "search", '{"q": "file"}')] if step == 0 else []
-        seen = Observation(response_id, *USAGE[step], model="m",
-                           finish_reason="tool_calls" if asked else "stop", calls=asked,
-                           text="" if asked else "it is in /tmp", complete=True)
-        records.append(book.call_record(state, request, seen, asked, int((T0 + step) * NS),
-                                        int((T0 + step + 0.2) * NS)))
+        state = book.identify("chat", request, caller, "steered-agent", lambda _key: False)
+        records = book.tool_records(state, request, int((at + step) * NS))
+        calls = [ToolCall(asked[1], asked[0], '{"q": "file"}')] if asked else []
+        seen = Observation(response_ids[step], *usage[step], model="m",
+                           finish_reason="tool_calls" if calls else "stop", calls=calls,
+                           text="" if calls else "it is in /tmp", complete=True)
+        records.append(book.call_record(state, request, seen, calls, int((at + step) * NS),
+                                        int((at + step + 0.2) * NS)))
         book.settle(state)
         batches.append(records)
-        messages += [{"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_search_1", "type": "function",
-             "function": {"name": "search", "arguments": '{"q": "file"}'}}]},
-                     {"role": "tool", "tool_call_id": "call_search_1", "content": "found"}]
+        if asked:
+            messages += [{"role": "assistant", "content": None, "tool_calls": [
+                {"id": asked[1], "type": "function",
+                 "function": {"name": asked[0], "arguments": '{"q": "file"}'}}]},
+                         {"role": "tool", "tool_call_id": asked[1], "content": "found"}]
     return batches
 
 
@@ -163,33 +174,6 @@ def test_a_span_pairs_by_usage_only_with_a_call_of_its_model_and_its_time(
     assert (run.input_tokens, run.output_tokens) == (380, 70)
 
 
-def endpoint_loop(book: ModelBook, caller: Caller, task: str, steps: list[tuple[str, str]],
-                  at: float, usage: tuple[int, int]) -> list[list[SpanRecord]]:
-    """The endpoint's records of a conversation of ``caller`` (its session, its sub-agent):
-    a call per step (a tool call asked: its name and id), then the answer, a second apart."""
-    wire = ChatWire()
-    messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
-    batches: list[list[SpanRecord]] = []
-    for step, asked in enumerate([*steps, None]):
-        request = wire.read_request({"model": "m", "messages": messages})
-        state = book.identify("chat", request, caller, "steered-agent", lambda _key: False)
-        records = book.tool_records(state, request, int((at + step) * NS))
-        calls = [ToolCall(asked[1], asked[0], "{}")] if asked else []
-        seen = Observation(f"chatcmpl-{task}-{step}", usage[0] + step, usage[1], model="m",
-                           finish_reason="tool_calls" if calls else "stop", calls=calls,
-                           text="" if calls else "done", complete=True)
-        records.append(book.call_record(state, request, seen, calls, int((at + step) * NS),
-                                        int((at + step + 0.2) * NS)))
-        book.settle(state)
-        batches.append(records)
-        if asked:
-            messages += [{"role": "assistant", "content": None, "tool_calls": [
-                {"id": asked[1], "type": "function",
-                 "function": {"name": asked[0], "arguments": "{}"}}]},
-                         {"role": "tool", "tool_call_id": asked[1], "content": "ok"}]
-    return batches
-
-
 @pytest.mark.parametrize("apart", [False, True],
                          ids=["one export request", "the sub-agent's spans first, apart"])
 def test_a_sub_agents_spans_in_its_callers_trace_are_its_child_runs(apart: bool) -> None:
@@ -201,9 +185,11 @@ def test_a_sub_agents_spans_in_its_callers_trace_are_its_child_runs(apart: bool)
     child run's: each run counts its own calls once, as the endpoint does."""
     book = ModelBook()
     main_calls = endpoint_loop(book, Caller(session="s-1"), "find the file",
-                               [("Agent", "toolu_agent")], T0, (100, 10))
+                               [("Agent", "toolu_agent")], T0, [(100, 10), (101, 10)],
+                               ["msg_main_1", "msg_main_2"])
     sub_calls = endpoint_loop(book, Caller(session="s-1", subagent="agent-1"), "look in /srv",
-                              [("Bash", "toolu_bash")], T0 + 0.5, (300, 20))
+                              [("Bash", "toolu_bash")], T0 + 0.5, [(300, 20), (301, 20)],
+                              ["msg_sub_1", "msg_sub_2"])
     main_key, sub_key = main_calls[0][-1].run_key, sub_calls[0][-1].run_key
     assert book.get(sub_key).parent == main_key  # type: ignore[union-attr]
     maker = SpanMaker({"service.name": "claude-code"})
