@@ -56,7 +56,8 @@ from watchdog.core.runs.book import (
     MAX_LOOSE_GROUPS,
     MAX_PAIRED_RESPONSES,
     MAX_PENDING_PARENTS,
-    MAX_SUBAGENT_SPANS,
+    MAX_SUBAGENT_TRACES,
+    MAX_SUBAGENTS_PER_TRACE,
     MAX_TRACE_ALIASES,
     MAX_TRACED_ANSWERS,
     MAX_UNCLAIMED_PER_RUN,
@@ -357,9 +358,11 @@ class RunTracker(RunBook):
             if key == owner or record.parent_span_id is None or run is None \
                     or run.parent_run is None or run.parent_run != owner:
                 continue
-            subagents[(record.trace_id, record.parent_span_id)] = key
-            subagents.move_to_end((record.trace_id, record.parent_span_id))
-            while len(subagents) > MAX_SUBAGENT_SPANS:
+            below = subagents.setdefault(record.trace_id, {})
+            subagents.move_to_end(record.trace_id)
+            if len(below) < MAX_SUBAGENTS_PER_TRACE:
+                below[record.parent_span_id] = key
+            while len(subagents) > MAX_SUBAGENT_TRACES:
                 subagents.popitem(last=False)
 
     def _give_subagents(self, records: list[SpanRecord]) -> None:
@@ -368,8 +371,9 @@ class RunTracker(RunBook):
         nested agent's calls are its own). Their spans below them follow (by parent)."""
         subagents = self._subagents
         for record in records:
-            if record.key_source is KEY_TRACE and record.parent_span_id is not None and (
-                    key := subagents.get((record.trace_id, record.parent_span_id))) is not None:
+            if record.key_source is KEY_TRACE and record.parent_span_id is not None \
+                    and (below := subagents.get(record.trace_id)) is not None \
+                    and (key := below.get(record.parent_span_id)) is not None:
                 # (pinned: the trace stays its caller's run)
                 record.run_key, record.key_source, record.pinned = key, KEY_WATCHDOG, True
 
