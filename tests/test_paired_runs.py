@@ -139,17 +139,20 @@ def test_spans_that_name_another_response_stay_a_run_of_their_own() -> None:
         ("model", 2, 1), ("trace", 2, 1)]
 
 
-@pytest.mark.parametrize(("side_model", "side_at"), [("small-model", 1.5), ("m", 30.0)],
-                         ids=["another model at once", "the same model 30 s later"])
+@pytest.mark.parametrize(("side_model", "side_at", "calls"), [
+    ("small-model", 1.5, 3), ("m", 30.0, 3), ("m-2025-01-01", 0.0, 2)],
+    ids=["another model at once", "the same model 30 s later",
+         "the first call itself, its model's dated id"])
 def test_a_span_pairs_by_usage_only_with_a_call_of_its_model_and_its_time(
-        side_model: str, side_at: float) -> None:
+        side_model: str, side_at: float, calls: int) -> None:
     """The agent's spans name no response (Claude Code's): a model-call span pairs with the
     endpoint's record of a call by their usage, and only with a call of the same model that
     ran at the same time. Here the span of the endpoint's first call was not kept (a span the
     sidecar dropped), and the agent made a call of its own (a side call, to another model at
     once, or to the same model 30 s later, sent to its provider directly) with the usage of
     that first call: it is a call of its own, not the first call's twin — three calls, each
-    call's tokens once."""
+    call's tokens once. A span of the first call itself naming its model's dated id (the
+    response's; the request named ``m``) is its twin: two calls."""
     ids = ["chatcmpl-side-1", "chatcmpl-side-2"]
     endpoint = endpoint_calls(ModelBook(), ids)
     spans = agent_spans([None, None])
@@ -170,8 +173,8 @@ def test_a_span_pairs_by_usage_only_with_a_call_of_its_model_and_its_time(
     runs = [*tracker.active(), *tracker.ended()]
     assert [run.key.split(":")[0] for run in runs] == ["model"], [run.key for run in runs]
     run = runs[0]
-    assert (run.iterations, run.tool_calls) == (3, 1)
-    assert (run.input_tokens, run.output_tokens) == (380, 70)
+    assert (run.iterations, run.tool_calls) == (calls, 1)
+    assert (run.input_tokens, run.output_tokens) == ((380, 70) if calls == 3 else (280, 50))
 
 
 @pytest.mark.parametrize("apart", [False, True],

@@ -477,7 +477,7 @@ class RunCounts(RunFields):
         another scope), the most recent first; -1 if none. Two that name different responses
         are two calls. The model endpoint's record of a call and the agent's span of it that
         names no response (or the other way round) are twins by their usage, when they name
-        the same model (if both name one) and ran at the same time
+        the same model (if both name one: :func:`_same_model`) and ran at the same time
         (:data:`USAGE_PAIR_SLACK_NS`): of several such, the nearest in time."""
         models = self._models
         span, parent, response = record.span_id, record.parent_span_id, record.response_id
@@ -495,7 +495,7 @@ class RunCounts(RunFields):
                 return index
             if not (response and call[4]) and (call[5] == ENDPOINT_SCOPE) != endpoint \
                     and (call[2], call[3]) == tokens and tokens != (0, 0) \
-                    and not (model and call[9] and model != call[9]) \
+                    and _same_model(model, call[9]) \
                     and (distance := _apart(start, end, call[7], call[8])) is not None \
                     and (nearest < 0 or distance < apart):
                 nearest, apart = index, distance
@@ -769,6 +769,16 @@ def _error_text(record: SpanRecord) -> str:
     if record.error_message:
         return f"{record.error_type}: {record.error_message}"
     return record.error_type or "error"
+
+
+def _same_model(model: str, other: str) -> bool:
+    """Whether two calls name the same model: one names none, the same, or a dated model id
+    and its alias (``gpt-4o-mini-2024-07-18``, ``gpt-4o-mini``: a request names the alias,
+    its response the dated id; ``gpt-4o-mini`` is not ``gpt-4o``)."""
+    if not (model and other) or model == other:
+        return True
+    short, long = sorted((model, other), key=len)
+    return long.startswith(short + "-") and long[len(short) + 1:len(short) + 2].isdigit()
 
 
 def _apart(start: int, end: int, other_start: int, other_end: int) -> int | None:
