@@ -42,6 +42,7 @@ from watchdog.core.model.steer import (
 from watchdog.core.model.wire import (
     Event,
     Observation,
+    Request,
     SSEReader,
     ToolResult,
     Wire,
@@ -1056,3 +1057,31 @@ def test_a_late_response_of_an_evicted_run_goes_where_the_runs_own_late_span_goe
     maker.span("chat m", chat_attrs(finish="stop", **ids), start=T0 + 7, end=T0 + 7.1)
     own = again.apply(records_of(maker.take()), T0 + 8)
     assert [run.key for run in pinned.started] == [run.key for run in own.started] == ["run-r"]
+
+
+def test_a_sub_agent_a_client_names_is_a_child_run_of_its_callers() -> None:
+    """Requests of one session its client names (``Caller.session``): those naming no
+    sub-agent are the caller's; a sub-agent's (``Caller.subagent``) run is a child of the
+    caller's run at its first request, kept when the caller goes on to its next run; a
+    sub-agent named with no session, or in another session, has no parent."""
+    wire, book = ChatWire(), ModelBook()
+
+    def asking(task: str) -> Request:
+        return wire.read_request({"model": "m",
+                                  "messages": [{"role": "user", "content": task}]})
+
+    def identify(task: str, session: str | None, subagent: str | None = None) -> Any:
+        state = book.identify("chat", asking(task), Caller(session=session, subagent=subagent),
+                              "a", lambda _key: False)
+        book.settle(state)
+        return state
+
+    main = identify("main task", "s-1")
+    sub = identify("look in /srv", "s-1", "agent-1")
+    assert (main.parent, sub.parent) == (None, main.key)
+    assert identify("look in /srv", "s-1", "agent-1") is sub  # its next request: the same run
+    later = identify("the next task", "s-1")  # the caller's next run: the child's parent stays
+    assert later.key != main.key and sub.parent == main.key
+    assert identify("another sub-task", "s-1", "agent-2").parent == later.key
+    assert identify("no session", None, "agent-3").parent is None
+    assert identify("another session", "s-2", "agent-4").parent is None

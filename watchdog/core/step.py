@@ -287,15 +287,17 @@ class Core(CoreReads):
 
     def open_run(self, key: str, key_source: KeySource, trace_id: str, now: float,
                  agent: str | None, session: str | None, budget: dict[str, float] | None,
-                 records: Sequence[SpanRecord] = (), going_on: bool = False
-                 ) -> tuple[RunView, Step]:
+                 records: Sequence[SpanRecord] = (), going_on: bool = False,
+                 parent: str | None = None) -> tuple[RunView, Step]:
         """The model endpoint's run at a request (DESIGN §12), after ``records`` (what the
         request carried: its tool results) are applied in the same step: opened at its first
         request (no span has ended yet), told what the request's headers say, and evaluated
         when it is new or its budget changed, so its directives account for the request; its
         view after that. A run the client SDK frames is left as it is (its spans name it).
         ``going_on``: the request goes on from the run's own tool calls (its results answer
-        calls the run handed over): a run ended at an answer is taken back too."""
+        calls the run handed over): a run ended at an answer is taken back too. ``parent``: the
+        run whose child run it is (a sub-agent's caller's, as its requests name it), as a
+        nested agent's in a trace: its own budget and counts."""
         resumed = self._resume((key,), now, going_on)  # (before its records: they count)
         step = self.apply(records, now) if records else Step()
         step.resumed.update(resumed)
@@ -308,6 +310,9 @@ class Core(CoreReads):
             run.agent = agent
         if session and run.session is None:
             run.session = session
+        if parent and run.parent_run is None and parent != key:
+            run.parent_run = parent
+            step.dirty[key] = run
         changed = budget is not None and any(run.budget.get(k) != v
                                              for k, v in budget.items())
         if budget is not None and changed:

@@ -642,14 +642,16 @@ class WatchdogService:
 
     def model_open(self, key: str, key_source: KeySource, trace_id: str, agent: str | None,
                    session: str | None, budget: dict[str, float] | None,
-                   records: Sequence[SpanRecord] = (), going_on: bool = False) -> RunView:
+                   records: Sequence[SpanRecord] = (), going_on: bool = False,
+                   parent: str | None = None) -> RunView:
         """The endpoint's run at a request, opened if no span has named it yet, after the
         ``records`` the request carried (one step of the core); ``going_on``: the request
-        answers calls the run handed over (:meth:`Core.open_run`)."""
+        answers calls the run handed over; ``parent``: the run whose child it is (a
+        sub-agent's caller's) (:meth:`Core.open_run`)."""
         self.state.admit()
         self.pricer.load_soon()  # priced when the upstream has answered
         run, step = self.core.open_run(key, key_source, trace_id, self.clock.now(), agent,
-                                       session, budget, records, going_on)
+                                       session, budget, records, going_on, parent)
         self._carry(step)
         return run
 

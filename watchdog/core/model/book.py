@@ -81,6 +81,7 @@ from watchdog.core.spans.record import (
 
 MAX_MODEL_RUNS = 10_000  # runs whose endpoint state is kept (pending calls, counts)
 MAX_CONVERSATIONS = 10_000  # conversation anchors remembered
+MAX_CALLERS = 10_000  # sessions a client names whose caller's run is remembered
 MAX_RESPONSE_IDS = 20_000  # response id -> run, for previous_response_id
 MAX_PENDING_CALLS = 128  # tool calls of one response waiting for their results
 MAX_BRIEF_CHARS = 500
@@ -130,6 +131,8 @@ class Caller:
     # the client's own session, as a header of its requests names it (SESSION_HEADERS): the
     # session of the runs of its conversations, the one its spans name (session.id)
     session: str | None = None
+    # the sub-agent it names within that session (SUBAGENT_HEADERS; None: the session's caller)
+    subagent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +198,9 @@ class EndpointRun:
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
+    # the run of the caller whose sub-agent this run is (its requests name a sub-agent of
+    # their session; the caller's name none): a child run of it (``parent_run``)
+    parent: str | None = None
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
@@ -217,6 +223,9 @@ class ModelBook:
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
         self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
+        # session a client names -> the run its latest request naming no sub-agent was of (the
+        # caller of the session's sub-agents)
+        self._callers: OrderedDict[str, str] = OrderedDict()
         # told the key of each run let go (its bound), or whose conversation was: a request of
         # it is then read as new
         self.let_go: Callable[[str], None] | None = None
@@ -247,7 +256,22 @@ class ModelBook:
         state = self._identify(api, request, caller, agent, ended, resume)
         state.going_on = self._going_on
         state.asking += 1
+        if caller.session is not None:
+            self._caller_of(state, caller.session, caller.subagent)
         return state
+
+    def _caller_of(self, state: EndpointRun, session: str, subagent: str | None) -> None:
+        """A request of ``session`` (a client names it) naming no sub-agent is of its caller:
+        its run is the caller's from now on; one naming a sub-agent is of a child run of the
+        caller's run at its first request (kept: a caller's next run is not its parent)."""
+        callers = self._callers
+        if subagent is None:
+            callers[session] = state.key
+            callers.move_to_end(session)
+            while len(callers) > MAX_CALLERS:
+                callers.popitem(last=False)
+        elif state.parent is None and (found := callers.get(session)) not in (None, state.key):
+            state.parent = found
 
     @staticmethod
     def settle(state: EndpointRun) -> None:

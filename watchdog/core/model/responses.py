@@ -141,7 +141,8 @@ class ResponsesWire:
             previous_response_id=previous if isinstance(previous, str) and previous else None,
             kept=kept is not None or (isinstance(previous, str) and bool(previous)),
             input_hash=request_hash(items if isinstance(items, (str, list)) else None),
-            last_answer=last_answer)
+            last_answer=last_answer,
+            given_instructions=body.get("instructions"))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         """The note where the agent gave its instructions: in ``instructions`` when it gave
@@ -217,10 +218,10 @@ class ResponsesWire:
         return ResponsesTrimmer(self, keep)
 
     def answer(self, model: str, text: str, request: Request, now: float) -> dict[str, Any]:
-        return _response(model, text, "completed", now)
+        return _response(model, text, request.given_instructions, now)
 
     def answer_stream(self, model: str, text: str, request: Request, now: float) -> bytes:
-        whole = _response(model, text, "completed", now)
+        whole = _response(model, text, request.given_instructions, now)
         item = whole["output"][0]
         part = item["content"][0]
         started = {**whole, "status": "in_progress", "output": []}
@@ -260,10 +261,12 @@ def _with_note(content: object, note: str) -> object:
     return note
 
 
-def _response(model: str, text: str, status: str, now: float) -> dict[str, Any]:
+def _response(model: str, text: str, instructions: object, now: float) -> dict[str, Any]:
+    """The endpoint's own answer, completed; ``instructions`` echoed as the client sent them,
+    as the API echoes them (a client may read them back: Koog)."""
     return {"id": "resp_watchdog" + uuid.uuid4().hex[:20], "object": "response",
-            "created_at": int(now), "status": status, "error": None,
-            "incomplete_details": None, "instructions": None, "model": model,
+            "created_at": int(now), "status": "completed", "error": None,
+            "incomplete_details": None, "instructions": instructions, "model": model,
             "output": [{"type": "message", "id": "msg_watchdog" + uuid.uuid4().hex[:20],
                         "status": "completed", "role": "assistant",
                         "content": [{"type": "output_text", "text": text,

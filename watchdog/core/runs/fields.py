@@ -18,8 +18,13 @@ OTHER_TOOL = "_other"
 # that comes after other calls (out of order)
 RECENT_MODEL_CALLS = 8
 # (span id, parent span id or "", input tokens, output tokens, response id or "", scope,
-# price in USD or -1.0: unpriced)
-ModelCall = tuple[str, str, int, int, str, str, float]
+# price in USD or -1.0: unpriced, start and end in ns (0: not known), model or "")
+ModelCall = tuple[str, str, int, int, str, str, float, int, int, str]
+# A model endpoint's record of a call and an agent's span of it that names no response pair by
+# their usage only when they name the same model (if both name one) and ran at the same time:
+# the span (the agent's clock) around the request and its response (the sidecar's), within
+# this many nanoseconds either side, for the two clocks (one host's, a pod's: far closer)
+USAGE_PAIR_SLACK_NS = 5 * 1_000_000_000
 UNPRICED = -1.0
 NS = 1_000_000_000
 # Seconds between a span's end (the agent's clock) and its arrival (the sidecar's) beyond which

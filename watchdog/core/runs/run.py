@@ -330,8 +330,10 @@ _NO_BUDGET: Mapping[str, float] = MappingProxyType({})
 def _model_call(value: list[Any]) -> ModelCall:
     more = [str(item) for item in value[4:6]] + ["", ""]  # (older builds: none)
     cost = float(value[6]) if len(value) > 6 else UNPRICED
+    times = [int(item) for item in value[7:9]] + [0, 0]  # (older builds: none, not known)
+    model = str(value[9]) if len(value) > 9 else ""
     return (str(value[0]), str(value[1]), int(value[2]), int(value[3]), more[0], more[1],
-            cost if math.isfinite(cost) else UNPRICED)
+            cost if math.isfinite(cost) else UNPRICED, times[0], times[1], model)
 
 
 _read_slots = attrgetter(*RunFields.__slots__)

@@ -56,6 +56,8 @@ from watchdog.core.runs.book import (
     MAX_LOOSE_GROUPS,
     MAX_PAIRED_RESPONSES,
     MAX_PENDING_PARENTS,
+    MAX_SUBAGENT_TRACES,
+    MAX_SUBAGENTS_PER_TRACE,
     MAX_TRACE_ALIASES,
     MAX_TRACED_ANSWERS,
     MAX_UNCLAIMED_PER_RUN,
@@ -74,6 +76,7 @@ from watchdog.core.spans.record import (
     AGENT,
     ENDPOINT_SCOPE,
     KEY_TRACE,
+    KEY_WATCHDOG,
     LLM,
     OTHER,
     TOOL,
@@ -286,8 +289,10 @@ class RunTracker(RunBook):
         later: list[tuple[str, str]] = []
         # trace -> the endpoint run its spans pair with: of several (a sub-agent's conversation,
         # a run of its own at the endpoint, traced in its caller's trace), the one that started
-        # first, the caller's
+        # first, the caller's; a sub-agent's run that is a child of its caller's (its client
+        # names it) gives the trace to its caller, and keeps the spans that ran in it
         pairs: dict[str, str] = {}
+        found: list[tuple[SpanRecord, str]] = []  # trace spans paired, with their run
         for record in records:
             if record.kind is LLM:
                 response = record.response_id
@@ -315,8 +320,11 @@ class RunTracker(RunBook):
             elif response and record.key_source is KEY_TRACE:
                 key = relayed.get(response)
                 if key is not None:
-                    found = pairs.setdefault(record.trace_id, key)
-                    if found != key and self._started_before(key, found):
+                    found.append((record, key))
+                    # (a sub-agent's run, a child of its caller's: the trace is the caller's)
+                    key = self._caller_of(key)
+                    first = pairs.setdefault(record.trace_id, key)
+                    if first != key and self._started_before(key, first):
                         pairs[record.trace_id] = key
                 elif record.trace_id not in self._trace_runs:
                     traced[response] = record.trace_id
@@ -326,7 +334,48 @@ class RunTracker(RunBook):
         for trace_id, key in pairs.items():
             if not self._take_trace(trace_id, key, now, result):
                 later.append((trace_id, key))
+        if found:
+            self._learn_subagents(found, pairs)
+        if self._subagents:
+            self._give_subagents(records)
         return later
+
+    def _caller_of(self, key: str) -> str:
+        """The run whose child endpoint run ``key`` is (a sub-agent's caller's), else ``key``."""
+        run = self.get(key)
+        return run.parent_run if run is not None and run.parent_run is not None else key
+
+    def _learn_subagents(self, found: list[tuple[SpanRecord, str]], pairs: dict[str, str]
+                         ) -> None:
+        """A span of a trace paired with an endpoint run that is a child run of the trace's
+        (a sub-agent its client names: :class:`~watchdog.core.model.book.Caller`) ran in that
+        sub-agent, and so did every span beside it, below the span it hangs from (the caller's
+        tool call that ran the sub-agent: Claude Code's ``Agent``)."""
+        aliases, subagents = self._trace_runs, self._subagents
+        for record, key in found:
+            owner = pairs.get(record.trace_id) or (aliases.get(record.trace_id) or ("",))[0]
+            run = self.get(key)
+            if key == owner or record.parent_span_id is None or run is None \
+                    or run.parent_run is None or run.parent_run != owner:
+                continue
+            below = subagents.setdefault(record.trace_id, {})
+            subagents.move_to_end(record.trace_id)
+            if len(below) < MAX_SUBAGENTS_PER_TRACE:
+                below[record.parent_span_id] = key
+            while len(subagents) > MAX_SUBAGENT_TRACES:
+                subagents.popitem(last=False)
+
+    def _give_subagents(self, records: list[SpanRecord]) -> None:
+        """The spans of this batch below a sub-agent's span (:meth:`_learn_subagents`) are its
+        child run's, as the endpoint counts them: the caller's run does not count them (a
+        nested agent's calls are its own). Their spans below them follow (by parent)."""
+        subagents = self._subagents
+        for record in records:
+            if record.key_source is KEY_TRACE and record.parent_span_id is not None \
+                    and (below := subagents.get(record.trace_id)) is not None \
+                    and (key := below.get(record.parent_span_id)) is not None:
+                # (pinned: the trace stays its caller's run)
+                record.run_key, record.key_source, record.pinned = key, KEY_WATCHDOG, True
 
     def _started_before(self, key: str, other: str) -> bool:
         """Whether run ``key`` started before run ``other`` (a run not in memory: no)."""

@@ -87,6 +87,7 @@ from watchdog.shell.model.headers import (
     budget_from,
     check_agent,
     client_session,
+    client_subagent,
     door,
     proxy_for,
     request_headers,
@@ -430,7 +431,8 @@ class ModelProxy:
         parsed = wire.read_request(body)
         agent = named or self.config.model_agent_name
         call = self._observe_request(wire, parsed, Caller(
-            given.get("traceparent"), run_header, agent, client_session(given)), agent, budget)
+            given.get("traceparent"), run_header, agent, client_session(given),
+            client_subagent(given)), agent, budget)
         if call is None:  # the state cannot take it: forward unobserved (fail open)
             return Plan(method, wire.api, url, headers, raw, None)
         state, turn, run_key, agent_label = call
@@ -613,7 +615,7 @@ class ModelProxy:
             key = service.trace_run(state.trace_id) or state.key
             return service.model_open(key, KeySource.TRACE, state.trace_id, agent, None, budget)
         run = service.model_open(state.key, state.key_source, state.trace_id, agent,
-                                 state.session, budget, records, state.going_on)
+                                 state.session, budget, records, state.going_on, state.parent)
         if run.framed:
             state.traced = True  # the client SDK's run: its spans count the tools
         return run
