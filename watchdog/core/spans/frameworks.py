@@ -78,14 +78,6 @@ HERMES = Convention(
 STRANDS = Convention(
     name="strands-agents",
     emitted_by="Strands' native tracer (default and `gen_ai_latest_experimental` formats)",
-    tool_args=("gen_ai.tool.message:content",),
-    tool_result=("gen_ai.choice:message",),
-    answer=("gen_ai.choice:message",
-            "gen_ai.client.inference.operation.details:gen_ai.output.messages"),
-    llm_output=("gen_ai.choice:message",),
-    finish_reasons=("gen_ai.choice:finish_reason",),
-    output_messages=("gen_ai.client.inference.operation.details:gen_ai.output.messages",),
-    input_messages=("gen_ai.client.inference.operation.details:gen_ai.input.messages",),
     # limits={"turns"|"total_tokens"|"output_tokens": n} stop the agent loop (no exception)
     limit_finish_reasons=frozenset({"limit_turns", "limit_total_tokens", "limit_output_tokens"}),
     # `gen_ai_unredacted_attributes=<list>` in OTEL_SEMCONV_STABILITY_OPT_IN: every sensitive
