@@ -27,12 +27,7 @@ asked for (the Gemini API's ``functionCall`` parts). Its log events (``gemini_cl
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,13 +37,13 @@ import pytest
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import (
-    DRIVER_TIMEOUT,
     RECORDINGS,
     Expect,
     check_runs,
     clean_environ,
-    otlp_recorder,
+    recording_to,
     replay_with_logs,
+    run_coding_agent,
 )
 from tests.frameworks.test_model_endpoint_frameworks import ANSWER, KEY, run_ids, the_new_run
 from tests.harness import RunningServer
@@ -98,32 +93,9 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Pa
     env = {**clean_environ("GEMINI_", "GOOGLE_"), "HOME": str(home), "GEMINI_API_KEY": KEY,
            "GOOGLE_GEMINI_BASE_URL": llm.base_url.removesuffix("/v1"),
            "GEMINI_CLI_TRUST_WORKSPACE": "true", **telemetry(otel)}
-    command = [str(gemini()), "-p", "Find the file.", "--yolo", "-m", model]
-    result = subprocess.run(command, env=env, capture_output=True, text=True,
-                            timeout=DRIVER_TIMEOUT, cwd=work, stdin=subprocess.DEVNULL)
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr[-6000:])
-        raise AssertionError(f"gemini -p exited {result.returncode}:\n"
-                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    ran = work / "ran.txt"
-    terms = ran.read_text().splitlines() if ran.exists() else []
-    return Invocation(terms, result.stdout.strip(), llm.requests(model),
-                      the_new_run(sidecar, before))
-
-
-@contextlib.contextmanager
-def recording(sidecar: RunningServer, scenario: str) -> Iterator[str]:
-    """Where Gemini CLI exports its OpenTelemetry: the sidecar's OTLP/HTTP receiver; with
-    ``RECORD_SPANS`` set, a relay in front of it that writes each export request, OTLP/JSON as
-    Gemini CLI sent it, to ``recordings/gemini_cli/SCENARIO.jsonl`` (its traces; its log events
-    to ``SCENARIO.logs.jsonl``; its metrics are passed on only)."""
-    if not os.environ.get("RECORD_SPANS"):
-        yield sidecar.otlp_http
-        return
-    target = RECORDINGS / "gemini_cli"
-    with otlp_recorder(sidecar, {"/v1/traces": target / f"{scenario}.jsonl",
-                                 "/v1/logs": target / f"{scenario}.logs.jsonl"}) as url:
-        yield url
+    ran, printed = run_coding_agent(
+        [str(gemini()), "-p", "Find the file.", "--yolo", "-m", model], env, work)
+    return Invocation(ran, printed, llm.requests(model), the_new_run(sidecar, before))
 
 
 def shell(term: str) -> dict[str, Any]:
@@ -165,7 +137,7 @@ def test_gemini_cli_traced_by_its_own_opentelemetry_is_one_run_with_its_tools(
     trace per model call, one per tool batch) are one run: 3 model calls with their tokens, 2
     tool calls (their arguments and results on its ``tool_call`` spans), named after the agent
     its spans name, its session theirs; answered."""
-    with recording(sidecar, "two_tools") as otel:
+    with recording_to(sidecar, "gemini_cli", "two_tools") as otel:
         it = invoke(sidecar, llm, two_tools(), tmp_path, otel)
     assert (it.ran, printed_answer(it)) == (["alpha"], ANSWER)
     # what the model read: its tools offered, each call's result in the next request
@@ -191,7 +163,7 @@ def test_gemini_cli_repeating_one_command_is_seen_as_a_loop(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
     """One command four times: its ``tool_call`` spans' arguments are the same each time, a
     repeated call, not four new ones."""
-    with recording(sidecar, "loop") as otel:
+    with recording_to(sidecar, "gemini_cli", "loop") as otel:
         it = invoke(sidecar, llm, looping(), tmp_path, otel)
     assert (it.ran, printed_answer(it)) == (["again"] * 4, ANSWER)
     run = it.run
@@ -204,7 +176,7 @@ def test_a_failed_gemini_cli_tool_is_an_error_of_its_run(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
     """A file that is not there: its ``tool_call`` span ends OK, its outcome says ``error``
     and the model is told so; the run has the error, with its message, and the answer."""
-    with recording(sidecar, "tool_error") as otel:
+    with recording_to(sidecar, "gemini_cli", "tool_error") as otel:
         it = invoke(sidecar, llm, failing(), tmp_path, otel)
     assert printed_answer(it) == ANSWER
     told = [part["functionResponse"]["response"]
