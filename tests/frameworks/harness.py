@@ -777,6 +777,14 @@ def recording_to(sidecar: RunningServer, folder: str, scenario: str) -> Iterator
         yield url
 
 
+def installed_bin(binary: Path) -> Path:
+    """An npm-installed agent's ``node_modules/.bin`` entry, which ``make test`` installs (never a
+    skip: its absence fails, naming the make target)."""
+    target = (binary.parents[1] / ".installed").relative_to(Path(__file__).resolve().parents[2])
+    assert binary.exists(), f"{binary} is missing: run `make {target}` (part of `make test`)"
+    return binary
+
+
 def run_coding_agent(command: Sequence[str], env: Mapping[str, str], work: Path
                      ) -> tuple[list[str], str]:
     """A coding agent's CLI run once in ``work`` (no input; it must exit 0): the terms its

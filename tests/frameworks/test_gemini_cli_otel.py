@@ -41,6 +41,7 @@ from tests.frameworks.harness import (
     Expect,
     check_runs,
     clean_environ,
+    installed_bin,
     recording_to,
     replay_with_logs,
     run_coding_agent,
@@ -60,9 +61,7 @@ SETTINGS = {"security": {"auth": {"selectedType": "gemini-api-key"}},
 
 
 def gemini() -> Path:
-    assert GEMINI.exists(), (f"{GEMINI} is missing: run `make tests/frameworks/gemini_cli/"
-                             f"node_modules/.installed` (part of `make test`)")
-    return GEMINI
+    return installed_bin(GEMINI)
 
 
 def telemetry(url: str) -> dict[str, str]:

@@ -30,7 +30,7 @@ from typing import Any
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import clean_environ, run_coding_agent
+from tests.frameworks.harness import clean_environ, installed_bin, run_coding_agent
 from tests.frameworks.steering import CYCLE_LOOP
 from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
     AGENT,
@@ -62,9 +62,7 @@ SETTINGS = {"security": {"auth": {"selectedType": "openai"}},
 
 
 def qwen() -> Path:
-    assert QWEN.exists(), (f"{QWEN} is missing: run `make tests/frameworks/qwen_code/"
-                           f"node_modules/.installed` (part of `make test`)")
-    return QWEN
+    return installed_bin(QWEN)
 
 
 def telemetry(url: str) -> dict[str, Any]:
