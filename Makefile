@@ -28,6 +28,14 @@ $(VENV)/.created:
 export AGENT_WATCHDOG_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agent-watchdog
 export CARGO_TARGET_DIR := $(AGENT_WATCHDOG_CACHE)/cargo-target
 NATIVE := sh tools/native-target.sh
+# the extensions an editable install builds in place: removed before it, so a compile that fails
+# (they are optional, for machines without cargo) leaves no older build to run; where cargo is
+# found, an install that made none of them is an error, not a silent pure-Python sidecar
+NATIVE_SO := watchdog/core/spans/_native watchdog/shell/model/_relay
+NATIVE_FRESH := for so in $(NATIVE_SO); do rm -f $$so.*.so; done
+NATIVE_MADE = ! command -v cargo >/dev/null || for so in $(NATIVE_SO); do ls $$so.*.so >/dev/null \
+	2>&1 || { echo "error: cargo is installed but $$so did not compile (see above)" >&2; \
+	rm -f $@; exit 1; }; done
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/*/Cargo.toml native/*/src/*.rs)
 
 ## cargo-fuzz, for the Rust decoder's fuzz run (tests/test_native_fuzz.py), from crates.io
@@ -36,7 +44,9 @@ $(CARGO_FUZZ):
 	cargo install --quiet --locked --root $(AGENT_WATCHDOG_CACHE)/cargo cargo-fuzz@0.13.2
 
 $(VENV)/.installed: $(VENV)/.created pyproject.toml $(NATIVE_SOURCES)
+	$(NATIVE_FRESH)
 	$(NATIVE) $(UV_PIP) --python $(PY) -e .
+	$(NATIVE_MADE)
 	touch $@
 
 # the tests drive both distributions: the sidecar and the agent-side client (client/); the
@@ -44,7 +54,9 @@ $(VENV)/.installed: $(VENV)/.created pyproject.toml $(NATIVE_SOURCES)
 # (each rebuilt when its source changes)
 $(VENV)/.installed-test: $(VENV)/.created pyproject.toml client/pyproject.toml client/setup.py \
 		client/agent_watchdog_client/_spanpath.c $(NATIVE_SOURCES)
+	$(NATIVE_FRESH)
 	$(NATIVE) $(UV_PIP) --python $(PY) -e '.[test]' -e ./client
+	$(NATIVE_MADE)
 	touch $@ $(VENV)/.installed
 
 ## run: set up .venv and start the sidecar on the shipped defaults (its state in ./state)
