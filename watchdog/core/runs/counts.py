@@ -626,6 +626,19 @@ class RunCounts(RunFields):
                 return tool
         return None
 
+    def answers_asked(self, record: SpanRecord) -> bool:
+        """Whether tool call ``record`` answers a call a model call of the run asked for, not
+        yet answered: the one with its id, else (no id on either side) one of its tool asked
+        for before it started."""
+        call_id, tool, start = record.tool_call_id, record.tool_name, record.start_ns
+        for name, asked_id, asked_at in self._asked:
+            if call_id and asked_id:
+                if asked_id == call_id:
+                    return True
+            elif name == tool and asked_at <= start:
+                return True
+        return False
+
     def named_after_a_tool(self, record: SpanRecord) -> bool:
         """Whether span ``record`` is named after a tool the run called (as :meth:`asked_for`
         reads a name)."""

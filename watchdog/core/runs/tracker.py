@@ -156,6 +156,24 @@ class RunTracker(RunBook):
         if loose is not None:  # the tool calls hung below a loose model call
             record.run_key, record.loose = loose, True
             return True
+        if record.kind is TOOL and record.parent_span_id is not None \
+                and record.run_key not in self._active \
+                and self._frames.get(record.trace_id) is None:
+            # a tool call below a span of no kind at its trace's root (a scheduler's: Gemini
+            # CLI's `schedule_tool_calls`) that answers a call a model call of its agent's open
+            # run of loose calls asked for: that run's, the rest of its trace with it (or of
+            # its last run, answered: in this batch, after the tool, or before, the tool late)
+            group = loose_group(record)
+            key = self._loose.get(group)
+            if key is None and (answer := self._loose_answers.get(group)) is not None:
+                key = answer.run_key
+            run = self.get(key) if key is not None else None
+            if run is not None and run.answers_asked(record):
+                record.run_key, record.loose = run.key, True
+                self._loose_traces[record.trace_id] = run.key
+                while len(self._loose_traces) > MAX_TRACE_ALIASES:
+                    self._loose_traces.popitem(last=False)
+                return True
         if record.kind is OTHER and record.parent_span_id is None:
             # a trace of its own named after a tool the agent's last loose model call asked
             # for: that tool's execution, traced by hand (the apply makes it a tool call)

@@ -814,6 +814,41 @@ QWEN_CODE = Convention(
           "a repeated tool call not told from another",
 )
 
+GEMINI_CLI = Convention(
+    name="Gemini CLI",
+    emitted_by="Gemini CLI's own OpenTelemetry (npm `@google/gemini-cli`: "
+               "`GEMINI_TELEMETRY_ENABLED`, its spans' content with "
+               "`GEMINI_TELEMETRY_TRACES_ENABLED`: `llm_call`, `tool_call`; its log events)",
+    # its own operation names, generic words: read on its scope's spans alone
+    scopes=("gemini-cli",),
+    kinds={"gen_ai.operation.name": {"llm_call": Role.LLM, "tool_call": Role.TOOL}},
+    # a tool call's request and its outcome as JSON objects of its own (the request's
+    # `args`: GEMINI_CLI_RECORDS)
+    tool_args=("gen_ai.input.messages",),
+    tool_result=("gen_ai.output.messages",),
+    notes="no span for an invocation: each model call (`llm_call`) a trace of its own, read as "
+          "loose calls of its agent (`gen_ai.agent.name` `gemini-cli`, its session "
+          "`gen_ai.conversation.id`), each batch of tools another (`schedule_tool_calls`, a "
+          "`tool_call` per tool below it), joined to that run by the call ids its model calls' "
+          "`functionCall` parts asked for; its spans' content only with "
+          "`GEMINI_TELEMETRY_TRACES_ENABLED`; no finish reason on any span, and each chunk of a "
+          "streamed answer a message of its own: the answer's text read chunk by chunk, a line "
+          "each (a known gap); its log events add nothing its spans lack",
+)
+
+# Gemini CLI's records of a tool call, read on every span (no entry with scopes may say how a
+# JSON value is read): its request `{"callId", "name", "args", ...}`, the arguments its `args`;
+# its outcome `{"status": "error", "response": {"responseParts": [{"functionResponse":
+# {"response": {"error": ...}}}], ...}}` a failed call, on a span that ended OK
+GEMINI_CLI_RECORDS = Convention(
+    name="Gemini CLI (its tool calls' records)",
+    emitted_by="Gemini CLI's own OpenTelemetry (its `tool_call` spans' content)",
+    tool_args_envelopes=((frozenset({"callId", "name", "args"}), "args"),),
+    tool_result_errors=(ErrorResult(
+        "gen_ai.output.messages", ((("status",), "error"),),
+        ("response", "responseParts", 0, "functionResponse", "response", "error")),),
+)
+
 CODEX = Convention(
     name="Codex CLI",
     emitted_by="the OpenAI Codex CLI's own traces (Rust; its `[otel]` `trace_exporter`: its "
@@ -942,5 +977,6 @@ CONVENTIONS: tuple[Convention, ...] = (
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
     SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG, CODEX, CODEX_NAMES,
-    AGENTOPS, LAMINAR, LANGTRACE, CLAUDE_CODE, QWEN_CODE,
+    AGENTOPS, LAMINAR, LANGTRACE, CLAUDE_CODE, QWEN_CODE, GEMINI_CLI,
+    GEMINI_CLI_RECORDS,
 )
