@@ -86,6 +86,7 @@ MAX_ASIDE_CHARS = 500  # of an aside's answer, kept to know the request that goe
 # ... and the least it must hold: a summary, not a word a person's next message may repeat
 MIN_ASIDE_CHARS = 40
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
+MAX_SIDE_SAID = 8  # the messages of a side request kept (digests) to know what it quoted
 SCOPE = ENDPOINT_SCOPE  # the records' instrumentation scope: another than any agent's span
 # Ids of the endpoint's runs and records: random, as the OpenTelemetry SDK's own
 # (``getrandbits``, seeded once from the OS), not ``secrets``: each ``os.urandom`` call lets go
@@ -182,6 +183,12 @@ class EndpointRun:
     # its last answer passed on a line no client reads (:attr:`Observation.unreadable`): the
     # agent may send its request again (:func:`_sent_again`)
     unread: bool = False
+    # a side request started it (a conversation's first request, no tools offered, in a
+    # session its client names: a title the agent asks its small model for): the digests of
+    # what that request said (:func:`_said_digest`, at most MAX_SIDE_SAID); the session's next
+    # conversation whose first message it quoted goes on in this run (:meth:`ModelBook.
+    # _side_of`). None once a request that offers tools is of it, or for any other run
+    side: frozenset[str] | None = None
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
@@ -204,6 +211,8 @@ class ModelBook:
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
         self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
+        # a session its client names -> the run a side request of it started last
+        self._sides: OrderedDict[str, str] = OrderedDict()
         # told the key of each run let go (its bound), or whose conversation was: a request of
         # it is then read as new
         self.let_go: Callable[[str], None] | None = None
@@ -376,7 +385,41 @@ class ModelBook:
             self._conversations.move_to_end(digest)
             self._going_on = answers_its_calls and not request.last_is_user
             return self._touch(state)
-        return self._next_run(digest, session, agent, request.messages)
+        if client_session is not None and key is None and not request.results:
+            side = self._side_of(client_session, request, digest)
+            if side is not None:
+                return side
+        state = self._next_run(digest, session, agent, request.messages)
+        if client_session is not None and key is None and not request.has_tools \
+                and not request.results:
+            # a side request (a title of the session's task): the run of the conversation
+            # whose first message it quotes, if that comes next (:meth:`_side_of`)
+            state.side = frozenset(_said_digest(text) for text in request.said[:MAX_SIDE_SAID])
+            self._sides[client_session] = state.key
+            self._sides.move_to_end(client_session)
+            while len(self._sides) > MAX_CONVERSATIONS:
+                self._sides.popitem(last=False)
+        return state
+
+    def _side_of(self, session: str, request: Request, digest: str) -> EndpointRun | None:
+        """The run a side request of ``session`` started (:attr:`EndpointRun.side`), when
+        ``request``, the first of a conversation that offers tools, is the one it was about:
+        that request quoted this one's first message (the task the agent asked its small model
+        to title, at the same time as its first request). The conversation goes on in that
+        run: the side request is a model call of it, not a run of its own (taken back if its
+        answer ended it)."""
+        key = self._sides.get(session)
+        state = self._runs.get(key) if key is not None else None
+        if state is None or state.side is None or not request.has_tools \
+                or _said_digest(request.anchor) not in state.side:
+            return None
+        del self._sides[session]
+        state.side, state.conversation = None, digest
+        state.first = state.messages = request.messages
+        self._conversations[digest] = state.key
+        self._conversations.move_to_end(digest)
+        self._going_on = True  # (its answer, the title, ended it: it goes on)
+        return self._touch(state)
 
     def _stop_of(self, key: str | None, answers: Sequence[str]) -> Stop | None:
         return self.stops(key, answers) if self.stops is not None and (key or answers) \
@@ -733,6 +776,11 @@ def _hashing() -> tuple[Callable[[Any], str], Callable[[str], int]]:
     from watchdog.core.spans.conventions import canonical_arguments, stable_hash
 
     return canonical_arguments, stable_hash
+
+
+def _said_digest(text: str) -> str:
+    """What a message said, spacing aside (a side request quotes the task as it was sent)."""
+    return hashlib.sha256(" ".join(text.split()).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _digest(api: str, agent: str | None, anchor: str) -> str:
