@@ -24,18 +24,22 @@ the same time as its first request. Behind the sidecar is the scripted upstream
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
+from tests.frameworks.harness import DRIVER_TIMEOUT, RECORDINGS, clean_environ, otlp_recorder
 from tests.frameworks.steering import CYCLE_LOOP
 from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
+    ANSWER,
     BUDGET,
     GRACE_LEFT,
     KEY,
@@ -93,19 +97,33 @@ def installed_config_dir(home: Path) -> None:
     assert (OPENCODE_DIR / "node_modules" / "@opencode-ai" / "plugin").is_dir()
 
 
+def telemetry() -> dict[str, Any]:
+    """Its ``opencode.json`` setting that adds the AI SDK's spans (each model call and tool
+    call) to its own (its runtime's: every function it traces), which it exports whenever
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (OTLP/HTTP, JSON: traces and log records)."""
+    return {"experimental": {"openTelemetry": True}}
+
+
 def run_opencode(base_url: str, model: str, small: str, tmp: Path,
-                 extra: dict[str, Any] | None = None) -> tuple[list[str], str]:
+                 extra: dict[str, Any] | None = None, otel: str | None = None
+                 ) -> tuple[list[str], str]:
     """``opencode run`` once in ``tmp`` against the OpenAI-compatible ``base_url``: the terms
     its shell commands appended to ``ran.txt``, and the answer it printed. ``extra``: more of
-    its ``opencode.json``."""
+    its ``opencode.json``; ``otel``: its own OpenTelemetry on (:func:`telemetry`), exported
+    there."""
     work, home = tmp / "work", tmp / "home"
     work.mkdir(exist_ok=True)
     installed_config_dir(home)
-    (work / "opencode.json").write_text(json.dumps({**config(base_url, model, small),
-                                                    **(extra or {})}))
     # (its directory is $PWD's, not the process's: the test's, not pytest's)
     env = {**clean_environ("OPENCODE_"), "HOME": str(home), "PWD": str(work),
            "OPENCODE_TEST_KEY": KEY, **QUIET}
+    if otel is not None:
+        extra = {**(extra or {}), **telemetry()}
+        # (its batch span processor's; at its default, 5 s, the spans of a run's last seconds
+        # are never exported: opencode run exits without a flush)
+        env.update(OTEL_EXPORTER_OTLP_ENDPOINT=otel, OTEL_BSP_SCHEDULE_DELAY="200")
+    (work / "opencode.json").write_text(json.dumps({**config(base_url, model, small),
+                                                    **(extra or {})}))
     for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"):
         env.pop(name, None)
     result = subprocess.run([str(opencode()), "run", "Find the file."], env=env,
@@ -133,13 +151,15 @@ class Invocation:
 
 
 def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Path,
-           extra: dict[str, Any] | None = None) -> Invocation:
-    """``opencode run`` once through ``sidecar``'s model endpoint, its model ``script``, its
-    small model answering :data:`TITLE`."""
+           base_url: str | None = None, otel: str | None = None) -> Invocation:
+    """``opencode run`` once through ``sidecar``'s model endpoint (or ``base_url``), its model
+    ``script``, its small model answering :data:`TITLE`; ``otel``: its own OpenTelemetry
+    exported there."""
     model = llm.script(f"opencode-{tmp.name}", script)
     small = llm.script(f"opencode-small-{tmp.name}", fakellm.steps(fakellm.answer(TITLE)))
     before = run_ids(sidecar)
-    ran, printed = run_opencode(sidecar.url("model") + "/v1", model, small, tmp, extra)
+    ran, printed = run_opencode(base_url or sidecar.url("model") + "/v1", model, small, tmp,
+                                otel=otel)
     requests = llm.requests(model)
     run = the_new_run(sidecar, before)
     return Invocation(ran, printed, requests, llm.requests(small), run, len(llm.requests(model)))
@@ -242,3 +262,42 @@ def test_a_stopped_opencode_prints_the_stop_and_the_upstream_gets_nothing_more(
     assert len(it.requests) == it.after == 2
     check_title(it)
     assert (it.run["tool_calls"], it.run["terminal_state"]) == (2, "loop_detected"), it.run
+
+
+@contextlib.contextmanager
+def recording(sidecar: RunningServer, scenario: str) -> Iterator[str]:
+    """Where opencode exports its OpenTelemetry (OTLP/HTTP, JSON): the sidecar's receiver;
+    with ``RECORD_SPANS`` set, a relay in front of it that writes each export request as
+    opencode sent it to ``recordings/opencode/SCENARIO.jsonl`` (its traces) and
+    ``SCENARIO.logs.ndjson`` (its log records, which are no GenAI events)."""
+    if not os.environ.get("RECORD_SPANS"):
+        yield sidecar.otlp_http
+        return
+    target = RECORDINGS / "opencode"
+    with otlp_recorder(sidecar, {"/v1/traces": target / f"{scenario}.jsonl",
+                                 "/v1/logs": target / f"{scenario}.logs.ndjson"}) as url:
+        yield url
+
+
+def test_opencode_traced_and_steered_is_one_run(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """opencode traced by its own OpenTelemetry and steered through the endpoint at once: it is
+    steered as before, and it is one run, counted once. Its requests carry no
+    ``traceparent``, but each model call's span (``ai.streamText.doStream``) carries the id of
+    the response the endpoint relayed: the endpoint's run takes its trace, whose model calls
+    pair with the endpoint's by that id and whose tool calls (``ai.toolCall``) with the ones
+    the endpoint handed over by their call id (``ai.toolCall.id``) — 5 model calls (the
+    title's among them) and 3 tools, not 10 and 6."""
+    it = invoke(budgeted, llm, searching(), tmp_path, otel=budgeted.otlp_http)
+    assert (it.ran, it.printed) == (["term 0", "term 1", "term 2"], REPORT)
+    assert [LEFT.findall(instructions(body)) for body in it.requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert [fakellm.offers_tools(body) for body in it.requests] == [True] * BUDGET + [False]
+    check_title(it)
+    run = it.run
+    # (named after its calls' functionId, the AI SDK's agent name: its spans came first)
+    assert (run["agent"], run["iterations"], run["tool_calls"], run["signals"]["tools"]) == (
+        "session.llm", BUDGET + 2, BUDGET, {TOOL: BUDGET}), run
+    assert (run["terminal_state"], run["has_final_answer"], run["final_output"]) == (
+        "tool_limit_reached", True, REPORT), run
+    assert run["session"].startswith("ses_"), run  # its session id (its spans', its header)
