@@ -18,25 +18,28 @@ tool is ``bash`` (really run in the temp dir: each appends its term to ``ran.txt
 run`` prints the run's last answer on stdout. Every request names its session
 (``x-session-id``). Beside the agent's own requests it asks its small model for a title for
 the session (a conversation of its own: a system prompt of its own, the task, no tools), at
-the same time as its first request. Behind the sidecar is the scripted upstream
-(:mod:`tests.frameworks.fakellm`), whose recorded request bodies are what the model read.
+the same time as its first request: a model call of the run, not a run of its own. Behind the
+sidecar is the scripted upstream (:mod:`tests.frameworks.fakellm`), whose recorded request bodies
+are what the model read.
+
+Steered: a budget counts down and ends in the report; a tool cycle is wound down, then its final
+request; a rule's abort is answered by the endpoint. Watched and steered at once: one run, its
+spans paired with the endpoint's calls by response id and tool-call id. Watched alone:
+``test_opencode_otel.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, RECORDINGS, clean_environ, otlp_recorder
+from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
 from tests.frameworks.steering import CYCLE_LOOP
 from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
     ANSWER,
@@ -262,21 +265,6 @@ def test_a_stopped_opencode_prints_the_stop_and_the_upstream_gets_nothing_more(
     assert len(it.requests) == it.after == 2
     check_title(it)
     assert (it.run["tool_calls"], it.run["terminal_state"]) == (2, "loop_detected"), it.run
-
-
-@contextlib.contextmanager
-def recording(sidecar: RunningServer, scenario: str) -> Iterator[str]:
-    """Where opencode exports its OpenTelemetry (OTLP/HTTP, JSON): the sidecar's receiver;
-    with ``RECORD_SPANS`` set, a relay in front of it that writes each export request as
-    opencode sent it to ``recordings/opencode/SCENARIO.jsonl`` (its traces) and
-    ``SCENARIO.logs.ndjson`` (its log records, which are no GenAI events)."""
-    if not os.environ.get("RECORD_SPANS"):
-        yield sidecar.otlp_http
-        return
-    target = RECORDINGS / "opencode"
-    with otlp_recorder(sidecar, {"/v1/traces": target / f"{scenario}.jsonl",
-                                 "/v1/logs": target / f"{scenario}.logs.ndjson"}) as url:
-        yield url
 
 
 def test_opencode_traced_and_steered_is_one_run(
