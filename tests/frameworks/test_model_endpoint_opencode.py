@@ -76,12 +76,12 @@ def opencode() -> Path:
 
 def config(base_url: str, model: str, small: str) -> dict[str, Any]:
     """Its ``opencode.json``: a provider ``watchdog`` (OpenAI-compatible, at ``base_url``, its
-    key from ``OPENCODE_TEST_KEY``), ``model`` its model and ``small`` its small model (titles),
+    key from ``OPENAI_API_KEY``), ``model`` its model and ``small`` its small model (titles),
     every tool allowed unasked, no share, no autoupdate."""
     return {"$schema": "https://opencode.ai/config.json",
             "provider": {"watchdog": {
                 "npm": "@ai-sdk/openai-compatible", "name": "watchdog",
-                "options": {"baseURL": base_url, "apiKey": "{env:OPENCODE_TEST_KEY}"},
+                "options": {"baseURL": base_url, "apiKey": "{env:OPENAI_API_KEY}"},
                 "models": {model: {"name": model, "tool_call": True},
                            small: {"name": small}}}},
             "model": f"watchdog/{model}", "small_model": f"watchdog/{small}",
@@ -119,7 +119,7 @@ def run_opencode(base_url: str, model: str, small: str, tmp: Path,
     installed_config_dir(home)
     # (its directory is $PWD's, not the process's: the test's, not pytest's)
     env = {**clean_environ("OPENCODE_"), "HOME": str(home), "PWD": str(work),
-           "OPENCODE_TEST_KEY": KEY, **QUIET}
+           "OPENAI_API_KEY": KEY, **QUIET}
     if otel is not None:
         extra = {**(extra or {}), **telemetry()}
         # (its batch span processor's; at its default, 5 s, the spans of a run's last seconds
