@@ -1056,3 +1056,53 @@ def test_a_late_response_of_an_evicted_run_goes_where_the_runs_own_late_span_goe
     maker.span("chat m", chat_attrs(finish="stop", **ids), start=T0 + 7, end=T0 + 7.1)
     own = again.apply(records_of(maker.take()), T0 + 8)
     assert [run.key for run in pinned.started] == [run.key for run in own.started] == ["run-r"]
+
+
+def _side_and_first(task: str, quoted: str, session: str | None, tools: bool = True
+                    ) -> tuple[Any, Any, Any]:
+    """A side request (its own system prompt, a user message of its own and ``quoted``, no
+    tools) answered, then the first request of a conversation whose task is ``task``."""
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session=session)
+    side = wire.read_request({"model": "small", "messages": [
+        {"role": "system", "content": "You are a title generator."},
+        {"role": "user", "content": "Generate a title for this conversation:\n"},
+        {"role": "user", "content": quoted}]})
+    titled = book.identify("chat", side, caller, "a", lambda _key: False)
+    seen = wire.read_response(json.loads(json.dumps(completion(
+        "small", "chatcmpl-1", Step(text="Finding the file"), {}))))
+    book.call_record(titled, side, seen, seen.calls, 1, 2)
+    book.settle(titled)
+    first = wire.read_request({"model": "m", **({"tools": [
+        {"type": "function", "function": {"name": "bash", "parameters": {}}}]} if tools else {}),
+        "messages": [{"role": "system", "content": "You are an agent."},
+                     {"role": "user", "content": task}]})
+    return book, titled, book.identify("chat", first, caller, "a", lambda _key: True)
+
+
+def test_a_side_request_is_a_model_call_of_the_run_it_is_about() -> None:
+    """A conversation's first request that offers no tools, in a session its client names,
+    quoting the first message of the session's next conversation (opencode's title of its
+    session): that conversation, when its first request offers tools, goes on in the side
+    request's run (taken back: its answer, the title, ended it), not a run of its own."""
+    book, titled, run = _side_and_first("Find the file.", " Find  the\nfile. ", "ses_1")
+    assert run is titled and run.going_on and run.side is None
+    assert run.first == run.messages == 2  # (the conversation's own length from now on)
+    # its next request, its tools' results, goes on in it as any conversation's does
+    assert book.identify("chat", ChatWire().read_request({"model": "m", "tools": [
+        {"type": "function", "function": {"name": "bash", "parameters": {}}}], "messages": [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Find the file."},
+        {"role": "user", "content": "And the other one."}]}),
+        Caller(session="ses_1"), "a", lambda _key: False) is titled
+
+
+@pytest.mark.parametrize(("task", "session", "tools"), [
+    ("Find another file.", "ses_1", True),  # it quoted another task
+    ("Find the file.", None, True),  # no session named: nothing says they are one invocation
+    ("Find the file.", "ses_1", False)],  # a plain question (a chat, no tools): its own run
+    ids=["another-task", "no-session", "no-tools"])
+def test_a_side_request_is_a_run_of_its_own_otherwise(task: str, session: str | None,
+                                                      tools: bool) -> None:
+    _book, titled, run = _side_and_first(task, "Find the file.", session, tools)
+    assert run is not titled and not run.going_on
