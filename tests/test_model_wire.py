@@ -1106,3 +1106,37 @@ def test_a_side_request_is_a_run_of_its_own_otherwise(task: str, session: str | 
                                                       tools: bool) -> None:
     _book, titled, run = _side_and_first(task, "Find the file.", session, tools)
     assert run is not titled and not run.going_on
+
+
+def test_a_side_request_sent_after_its_runs_first_request_is_a_model_call_of_it() -> None:
+    """The title sent once the conversation's first request (tools offered) has started its
+    run, which is still going: a model call of that run, neither its answer nor an answer to
+    its tool calls; a title of another task, or after the run has ended, is a run of its own."""
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session="ses_1")
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+    first = wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Find the file."}]})
+    run = book.identify("chat", first, caller, "a", lambda _key: False)
+    seen = wire.read_response(json.loads(json.dumps(completion(
+        "m", "chatcmpl-1", Step(tool_calls=(ToolCall("bash", {"command": "ls"}),)), {}))))
+    book.call_record(run, first, seen, seen.calls, 1, 2)
+
+    def title(task: str) -> Any:
+        return wire.read_request({"model": "small", "messages": [
+            {"role": "system", "content": "You are a title generator."},
+            {"role": "user", "content": "Generate a title for this conversation:\n"},
+            {"role": "user", "content": task}]})
+
+    side = title("Find the file.")
+    assert book.identify("chat", side, caller, "a", lambda _key: False) is run
+    assert book.tool_records(run, side, 3) == []  # (its call is still pending)
+    answer = wire.read_response(json.loads(json.dumps(completion(
+        "small", "chatcmpl-2", Step(text="Finding the file"), {}))))
+    record = book.call_record(run, side, answer, answer.calls, 3, 4)
+    assert not record.final_answer and run.handed == 1 and len(run.pending) == 1
+    assert book.identify("chat", title("Find another file."), caller, "a",
+                         lambda _key: False) is not run
+    assert book.identify("chat", title("Find the file."), caller, "a",
+                         lambda _key: True) is not run  # (its run has ended)

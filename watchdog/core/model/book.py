@@ -189,6 +189,10 @@ class EndpointRun:
     # conversation whose first message it quoted goes on in this run (:meth:`ModelBook.
     # _side_of`). None once a request that offers tools is of it, or for any other run
     side: frozenset[str] | None = None
+    # a run of a session its client names whose conversation's first request offered tools:
+    # the digest of that first message (:func:`_said_digest`), which a side request sent after
+    # it quotes (:func:`is_side`)
+    task: str | None = None
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
@@ -213,6 +217,8 @@ class ModelBook:
         self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
         # a session its client names -> the run a side request of it started last
         self._sides: OrderedDict[str, str] = OrderedDict()
+        # ... -> its latest run whose first request offered tools (EndpointRun.task)
+        self._tasks: OrderedDict[str, str] = OrderedDict()
         # told the key of each run let go (its bound), or whose conversation was: a request of
         # it is then read as new
         self.let_go: Callable[[str], None] | None = None
@@ -386,36 +392,52 @@ class ModelBook:
             self._going_on = answers_its_calls and not request.last_is_user
             return self._touch(state)
         if client_session is not None and key is None and not request.results:
-            side = self._side_of(client_session, request, digest)
+            side = self._side_of(client_session, request, digest, ended)
             if side is not None:
                 return side
         state = self._next_run(digest, session, agent, request.messages)
-        if client_session is not None and key is None and not request.has_tools \
-                and not request.results:
-            # a side request (a title of the session's task): the run of the conversation
-            # whose first message it quotes, if that comes next (:meth:`_side_of`)
-            state.side = frozenset(_said_digest(text) for text in request.said[:MAX_SIDE_SAID])
-            self._sides[client_session] = state.key
-            self._sides.move_to_end(client_session)
-            while len(self._sides) > MAX_CONVERSATIONS:
-                self._sides.popitem(last=False)
+        if client_session is not None and key is None and not request.results:
+            if request.has_tools:
+                self._tasked(client_session, state, request)
+            else:
+                # a side request (a title of the session's task): the run of the conversation
+                # whose first message it quotes, if that comes next (:meth:`_side_of`)
+                state.side = frozenset(_said_digest(text)
+                                       for text in request.said[:MAX_SIDE_SAID])
+                _remember(self._sides, client_session, state.key)
         return state
 
-    def _side_of(self, session: str, request: Request, digest: str) -> EndpointRun | None:
-        """The run a side request of ``session`` started (:attr:`EndpointRun.side`), when
-        ``request``, the first of a conversation that offers tools, is the one it was about:
-        that request quoted this one's first message (the task the agent asked its small model
-        to title, at the same time as its first request). The conversation goes on in that
-        run: the side request is a model call of it, not a run of its own (taken back if its
-        answer ended it)."""
+    def _tasked(self, session: str, state: EndpointRun, request: Request) -> None:
+        """``state``'s conversation, of ``session``, began with ``request``, which offers
+        tools: a side request that quotes its first message is of it (:func:`is_side`)."""
+        state.task = _said_digest(request.anchor)
+        _remember(self._tasks, session, state.key)
+
+    def _side_of(self, session: str, request: Request, digest: str,
+                 ended: Callable[[str], bool]) -> EndpointRun | None:
+        """The run of ``session`` that ``request``, a conversation's first, goes to as a side
+        request's, or None. A request that offers no tools and quotes the first message of the
+        session's latest run whose first request offered tools, still going: a model call of
+        that run (the title the agent asks its small model for, sent after its first request).
+        A request that offers tools whose first message a side request of the session quoted
+        before it (sent at the same time as it): its conversation goes on in the run that side
+        request started (taken back if the side request's answer ended it)."""
+        if not request.has_tools:
+            key = self._tasks.get(session)
+            state = self._runs.get(key) if key is not None else None
+            if state is None or state.task is None or ended(state.key) or state.task not in {
+                    _said_digest(text) for text in request.said[:MAX_SIDE_SAID]}:
+                return None
+            return self._touch(state)
         key = self._sides.get(session)
         state = self._runs.get(key) if key is not None else None
-        if state is None or state.side is None or not request.has_tools \
+        if state is None or state.side is None \
                 or _said_digest(request.anchor) not in state.side:
             return None
         del self._sides[session]
         state.side, state.conversation = None, digest
         state.first = state.messages = request.messages
+        self._tasked(session, state, request)
         self._conversations[digest] = state.key
         self._conversations.move_to_end(digest)
         self._going_on = True  # (its answer, the title, ended it: it goes on)
@@ -479,6 +501,8 @@ class ModelBook:
         the result this request carries for it, if any; each once (a retried request, or a
         result that comes later, finds its call counted). None when the agent traces them
         itself."""
+        if is_side(state, request):  # (it answers none of the run's calls)
+            return []
         records: list[SpanRecord] = []
         answered: list[tuple[ToolCall, ToolResult | None]] = []
         for result in request.results:
@@ -613,7 +637,7 @@ class ModelBook:
             record.final_answer = True
             record.final_output = brief(answer, MAX_BRIEF_CHARS)
         elif not handed and seen.text.strip() and seen.finish_reason not in (
-                "length", "max_tokens", "content_filter"):
+                "length", "max_tokens", "content_filter") and not is_side(state, request):
             record.final_answer = True
             record.final_output = brief(seen.text, MAX_BRIEF_CHARS)
             words = " ".join(seen.text.split())
@@ -776,6 +800,21 @@ def _hashing() -> tuple[Callable[[Any], str], Callable[[str], int]]:
     from watchdog.core.spans.conventions import canonical_arguments, stable_hash
 
     return canonical_arguments, stable_hash
+
+
+def is_side(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request`` is a side request of ``state``'s run: it offers no tools and begins
+    with another message than the run's conversation (:attr:`EndpointRun.task`; it quoted
+    that). It answers none of the run's tool calls, and its answer is not the run's."""
+    return state.task is not None and not request.has_tools and not request.results \
+        and _said_digest(request.anchor) != state.task
+
+
+def _remember(index: OrderedDict[str, str], session: str, key: str) -> None:
+    index[session] = key
+    index.move_to_end(session)
+    while len(index) > MAX_CONVERSATIONS:
+        index.popitem(last=False)
 
 
 def _said_digest(text: str) -> str:
