@@ -25,7 +25,12 @@ apart for their whole conversation; a continuation without tool results (a new u
 goes to the conversation's latest run. A conversation the book does not know (lost in a
 restart, or let go) whose request goes on with it (tool results, or no new user message) joins
 its session's active run, when the sidecar has one (it restored it); the tool calls handed over
-before are not known, so their results count no tool call.
+before are not known, so their results count no tool call. In a session its client names, a
+conversation's first request that offers no tools and quotes the first message of another
+conversation of the session (a side request: the title an agent asks its small model for) is a
+model call of that conversation's run, not its answer: of the run while it goes, when it comes
+after its first request; when it comes first, the run it starts is the one that conversation's
+first request goes on in.
 
 Each response becomes one model-call record (tokens, finish reason, the tool calls asked, the
 response id); each tool call the endpoint handed over becomes one tool-call record (name,
