@@ -1140,3 +1140,26 @@ def test_a_side_request_sent_after_its_runs_first_request_is_a_model_call_of_it(
                          lambda _key: False) is not run
     assert book.identify("chat", title("Find the file."), caller, "a",
                          lambda _key: True) is not run  # (its run has ended)
+
+
+def test_each_invocation_of_a_side_requesting_agent_is_one_run() -> None:
+    """The side request's prompt is the same every time, and so may the task be: a second
+    invocation (another session) is one run of its own all the same, its title in it."""
+    wire, book = ChatWire(), ModelBook()
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+    runs = []
+    for session in ("ses_1", "ses_2"):
+        caller = Caller(session=session)
+        side = wire.read_request({"model": "small", "messages": [
+            {"role": "system", "content": "You are a title generator."},
+            {"role": "user", "content": "Generate a title for this conversation:\n"},
+            {"role": "user", "content": "Find the file."}]})
+        titled = book.identify("chat", side, caller, "a", lambda _key: True)
+        book.settle(titled)
+        first = wire.read_request({"model": "m", "tools": tools, "messages": [
+            {"role": "system", "content": "You are an agent."},
+            {"role": "user", "content": "Find the file."}]})
+        run = book.identify("chat", first, caller, "a", lambda _key: True)
+        assert run is titled, session
+        runs.append(run)
+    assert runs[0] is not runs[1]

@@ -396,12 +396,15 @@ class ModelBook:
             self._conversations.move_to_end(digest)
             self._going_on = answers_its_calls and not request.last_is_user
             return self._touch(state)
-        if client_session is not None and key is None and not request.results:
+        # (a conversation's first request: no answer of the model in it yet; a side request's
+        # prompt is the same one every time, a conversation the book may know already)
+        first = not request.results and request.last_answer is None
+        if client_session is not None and first:
             side = self._side_of(client_session, request, digest, ended)
             if side is not None:
                 return side
         state = self._next_run(digest, session, agent, request.messages)
-        if client_session is not None and key is None and not request.results:
+        if client_session is not None and first:
             if request.has_tools:
                 self._tasked(client_session, state, request)
             else:
