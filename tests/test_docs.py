@@ -133,7 +133,7 @@ MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
-         "codex-config", "opencode-config"}
+         "codex-config", "promql", "opencode-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -750,6 +750,15 @@ def check_opencode_config(block: Block, stack: Stack, state: DocState) -> None:
                                             "gpt-4.1-mini"), block.where
 
 
+def check_promql(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.test_prometheus import ENDED_BY_STATE
+
+    # (the query a real Prometheus answers in test_prometheus, as the page shows it)
+    assert block.flags == {"ended-by-state"}, \
+        f"{block.where}: promql blocks: `promql ended-by-state`"
+    assert " ".join(block.text.split()) == ENDED_BY_STATE, block.where
+
+
 def check_startup_error(block: Block, stack: Stack, state: DocState) -> None:
     documented = block.options.get("port", "")
     assert documented.isdigit() and f":{documented}" in block.text, block.where
@@ -803,7 +812,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "otel-collector": check_otel_collector, "json": check_json,
     "startup-error": check_startup_error, "tree": check_tree,
     "qwen-settings": check_qwen_settings,
-    "codex-config": check_codex_config,
+    "codex-config": check_codex_config, "promql": check_promql,
     "opencode-config": check_opencode_config,
 }
 assert set(CHECKS) == KINDS

@@ -221,12 +221,7 @@ RESTART_CUTS = 10  # restart points tried per recording, span by span
 # is placed in that observation's run by the records the tracker retains of the trace; restarted
 # after a crash before the observation's span comes, the observation is a run of its own (named
 # after the service) and the agent's run its child. Take a recording out when it reads right.
-# The Codex CLI's turn trace has a second root (`turn/start`, the request that started the turn,
-# ended before its work) that ends the run; restarted after a crash after it (the tracker's
-# memory of the ended trace lost), the turn's later spans make the run active again, and it is
-# abandoned, not `no_response` (frameworks.md names the gap).
-CRASH_MISREAD = {("codex", "two_tools"): [257, 321], ("codex", "loop"): [262],
-                 ("pydantic_ai_langfuse", "limit"): [7],
+CRASH_MISREAD = {("pydantic_ai_langfuse", "limit"): [7],
                  ("pydantic_ai_langfuse", "three_tools"): [8],
                  ("pydantic_ai_langfuse", "tool_error"): [3]}
 
@@ -509,3 +504,49 @@ def test_a_loop_end_tool_that_comes_after_the_loops_cap_was_taken_says_it_was_no
               if runs_read([request_of(part) for part in (
                   spans[second:], spans[:first], spans[first:second])]) != exported]
     assert not differ, f"cut after these spans: {differ}"
+
+
+@pytest.mark.parametrize("scenario", ["loop", "two_tools"])
+def test_a_codex_turn_is_one_run_until_its_turn_ends(scenario: str) -> None:
+    """The Codex CLI's turn trace has a second root, ``turn/start`` (the request that started
+    the turn, ended before its work: ``second_roots``). Sent as each span ends (an exporter
+    that exports while the turn runs), the run is active from its first span to the end of its
+    turn (``run_turn``), which ends it, once; it reads as the recording exported whole."""
+    spans = sorted(scoped_spans("codex", scenario), key=lambda scoped: scoped[2].end_time_unix_nano)
+    tracker = RunTracker()
+    ends: list[str] = []
+    for now, scoped in enumerate(spans, start=1):
+        result = tracker.apply(records_from(request_of([scoped])).records, float(now))
+        ends += [scoped[2].name for run in result.ended]
+    assert ends == ["run_turn"]
+    assert runs_of(ended_after(tracker)) == read_as_exported("codex", scenario)
+
+
+def test_both_normalisers_read_a_second_root_and_the_span_that_ends_its_run() -> None:
+    """``second_roots`` is read by the compiled normalise as by ``normalise``: spans it is sure
+    of (a model call of a named agent at the root, its kind an attribute's; a Codex tool call's
+    dispatch span) named as the second root, at the root, is one; named as the span that ends
+    the run, it ends the run."""
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+    from tests.test_native import normalised_both_ways
+
+    resource, scope, dispatch = next(
+        scoped for scoped in scoped_spans("codex", "loop")
+        if any(kv.key == "codex.tool.phase" for kv in scoped[2].attributes))
+    root, end = type(dispatch)(), type(dispatch)()
+    root.CopyFrom(dispatch)
+    end.CopyFrom(dispatch)
+    root.name, root.parent_span_id, root.span_id = "turn/start", b"", b"\x01" * 8
+    del root.attributes[:]
+    root.attributes.extend(KeyValue(key=key, value=AnyValue(string_value=value)) for key, value in (
+        ("gen_ai.operation.name", "chat"), ("gen_ai.agent.name", "a")))
+    end.name, end.span_id = "run_turn", b"\x02" * 8
+    read = list(normalised_both_ways(request_of(
+        [(resource, scope, root), (resource, scope, end)]).SerializeToString()))
+    assert all(both is not None and both[0] == both[1] for both in read), read
+    second, ends = (records_from(request_of([(resource, scope, span)])).records[0]
+                    for span in (root, end))
+    assert (second.second_root, second.ends_its_run) == (True, False)
+    assert (ends.second_root, ends.ends_its_run, ends.ends_run) == (False, True, True)
+    assert ", second_root=True" in read[0][0] and ", ends_its_run=True" in read[1][0]

@@ -556,14 +556,44 @@ def test_budget_problems(tmp_path: Path) -> None:
           - max_tool_calls: 2.5
           - agents: ["[x"]
             max_tokens: 100
+          - agents: ["a"]
+            actions: code
+          - agents: ["a"]
+            max_tool_calls: 2
+            stop_answer: "done"
+          - agents: ["a"]
+            actions: text
+            stop_answer: ""
     """)
     assert problems(path) == [
         f"{path}:5: budgets: an entry sets no limit (use one of max_tool_calls, max_iterations, "
-        f"max_seconds, max_tokens, max_cost_usd)",
+        f"max_seconds, max_tokens, max_cost_usd, or actions: text)",
         f"{path}:6: budgets: max_seconds: must be more than 0",
         f"{path}:7: budgets: max_tool_calls: expected an integer >= 1, got 2.5",
         f"{path}:8: budgets: agents: bad glob '[x': unclosed '['",
+        f"{path}:11: budgets: actions: 'code' is not tools or text",
+        f"{path}:14: budgets: stop_answer: only for agents that act in text (actions: text)",
+        f"{path}:17: budgets: stop_answer: expected a non-empty string, got ''",
     ]
+
+
+def test_an_entry_may_say_its_agents_act_in_text(tmp_path: Path) -> None:
+    """``actions: text`` needs no limit; its ``stop_answer`` is kept as written; the first
+    matching entry says how an agent acts, as it says its budget."""
+    ruleset = load_text(HEADER + """\
+budgets:
+  - agents: ["mini*"]
+    actions: text
+    stop_answer: "${note}\\n```sh\\nsubmit\\n```"
+  - agents: ["*"]
+    max_tool_calls: 5
+    actions: tools
+""")
+    entry = ruleset.acts_in_text("mini-swe-agent")
+    assert entry is not None and entry.stop_answer == "${note}\n```sh\nsubmit\n```"
+    assert ruleset.budget_for("mini-swe-agent") == {}
+    assert ruleset.acts_in_text("other") is None and ruleset.budget_for("other") == {
+        "max_tool_calls": 5.0}
 
 
 @pytest.mark.parametrize(("glob", "problem"), [

@@ -137,6 +137,8 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "haystack": (*_OTEL, *_OPENAI),
     "hermes": (*_OTEL, *_OPENAI, "run_agent", "tools.registry"),
     "langchain": (*_LANGCHAIN, "opentelemetry.instrumentation.langchain"),
+    # (minisweagent reads its settings from the environment at import: the driver imports it)
+    "mini_swe_agent": (*_LITELLM, *_OPENAI),
     "langchain_openlit": (*_LANGCHAIN, "openlit"),
     "langfuse": (*_LANGCHAIN, "langfuse", "langfuse.langchain"),
     "litellm_logfire": (*_OTEL, *_LITELLM, *_OPENAI),

@@ -36,6 +36,9 @@ class Step:
     activity: list[ActivityEntry] = field(default_factory=list)  # to persist
     decisions: list[Decided] = field(default_factory=list)  # to become directives
     finished: list[RunView] = field(default_factory=list)  # ended or evicted
+    # runs that ended before this step and were classified again in it (late spans brought
+    # their answer, or the budget they spent): each with the state its end was handed out in
+    reclassified: list[tuple[RunView, str]] = field(default_factory=list)
     evicted: list[RunView] = field(default_factory=list)  # ... of those, evicted (the bound)
     gone: dict[str, str] = field(default_factory=dict)  # runs folded into another (not to keep)
     # runs taken as abandoned, or completed at an answer, whose agent acted again: active

@@ -637,6 +637,7 @@ class Core(CoreReads):
         for run in runs:
             if (budget := defaults(run)) is not None:  # (the tracker knows no rule pack)
                 run.ended_at_budget(budget)
+            run.counted_state = run.terminal_state
             self._forget(run.key)
 
     def _seal(self, step: Step, now: float) -> None:
@@ -659,6 +660,14 @@ class Core(CoreReads):
             views[key] = taken
             return taken
 
+        for run in step.dirty.values():
+            # an ended run whose state moved since its end was handed out (late spans: its
+            # answer, a limit, the budget it spent): the move is handed out, once
+            counted = run.counted_state
+            if counted is not None and run.ended and counted is not run.terminal_state:
+                run.counted_state = run.terminal_state
+                if (taken := view(run)) is not None:
+                    step.reclassified.append((taken, counted.value))
         if step._view_touched:
             step.touched = {key: taken for key, run in step.dirty.items()
                             if (taken := view(run)) is not None}

@@ -29,6 +29,7 @@ Theory of operation
 from __future__ import annotations
 
 import bisect
+import re
 import threading
 import time
 from collections import Counter as Tally
@@ -97,11 +98,23 @@ RULE_EVAL_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
+# A control character (C0, DEL, C1), a line or paragraph separator or a bidirectional control
+# in a label value is written as its escape: names come from the agents' spans, and a scrape
+# read in a terminal (curl /metrics) would act on them (ESC clears the screen, CR draws over).
+_ESCAPED = {code: f"\\x{code:02x}" for code in (*range(32), *range(127, 160))} | {
+    code: f"\\u{code:04x}" for code in (0x061C, 0x200E, 0x200F, 0x2028, 0x2029,
+                                          *range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
 def clip(value: str | None) -> str:
     """A label value: never empty, at most ``MAX_LABEL_CHARS`` characters, UTF-8 (a lone
-    surrogate, which no scrape could encode, becomes ``?``)."""
+    surrogate, which no scrape could encode, becomes ``?``), no control character
+    (:data:`_ESCAPED`)."""
     if not value:
         return UNKNOWN
+    if _CONTROL.search(value) is not None:
+        value = value.translate(_ESCAPED)
     value = value if len(value) <= MAX_LABEL_CHARS else value[:MAX_LABEL_CHARS]
     try:
         value.encode("utf-8")
@@ -244,6 +257,10 @@ class Metrics:
         self.runs_finished_total = counter(
             "runs_finished_total", "Runs that reached a terminal state.",
             ["agent", "terminal_state"])
+        self.runs_reclassified_total = counter(
+            "runs_reclassified_total", "Runs counted in runs_finished_total under "
+            "terminal_state, classified again after (late spans): counted again under their "
+            "new state.", ["agent", "terminal_state"])
         self.runs_evicted_total = counter(
             "runs_evicted_total", "Active runs dropped (as abandoned) to stay within max_runs.",
             ["agent"])
@@ -420,6 +437,18 @@ class Metrics:
             child(self.run_iterations, agent).observe(run.iterations, exemplar)
             child(self.run_tool_calls, agent).observe(run.tool_calls, exemplar)
             child(self.run_duration_seconds, agent).observe(run.elapsed_seconds, exemplar)
+
+    def runs_reclassified(self, moves: Iterable[tuple[RunView, str]]) -> None:
+        """Runs whose state moved after their end was counted: counted again in the new state,
+        and as having left the one they were counted in, so ``runs_finished_total -
+        runs_reclassified_total`` is, by state, what ``/v1/runs`` says (histograms: once)."""
+        child = self._child
+        for run, was in moves:
+            agent = self.agent(run.agent)
+            state = run.terminal_state.value if run.terminal_state is not None else UNKNOWN
+            exemplar = _exemplar(run.trace_id)
+            child(self.runs_finished_total, agent, state).inc(1, exemplar)
+            child(self.runs_reclassified_total, agent, clip(was)).inc(1, exemplar)
 
     # -- receivers ----------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from watchdog.core.fleet import Fleet
 from watchdog.core.handout import Step
 from watchdog.core.rules.decision import Action, Decided, withdraws
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
+from watchdog.core.rules.model import Budget
 from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
@@ -74,6 +75,7 @@ class Observer(Protocol):
     def spans_rejected(self, reason: str, count: int) -> None: ...
     def batch_applied(self, result: BatchResult, evicted: Sequence[RunView]) -> None: ...
     def runs_finished(self, runs: Iterable[RunView]) -> None: ...
+    def runs_reclassified(self, moves: Iterable[tuple[RunView, str]]) -> None: ...
     def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None: ...
     def rule_error(self, rule: str) -> None: ...
     def rule_eval(self, seconds: float) -> None: ...
@@ -94,6 +96,9 @@ class NullObserver:
         pass
 
     def runs_finished(self, runs: Iterable[RunView]) -> None:
+        pass
+
+    def runs_reclassified(self, moves: Iterable[tuple[RunView, str]]) -> None:
         pass
 
     def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None:
@@ -369,6 +374,12 @@ class WatchdogService:
                            terminal_state=run.terminal_state.value if run.terminal_state
                            else None, reason=run.terminal_reason,
                            has_final_answer=run.has_final_answer)
+        if step.reclassified:
+            observer.runs_reclassified(step.reclassified)
+            for run, was in step.reclassified:
+                logs.event("run_reclassified", run=run.key, agent=run.agent, was=was,
+                           terminal_state=run.terminal_state.value if run.terminal_state
+                           else None, reason=run.terminal_reason)
 
     def _decided_row(self, key: str, step: Step) -> str | None:
         """The run's snapshot as the step that decided on it left it (the runs database's row),
@@ -676,6 +687,12 @@ class WatchdogService:
 
     def board(self, key: str) -> Board | None:
         return self.boards.get(key)
+
+    def acts_in_text(self, agent: str | None) -> Budget | None:
+        """The rule packs' budgets entry of ``agent`` when its agents act in their answers'
+        text (``actions: text``), else None."""
+        engine = self.core.engine
+        return engine.ruleset.acts_in_text(agent) if engine is not None and agent else None
 
     def recent_lines(self, key: str) -> tuple[str, ...]:
         """The run's last steps as report lines (redacted), oldest first."""

@@ -54,6 +54,7 @@ Everything is bounded (``MAX_*``), least recently used first out.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import re
 from collections import OrderedDict
@@ -74,6 +75,7 @@ from watchdog.core.model.wire import (
     answer_digest,
 )
 from watchdog.core.redact import brief, mask
+from watchdog.core.rules.model import STOP_NOTE_MARK
 from watchdog.core.spans.record import (
     ENDPOINT_SCOPE,
     MAX_ASKED_TOOLS,
@@ -90,6 +92,14 @@ MAX_BRIEF_CHARS = 500
 MAX_ASIDE_CHARS = 500  # of an aside's answer, kept to know the request that goes on from it
 # ... and the least it must hold: a summary, not a word a person's next message may repeat
 MIN_ASIDE_CHARS = 40
+# An answer whose text the agent acts on hands over a call of this tool (text_action): the
+# tool's name in the run's counts and reports, its call ids this prefix and 64 random bits
+TEXT_ACTION = "text_action"
+TEXT_ACTION_ID = "text_action:"
+MAX_ACTION_CHARS = 16_384  # of an action's text, hashed as its arguments
+CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})  # no answer: cut short
+_FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)  # a fenced block's content
+_FENCED_WHOLE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
 MAX_SIDE_SAID = 8  # the messages of a side request kept (digests) to know what it quoted
 SCOPE = ENDPOINT_SCOPE  # the records' instrumentation scope: another than any agent's span
@@ -198,6 +208,9 @@ class EndpointRun:
     # the digest of that first message (:func:`_said_digest`), which a side request sent after
     # it quotes (:func:`is_side`)
     task: str | None = None
+    # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
+    # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
+    acts_in_text: bool = False
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
@@ -377,7 +390,8 @@ class ModelBook:
                 key, answers_its_calls = handed.key, True
                 break
         state = self._runs.get(key) if key is not None else None
-        if state is not None and goes_on_from_stop(state, request):
+        if state is not None and (goes_on_from_stop(state, request)
+                                  or goes_on_from_final(state, request)):
             self._conversations.move_to_end(digest)  # (its agent did not take the stop)
             return self._touch(state)
         if state is not None and goes_on_from_aside(state, request):
@@ -630,6 +644,9 @@ class ModelBook:
         record.response_id = seen.response_id
         work = [call for call in handed if not is_answer_tool(call.name)]
         record.requested_tools = bool(work)
+        acted = text_action(state, seen) if not handed and not seen.broke_off else None
+        if acted is not None:  # (its text is the action the agent runs: a tool call of it)
+            work, record.acted_on = [acted], True
         if not seen.broke_off:  # (what it handed over: an agent's span of running one pairs)
             record.asked_tools = tuple((call.name[:200], call.call_id[:200])
                                        for call in work[:MAX_ASKED_TOOLS])
@@ -644,12 +661,12 @@ class ModelBook:
         elif answer is not None:  # asks only for final-answer tools: the run's answer
             record.final_answer = True
             record.final_output = brief(answer, MAX_BRIEF_CHARS)
-        elif not handed and seen.text.strip() and seen.finish_reason not in (
-                "length", "max_tokens", "content_filter") and not is_side(state, request):
+        elif not handed and seen.text.strip() and seen.finish_reason not in CUT_SHORT \
+                and not is_side(state, request):
             record.final_answer = True
             record.final_output = brief(seen.text, MAX_BRIEF_CHARS)
             words = " ".join(seen.text.split())
-            if not request.has_tools and len(words) >= MIN_ASIDE_CHARS:
+            if not request.has_tools and not acted and len(words) >= MIN_ASIDE_CHARS:
                 state.aside = words[:MAX_ASIDE_CHARS]  # an aside's answer (it offered no tools)
         waiting = state.begun if broke else state.pending
         for call in work:
@@ -711,6 +728,23 @@ class ModelBook:
         return record
 
 
+def text_action(state: EndpointRun, seen: Observation) -> ToolCall | None:
+    """The action a text answer hands over, for a run whose agent acts on its answers' text
+    (:attr:`EndpointRun.acts_in_text`): a call of :data:`TEXT_ACTION` whose arguments are the
+    answer's fenced code blocks (```` ``` ````), else its whole text, spacing aside (so the same
+    command under other reasoning is the same call: the loop rules see it repeat). Its result
+    is what the agent's next request says after the answer (its output). None for another
+    run, an answer with no text or one cut short, and for the run's final request or stop:
+    that answer is its last."""
+    if not state.acts_in_text or state.final_used or state.stop is not None \
+            or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
+        return None
+    blocks = _FENCED.findall(seen.text)
+    action = " ".join(" ".join(blocks if blocks else [seen.text]).split())
+    return ToolCall(TEXT_ACTION_ID + _random_hex(64), TEXT_ACTION,
+                    json.dumps({"action": action[:MAX_ACTION_CHARS]}))
+
+
 def _asked(request: Request) -> tuple[object, ...]:
     """What a request carries past the model's last answer, as far as it tells one request
     sent again from the next: its length, the response it continues, the calls its results
@@ -763,6 +797,24 @@ def goes_on_from_stop(state: EndpointRun, request: Request) -> bool:
         return True  # (an anchor there: a conversation the server keeps by its id)
     return request.last_answer is not None \
         and answer_digest(request.last_answer) in state.stop_answers
+
+
+def text_stop_answer(form: str, note: str) -> str:
+    """The stop answer of a run whose agent acts on its answers' text: ``form`` (its rule
+    pack's ``stop_answer``, the form that ends the agent's task) with the stop note where it
+    says STOP_NOTE_MARK. The note's own fenced blocks are left out (the model's last answer,
+    when it is the run's report, may hold one): the agent must find no action but the
+    form's."""
+    return form.replace(STOP_NOTE_MARK, _FENCED_WHOLE.sub("", note).strip())
+
+
+def goes_on_from_final(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request`` goes on, with the output of what it ran, from the final answer of a
+    run whose agent acts on its answers' text: the answer was one more action, not the end
+    of its task, so the request is still the run's (answered with its stop), not the next
+    run's. The conversation sent whole, longer than at the final request."""
+    return state.acts_in_text and state.final_used and request.last_is_user \
+        and not request.kept and request.messages > state.messages
 
 
 def _stop_tokens(request: Request) -> tuple[str, ...]:

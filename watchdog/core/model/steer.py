@@ -77,6 +77,12 @@ Write the report in Markdown with exactly these sections:
 ## Suggested Next Steps
 
 Report only what you actually observed; mark anything uncertain as uncertain."""
+# What the final request of an agent that acts on its answers' text is told besides: a report
+# in plain text would be read as one more action (or a malformed one), so the answer must take
+# the form the agent's own instructions give for ending its task
+TEXT_FINISH = ("Your answer's text is read for your next action. Start no other action: end "
+               "the task now, in the form your instructions give for finishing it (the command "
+               "or answer that submits your work), with the report as its content.")
 
 
 # Added to the final-report instruction of a request whose answer must follow a JSON format
@@ -294,18 +300,24 @@ class Counts:
 
 
 def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bool,
-           structured: bool = False) -> Turn:
+           structured: bool = False, acts_in_text: bool = False) -> Turn:
     """The turn of one request; ``has_tools``: it can call tools (offered, not withdrawn by
-    its ``tool_choice``); ``structured``: its answer must follow a JSON format."""
-    turn = _decide(counts, board, instructions, has_tools)
+    its ``tool_choice``); ``structured``: its answer must follow a JSON format;
+    ``acts_in_text``: its agent acts on the answer's text (each answer an action, a tool call
+    of the run: told the tool-call countdown and grace as a request that offers tools is, its
+    final request asked to end the task in the agent's own form)."""
+    turn = _decide(counts, board, instructions, has_tools, acts_in_text)
     if turn.act is Act.FINAL and structured:
         turn = replace(turn, text=f"{turn.text}\n\n{STRUCTURED_REPORT}")
+    if turn.act is Act.FINAL and acts_in_text:
+        turn = replace(turn, text=f"{turn.text}\n\n{TEXT_FINISH}")
     if turn.act is not Act.ABORT and not USAGE_BUDGETS.isdisjoint(counts.budget):
         return replace(turn, usage=True)
     return turn
 
 
-def _decide(counts: Counts, board: Board | None, instructions: str, has_tools: bool) -> Turn:
+def _decide(counts: Counts, board: Board | None, instructions: str, has_tools: bool,
+            acts_in_text: bool = False) -> Turn:
     limit_value = counts.budget.get("max_tool_calls")
     limit = None if limit_value is None else int(limit_value)
     spent = max(counts.used, counts.handed)  # handed over is spent, reported back or not
@@ -337,7 +349,8 @@ def _decide(counts: Counts, board: Board | None, instructions: str, has_tools: b
     # fewer calls than the endpoint, a traced run's spans not in yet, from COUNTDOWN_FROM left)
     counting = board.counting
     behind = counts.ruled is not None and counts.ruled < spent
-    if has_tools and limit is not None and keep is not None and (
+    can_act = has_tools or acts_in_text
+    if can_act and limit is not None and keep is not None and (
             COUNTDOWN_TOOL_CALLS in counting or keep == 0
             or (behind and keep <= COUNTDOWN_FROM)):
         parts.append(budget_note(keep, limit))
@@ -356,7 +369,7 @@ def _decide(counts: Counts, board: Board | None, instructions: str, has_tools: b
     ends = grace_end(grace) if grace is not None else None
     if ends is not None:
         left = max(ends - counts.handed - counts.reserved, 0)
-        if has_tools:  # (what this request may hand over: the run's others hold the rest)
+        if can_act:  # (what this request may hand over: the run's others hold the rest)
             parts.append(grace_note(min(ends - spent, left)))
         keep = left if keep is None else min(keep, left)
     wind_down = board.wind_down

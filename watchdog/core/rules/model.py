@@ -17,6 +17,11 @@ from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.shown import readable_path
 
 MAX_CACHED_AGENTS = 4096  # distinct agent names whose budget is remembered; then start over
+# How a budgets entry's agents act (its ``actions:``): by the API's tool calls, or in the text
+# of their answers (a command or code block the agent parses out and runs: mini-swe-agent)
+ACTIONS_TOOLS, ACTIONS_TEXT = "tools", "text"
+STOP_NOTE_MARK = "${note}"  # where a ``stop_answer:`` puts the stop note
+MAX_STOP_ANSWER_CHARS = 4096
 
 
 class Repeat(StrEnum):
@@ -125,6 +130,12 @@ class Budget:
     limits: dict[str, float]
     file: str = ""
     line: int = 0
+    # how the agents act: ACTIONS_TOOLS (the API's tool calls) or ACTIONS_TEXT (each answer's
+    # text is the action the agent runs: the model endpoint books it as a tool call)
+    actions: str = ACTIONS_TOOLS
+    # ACTIONS_TEXT: the answer an abort gives them, in the form that ends their task, the
+    # stop note where it says STOP_NOTE_MARK (None: the stop note alone)
+    stop_answer: str | None = None
 
     def applies_to(self, agent: str) -> bool:
         return any(fnmatchcase(agent, glob) for glob in self.agents)
@@ -162,6 +173,8 @@ class RuleSet:
     sources: tuple[Source, ...] = ()
     _budget_cache: dict[str, dict[str, float]] = field(default_factory=dict, repr=False,
                                                        compare=False)
+    _acting_cache: dict[str, Budget | None] = field(default_factory=dict, repr=False,
+                                                    compare=False)
 
     def budget_for(self, agent: str) -> dict[str, float]:
         """The default budget of ``agent``: the first matching entry (a copy)."""
@@ -172,6 +185,19 @@ class RuleSet:
                 self._budget_cache.clear()
             self._budget_cache[agent] = cached
         return dict(cached)
+
+    def acts_in_text(self, agent: str) -> Budget | None:
+        """``agent``'s budgets entry (the first matching) when it says ``actions: text``
+        (read at each model request: remembered per agent, as its budget is)."""
+        cache = self._acting_cache
+        if agent in cache:
+            return cache[agent]
+        entry = next((b for b in self.budgets if b.applies_to(agent)), None)
+        found = entry if entry is not None and entry.actions == ACTIONS_TEXT else None
+        if len(cache) >= MAX_CACHED_AGENTS:
+            cache.clear()
+        cache[agent] = found
+        return found
 
     def get(self, name: str) -> Rule | None:
         return next((r for r in self.rules if r.name == name), None)

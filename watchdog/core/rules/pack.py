@@ -32,7 +32,17 @@ from typing import TYPE_CHECKING, Any
 from watchdog.core.bounds import MAX_BUDGET
 from watchdog.core.rules.decision import COUNTDOWN_BUDGETS, Action, Severity
 from watchdog.core.rules.expr import Expr, ExprError, Template, compile_expr, compile_template
-from watchdog.core.rules.model import Budget, Grace, Repeat, Rule, RuleSet, Source
+from watchdog.core.rules.model import (
+    ACTIONS_TEXT,
+    ACTIONS_TOOLS,
+    MAX_STOP_ANSWER_CHARS,
+    Budget,
+    Grace,
+    Repeat,
+    Rule,
+    RuleSet,
+    Source,
+)
 from watchdog.core.rules.problem import Problem, suggest
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.spans.record import BUDGET_KEYS, WHOLE_BUDGET_KEYS
@@ -68,7 +78,7 @@ RULE_KEY_SYNONYMS = {"expr": "when", "expression": "when", "condition": "when", 
                      "alert": "name"}
 GRACE_KEYS = ("tool_calls", "seconds")
 NO_COUNTDOWN = "none"  # ``countdown: none``: not a countdown (nor one a replaced rule had)
-BUDGET_ENTRY_KEYS = ("agents", *BUDGET_KEYS)
+BUDGET_ENTRY_KEYS = ("agents", *BUDGET_KEYS, "actions", "stop_answer")
 INTEGER_BUDGETS = WHOLE_BUDGET_KEYS
 
 
@@ -196,7 +206,8 @@ def ahead_form(packs: Sequence[_Pack], digest: str) -> dict[str, Any]:
             "terminal_state": r.terminal_state.value if r.terminal_state else None,
             "grace": [r.grace.tool_calls, r.grace.seconds] if r.grace else None,
             "countdown": r.countdown, "enabled": r.enabled} for r in pack.rules],
-        "budgets": [{"agents": list(b.agents), "limits": b.limits, "line": b.line}
+        "budgets": [{"agents": list(b.agents), "limits": b.limits, "line": b.line,
+                     "actions": b.actions, "stop_answer": b.stop_answer}
                     for b in pack.budgets],
         "disable": [[name, line] for name, line in pack.disable],
         "switch_off": [[name, line] for name, line in pack.switch_off]} for pack in packs]}
@@ -212,7 +223,8 @@ def read_ahead(file: str) -> _Pack | None:
         [form] = data["packs"]
         return _Pack(file, str(form["name"]), [_ahead_rule(file, rule) for rule in form["rules"]],
                      [Budget(tuple(b["agents"]), {k: float(v) for k, v in b["limits"].items()},
-                             file, int(b["line"])) for b in form["budgets"]],
+                             file, int(b["line"]), str(b.get("actions", ACTIONS_TOOLS)),
+                             b.get("stop_answer")) for b in form["budgets"]],
                      [(str(name), int(line)) for name, line in form["disable"]],
                      [(str(name), int(line)) for name, line in form.get("switch_off", ())])
     except (OSError, ValueError, LookupError, TypeError, ExprError):
@@ -348,13 +360,37 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
             ok = False
         else:
             limits[key] = float(value)
-    if not limits and ok:
+    actions, stop_answer = ACTIONS_TOOLS, None
+    if "actions" in fields:
+        value_text = reader.string(fields["actions"], None, "budgets: actions")
+        if value_text in (ACTIONS_TOOLS, ACTIONS_TEXT):
+            actions = value_text
+        elif value_text is not None:
+            reader.problem(fields["actions"], None, f"budgets: actions: {value_text!r} is not "
+                                                    f"{ACTIONS_TOOLS} or {ACTIONS_TEXT}")
+            ok = False
+        else:
+            ok = False
+    if "stop_answer" in fields:
+        stop_answer = reader.string(fields["stop_answer"], None, "budgets: stop_answer")
+        if stop_answer is None:
+            ok = False
+        elif actions != ACTIONS_TEXT:
+            reader.problem(fields["stop_answer"], None,
+                           "budgets: stop_answer: only for agents that act in text "
+                           f"(actions: {ACTIONS_TEXT})")
+            ok = False
+        elif len(stop_answer) > MAX_STOP_ANSWER_CHARS:
+            reader.problem(fields["stop_answer"], None, f"budgets: stop_answer: at most "
+                                                        f"{MAX_STOP_ANSWER_CHARS} characters")
+            ok = False
+    if not limits and ok and actions == ACTIONS_TOOLS:
         reader.problem(node, None, "budgets: an entry sets no limit (use one of "
-                                   f"{', '.join(BUDGET_KEYS)})")
+                                   f"{', '.join(BUDGET_KEYS)}, or actions: {ACTIONS_TEXT})")
         ok = False
     if not ok or agents is None:
         return None
-    return Budget(agents, limits, reader.file, reader.line(node))
+    return Budget(agents, limits, reader.file, reader.line(node), actions, stop_answer)
 
 
 def _read_agents(reader: Reader, fields: dict[str, Node], rule: str | None,

@@ -122,6 +122,9 @@ class RunBook:
         self._lone_roots: OrderedDict[str, list[SpanRecord]] = OrderedDict()  # trace -> spans
         self._traced_answers: OrderedDict[str, None] = OrderedDict()  # runs (TRACED_ANSWER_WAIT)
         self._failed_unclosed: OrderedDict[str, None] = OrderedDict()  # runs (loose_run_gap)
+        # runs whose last answer their agent acts on (SpanRecord.acted_on): ended loose_run_gap
+        # after their last call unless another comes
+        self._acted_answers: OrderedDict[str, None] = OrderedDict()
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -228,6 +231,10 @@ class RunBook:
                 self._traced_answers[run.key] = None
             if not run.ended and run.key_source is KEY_TRACE and run.end_error_type is not None:
                 self._failed_unclosed[run.key] = None
+            if not run.ended and run.key.startswith("model:") and run.has_final_answer \
+                    and not run.agent_spans:
+                # (an endpoint's run open after its answer: its agent acts on its answers)
+                self._acted_answers[run.key] = None
         self._trim_ended()
 
     def state(self, max_records: int = MAX_STATE_RECORDS) -> dict[str, Any]:

@@ -64,7 +64,7 @@ class RunFields:
         "_tool_error_streak", "_tool_ids", "_tool_spans", "_tool_start_ns",
         "activity_seq",
         "agent", "agent_spans", "budget", "budget_used", "clock_lags", "consecutive_errors",
-        "cost_usd",
+        "cost_usd", "counted_state",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
         "forced_reason", "forced_state", "framed", "hangs_from", "in_flight", "in_flight_since",
@@ -206,6 +206,8 @@ class RunFields:
         self.ended_at: float | None = None
         self.end_error_type: str | None = None
         self.terminal_state: TerminalState | None = None
+        # the state its end was handed out in (runs_finished_total): a later one is a move
+        self.counted_state: TerminalState | None = None
         self.terminal_reason: str | None = None
         self.forced_state: TerminalState | None = None
         self.forced_reason: str | None = None

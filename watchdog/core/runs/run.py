@@ -119,7 +119,7 @@ class RunState(RunCounts):
         reason = self.terminal_reason or (
             "run_end_timeout" if state is TerminalState.ABANDONED else "answer")
         self.ended, self.ended_at = False, None
-        self.terminal_state = self.terminal_reason = None
+        self.terminal_state = self.terminal_reason = self.counted_state = None
         self.last_seen = now
         return state.value, reason
 
@@ -309,7 +309,7 @@ class RunState(RunCounts):
                 value = {int(k): (int(v[0]), int(v[1])) for k, v in value.items()}
             elif name in _TUPLE_LIST_SLOTS:
                 value = [tuple(item) for item in value]
-            elif name in ("terminal_state", "forced_state") and value is not None:
+            elif name in _ENUM_SLOTS and name != "key_source" and value is not None:
                 value = TerminalState(value)
             elif name == "key_source":
                 value = KeySource(value)
@@ -358,7 +358,7 @@ _SPAN_SLOTS = (
     "repeated_error", "repeated_tool_call", "repeated_tool_result", "spans", "tool_calls",
     "tools",
 )
-_ENUM_SLOTS = ("forced_state", "key_source", "terminal_state")
+_ENUM_SLOTS = ("counted_state", "forced_state", "key_source", "terminal_state")
 _INT_KEYED_SLOTS = ("_call_counts", "_error_counts")  # JSON keys are strings (_result_counts too)
 # tuples of tuples (JSON: lists of lists)
 _TUPLE_LIST_SLOTS = ("_answered", "_asked", "_named", "_tool_ids", "_tool_spans", "_failures")

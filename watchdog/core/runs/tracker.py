@@ -697,7 +697,8 @@ class RunTracker(RunBook):
         if cap is not None:
             run.uncapped(cap)  # (its loop ended by its loop-end tool, come after its cap)
         ends = record.ends_run and (
-            not run.framed or record.run_frame or record.parent_span_id is None)
+            not run.framed or record.run_frame or record.ends_its_run
+            or record.parent_span_id is None)
         if late:
             if ends and not run.has_final_answer and run.end_error_type is None:
                 self._outcome_from_children(run)
@@ -717,6 +718,14 @@ class RunTracker(RunBook):
                 self._outcome_from_children(run)
             self._finish(run, now)
             result.ended.append(run)
+        elif record.acted_on and not run.ended:
+            # its agent acts on this answer (its actions are in its text): the run goes on at
+            # its next request, or ends loose_run_gap after its last call (expire)
+            acted = self._acted_answers
+            acted[run.key] = None
+            acted.move_to_end(run.key)
+            while len(acted) > MAX_TRACED_ANSWERS:
+                acted.popitem(last=False)
         elif record.scope == ENDPOINT_SCOPE and record.final_answer and not run.ended \
                 and run.key_source is KEY_TRACE and not run.agent_spans:
             # answered, seen by the model endpoint, and no span of the agent's has come: it
@@ -1015,6 +1024,14 @@ class RunTracker(RunBook):
                 del self._traced_answers[key]
             elif run.last_seen <= answer_deadline:
                 del self._traced_answers[key]
+                self._finish(run, now)
+                expired.append(run)
+        for key in list(self._acted_answers):
+            run = self._active.get(key)
+            if run is None or not run.has_final_answer:
+                del self._acted_answers[key]
+            elif run.last_seen <= gap_deadline:
+                del self._acted_answers[key]
                 self._finish(run, now)
                 expired.append(run)
         for key in list(self._failed_unclosed):

@@ -81,6 +81,8 @@ SPAN_NAME_ROLES = TABLES.span_names
 NESTED_AGENT_ROLES = TABLES.nested_agent_roles
 NESTED_STEP_SPAN_NAMES = TABLES.nested_step_span_names
 TOOL_RUN_SPAN_NAMES = TABLES.tool_run_span_names
+SECOND_ROOTS = TABLES.second_roots  # roots that are not their run's end (Convention.second_roots)
+RUN_ENDS = TABLES.run_ends  # ... and the spans whose end is their run's
 NESTED_STEP_SPAN_SUFFIXES = TABLES.nested_step_span_suffixes
 SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
 MODEL_CALL_MARKS = TABLES.model_call_marks
@@ -111,8 +113,6 @@ ANY_HIDDEN_CONTENT = HIDDEN_CONTENT | SCOPED_HIDDEN_CONTENT
 HIDDEN_CONTENT_CHARS = max(map(len, ANY_HIDDEN_CONTENT), default=-1)
 # A model response that finished for one of these reasons is an answer, not a tool request.
 ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons  # (watchdog.core.rule_tests reads it)
-# Span events read, by name, and the attributes read from them ("<event>:<attribute>" facts).
-EVENT_FACTS = TABLES.events
 # What an agent reports of itself (the newest GenAI conventions): its budget and how much of
 # it it used, its turns, a call's cost and cache tokens, the new input messages of a call.
 BUDGET_LIMIT_KEYS = TABLES.budget_limits

@@ -833,6 +833,9 @@ CODEX = Convention(
     span_names={"run_turn": Role.AGENT,
                 "endpoint_session.stream_encoded_json_with": Role.LLM},
     kinds={"codex.tool.phase": {"dispatch": Role.TOOL}},
+    # its turn's trace has a second root: the request that started the turn, ended before
+    # its work; the turn's end is its run's
+    second_roots={"turn/start": "run_turn"},
     notes="a turn (`run_turn`, one `codex exec`) is a run, named after the service "
           "(`codex_exec`: no span names an agent), each model request (its HTTP span, "
           "`endpoint_session.stream_encoded_json_with`) a model call, each tool's dispatch "
@@ -844,10 +847,8 @@ CODEX = Convention(
           "gaps: `codex.sse_event`, a response's tokens, names no trace or span; the "
           "`handle_responses` spans that carry them are no model call's); the turn's trace "
           "has a second root, `turn/start` (the request that started the turn, ended before "
-          "its work), which ends the run when it comes: the turn's spans after it are read as "
-          "a run's late spans (counted, the run classified again), and exported while the "
-          "turn still runs they come to an ended run (a known gap: Codex exports at its exit, "
-          "so `codex exec` reads whole)" + ON_NO_SPAN,
+          "its work: `second_roots`), which does not end the run: the end of its turn "
+          "(`run_turn`) does" + ON_NO_SPAN,
 )
 
 CODEX_NAMES = Convention(

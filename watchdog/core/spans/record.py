@@ -121,6 +121,10 @@ class SpanRecord:
     models_below: bool | None = None
     # The client SDK's own span of a run it frames (``watchdog.run <agent>``): it ends the run.
     run_frame: bool = False
+    # A root of a run's trace that is not its end (Convention.second_roots: the request that
+    # started the run, ended before its work), and the span whose end is the run's instead
+    second_root: bool = False
+    ends_its_run: bool = False
     # A model call whose twin (the same call traced by a second instrumentation, one span
     # inside the other) came before it in its request: the twin's (input, output) tokens.
     twin_tokens: tuple[int, int] | None = None
@@ -131,6 +135,11 @@ class SpanRecord:
     # instrumentations' spans; one scope's spans with one id are as many calls (a model server
     # may give every response the same id)
     scope: str = ""  # (ENDPOINT_SCOPE: a record the model endpoint made of what it relayed)
+    # A model endpoint's record of an answer whose text the agent acts on (an agent whose
+    # actions are in its answers' text, a rule pack's ``actions: text``): the run's answer so
+    # far, but the run goes on at the agent's next request; it ends ``loose_run_gap`` after
+    # its last call when none comes
+    acted_on: bool = False
     # The tool calls a model call's output asked for, as (tool name, call id or ""), at most
     # MAX_ASKED_TOOLS: a span after it named after one of them (or carrying its id) is that
     # tool's execution, whatever attributes it carries
@@ -227,9 +236,11 @@ class SpanRecord:
         root, because nested agents in one trace share that key.
         """
         if self.loose:  # a run of loose calls ends with its answer (or after a gap)
-            return self.final_answer
-        if self.parent_span_id is None or self.run_frame:
+            return self.final_answer and not self.acted_on
+        if self.run_frame or self.ends_its_run:
             return True
+        if self.parent_span_id is None:
+            return not self.second_root
         return self.kind is AGENT and self.key_source is not KEY_TRACE
 
 

@@ -547,7 +547,8 @@ class NativeEndpoint:
         if not self.ahead or exchange is None or plan.api != "chat":
             return None
         state, turn = exchange.state, exchange.turn
-        if state.conversation is None or state.traced or not countdown_or_pass(
+        if state.conversation is None or state.traced or state.acts_in_text \
+                or not countdown_or_pass(
                 turn, self.proxy.service.board(state.run_key or state.key)):
             return None
         return state.conversation[:24]

@@ -45,10 +45,17 @@ from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from watchdog.core.bounds import id_problem, load_json
-from watchdog.core.model.book import Caller, EndpointRun, ModelBook, goes_on_from_stop
+from watchdog.core.model.book import (
+    Caller,
+    EndpointRun,
+    ModelBook,
+    goes_on_from_stop,
+    text_stop_answer,
+)
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
 from watchdog.core.model.messages import MessagesWire
@@ -125,9 +132,9 @@ UPSTREAM_FAILURES: dict[str, tuple[int, str, str, str]] = {
     "stalled": (504, "upstream_timeout", "upstream_timeout",
                 " answered, then sent nothing more for {timeout} before its response was "
                 "complete"),
-    # no connection, or one closed before its head
+    # no connection, one closed before its head, or bytes that are no HTTP response's head
     "unreachable": (502, "upstream_unreachable", "upstream_unreachable",
-                    " cannot be reached ({detail})"),
+                    " cannot be reached or gave no HTTP response ({detail})"),
     # its head came, then its body broke off
     "broken": (502, "upstream_broken", "upstream_error",
                " answered, then broke off before its response was complete ({detail})"),
@@ -237,11 +244,30 @@ class ModelProxy:
             self.session = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.model_max_body_bytes)
+        app = web.Application(client_max_size=self.config.model_max_body_bytes,
+                              middlewares=[self._no_path])
         app.router.add_route("*", "/{tail:.*}", self.handle, expect_handler=self._expect)
         app.on_startup.append(lambda _app: self.start())
         app.on_cleanup.append(lambda _app: self.close())
         return app
+
+    @web.middleware
+    async def _no_path(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """A target that is no path (``CONNECT host:port``, ``OPTIONS *``) matches no route:
+        refused by :meth:`handle` as any target outside /v1/, in the API's error shape. An
+        HTTP/0.9 request line (no version, so no headers, no Host) is no HTTP/1.1 request:
+        400, as the compiled relay answers it, its connection closed."""
+        if request.version < aiohttp.HttpVersion10:
+            answer = self.refusal(self.wire_of(request.method, request.path), Refused(
+                400, "bad_request", "the request could not be read as HTTP/1.1: its request "
+                "line has no HTTP version"), request.headers)
+            response = web.Response(status=answer.status, body=answer.body,
+                                    headers=answer.headers)
+            response.force_close()
+            return response
+        if not request.raw_path.startswith("/"):
+            return await self.handle(request)
+        return await handler(request)
 
     # -- the door -------------------------------------------------------------------------------
 
@@ -519,8 +545,10 @@ class ModelProxy:
                             or state.key_source is KeySource.TRACE else None)
             state.run_key, state.used = run.key, counts.used
             state.tool_limit = run.budget.get("max_tool_calls")
+            state.acts_in_text = service.acts_in_text(run.agent) is not None
             return state, decide(counts, service.board(run.key), parsed.instructions,
-                                 parsed.has_tools, parsed.structured), run.key, run.agent
+                                 parsed.has_tools, parsed.structured, state.acts_in_text), \
+                run.key, run.agent
         except (Overloaded, StateUnavailable) as exc:
             log.warning("model call not recorded: %s", exc)
             if state is not None:
@@ -571,7 +599,7 @@ class ModelProxy:
                         # (the rules saw the calls recorded, no more: from COUNTDOWN_FROM left)
                         ruled=state.used)
         return state, decide(counts, board, parsed.instructions, parsed.has_tools,
-                             parsed.structured), key, \
+                             parsed.structured, state.acts_in_text), key, \
             agent or state.agent or "unknown"
 
     def _run_of(self, state: EndpointRun, agent: str | None, budget: dict[str, float] | None,
@@ -608,6 +636,11 @@ class ModelProxy:
             except Exception:
                 self._failed("request")
         answer = abort_text(text, parsed.answer_format)
+        acting = self.service.acts_in_text(agent)
+        if parsed.answer_format is None and acting is not None \
+                and acting.stop_answer is not None:
+            # (an agent that acts on the answer's text ends by the form its pack gives)
+            answer = text_stop_answer(acting.stop_answer, text)
         if self.config.model_abort == "error" or answer is None \
                 or goes_on_from_stop(state, parsed):
             # (an agent that sent the stop answer on did not take it as its run's end, a
@@ -642,8 +675,8 @@ class ModelProxy:
             self._failed("request")
 
     def _stop_text(self, turn: Turn, state: EndpointRun, key: str) -> str:
-        if state.report:  # the final report the model gave: the run's result
-            return state.report
+        if state.report and not state.acts_in_text:  # the final report the model gave: the
+            return state.report  # run's result (an agent that acts in text acted on it)
         lines = self.service.recent_lines(key)[-MAX_REPORT_LINES:]
         run = self.service.model_run(key)
         parts = [f"The agent-watchdog stopped this run: {turn.text or 'the run is over'}"]
@@ -725,12 +758,16 @@ class ModelProxy:
         except TimeoutError:
             answer = self.upstream_failed(plan, "stalled" if answered else "timeout", "")
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError,
+                aiohttp.ClientResponseError) as exc:
             if request.transport is None or request.transport.is_closing():
                 self.count(agent, api, gone(exchange))
                 raise asyncio.CancelledError from None
+            what: BaseException = exc  # (a head aiohttp could not read: BadStatusLine, ...)
+            if isinstance(exc, aiohttp.ClientResponseError) and exc.__cause__ is not None:
+                what = exc.__cause__
             answer = self.upstream_failed(plan, "broken" if answered else "unreachable",
-                                          type(exc).__name__)
+                                          type(what).__name__)
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         except asyncio.CancelledError:  # the client went away
             self.count(agent, api, gone(exchange))
@@ -855,9 +892,10 @@ class ModelProxy:
         except Exception:  # the answer has gone to the agent; the run misses this call
             self._failed("response")
             return
-        # (a response that broke off handed nothing over: no tool of it runs at the agent)
-        self._book(Booked(record, exchange.key, 0 if seen.broke_off else len(handed),
-                          exchange.arrived), into)
+        # (a response that broke off handed nothing over: no tool of it runs at the agent;
+        # an answer the agent acts on runs there as its action)
+        running = 0 if seen.broke_off else len(handed) + record.acted_on
+        self._book(Booked(record, exchange.key, running, exchange.arrived), into)
 
     def _book(self, booked: Booked, into: list[Booked] | None) -> None:
         """``booked`` goes to ``into`` (the caller books the lot in one step), else now."""
