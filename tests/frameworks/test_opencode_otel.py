@@ -88,13 +88,19 @@ def test_opencode_traced_by_its_own_opentelemetry_alone(
         ran, printed = run_opencode(llm.base_url, model, small, tmp_path, otel=otel)
     assert (ran, printed) == (["alpha", "beta"], ANSWER)
     # (live, how its steps' calls are shared out between the two runs depends on when its spans
-    # come, each export request being read as it comes: its recording, below, reads as pinned)
-    runs = runs_seen(sidecar, len(TRACED_ALONE))
-    assert len(runs) == len(TRACED_ALONE), runs
-    assert sum(run["iterations"] for run in runs) == 4  # its 3 steps' calls and the title's
-    assert sum(run["tool_calls"] for run in runs) == 2
-    assert {run["terminal_reason"] for run in runs} == {"stop_when"}  # (STOP_WHEN)
-    assert [run["final_output"] for run in runs if run["has_final_answer"]] == [ANSWER], runs
+    # come, each export request being read as it comes; and EXIT: `opencode run` exits without
+    # a flush, so the spans of its last step, ended in its last moments, may never come. Its
+    # recording, below, reads as pinned)
+    runs = runs_seen(sidecar, 1)
+    assert {run["agent"] for run in runs} == {"session.llm"}, runs
+    assert sum(run["tool_calls"] for run in runs) == 2, runs  # (ended before its last step)
+    # (STOP_WHEN; a run still open, its end to come, has none yet)
+    assert {run["terminal_reason"] for run in runs if run["state"] == "ended"} == {
+        "stop_when"}, runs
+    if sum(run["iterations"] for run in runs) == 4:  # its 3 steps' calls and the title's
+        assert ANSWER in [run["final_output"] for run in runs], runs
+    else:
+        assert sum(run["iterations"] for run in runs) == 3, runs  # (EXIT)
 
 
 def test_opencode_recorded_reads_as_it_did_live(sidecar: RunningServer) -> None:
