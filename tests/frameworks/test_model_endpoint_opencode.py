@@ -42,7 +42,6 @@ from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
 from tests.frameworks.steering import CYCLE_LOOP
 from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
-    ANSWER,
     BUDGET,
     GRACE_LEFT,
     KEY,
