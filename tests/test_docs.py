@@ -81,6 +81,11 @@ failing on a changed block. The kinds:
     Gemini CLI's telemetry settings, as ``export NAME=VALUE`` lines: exactly what its tests run
     it with (``tests/frameworks/test_gemini_cli_otel.py``'s ``telemetry``), the sidecar's
     default OTLP/HTTP address in place of the test's.
+``opencode-config``
+    opencode's ``opencode.json``, as JSON: exactly what its tests run it with
+    (``tests/frameworks/test_model_endpoint_opencode.py``'s ``config``), the sidecar's default
+    model endpoint (``http://127.0.0.1:9478/v1``) in place of the test's, its models
+    ``gpt-4.1`` and ``gpt-4.1-mini``.
 ``codex-config``
     The OpenAI Codex CLI's ``config.toml`` (TOML): a model provider it selects must be the
     sidecar's model endpoint (``base_url`` ``http://127.0.0.1:9478/v1``) on the Responses API
@@ -132,7 +137,7 @@ MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
-         "gemini-env", "codex-config", "promql"}
+         "gemini-env", "codex-config", "promql", "opencode-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -752,6 +757,13 @@ def check_gemini_env(block: Block, stack: Stack, state: DocState) -> None:
     assert shown == telemetry("http://127.0.0.1:4318"), block.where
 
 
+def check_opencode_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_opencode import config
+
+    assert json.loads(block.text) == config(f"http://{MODEL_ENDPOINT_DEFAULT}/v1", "gpt-4.1",
+                                            "gpt-4.1-mini"), block.where
+
+
 def check_promql(block: Block, stack: Stack, state: DocState) -> None:
     from tests.test_prometheus import ENDED_BY_STATE
 
@@ -816,6 +828,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "qwen-settings": check_qwen_settings,
     "gemini-env": check_gemini_env,
     "codex-config": check_codex_config, "promql": check_promql,
+    "opencode-config": check_opencode_config,
 }
 assert set(CHECKS) == KINDS
 
@@ -917,6 +930,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "tree": (DOCS / "architecture.md", "    fleet.py", "    fleets.py"),
     "pip": (ROOT / "client" / "README.md", "[otlp]", "[otel]"),
     "codex-config": (DOCS / "frameworks.md", "4318/v1/traces", "4317/v1/traces"),
+    "opencode-config": (DOCS / "steering.md", "9478/v1", "9478/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

@@ -129,9 +129,10 @@ CALLER_KEYS = TABLES.caller_names
 # input JSON: its ``tool_call_id``/``call_id``, or the id of a tool call object at its top or
 # directly inside it (the loop traced the call as the model gave it). Read on tool spans and
 # spans of no kind; an input is parsed only when it is short and holds an id key.
-# (Gemini CLI's tool spans: `gen_ai.tool.call_id`)
+# (Gemini CLI's tool spans: `gen_ai.tool.call_id`; the Vercel AI SDK's `ai.toolCall` span:
+# `ai.toolCall.id`)
 TOOL_CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call_id", "tool_call.id", "call_id",
-                     "gen_ai.tool.call_id")
+                     "gen_ai.tool.call_id", "ai.toolCall.id")
 TOOL_CALL_INPUT_KEYS = ("input", "input.value", "mlflow.spanInputs", "traceloop.entity.input")
 TOOL_CALL_ID_JSON_KEYS = ("tool_call_id", "call_id")
 MAX_CALL_INPUT_CHARS = 16 * 1024
