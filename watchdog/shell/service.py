@@ -29,7 +29,7 @@ from watchdog.core.handout import Step
 from watchdog.core.rules.decision import Action, Decided, withdraws
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.runs.tracker import BatchResult, RunTracker
-from watchdog.core.runs.view import RunView
+from watchdog.core.runs.view import OpenedRun, RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
 from watchdog.core.shown import shown
 from watchdog.core.spans.decode import TraceRequest
@@ -631,7 +631,7 @@ class WatchdogService:
 
     def model_open(self, key: str, key_source: KeySource, trace_id: str, agent: str | None,
                    session: str | None, budget: dict[str, float] | None,
-                   records: Sequence[SpanRecord] = (), going_on: bool = False) -> RunView:
+                   records: Sequence[SpanRecord] = (), going_on: bool = False) -> OpenedRun:
         """The endpoint's run at a request, opened if no span has named it yet, after the
         ``records`` the request carried (one step of the core); ``going_on``: the request
         answers calls the run handed over (:meth:`Core.open_run`)."""
