@@ -382,9 +382,10 @@ class Metrics:
             self._child(self.runs_evicted_total, self.agent(run.agent)).inc()
 
     def publish(self) -> None:
-        """Move the counts ``batch_applied`` and ``rule_fired`` added up into their series
-        (with each agent's, or each rule's, action's and agent's, latest trace id as the
-        exemplar), in the order they first came (the label caps admit values so)."""
+        """Move the counts ``batch_applied``, ``rule_fired`` and ``_count`` added up into their
+        series (with each agent's, or each rule's, action's and agent's, or each series', latest
+        trace id as the exemplar), in the order they first came (the label caps admit values
+        so)."""
         tool_calls, tokens, errors, cost, exemplars, fired, counted = self._pending.take()
         child = self._child
         for (counter, labels), (count, trace_id) in counted.items():
@@ -554,9 +555,10 @@ def _add_up(into: dict[Key, Count], counts: Mapping[Key, Count]) -> None:
 
 
 class PendingCounts:
-    """Per-agent counts of applied spans not yet in their series. The ingest path adds on the
-    event loop; a collection may take them from another thread (a test reading the registry),
-    hence the lock (uncontended: ~0.1 µs)."""
+    """Per-agent counts of applied spans, decisions and the model endpoint's counts not yet in
+    their series. The ingest path and the endpoint add on the event loop; a collection may take
+    them from another thread (a test reading the registry), hence the lock (uncontended: ~0.1
+    µs)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
