@@ -55,7 +55,7 @@ from watchdog.core.runs.run import RunState
 from watchdog.core.runs.steps import RecentSteps, StepLog
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import BatchResult, RunTracker
-from watchdog.core.runs.view import RunView
+from watchdog.core.runs.view import OpenedRun, RunView
 from watchdog.core.sessions import SessionBook
 from watchdog.core.spans.record import KeySource, SpanRecord
 from watchdog.core.sync import STOP_GRACE, RecentSpans, SpanLedger
@@ -288,16 +288,16 @@ class Core(CoreReads):
     def open_run(self, key: str, key_source: KeySource, trace_id: str, now: float,
                  agent: str | None, session: str | None, budget: dict[str, float] | None,
                  records: Sequence[SpanRecord] = (), going_on: bool = False,
-                 parent: str | None = None) -> tuple[RunView, Step]:
+                 parent: str | None = None) -> tuple[OpenedRun, Step]:
         """The model endpoint's run at a request (DESIGN §12), after ``records`` (what the
         request carried: its tool results) are applied in the same step: opened at its first
         request (no span has ended yet), told what the request's headers say, and evaluated
-        when it is new or its budget changed, so its directives account for the request; its
-        view after that. A run the client SDK frames is left as it is (its spans name it).
-        ``going_on``: the request goes on from the run's own tool calls (its results answer
-        calls the run handed over): a run ended at an answer is taken back too. ``parent``: the
-        run whose child run it is (a sub-agent's caller's, as its requests name it), as a
-        nested agent's in a trace: its own budget and counts."""
+        when it is new or its budget changed, so its directives account for the request; what
+        the endpoint reads of it after that (:class:`OpenedRun`). A run the client SDK frames
+        is left as it is (its spans name it). ``going_on``: the request goes on from the run's
+        own tool calls (its results answer calls the run handed over): a run ended at an answer
+        is taken back too. ``parent``: the run whose child run it is (a sub-agent's caller's,
+        as its requests name it), as a nested agent's in a trace: its own budget and counts."""
         resumed = self._resume((key,), now, going_on)  # (before its records: they count)
         step = self.apply(records, now) if records else Step()
         step.resumed.update(resumed)
@@ -305,7 +305,7 @@ class Core(CoreReads):
         if key in resumed:
             step.dirty[key] = run
         if run.framed and not created:
-            return step.touched.get(key) or run.view(now, self._defaults(run)), step
+            return run.opened(now, self._defaults(run)), step
         if agent and run.agent is None:
             run.agent = agent
         if session and run.session is None:
@@ -323,7 +323,7 @@ class Core(CoreReads):
             if not run.ended:
                 self._evaluate([run], now, step)
         self._seal(step, now)
-        return step.touched.get(key) or run.view(now, self._defaults(run)), step
+        return run.opened(now, self._defaults(run)), step
 
     def model_records(self, records: Sequence[SpanRecord], now: float) -> Step:
         """:meth:`apply` for what the model endpoint saw: its agent acts now, so a run of

@@ -30,7 +30,7 @@ from watchdog.core.rules.decision import Action, Decided, withdraws
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.rules.model import Budget
 from watchdog.core.runs.tracker import BatchResult, RunTracker
-from watchdog.core.runs.view import RunView
+from watchdog.core.runs.view import OpenedRun, RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
 from watchdog.core.shown import shown
 from watchdog.core.spans.decode import TraceRequest
@@ -643,7 +643,7 @@ class WatchdogService:
     def model_open(self, key: str, key_source: KeySource, trace_id: str, agent: str | None,
                    session: str | None, budget: dict[str, float] | None,
                    records: Sequence[SpanRecord] = (), going_on: bool = False,
-                   parent: str | None = None) -> RunView:
+                   parent: str | None = None) -> OpenedRun:
         """The endpoint's run at a request, opened if no span has named it yet, after the
         ``records`` the request carried (one step of the core); ``going_on``: the request
         answers calls the run handed over; ``parent``: the run whose child it is (a

@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from watchdog.core.bounds import budget_limit, plain_number
-from watchdog.core.runs.catalogue import reader
+from watchdog.core.runs.catalogue import RUN_SIGNALS, reader
 from watchdog.core.runs.counts import RunCounts
 from watchdog.core.runs.fields import (
     NS,
@@ -36,7 +36,7 @@ from watchdog.core.runs.fields import (
     RunFields,
 )
 from watchdog.core.runs.terminal import TerminalState, classify_end
-from watchdog.core.runs.view import RunView
+from watchdog.core.runs.view import OpenedRun, RunView
 from watchdog.core.spans.record import BUDGET_KEYS, KeySource, SpanRecord
 
 # the states a run of the model endpoint's is taken back from when its agent goes on with it
@@ -244,6 +244,17 @@ class RunState(RunCounts):
                        self.last_seen, self.last_progress, self.ended_at, now, self.framed,
                        self.root_span)
 
+    def opened(self, now: float, default_budget: dict[str, float] | None = None) -> OpenedRun:
+        """What the model endpoint reads of the run at a request, at ``now`` (as :meth:`view`
+        would hold it)."""
+        signals = _read_opened(self, now, default_budget)
+        budget = signals["budget"]
+        return OpenedRun(self.key, signals["agent"], self.framed, self.terminal_state,
+                         bool(signals["ended"]), int(signals["iterations"]),
+                         int(signals["tool_calls"]), float(signals["cost_usd"]),
+                         int(signals["total_tokens"]),
+                         MappingProxyType(budget) if budget else _NO_BUDGET)
+
     def copy(self) -> RunState:
         """An independent copy, to fold records into that the run has not seen (what a request
         would make of it). Its mutable fields are dicts and lists of immutable values, copied
@@ -338,6 +349,7 @@ def _model_call(value: list[Any]) -> ModelCall:
 
 _read_slots = attrgetter(*RunFields.__slots__)
 _read_signals = reader()
+_read_opened = reader(signal for signal in RUN_SIGNALS if signal.name in OpenedRun._fields)
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
     "_answered", "_asked", "_call_counts", "_cap_request", "_cycle_runs", "_delta_messages",

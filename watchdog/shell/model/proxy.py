@@ -73,7 +73,7 @@ from watchdog.core.model.wire import (
     read_stream,
     unjudged,
 )
-from watchdog.core.runs.view import RunView
+from watchdog.core.runs.view import OpenedRun
 from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, BodyTooLarge, inflate
 from watchdog.core.spans.record import KeySource, SpanRecord
 from watchdog.shell import logs
@@ -605,7 +605,7 @@ class ModelProxy:
             agent or state.agent or "unknown"
 
     def _run_of(self, state: EndpointRun, agent: str | None, budget: dict[str, float] | None,
-                records: list[SpanRecord]) -> RunView:
+                records: list[SpanRecord]) -> OpenedRun:
         """The tracker's run of this call (opened at its first request), after the
         ``records`` of the request (its tool results): a traced one the run its trace's
         spans named, once they have come."""
