@@ -123,7 +123,7 @@ def run_opencode(base_url: str, model: str, small: str, tmp: Path,
         extra = {**(extra or {}), **telemetry()}
         # (its batch span processor's; at its default, 5 s, the spans of a run's last seconds
         # are never exported: opencode run exits without a flush)
-        env.update(OTEL_EXPORTER_OTLP_ENDPOINT=otel, OTEL_BSP_SCHEDULE_DELAY="200")
+        env.update(OTEL_EXPORTER_OTLP_ENDPOINT=otel, OTEL_BSP_SCHEDULE_DELAY="10")
     (work / "opencode.json").write_text(json.dumps({**config(base_url, model, small),
                                                     **(extra or {})}))
     for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"):

@@ -93,14 +93,17 @@ def test_opencode_traced_by_its_own_opentelemetry_alone(
     # recording, below, reads as pinned)
     runs = runs_seen(sidecar, 1)
     assert {run["agent"] for run in runs} == {"session.llm"}, runs
-    assert sum(run["tool_calls"] for run in runs) == 2, runs  # (ended before its last step)
+    # (its tools ended before its last step; EXIT: the last export, lost, may hold the second
+    # tool's span with the last step's)
+    tools, calls = (sum(run[field] for run in runs) for field in ("tool_calls", "iterations"))
+    assert tools == 2 or (tools, calls) == (1, 3), runs
     # (STOP_WHEN; a run still open, its end to come, has none yet)
     assert {run["terminal_reason"] for run in runs if run["state"] == "ended"} == {
         "stop_when"}, runs
-    if sum(run["iterations"] for run in runs) == 4:  # its 3 steps' calls and the title's
+    if calls == 4:  # its 3 steps' calls and the title's
         assert ANSWER in [run["final_output"] for run in runs], runs
     else:
-        assert sum(run["iterations"] for run in runs) == 3, runs  # (EXIT)
+        assert calls == 3, runs  # (EXIT)
 
 
 def test_opencode_recorded_reads_as_it_did_live(sidecar: RunningServer) -> None:
