@@ -1171,6 +1171,25 @@ def test_a_side_request_sent_after_its_runs_first_request_is_a_model_call_of_it(
                          lambda _key: True) is not run  # (its run has ended)
 
 
+def test_a_plain_question_of_a_runs_own_task_is_not_its_side_request() -> None:
+    """Two users of one session name asking the same first question, the second with no tools
+    (a chat): its own run, not a model call of the first one's run; its answer is not that
+    run's, and the call that run handed over is not taken for run by it."""
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session="ses_1")
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+    messages = [{"role": "system", "content": "You are an agent."},
+                {"role": "user", "content": "Find the file."}]
+    first = wire.read_request({"model": "m", "tools": tools, "messages": messages})
+    run = book.identify("chat", first, caller, "a", lambda _key: False)
+    seen = wire.read_response(json.loads(json.dumps(completion(
+        "m", "chatcmpl-1", Step(tool_calls=(ToolCall("bash", {"command": "ls"}),)), {}))))
+    book.call_record(run, first, seen, seen.calls, 1, 2)
+    chat = wire.read_request({"model": "m", "messages": messages})
+    other = book.identify("chat", chat, caller, "a", lambda _key: False)
+    assert other is not run and len(run.pending) == 1
+
+
 def test_each_invocation_of_a_side_requesting_agent_is_one_run() -> None:
     """The side request's prompt is the same every time, and so may the task be: a second
     invocation (another session) is one run of its own all the same, its title in it."""

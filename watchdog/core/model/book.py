@@ -472,8 +472,9 @@ class ModelBook:
             key = self._tasks.get(session)
             state = self._runs.get(key) if key is not None else None
             if state is None or state.task is None or ended(state.key) or state.task not in {
-                    _said_digest(text) for text in request.said[:MAX_SIDE_SAID]}:
-                return None
+                    _said_digest(text) for text in request.said[:MAX_SIDE_SAID]} \
+                    or _said_digest(request.anchor) == state.task:
+                return None  # (one that begins with the task asks it again: no side request)
             return self._touch(state)
         key = self._sides.get(session)
         state = self._runs.get(key) if key is not None else None
