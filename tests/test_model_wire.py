@@ -1063,22 +1063,28 @@ def test_a_sub_agent_a_client_names_is_a_child_run_of_its_callers() -> None:
     """Requests of one session its client names (``Caller.session``): those naming no
     sub-agent are the caller's; a sub-agent's (``Caller.subagent``) run is a child of the
     caller's run at its first request, kept when the caller goes on to its next run; a
-    sub-agent named with no session, or in another session, has no parent."""
+    sub-agent named with no session, or in another session, has no parent. A caller hands its
+    sub-agent a task by a tool: a request that offers none (Claude Code's small-model side
+    calls: a title, a command's prefix) is no caller's."""
     wire, book = ChatWire(), ModelBook()
+    bash = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
 
-    def asking(task: str) -> Request:
-        return wire.read_request({"model": "m",
+    def asking(task: str, tools: bool) -> Request:
+        return wire.read_request({"model": "m", **({"tools": bash} if tools else {}),
                                   "messages": [{"role": "user", "content": task}]})
 
-    def identify(task: str, session: str | None, subagent: str | None = None) -> Any:
-        state = book.identify("chat", asking(task), Caller(session=session, subagent=subagent),
-                              "a", lambda _key: False)
+    def identify(task: str, session: str | None, subagent: str | None = None,
+                 tools: bool = True) -> Any:
+        state = book.identify("chat", asking(task, tools),
+                              Caller(session=session, subagent=subagent), "a",
+                              lambda _key: False)
         book.settle(state)
         return state
 
     main = identify("main task", "s-1")
+    side = identify("Command: ls /srv. Its prefix?", "s-1", tools=False)
     sub = identify("look in /srv", "s-1", "agent-1")
-    assert (main.parent, sub.parent) == (None, main.key)
+    assert (main.parent, sub.parent) == (None, main.key) and side.key != main.key
     assert identify("look in /srv", "s-1", "agent-1") is sub  # its next request: the same run
     later = identify("the next task", "s-1")  # the caller's next run: the child's parent stays
     assert later.key != main.key and sub.parent == main.key

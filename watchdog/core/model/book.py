@@ -277,15 +277,20 @@ class ModelBook:
         state.going_on = self._going_on
         state.asking += 1
         if caller.session is not None:
-            self._caller_of(state, caller.session, caller.subagent)
+            self._caller_of(state, caller.session, caller.subagent, request.has_tools)
         return state
 
-    def _caller_of(self, state: EndpointRun, session: str, subagent: str | None) -> None:
-        """A request of ``session`` (a client names it) naming no sub-agent is of its caller:
-        its run is the caller's from now on; one naming a sub-agent is of a child run of the
-        caller's run at its first request (kept: a caller's next run is not its parent)."""
+    def _caller_of(self, state: EndpointRun, session: str, subagent: str | None,
+                   has_tools: bool) -> None:
+        """A request of ``session`` (a client names it) naming no sub-agent and offering tools
+        is of its caller: its run is the caller's from now on (one that offers none, a side
+        call of the client's small model, hands no sub-agent its task); one naming a sub-agent
+        is of a child run of the caller's run at its first request (kept: a caller's next run
+        is not its parent)."""
         callers = self._callers
         if subagent is None:
+            if not has_tools:
+                return
             callers[session] = state.key
             callers.move_to_end(session)
             while len(callers) > MAX_CALLERS:
