@@ -1196,6 +1196,28 @@ def test_a_plain_question_of_a_runs_own_task_is_not_its_side_request() -> None:
     assert other is not run and len(run.pending) == 1
 
 
+def test_a_plain_question_before_a_task_of_the_same_words_is_no_side_request() -> None:
+    """A conversation of a session its client names that begins, offering no tools, with the
+    question the session's next conversation (tools offered) begins with (an eval harness's
+    sample asked plainly, then to an agent): two runs; the first quoted nothing, it asked
+    (a side request quotes the task in a message after its own first)."""
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session="ses_1")
+    plain = wire.read_request({"model": "small", "messages": [
+        {"role": "user", "content": "Find the file."}]})
+    asked = book.identify("chat", plain, caller, "a", lambda _key: False)
+    seen = wire.read_response(json.loads(json.dumps(completion(
+        "small", "chatcmpl-1", Step(text="It is in /tmp."), {}))))
+    book.call_record(asked, plain, seen, seen.calls, 1, 2)
+    book.settle(asked)
+    task = wire.read_request({"model": "m", "tools": [
+        {"type": "function", "function": {"name": "bash", "parameters": {}}}],
+        "messages": [{"role": "system", "content": "You are an agent."},
+                     {"role": "user", "content": "Find the file."}]})
+    agent = book.identify("chat", task, caller, "b", lambda _key: True)
+    assert agent is not asked and not agent.going_on
+
+
 def test_each_invocation_of_a_side_requesting_agent_is_one_run() -> None:
     """The side request's prompt is the same every time, and so may the task be: a second
     invocation (another session) is one run of its own all the same, its title in it."""

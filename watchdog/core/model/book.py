@@ -453,8 +453,9 @@ class ModelBook:
             else:
                 # a side request (a title of the session's task): the run of the conversation
                 # whose first message it quotes, if that comes next (:meth:`_side_of`)
-                state.side = frozenset(_said_digest(text)
-                                       for text in request.said[:MAX_SIDE_SAID])
+                # (what it quoted: its messages after its first, which it asked itself)
+                state.side = frozenset(_said_digest(text) for text in request.said[
+                    :MAX_SIDE_SAID]) - {_said_digest(request.anchor)}
                 _remember(self._sides, client_session, state.key)
         return state
 
