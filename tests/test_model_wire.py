@@ -1093,6 +1093,29 @@ def test_a_sub_agent_a_client_names_is_a_child_run_of_its_callers() -> None:
     assert identify("another session", "s-2", "agent-4").parent is None
 
 
+def test_a_sub_agent_before_its_callers_first_request_gets_its_parent_after_it() -> None:
+    """After a restart the book knows no caller: a sub-agent's request that comes first is a
+    run with no parent; its requests after one of its caller's (a sub-agent in the
+    background, its caller going on) are of a child of the caller's run (docs/model-endpoint)."""
+    wire, book = ChatWire(), ModelBook()
+    bash = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+
+    def identify(subagent: str | None, *messages: dict[str, Any]) -> Any:
+        request = wire.read_request({"model": "m", "tools": bash, "messages": list(messages)})
+        state = book.identify("chat", request, Caller(session="s-1", subagent=subagent), "a",
+                              lambda _key: False)
+        book.settle(state)
+        return state
+
+    task = {"role": "user", "content": "look in /srv"}
+    sub = identify("agent-1", task)
+    assert sub.parent is None
+    main = identify(None, {"role": "user", "content": "main task"})
+    assert identify("agent-1", task, {"role": "assistant", "content": "looking"},
+                    {"role": "user", "content": "go on"}) is sub
+    assert sub.parent == main.key
+
+
 def _side_and_first(task: str, quoted: str, session: str | None, tools: bool = True
                     ) -> tuple[Any, Any, Any]:
     """A side request (its own system prompt, a user message of its own and ``quoted``, no
