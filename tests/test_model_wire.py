@@ -1093,6 +1093,31 @@ def test_a_sub_agent_a_client_names_is_a_child_run_of_its_callers() -> None:
     assert identify("another session", "s-2", "agent-4").parent is None
 
 
+def test_a_sub_agent_of_one_of_two_callers_in_a_session_is_the_child_of_the_one_waiting(
+        ) -> None:
+    """Two invocations that share a session (two ``claude`` processes given one session id):
+    a sub-agent's parent is the caller whose tool call (the one that started it) is still out,
+    not merely the one that sent a request last."""
+    wire, book = ChatWire(), ModelBook()
+    tools = [{"type": "function", "function": {"name": "Agent", "parameters": {}}}]
+
+    def first(task: str, subagent: str | None = None) -> Any:
+        request = wire.read_request({"model": "m", "tools": tools, "messages": [
+            {"role": "user", "content": task}]})
+        return request, book.identify("chat", request, Caller(session="s-1", subagent=subagent),
+                                      "a", lambda _key: False)
+
+    asked, one = first("task one")
+    seen = wire.read_response(json.loads(json.dumps(completion(
+        "m", "chatcmpl-1", Step(tool_calls=(ToolCall("Agent", {"task": "look"}),)), {}))))
+    book.call_record(one, asked, seen, seen.calls, 1, 2)
+    book.settle(one)
+    _, other = first("task two")  # the other invocation's request, with the model
+    assert other.key != one.key
+    _, sub = first("look in /srv", "agent-1")
+    assert sub.parent == one.key
+
+
 def test_a_sub_agent_before_its_callers_first_request_gets_its_parent_after_it() -> None:
     """After a restart the book knows no caller: a sub-agent's request that comes first is a
     run with no parent; its requests after one of its caller's (a sub-agent in the

@@ -86,7 +86,8 @@ from watchdog.core.spans.record import (
 
 MAX_MODEL_RUNS = 10_000  # runs whose endpoint state is kept (pending calls, counts)
 MAX_CONVERSATIONS = 10_000  # conversation anchors remembered
-MAX_CALLERS = 10_000  # sessions a client names whose caller's run is remembered
+MAX_CALLERS = 10_000  # sessions a client names whose callers' runs are remembered
+MAX_CALLERS_PER_SESSION = 8  # ... the runs of each (two invocations sharing a session)
 MAX_RESPONSE_IDS = 20_000  # response id -> run, for previous_response_id
 MAX_PENDING_CALLS = 128  # tool calls of one response waiting for their results
 MAX_BRIEF_CHARS = 500
@@ -239,9 +240,9 @@ class ModelBook:
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
         self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
-        # session a client names -> the run its latest request naming no sub-agent was of (the
-        # caller of the session's sub-agents)
-        self._callers: OrderedDict[str, str] = OrderedDict()
+        # session a client names -> the runs its latest requests naming no sub-agent were of,
+        # latest last, at most MAX_CALLERS_PER_SESSION (the callers of its sub-agents)
+        self._callers: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         # a session its client names -> the run a side request of it started last
         self._sides: OrderedDict[str, str] = OrderedDict()
         # ... -> its latest run whose first request offered tools (EndpointRun.task)
@@ -286,17 +287,24 @@ class ModelBook:
         is of its caller: its run is the caller's from now on (one that offers none, a side
         call of the client's small model, hands no sub-agent its task); one naming a sub-agent
         is of a child run of the caller's run at its first request (kept: a caller's next run
-        is not its parent)."""
+        is not its parent). Of several callers in the session (two invocations that share it),
+        the latest whose tool call (the one that started the sub-agent) is still out."""
         callers = self._callers
         if subagent is None:
             if not has_tools:
                 return
-            callers[session] = state.key
+            known = callers.get(session, ())
+            callers[session] = (*(key for key in known if key != state.key),
+                                state.key)[-MAX_CALLERS_PER_SESSION:]
             callers.move_to_end(session)
             while len(callers) > MAX_CALLERS:
                 callers.popitem(last=False)
-        elif state.parent is None and (found := callers.get(session)) not in (None, state.key):
-            state.parent = found
+        elif state.parent is None:
+            found = [key for key in reversed(callers.get(session, ())) if key != state.key]
+            waiting = [key for key in found if (run := self._runs.get(key)) is not None
+                       and run.pending]
+            if found:
+                state.parent = (waiting or found)[0]
 
     @staticmethod
     def settle(state: EndpointRun) -> None:
