@@ -13,10 +13,11 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from opentelemetry.trace import Span
 
-from tests.spans import T0, SpanMaker, chat_attrs, encode, tool_attrs
+from tests.spans import NS, T0, SpanMaker, chat_attrs, encode, tool_attrs
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.pack import load_rules
 from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.spans.record import ENDPOINT_SCOPE, KeySource, SpanKind, SpanRecord
 from watchdog.shell.clock import ManualClock
 from watchdog.shell.config import Config
 from watchdog.shell.metrics import (
@@ -193,6 +194,52 @@ def test_evicted_and_abandoned_runs(clock: ManualClock) -> None:
     assert wired.value("runs_evicted_total", agent="explorer") == 1
     assert wired.value("run_tool_calls_count", agent="explorer") == 3
     wired.store.close()
+
+
+def test_a_run_its_agent_takes_back_leaves_the_state_it_was_counted_in(
+        sidecar: Sidecar, clock: ManualClock) -> None:
+    """A model-endpoint run ended at an answer that its agent's next request goes on from (a
+    side request's run, opencode's title, taken back by its first request) is counted at each
+    end, and as having left the state of the first: the runs that ended, by the state they are
+    in now (docs/metrics.md's query), hold it once."""
+    key = "model:" + "ab" * 16
+    service = sidecar.service
+
+    def call(answer: bool) -> SpanRecord:
+        now = clock.now()
+        record = SpanRecord(run_key=key, key_source=KeySource.WATCHDOG, trace_id="ab" * 16,
+                            span_id=f"{int(now * 1000):016x}", parent_span_id=None,
+                            name="chat m", kind=SpanKind.LLM, start_ns=int(now * NS),
+                            end_ns=int(now * NS), agent="opencode", session="ses_1",
+                            loose=True, scope=ENDPOINT_SCOPE)
+        record.requested_tools = not answer
+        if answer:
+            record.final_answer, record.final_output = True, "done"
+        return record
+
+    def ended_by_state() -> dict[str, float]:
+        counts: dict[str, float] = {}
+        for state in ("completed", "abandoned"):
+            finished = sidecar.value("runs_finished_total", agent="opencode",
+                                     terminal_state=state) or 0
+            moved = sidecar.value("runs_reclassified_total", agent="opencode",
+                                  terminal_state=state) or 0
+            counts[state] = finished - moved
+        return counts
+
+    service.model_open(key, KeySource.WATCHDOG, "ab" * 16, "opencode", "ses_1", None)
+    service.model_records([call(answer=True)])  # the title: the run ends at its answer
+    assert ended_by_state() == {"completed": 1, "abandoned": 0}
+    clock.advance(1)
+    service.model_open(key, KeySource.WATCHDOG, "ab" * 16, "opencode", "ses_1", None,
+                       going_on=True)  # taken back: active
+    assert ended_by_state() == {"completed": 0, "abandoned": 0}
+    service.model_records([call(answer=False)])
+    clock.advance(1)
+    service.model_records([call(answer=True)])
+    assert ended_by_state() == {"completed": 1, "abandoned": 0}
+    assert sidecar.value("runs_finished_total", agent="opencode",
+                         terminal_state="completed") == 2
 
 
 # -- cardinality ------------------------------------------------------------------------------

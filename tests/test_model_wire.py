@@ -1063,28 +1063,82 @@ def test_a_sub_agent_a_client_names_is_a_child_run_of_its_callers() -> None:
     """Requests of one session its client names (``Caller.session``): those naming no
     sub-agent are the caller's; a sub-agent's (``Caller.subagent``) run is a child of the
     caller's run at its first request, kept when the caller goes on to its next run; a
-    sub-agent named with no session, or in another session, has no parent."""
+    sub-agent named with no session, or in another session, has no parent. A caller hands its
+    sub-agent a task by a tool: a request that offers none (Claude Code's small-model side
+    calls: a title, a command's prefix) is no caller's."""
     wire, book = ChatWire(), ModelBook()
+    bash = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
 
-    def asking(task: str) -> Request:
-        return wire.read_request({"model": "m",
+    def asking(task: str, tools: bool) -> Request:
+        return wire.read_request({"model": "m", **({"tools": bash} if tools else {}),
                                   "messages": [{"role": "user", "content": task}]})
 
-    def identify(task: str, session: str | None, subagent: str | None = None) -> Any:
-        state = book.identify("chat", asking(task), Caller(session=session, subagent=subagent),
-                              "a", lambda _key: False)
+    def identify(task: str, session: str | None, subagent: str | None = None,
+                 tools: bool = True) -> Any:
+        state = book.identify("chat", asking(task, tools),
+                              Caller(session=session, subagent=subagent), "a",
+                              lambda _key: False)
         book.settle(state)
         return state
 
     main = identify("main task", "s-1")
+    side = identify("Command: ls /srv. Its prefix?", "s-1", tools=False)
     sub = identify("look in /srv", "s-1", "agent-1")
-    assert (main.parent, sub.parent) == (None, main.key)
+    assert (main.parent, sub.parent) == (None, main.key) and side.key != main.key
     assert identify("look in /srv", "s-1", "agent-1") is sub  # its next request: the same run
     later = identify("the next task", "s-1")  # the caller's next run: the child's parent stays
     assert later.key != main.key and sub.parent == main.key
     assert identify("another sub-task", "s-1", "agent-2").parent == later.key
     assert identify("no session", None, "agent-3").parent is None
     assert identify("another session", "s-2", "agent-4").parent is None
+
+
+def test_a_sub_agent_of_one_of_two_callers_in_a_session_is_the_child_of_the_one_waiting(
+        ) -> None:
+    """Two invocations that share a session (two ``claude`` processes given one session id):
+    a sub-agent's parent is the caller whose tool call (the one that started it) is still out,
+    not merely the one that sent a request last."""
+    wire, book = ChatWire(), ModelBook()
+    tools = [{"type": "function", "function": {"name": "Agent", "parameters": {}}}]
+
+    def first(task: str, subagent: str | None = None) -> Any:
+        request = wire.read_request({"model": "m", "tools": tools, "messages": [
+            {"role": "user", "content": task}]})
+        return request, book.identify("chat", request, Caller(session="s-1", subagent=subagent),
+                                      "a", lambda _key: False)
+
+    asked, one = first("task one")
+    seen = wire.read_response(json.loads(json.dumps(completion(
+        "m", "chatcmpl-1", Step(tool_calls=(ToolCall("Agent", {"task": "look"}),)), {}))))
+    book.call_record(one, asked, seen, seen.calls, 1, 2)
+    book.settle(one)
+    _, other = first("task two")  # the other invocation's request, with the model
+    assert other.key != one.key
+    _, sub = first("look in /srv", "agent-1")
+    assert sub.parent == one.key
+
+
+def test_a_sub_agent_before_its_callers_first_request_gets_its_parent_after_it() -> None:
+    """After a restart the book knows no caller: a sub-agent's request that comes first is a
+    run with no parent; its requests after one of its caller's (a sub-agent in the
+    background, its caller going on) are of a child of the caller's run (docs/model-endpoint)."""
+    wire, book = ChatWire(), ModelBook()
+    bash = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+
+    def identify(subagent: str | None, *messages: dict[str, Any]) -> Any:
+        request = wire.read_request({"model": "m", "tools": bash, "messages": list(messages)})
+        state = book.identify("chat", request, Caller(session="s-1", subagent=subagent), "a",
+                              lambda _key: False)
+        book.settle(state)
+        return state
+
+    task = {"role": "user", "content": "look in /srv"}
+    sub = identify("agent-1", task)
+    assert sub.parent is None
+    main = identify(None, {"role": "user", "content": "main task"})
+    assert identify("agent-1", task, {"role": "assistant", "content": "looking"},
+                    {"role": "user", "content": "go on"}) is sub
+    assert sub.parent == main.key
 
 
 def _side_and_first(task: str, quoted: str, session: str | None, tools: bool = True
@@ -1169,6 +1223,47 @@ def test_a_side_request_sent_after_its_runs_first_request_is_a_model_call_of_it(
                          lambda _key: False) is not run
     assert book.identify("chat", title("Find the file."), caller, "a",
                          lambda _key: True) is not run  # (its run has ended)
+
+
+def test_a_plain_question_of_a_runs_own_task_is_not_its_side_request() -> None:
+    """Two users of one session name asking the same first question, the second with no tools
+    (a chat): its own run, not a model call of the first one's run; its answer is not that
+    run's, and the call that run handed over is not taken for run by it."""
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session="ses_1")
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+    messages = [{"role": "system", "content": "You are an agent."},
+                {"role": "user", "content": "Find the file."}]
+    first = wire.read_request({"model": "m", "tools": tools, "messages": messages})
+    run = book.identify("chat", first, caller, "a", lambda _key: False)
+    seen = wire.read_response(json.loads(json.dumps(completion(
+        "m", "chatcmpl-1", Step(tool_calls=(ToolCall("bash", {"command": "ls"}),)), {}))))
+    book.call_record(run, first, seen, seen.calls, 1, 2)
+    chat = wire.read_request({"model": "m", "messages": messages})
+    other = book.identify("chat", chat, caller, "a", lambda _key: False)
+    assert other is not run and len(run.pending) == 1
+
+
+def test_a_plain_question_before_a_task_of_the_same_words_is_no_side_request() -> None:
+    """A conversation of a session its client names that begins, offering no tools, with the
+    question the session's next conversation (tools offered) begins with (an eval harness's
+    sample asked plainly, then to an agent): two runs; the first quoted nothing, it asked
+    (a side request quotes the task in a message after its own first)."""
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session="ses_1")
+    plain = wire.read_request({"model": "small", "messages": [
+        {"role": "user", "content": "Find the file."}]})
+    asked = book.identify("chat", plain, caller, "a", lambda _key: False)
+    seen = wire.read_response(json.loads(json.dumps(completion(
+        "small", "chatcmpl-1", Step(text="It is in /tmp."), {}))))
+    book.call_record(asked, plain, seen, seen.calls, 1, 2)
+    book.settle(asked)
+    task = wire.read_request({"model": "m", "tools": [
+        {"type": "function", "function": {"name": "bash", "parameters": {}}}],
+        "messages": [{"role": "system", "content": "You are an agent."},
+                     {"role": "user", "content": "Find the file."}]})
+    agent = book.identify("chat", task, caller, "b", lambda _key: True)
+    assert agent is not asked and not agent.going_on
 
 
 def test_each_invocation_of_a_side_requesting_agent_is_one_run() -> None:

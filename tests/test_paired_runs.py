@@ -39,12 +39,16 @@ def endpoint_loop(book: ModelBook, caller: Caller, task: str, steps: list[tuple[
                   ) -> list[list[SpanRecord]]:
     """The endpoint's records of a conversation of ``caller`` (its session, its sub-agent):
     a call per step (a tool call asked: its name and id; its result found), then the answer,
-    a second apart, each of its ``usage`` and response id."""
+    a second apart, each of its ``usage`` and response id; each request offers the tools the
+    steps ask for (an agent asks for the tools it offers)."""
     wire = ChatWire()
     messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
     batches: list[list[SpanRecord]] = []
+    tools = [{"type": "function", "function": {"name": name, "parameters": {}}}
+             for name in dict.fromkeys(name for name, _ in steps)]
     for step, asked in enumerate([*steps, None]):
-        request = wire.read_request({"model": "m", "messages": messages})
+        request = wire.read_request({"model": "m", **({"tools": tools} if tools else {}),
+                                     "messages": messages})
         state = book.identify("chat", request, caller, "steered-agent", lambda _key: False)
         records = book.tool_records(state, request, int((at + step) * NS))
         calls = [ToolCall(asked[1], asked[0], '{"q": "file"}')] if asked else []

@@ -327,3 +327,33 @@ def test_an_abort_is_answered_in_the_agents_own_finish(
     assert info["last_answer"].count("```mswea_bash_command") == 1
     run = the_ended_run(sidecar, before)
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+def test_an_agent_that_offers_tools_acts_by_them_whatever_the_pack_says(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """An agent the pack's glob declares ``actions: text`` (``mini*``) whose requests offer
+    tools (the ``openai`` SDK's own loop: a tool call, its result, then the answer) acts by the
+    API's tool calls: its text answer is its run's answer, which ends the run at once (not an
+    action held open for ``loose_run_gap``), and its one tool call is counted, no
+    ``text_action``; its final request keeps the tools' form (no finish asked)."""
+    import openai
+
+    model = llm.script(f"mini-tools-{next(_CASES)}", fakellm.steps(
+        fakellm.call("bash", command="ls"), fakellm.answer("There are 3 files.")))
+    client = openai.OpenAI(base_url=f"{sidecar.url('model')}/agent/mini-tools/v1",
+                           api_key=KEY, max_retries=0)
+    tools: Any = [{"type": "function", "function": {
+        "name": "bash", "parameters": {"type": "object", "properties": {
+            "command": {"type": "string"}}}}}]
+    before = run_ids(sidecar)
+    messages: list[Any] = [{"role": "user", "content": "Count the files."}]
+    first = client.chat.completions.create(model=model, messages=messages, tools=tools)
+    (call,) = first.choices[0].message.tool_calls or []
+    messages += [first.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "a b c"}]
+    second = client.chat.completions.create(model=model, messages=messages, tools=tools)
+    assert second.choices[0].message.content == "There are 3 files."
+    run = the_ended_run(sidecar, before)
+    assert (run["terminal_state"], run["signals"]["tool_calls"]) == ("completed", 1), run
+    assert all(fakellm.offers_tools(body) and not final_asked(body)
+               for body in llm.requests(model))

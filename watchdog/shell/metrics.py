@@ -259,8 +259,9 @@ class Metrics:
             ["agent", "terminal_state"])
         self.runs_reclassified_total = counter(
             "runs_reclassified_total", "Runs counted in runs_finished_total under "
-            "terminal_state, classified again after (late spans): counted again under their "
-            "new state.", ["agent", "terminal_state"])
+            "terminal_state that left it: classified again after (late spans), counted again "
+            "under their new state; or taken back by their agent, counted again at their next "
+            "end.", ["agent", "terminal_state"])
         self.runs_evicted_total = counter(
             "runs_evicted_total", "Active runs dropped (as abandoned) to stay within max_runs.",
             ["agent"])
@@ -452,6 +453,13 @@ class Metrics:
             exemplar = _exemplar(run.trace_id)
             child(self.runs_finished_total, agent, state).inc(1, exemplar)
             child(self.runs_reclassified_total, agent, clip(was)).inc(1, exemplar)
+
+    def runs_resumed(self, moves: Iterable[tuple[str | None, str]]) -> None:
+        """Ended runs their agent took back (``agent``, the state they ended in): no longer in
+        the state they were counted in; their next end is counted again (``runs_finished_total
+        - runs_reclassified_total`` stays what ``/v1/runs`` says)."""
+        for agent, was in moves:
+            self._child(self.runs_reclassified_total, self.agent(agent), clip(was)).inc(1)
 
     # -- receivers ----------------------------------------------------------------------------
 

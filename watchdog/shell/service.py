@@ -76,6 +76,7 @@ class Observer(Protocol):
     def batch_applied(self, result: BatchResult, evicted: Sequence[RunView]) -> None: ...
     def runs_finished(self, runs: Iterable[RunView]) -> None: ...
     def runs_reclassified(self, moves: Iterable[tuple[RunView, str]]) -> None: ...
+    def runs_resumed(self, moves: Iterable[tuple[str | None, str]]) -> None: ...
     def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None: ...
     def rule_error(self, rule: str) -> None: ...
     def rule_eval(self, seconds: float) -> None: ...
@@ -99,6 +100,9 @@ class NullObserver:
         pass
 
     def runs_reclassified(self, moves: Iterable[tuple[RunView, str]]) -> None:
+        pass
+
+    def runs_resumed(self, moves: Iterable[tuple[str | None, str]]) -> None:
         pass
 
     def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None:
@@ -365,8 +369,13 @@ class WatchdogService:
                 self._decided(decided, rows[key])
         for key, into in step.gone.items():
             logs.event("run_merged", run=key, into=into)
-        for key, (was, reason) in step.resumed.items():  # (its run_ended said so)
-            logs.event("run_resumed", run=key, was=was, reason=reason)
+        if step.resumed:
+            resumed: list[tuple[str | None, str]] = []
+            for key, (was, reason) in step.resumed.items():  # (its run_ended said so)
+                logs.event("run_resumed", run=key, was=was, reason=reason)
+                back = step.dirty.get(key) or self.tracker.get(key)
+                resumed.append((back.agent if back is not None else None, was))
+            observer.runs_resumed(resumed)
         if step.finished:
             observer.runs_finished(step.finished)
             for run in step.finished:

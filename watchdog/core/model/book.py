@@ -86,7 +86,8 @@ from watchdog.core.spans.record import (
 
 MAX_MODEL_RUNS = 10_000  # runs whose endpoint state is kept (pending calls, counts)
 MAX_CONVERSATIONS = 10_000  # conversation anchors remembered
-MAX_CALLERS = 10_000  # sessions a client names whose caller's run is remembered
+MAX_CALLERS = 10_000  # sessions a client names whose callers' runs are remembered
+MAX_CALLERS_PER_SESSION = 8  # ... the runs of each (two invocations sharing a session)
 MAX_RESPONSE_IDS = 20_000  # response id -> run, for previous_response_id
 MAX_PENDING_CALLS = 128  # tool calls of one response waiting for their results
 MAX_BRIEF_CHARS = 500
@@ -239,9 +240,9 @@ class ModelBook:
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
         self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
-        # session a client names -> the run its latest request naming no sub-agent was of (the
-        # caller of the session's sub-agents)
-        self._callers: OrderedDict[str, str] = OrderedDict()
+        # session a client names -> the runs its latest requests naming no sub-agent were of,
+        # latest last, at most MAX_CALLERS_PER_SESSION (the callers of its sub-agents)
+        self._callers: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         # a session its client names -> the run a side request of it started last
         self._sides: OrderedDict[str, str] = OrderedDict()
         # ... -> its latest run whose first request offered tools (EndpointRun.task)
@@ -277,21 +278,33 @@ class ModelBook:
         state.going_on = self._going_on
         state.asking += 1
         if caller.session is not None:
-            self._caller_of(state, caller.session, caller.subagent)
+            self._caller_of(state, caller.session, caller.subagent, request.has_tools)
         return state
 
-    def _caller_of(self, state: EndpointRun, session: str, subagent: str | None) -> None:
-        """A request of ``session`` (a client names it) naming no sub-agent is of its caller:
-        its run is the caller's from now on; one naming a sub-agent is of a child run of the
-        caller's run at its first request (kept: a caller's next run is not its parent)."""
+    def _caller_of(self, state: EndpointRun, session: str, subagent: str | None,
+                   has_tools: bool) -> None:
+        """A request of ``session`` (a client names it) naming no sub-agent and offering tools
+        is of its caller: its run is the caller's from now on (one that offers none, a side
+        call of the client's small model, hands no sub-agent its task); one naming a sub-agent
+        is of a child run of the caller's run at its first request (kept: a caller's next run
+        is not its parent). Of several callers in the session (two invocations that share it),
+        the latest whose tool call (the one that started the sub-agent) is still out."""
         callers = self._callers
         if subagent is None:
-            callers[session] = state.key
+            if not has_tools:
+                return
+            known = callers.get(session, ())
+            callers[session] = (*(key for key in known if key != state.key),
+                                state.key)[-MAX_CALLERS_PER_SESSION:]
             callers.move_to_end(session)
             while len(callers) > MAX_CALLERS:
                 callers.popitem(last=False)
-        elif state.parent is None and (found := callers.get(session)) not in (None, state.key):
-            state.parent = found
+        elif state.parent is None:
+            found = [key for key in reversed(callers.get(session, ())) if key != state.key]
+            waiting = [key for key in found if (run := self._runs.get(key)) is not None
+                       and run.pending]
+            if found:
+                state.parent = (waiting or found)[0]
 
     @staticmethod
     def settle(state: EndpointRun) -> None:
@@ -448,8 +461,9 @@ class ModelBook:
             else:
                 # a side request (a title of the session's task): the run of the conversation
                 # whose first message it quotes, if that comes next (:meth:`_side_of`)
-                state.side = frozenset(_said_digest(text)
-                                       for text in request.said[:MAX_SIDE_SAID])
+                # (what it quoted: its messages after its first, which it asked itself)
+                state.side = frozenset(_said_digest(text) for text in request.said[
+                    :MAX_SIDE_SAID]) - {_said_digest(request.anchor)}
                 _remember(self._sides, client_session, state.key)
         return state
 
@@ -472,8 +486,9 @@ class ModelBook:
             key = self._tasks.get(session)
             state = self._runs.get(key) if key is not None else None
             if state is None or state.task is None or ended(state.key) or state.task not in {
-                    _said_digest(text) for text in request.said[:MAX_SIDE_SAID]}:
-                return None
+                    _said_digest(text) for text in request.said[:MAX_SIDE_SAID]} \
+                    or _said_digest(request.anchor) == state.task:
+                return None  # (one that begins with the task asks it again: no side request)
             return self._touch(state)
         key = self._sides.get(session)
         state = self._runs.get(key) if key is not None else None

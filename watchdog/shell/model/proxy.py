@@ -547,7 +547,10 @@ class ModelProxy:
                             or state.key_source is KeySource.TRACE else None)
             state.run_key, state.used = run.key, counts.used
             state.tool_limit = run.budget.get("max_tool_calls")
-            state.acts_in_text = service.acts_in_text(run.agent) is not None
+            # (an agent whose requests offer tools acts by the API's tool calls, whatever a
+            # pack's glob declares for it: its text answer is its answer, not an action)
+            state.acts_in_text = not parsed.has_tools \
+                and service.acts_in_text(run.agent) is not None
             return state, decide(counts, service.board(run.key), parsed.instructions,
                                  parsed.has_tools, parsed.structured, state.acts_in_text), \
                 run.key, run.agent
