@@ -96,6 +96,12 @@ CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})  # no answer: 
 _FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)  # a fenced block's content
 _FENCED_WHOLE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
+# A new user message that comes this soon after the answer that ended its run at its budget
+# or a stop is the agent's own reply to that answer (a format error, a validation retry: no
+# person reads a report and asks again this fast), so it is still that run's (its stop), not
+# the session's next run: an agent that takes no answer as its end cannot go on run after
+# run, each with a budget of its own (:func:`follows_at_once`)
+AT_ONCE_NS = 5_000_000_000
 SCOPE = ENDPOINT_SCOPE  # the records' instrumentation scope: another than any agent's span
 # Ids of the endpoint's runs and records: random, as the OpenTelemetry SDK's own
 # (``getrandbits``, seeded once from the OS), not ``secrets``: each ``os.urandom`` call lets go
@@ -195,6 +201,9 @@ class EndpointRun:
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
+    # the request identified last is the agent's own reply to the answer that ended the run
+    # at its budget or stop (:func:`follows_at_once`): its stop answer ends the chain
+    at_once: bool = False
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
@@ -224,6 +233,8 @@ class ModelBook:
         # the run named, else of the run whose stop answer one of these is; None: no such stop
         self.stops: Callable[[str | None, Sequence[str]], Stop | None] | None = None
         self._going_on = False  # (what _identify found of the request it reads)
+        self._at_once = False
+        self._now_ns: int | None = None
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -237,15 +248,20 @@ class ModelBook:
 
     def identify(self, api: str, request: Request, caller: Caller, agent: str | None,
                  ended: Callable[[str], bool],
-                 resume: Callable[[str], str | None] | None = None) -> EndpointRun:
+                 resume: Callable[[str], str | None] | None = None,
+                 now_ns: int | None = None) -> EndpointRun:
         """The run of this request. ``ended(key)``: whether the run ``key`` has ended (read
         for the run a conversation had so far); ``resume(session)``: the latest active run of
         a session (read for a conversation this book does not know that the request goes on
-        with: the book was lost in a restart, or had let it go). The request is taken until
-        :meth:`settle`."""
+        with: the book was lost in a restart, or had let it go); ``now_ns``: when it came, on
+        the clock of the records' times (None: not known, so never :func:`follows_at_once`).
+        The request is taken until :meth:`settle`."""
         self._going_on = False
+        self._now_ns = now_ns
+        self._at_once = False
         state = self._identify(api, request, caller, agent, ended, resume)
         state.going_on = self._going_on
+        state.at_once = self._at_once
         state.asking += 1
         return state
 
@@ -284,7 +300,7 @@ class ModelBook:
                                         agent, None, None)
             if known is not None:
                 if not (request.last_is_user and _over(known, ended)) \
-                        or goes_on_from_stop(known, request):
+                        or goes_on_from_stop(known, request) or self._follows(known, request):
                     self._going_on = self._answers_calls_of(known, request)
                     return self._touch(known)
                 # a new user message in a conversation the server keeps, once its run has
@@ -371,7 +387,8 @@ class ModelBook:
                 break
         state = self._runs.get(key) if key is not None else None
         if state is not None and (goes_on_from_stop(state, request)
-                                  or goes_on_from_final(state, request)):
+                                  or goes_on_from_final(state, request)
+                                  or self._follows(state, request)):
             self._conversations.move_to_end(digest)  # (its agent did not take the stop)
             return self._touch(state)
         if state is not None and goes_on_from_aside(state, request):
@@ -391,6 +408,13 @@ class ModelBook:
             self._going_on = answers_its_calls and not request.last_is_user
             return self._touch(state)
         return self._next_run(digest, session, agent, request.messages)
+
+    def _follows(self, state: EndpointRun, request: Request) -> bool:
+        """:func:`follows_at_once`, at the time :meth:`identify` was given (remembered)."""
+        if self._now_ns is None or not follows_at_once(state, request, self._now_ns):
+            return False
+        self._at_once = True
+        return True
 
     def _stop_of(self, key: str | None, answers: Sequence[str]) -> Stop | None:
         return self.stops(key, answers) if self.stops is not None and (key or answers) \
@@ -739,6 +763,18 @@ def goes_on_from_final(state: EndpointRun, request: Request) -> bool:
     run's. The conversation sent whole, longer than at the final request."""
     return state.acts_in_text and state.final_used and request.last_is_user \
         and not request.kept and request.messages > state.messages
+
+
+def follows_at_once(state: EndpointRun, request: Request, now_ns: int) -> bool:
+    """Whether ``request``, a new user message in the conversation of ``state``'s run, is the
+    agent's own reply to the answer that ended that run at its budget (its final request's)
+    or at a stop: it comes less than :data:`AT_ONCE_NS` after that answer ended. It is still
+    the run's, and gets its stop, not the upstream. A person's next question comes after a
+    real pause (they read the answer first), and starts the session's next run, with a budget
+    of its own; a run that ended on its own (the model's answer, no budget spent) is
+    never held so."""
+    return request.last_is_user and (state.final_used or state.stop is not None) \
+        and state.answered > 0 and 0 <= now_ns - state.last_end_ns < AT_ONCE_NS
 
 
 def _stop_tokens(request: Request) -> tuple[str, ...]:
