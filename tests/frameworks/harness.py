@@ -637,7 +637,7 @@ def run_ts_driver(script: str, driver: str, scenario: str, sidecar: RunningServe
     result = subprocess.run(["node", "--import", "tsx", str(TS_DIR / script), scenario],
                             env=env, capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
                             cwd=TS_DIR, check=False)
-    if result.returncode != 0 and check:
+    if result.returncode != 0:
         sys.stderr.write(result.stderr[-6000:])
         raise AssertionError(f"{driver} {scenario} exited {result.returncode}:\n"
                              f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")

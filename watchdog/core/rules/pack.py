@@ -35,10 +35,10 @@ from watchdog.core.rules.expr import Expr, ExprError, Template, compile_expr, co
 from watchdog.core.rules.model import (
     ACTIONS_TEXT,
     ACTIONS_TOOLS,
-    Finish,
     MAX_FINISH_ARGUMENTS,
     MAX_STOP_ANSWER_CHARS,
     Budget,
+    Finish,
     Grace,
     Repeat,
     Rule,
