@@ -10,8 +10,9 @@ while tools are offered and answers the report when they are withdrawn; its reco
 bodies are what the model read. Nothing waits for a directive.
 
 * undeclared, a budget of 3 tool calls: the final request's report is a format error to mini,
-  its reply (at once) is still the ended run's and gets the stop answer, the next one the
-  error; mini ends, and the upstream got the budget's requests only, not a run after run;
+  its replies (at once) are still the ended run's and get the stop answer; mini ends at its
+  own limit of format errors, and the upstream got the budget's requests only, not a run
+  after run;
 * declared (``finish:`` the ``bash`` call that submits): the final request's report reaches
   mini as that call; mini submits it and exits 0;
 * declared, aborted by a rule after 2 actions: the 3rd request gets the finish call with the
@@ -149,12 +150,14 @@ def test_undeclared_its_reply_to_the_final_answer_ends_in_the_run_not_run_after_
     assert [fakellm.offers_tools(body) for body in requests] == [True, True, True, False]
     assert [LEFT.findall(instructions(body)) for body in requests] == [
         [("3", "3")], [("2", "3")], [("1", "3")], []]
-    # mini read the report as a format error and replied at once: that reply got the stop
-    # answer (the report again), the next the error, and mini ended
-    answers = [m.get("content") for m in messages if m["role"] == "assistant"]
-    assert answers[-2:] == [REPORT, REPORT], answers
-    assert (status, info["exit_status"]) == (1, "BadRequestError"), (status, info)
-    assert "watchdog_aborted" in info["exception_str"]
+    # mini read the report as a format error and replied at once: each reply got the stop
+    # answer (the report again, from the endpoint), until mini's own limit of format errors
+    # in a row (3) ended it
+    errors = [m["extra"]["response"] for m in messages
+              if m.get("extra", {}).get("interrupt_type") == "FormatError"]
+    assert [(e["id"].startswith("chatcmpl-watchdog"), e["choices"][0]["message"]["content"])
+            for e in errors] == [(False, REPORT), (True, REPORT), (True, REPORT)], errors
+    assert (status, info["exit_status"]) == (0, "RepeatedFormatError"), (status, info)
     run = the_run(sidecar, before)
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         4, 3, "tool_limit_reached"), run

@@ -102,6 +102,10 @@ MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
 # the session's next run: an agent that takes no answer as its end cannot go on run after
 # run, each with a budget of its own (:func:`follows_at_once`)
 AT_ONCE_NS = 5_000_000_000
+# ... answered with the stop answer this many times (each reply at once to the answer before,
+# the endpoint's own included), then with the error: an agent that drops the stop answer from
+# its conversation and replies at once forever still ends
+MAX_AT_ONCE_REPLIES = 3
 SCOPE = ENDPOINT_SCOPE  # the records' instrumentation scope: another than any agent's span
 # Ids of the endpoint's runs and records: random, as the OpenTelemetry SDK's own
 # (``getrandbits``, seeded once from the OS), not ``secrets``: each ``os.urandom`` call lets go
@@ -204,6 +208,7 @@ class EndpointRun:
     # the request identified last is the agent's own reply to the answer that ended the run
     # at its budget or stop (:func:`follows_at_once`): its stop answer ends the chain
     at_once: bool = False
+    replies: int = 0  # requests at once answered with its stop (MAX_AT_ONCE_REPLIES)
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
@@ -775,6 +780,15 @@ def follows_at_once(state: EndpointRun, request: Request, now_ns: int) -> bool:
     never held so."""
     return request.last_is_user and (state.final_used or state.stop is not None) \
         and state.answered > 0 and 0 <= now_ns - state.last_end_ns < AT_ONCE_NS
+
+
+def replied_at_once(state: EndpointRun, now_ns: int) -> bool:
+    """The endpoint answers ``state``'s run's request that :func:`follows_at_once` with its
+    stop at ``now_ns``: the next reply at once is timed from this answer. False when that
+    request is one too many (:data:`MAX_AT_ONCE_REPLIES`): it gets the error."""
+    state.last_end_ns = max(state.last_end_ns, now_ns)
+    state.replies += 1
+    return state.replies <= MAX_AT_ONCE_REPLIES
 
 
 def _stop_tokens(request: Request) -> tuple[str, ...]:

@@ -53,6 +53,7 @@ from watchdog.core.model.book import (
     EndpointRun,
     ModelBook,
     goes_on_from_stop,
+    replied_at_once,
     text_stop_answer,
 )
 from watchdog.core.model.chat import ChatWire
@@ -630,8 +631,9 @@ class ModelProxy:
                 and acting.stop_answer is not None:
             # (an agent that acts on the answer's text ends by the form its pack gives)
             answer = text_stop_answer(acting.stop_answer, text)
+        replied = not state.at_once or replied_at_once(state, time.time_ns())
         if self.config.model_abort == "error" or answer is None \
-                or goes_on_from_stop(state, parsed):
+                or goes_on_from_stop(state, parsed) or not replied:
             # (an agent that sent the stop answer on did not take it as its run's end, a
             # framework's validation retry: the error ends it, its message the note)
             return Answer(400, dumps(wire.error(400, ABORT_CODE, text)), JSON)
