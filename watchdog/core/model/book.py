@@ -106,6 +106,9 @@ AT_ONCE_NS = 5_000_000_000
 # the endpoint's own included), then with the error: an agent that drops the stop answer from
 # its conversation and replies at once forever still ends
 MAX_AT_ONCE_REPLIES = 3
+# A conversation's runs in a row, each begun at once after the one before ended at its budget
+# or a stop, past which a reply at once is held even when it keeps the answer in its history
+MAX_CHAINED_RUNS = 2
 SCOPE = ENDPOINT_SCOPE  # the records' instrumentation scope: another than any agent's span
 # Ids of the endpoint's runs and records: random, as the OpenTelemetry SDK's own
 # (``getrandbits``, seeded once from the OS), not ``secrets``: each ``os.urandom`` call lets go
@@ -209,6 +212,9 @@ class EndpointRun:
     # at its budget or stop (:func:`follows_at_once`): its stop answer ends the chain
     at_once: bool = False
     replies: int = 0  # requests at once answered with its stop (MAX_AT_ONCE_REPLIES)
+    # the runs before it in its conversation, in a row, each begun at once after the one
+    # before it ended at its budget or a stop (MAX_CHAINED_RUNS)
+    chain: int = 0
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
@@ -311,8 +317,8 @@ class ModelBook:
                 # a new user message in a conversation the server keeps, once its run has
                 # ended: the next run of the session, as for a conversation sent whole (the
                 # response it continues names that run now: the request sent again is in it)
-                state = self._next_run(known.conversation, known.session, agent,
-                                       request.messages)
+                state = self._chained(self._next_run(known.conversation, known.session,
+                                                     agent, request.messages), known, request)
                 self._responses[request.previous_response_id] = state.key
                 return state
         return self._conversation(api, request, agent, ended, resume, caller.session)
@@ -412,7 +418,17 @@ class ModelBook:
             self._conversations.move_to_end(digest)
             self._going_on = answers_its_calls and not request.last_is_user
             return self._touch(state)
-        return self._next_run(digest, session, agent, request.messages)
+        return self._chained(self._next_run(digest, session, agent, request.messages),
+                             state, request)
+
+    def _chained(self, state: EndpointRun, before: EndpointRun | None,
+                 request: Request) -> EndpointRun:
+        """``state``, a new run of ``before``'s conversation begun by ``request``, one more of
+        a chain when it came at once after ``before`` ended at its budget or a stop."""
+        if before is not None and self._now_ns is not None \
+                and at_once(before, request, self._now_ns):
+            state.chain = before.chain + 1
+        return state
 
     def _follows(self, state: EndpointRun, request: Request) -> bool:
         """:func:`follows_at_once`, at the time :meth:`identify` was given (remembered)."""
@@ -770,16 +786,31 @@ def goes_on_from_final(state: EndpointRun, request: Request) -> bool:
         and not request.kept and request.messages > state.messages
 
 
-def follows_at_once(state: EndpointRun, request: Request, now_ns: int) -> bool:
-    """Whether ``request``, a new user message in the conversation of ``state``'s run, is the
-    agent's own reply to the answer that ended that run at its budget (its final request's)
-    or at a stop: it comes less than :data:`AT_ONCE_NS` after that answer ended. It is still
-    the run's, and gets its stop, not the upstream. A person's next question comes after a
-    real pause (they read the answer first), and starts the session's next run, with a budget
-    of its own; a run that ended on its own (the model's answer, no budget spent) is
-    never held so."""
+def at_once(state: EndpointRun, request: Request, now_ns: int) -> bool:
+    """Whether ``request`` is a new user message less than :data:`AT_ONCE_NS` after the
+    answer that ended ``state``'s run at its budget (its final request's) or at a stop."""
     return request.last_is_user and (state.final_used or state.stop is not None) \
         and state.answered > 0 and 0 <= now_ns - state.last_end_ns < AT_ONCE_NS
+
+
+def follows_at_once(state: EndpointRun, request: Request, now_ns: int) -> bool:
+    """Whether ``request``, a new user message in the conversation of ``state``'s run, is the
+    agent's own reply to the answer that ended that run at its budget or at a stop, rejecting
+    it: it comes :func:`at_once`, and its conversation (sent whole, longer than before) does
+    not hold that answer as its last (the agent dropped it: a format error in its place), or
+    the run is the :data:`MAX_CHAINED_RUNS`-th in a row begun so. It is still the run's, and
+    gets its stop, not the upstream. A person's next question comes after a real pause, or
+    holds the answer it follows (a chat sends it whole); it starts the session's next run,
+    with a budget of its own. A run that ended on its own (the model's answer, no budget
+    spent) is never held so."""
+    if not at_once(state, request, now_ns):
+        return False
+    if state.chain >= MAX_CHAINED_RUNS:
+        return True
+    if request.kept or request.messages <= state.messages:
+        return False  # (its history is the server's, or the agent started over)
+    last = answer_digest(request.last_answer)
+    return last is None or last != answer_digest(state.report or "")
 
 
 def replied_at_once(state: EndpointRun, now_ns: int) -> bool:
