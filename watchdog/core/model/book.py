@@ -14,7 +14,9 @@ carries a new user message (its last message is the user's) in a conversation wh
 ended, or that is shorter than the conversation was (the agent started over; not when its tool
 results answer calls its run handed over: the agent goes on from its history after a request
 aside, a summary it asked the model for on that history), starts the conversation's next
-run, in the conversation's session (a conversation the server keeps sends only its new items:
+run, in the conversation's session — unless it is the agent's own reply at once rejecting the
+answer that ended the run at its budget or a stop (:func:`follows_at_once`): that is still the
+run's, answered with its stop (a conversation the server keeps sends only its new items:
 its length is not read). So does a conversation's first
 request (no longer than the one its run began with, no tool results) that comes while that run's
 first request is still with the model or after the model answered it: another invocation with
