@@ -32,12 +32,10 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVERS, clean_environ, drive_command
-from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids
+from tests.frameworks.test_model_endpoint_text_actions import drive_mini, new_runs, run_ids
 from tests.harness import RunningServer, running_server, sidecar_config
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
-KEY = "sk-finish-tool-0123456789abcdefSECRET"
 SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 REPORT = "REPORT: 3 steps done; it's 'quoted' $HOME `and` \"more\" ${report}."
 FINISH = f"""\
@@ -102,27 +100,13 @@ def run_mini(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.S
     its trajectory's info and messages, the commands it really ran (ran.log) and the requests
     the upstream got."""
     model = llm.script(f"mini-{agent}-{next(_CASES)}", script)
-    work = tmp_path / "work"
-    work.mkdir()
     trajectory = tmp_path / "trajectory.json"
-    env = {
-        **clean_environ("MSWEA_", "LITELLM_"),
-        "OPENAI_BASE_URL": f"{sidecar.url('model')}/agent/{agent}/v1",
-        "OPENAI_API_KEY": KEY,
-        "MSWEA_CONFIGURED": "true",
-        "MSWEA_GLOBAL_CONFIG_DIR": str(tmp_path / "mini-config"),
-        "MSWEA_COST_TRACKING": "ignore_errors",  # (a model LiteLLM has no price for)
-        "MSWEA_SILENT_STARTUP": "1",
-        # (mini sends a refused request again 10 times, 4-60 s apart; once here)
-        "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1",
-        "PYTHONPATH": str(DRIVERS),
-        "MINI_WORKDIR": str(work),
-        "MINI_ARGS": json.dumps([
-            "-m", f"openai/{model}", "-t", "Count the steps.", "--yolo", "--exit-immediately",
-            "-o", str(trajectory)]),
-    }
-    result = drive_command("mini_swe_agent", "endpoint_mini_swe_agent", "cli",
-                           {**clean_environ(), "PYTHONPATH": str(DRIVERS)}, env, check=False)
+    result = drive_mini(sidecar, agent, tmp_path, [
+        "-m", f"openai/{model}", "-t", "Count the steps.", "--yolo", "--exit-immediately",
+        "-o", str(trajectory)],
+        # (a refused request sent once, not 10 times 4-60 s apart: a regression fails fast)
+        {"MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1"}, check=False)
+    work = tmp_path / "work"
     saved = json.loads(trajectory.read_text())
     ran = work / "ran.log"
     commands = ran.read_text().splitlines() if ran.exists() else []
