@@ -861,7 +861,8 @@ class ModelProxy:
         stands."""
         if exchange.turn.act is not Act.FINAL or handed or not seen.complete:
             return None
-        finish = self.service.finish_of(exchange.agent)
+        finish = self.service.finish_of(exchange.agent) \
+            if exchange.request.answer_format is None else None
         if seen.text.strip():
             if finish is None:
                 return None
