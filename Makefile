@@ -28,6 +28,14 @@ $(VENV)/.created:
 export AGENT_WATCHDOG_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agent-watchdog
 export CARGO_TARGET_DIR := $(AGENT_WATCHDOG_CACHE)/cargo-target
 NATIVE := sh tools/native-target.sh
+# the extensions an editable install builds in place: removed before it, so a compile that fails
+# (they are optional, for machines without cargo) leaves no older build to run; where cargo is
+# found, an install that made none of them is an error, not a silent pure-Python sidecar
+NATIVE_SO := watchdog/core/spans/_native watchdog/shell/model/_relay
+NATIVE_FRESH := for so in $(NATIVE_SO); do rm -f $$so.*.so; done
+NATIVE_MADE = ! command -v cargo >/dev/null || for so in $(NATIVE_SO); do ls $$so.*.so >/dev/null \
+	2>&1 || { echo "error: cargo is installed but $$so did not compile (see above)" >&2; \
+	rm -f $@; exit 1; }; done
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/*/Cargo.toml native/*/src/*.rs)
 
 ## cargo-fuzz, for the Rust decoder's fuzz run (tests/test_native_fuzz.py), from crates.io
@@ -36,7 +44,9 @@ $(CARGO_FUZZ):
 	cargo install --quiet --locked --root $(AGENT_WATCHDOG_CACHE)/cargo cargo-fuzz@0.13.2
 
 $(VENV)/.installed: $(VENV)/.created pyproject.toml $(NATIVE_SOURCES)
+	$(NATIVE_FRESH)
 	$(NATIVE) $(UV_PIP) --python $(PY) -e .
+	$(NATIVE_MADE)
 	touch $@
 
 # the tests drive both distributions: the sidecar and the agent-side client (client/); the
@@ -44,7 +54,9 @@ $(VENV)/.installed: $(VENV)/.created pyproject.toml $(NATIVE_SOURCES)
 # (each rebuilt when its source changes)
 $(VENV)/.installed-test: $(VENV)/.created pyproject.toml client/pyproject.toml client/setup.py \
 		client/agent_watchdog_client/_spanpath.c $(NATIVE_SOURCES)
+	$(NATIVE_FRESH)
 	$(NATIVE) $(UV_PIP) --python $(PY) -e '.[test]' -e ./client
+	$(NATIVE_MADE)
 	touch $@ $(VENV)/.installed
 
 ## run: set up .venv and start the sidecar on the shipped defaults (its state in ./state)
@@ -173,6 +185,16 @@ $(QWEN_CODE_AGENT): tests/frameworks/qwen_code/package.json \
 	cd tests/frameworks/qwen_code && npm ci --omit=optional --no-audit --no-fund --loglevel=error
 	touch $@
 
+## Gemini CLI (tests/frameworks/gemini_cli: @google/gemini-cli, Google's TypeScript coding agent
+## bundled on npm with no required dependency), exactly as locked, from the npm registry, without
+## its optional native packages (a pseudo-terminal and the keychain: gemini -p with an API key
+## uses neither). Cold npm cache: about 4 s, a 21 MB download, 96 MB on disk
+GEMINI_CLI_AGENT := tests/frameworks/gemini_cli/node_modules/.installed
+$(GEMINI_CLI_AGENT): tests/frameworks/gemini_cli/package.json \
+		tests/frameworks/gemini_cli/package-lock.json
+	cd tests/frameworks/gemini_cli && npm ci --omit=optional --no-audit --no-fund --loglevel=error
+	touch $@
+
 ## the OpenAI Codex CLI (tests/frameworks/codex: @openai/codex, a Rust agent shipped on npm, its
 ## platform binary an optional dependency npm picks for this machine: no --omit=optional, no
 ## download at its first run), exactly as locked, from the npm registry. Cold npm cache: about
@@ -180,6 +202,18 @@ $(QWEN_CODE_AGENT): tests/frameworks/qwen_code/package.json \
 CODEX_AGENT := tests/frameworks/codex/node_modules/.installed
 $(CODEX_AGENT): tests/frameworks/codex/package.json tests/frameworks/codex/package-lock.json
 	cd tests/frameworks/codex && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+## opencode (tests/frameworks/opencode: opencode-ai, a TypeScript coding agent on Bun shipped on npm,
+## its platform binary an optional dependency npm picks for this machine: no --omit=optional; the
+## ten other platforms' packages, which the registry answers 404 for, overridden by a local
+## stand-in, else no lock is in sync) with @opencode-ai/plugin, which opencode otherwise installs
+## from npm into its config directory at its first run (the tests link it there), exactly as
+## locked, from the npm registry. Cold npm cache: about 15 s, a 141 MB download, 417 MB on disk
+## (the binary, 177 MB, and its AVX2-less "baseline" twin)
+OPENCODE_AGENT := tests/frameworks/opencode/node_modules/.installed
+$(OPENCODE_AGENT): tests/frameworks/opencode/package.json tests/frameworks/opencode/package-lock.json
+	cd tests/frameworks/opencode && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 ## the Go agents of the model endpoint's tests (tests/frameworks/go: openai-go and
@@ -423,7 +457,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(CODEX_AGENT) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(GEMINI_CLI_AGENT) $(CODEX_AGENT) $(OPENCODE_AGENT) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
@@ -465,4 +499,5 @@ clean:
 		tests/frameworks/ts/node_modules tests/frameworks/ts/genkit/node_modules \
 		tests/frameworks/ts/mastra/node_modules tests/frameworks/ts/voltagent/node_modules \
 		tests/frameworks/ts/claude_code/node_modules tests/frameworks/qwen_code/node_modules \
-		tests/frameworks/codex/node_modules
+		tests/frameworks/codex/node_modules tests/frameworks/gemini_cli/node_modules \
+		tests/frameworks/opencode/node_modules

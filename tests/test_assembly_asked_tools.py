@@ -353,3 +353,38 @@ def test_a_span_named_after_the_tool_inside_its_tool_call_is_one_call(per_span: 
         counted += sum(tracker.apply(batch, T0 + now).tool_calls.values())
     (run,) = tracker.ended()
     assert (run.tool_calls, run.tools, counted) == (1, {"lookup": 1}, 1)
+
+
+def test_a_gemini_api_output_names_the_tool_calls_it_asked_for() -> None:
+    """Gemini CLI's model calls record their output in the Gemini API's own shape
+    (``functionCall`` parts, with the call id Gemini CLI gave each): a call that asks for a
+    tool is no answer, and names the tool and the call."""
+    records = [record for record in recorded_records("gemini_cli", "two_tools")
+               if record.kind is LLM]
+    assert [record.requested_tools for record in records] == [True, True, False]
+    assert [[name for name, _ in record.asked_tools] for record in records] == [
+        ["run_shell_command"], ["read_file"], []]
+    assert all(call_id.startswith(f"{name}__")
+               for record in records for name, call_id in record.asked_tools)
+    assert [record.final_answer for record in records] == [False, False, True]
+
+
+def _call_ids(spans: list[dict[str, Any]], new: Callable[[str], str]) -> None:
+    for span in spans:
+        for attribute in span["attributes"]:
+            if attribute["key"] == "gen_ai.tool.call_id":
+                attribute["value"]["stringValue"] = new(attribute["value"]["stringValue"])
+
+
+def test_a_tool_call_below_a_span_of_no_kind_joins_the_loose_run_that_asked_for_it(
+        sidecar: RunningServer) -> None:
+    """Gemini CLI's tool calls hang below its ``schedule_tool_calls`` span, a trace per batch
+    beside its model calls' (each a loose call): each joins the run whose model call asked for
+    it by its call id. With ids no model call gave, each batch's trace is a run of its own, as
+    any trace whose root is no model or tool call: nothing asked for them."""
+    replay(sidecar, RECORDINGS / "gemini_cli" / "two_tools.jsonl",
+           edit=lambda spans: _call_ids(spans, lambda call_id: "other-" + call_id))
+    runs = runs_seen(sidecar, 3)
+    assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"])
+                  for run in runs) == [(0, 1, "no_response"), (0, 1, "no_response"),
+                                       (3, 0, "completed")], runs

@@ -25,7 +25,7 @@ from tests.harness import (
 )
 from tests.otel import SECRET, explorer_run, export_http
 from tests.ports import free_port
-from tests.spans import SpanMaker, chat_attrs
+from tests.spans import SpanMaker, chat_attrs, tool_attrs
 from watchdog.core.tables import cells
 from watchdog.shell.cli import main, runs_table
 from watchdog.shell.config import Config
@@ -588,3 +588,80 @@ def test_a_url_with_credentials_is_refused_without_showing_them(
     assert main(["report", "r1", "--url", url]) == 2
     err = capsys.readouterr().err
     assert "hunter2" not in err and err.startswith("watchdog: --url "), err
+
+
+# What an agent's spans may name, as a terminal would act on it: clear the screen and paint red
+# (ESC), retitle the window (OSC ... BEL), draw over the line (CR) and add one (LF), an 8-bit
+# CSI (U+009B), DEL, and a right-to-left override that shows a line in another order.
+HOSTILE = "ag\x1b[2J\x1b[31mEVIL\x1b]0;pwned\x07\r\nfake line\x9b1m\x7f\u202eX"
+QUOTING_PACK = """apiVersion: agent-watchdog/v1
+kind: RulePack
+name: quoting
+rules:
+  - name: quotes-the-error
+    when: run.errors >= 1
+    action: notify
+    message: "failed: ${run.last_error}"
+"""
+
+
+def terminal_commands(text: str) -> set[str]:
+    """The characters of ``text`` a terminal acts on rather than shows (its newlines aside)."""
+    return {c for c in text if c != "\n" and (
+        ord(c) < 32 or 127 <= ord(c) < 160 or c in "\u061c\u200e\u200f\u2028\u2029"
+        or "\u202a" <= c <= "\u202e" or "\u2066" <= c <= "\u2069")}
+
+
+def test_what_the_spans_name_is_printed_escaped_never_as_terminal_commands(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent chooses its name, session, tool names, arguments, results and errors; every
+    command prints them with each control character escaped (``\\x1b``), so none clears the
+    operator's screen, retitles the window or draws a fake line, and ``-o json`` still parses
+    to what the spans said."""
+    monkeypatch.delenv("WATCHDOG_URL", raising=False)
+    monkeypatch.delenv("WATCHDOG_API_TOKEN", raising=False)
+    pack = tmp_path / "quoting.yaml"
+    pack.write_text(QUOTING_PACK)
+    with running_server(sidecar_config(tmp_path / "state", rules=(str(pack),))) as sidecar:
+        maker = SpanMaker()
+        ids = {"watchdog.run.id": RUN_ID, "gen_ai.agent.name": HOSTILE,
+               "watchdog.session.id": "s-" + HOSTILE.replace("\x1b", "").replace("\x07", "")
+               .replace("\r", "").replace("\n", "").replace("\x9b", "").replace("\x7f", "")}
+        t = time.time() - 10
+        root = maker.open("invoke_agent x", {"gen_ai.operation.name": "invoke_agent", **ids},
+                          start=t)
+        maker.span("execute_tool x", tool_attrs("se\x1b[8march", '{"q": "\x1b[5mblink"}',
+                                                "res\x1b]52;c;cm0gLXJmIH4=\x07ult", **ids),
+                   parent=root, start=t + 1, end=t + 2)
+        maker.span("execute_tool x", tool_attrs("read\r\nfake", "{}", **ids), parent=root,
+                   start=t + 2, end=t + 3, error="no file\x1b[2J\rOK")
+        export_http(sidecar, maker.take())
+        wait_until(lambda: (d := run_detail(sidecar.api, RUN_ID)) and d["directives"],
+                   what="the rule quoting the error")
+
+        for argv in (["runs"], ["runs", "-o", "wide"], ["report", RUN_ID],
+                     ["directives", RUN_ID], ["directives", RUN_ID, "-o", "wide"],
+                     ["session", ids["watchdog.session.id"]]):
+            assert main([*argv, "--url", sidecar.api]) == 0
+            out = capsys.readouterr().out
+            assert terminal_commands(out) == set(), (argv, out)
+            assert "\\x1b" in out or "\\u202e" in out, (argv, out)
+        assert main(["runs", "-o", "wide", "--url", sidecar.api]) == 0
+        [row] = capsys.readouterr().out.splitlines()[1:]  # one run, on one line
+        assert "ag\\x1b[2J\\x1b[31mEVIL\\x1b]0;pwned\\x07\\r\\nfake line\\x9b1m\\x7f\\u202eX" in row
+        assert main(["report", RUN_ID, "--url", sidecar.api]) == 0
+        report = capsys.readouterr().out.splitlines()
+        agent_line = next(line for line in report if line.startswith("- **Agent:**"))
+        assert "EVIL" in agent_line and "fake line" in agent_line  # its newline: no new line
+        assert not any(line.startswith("fake") for line in report), "\n".join(report)
+
+        for argv in (["runs", "-o", "json"], ["report", RUN_ID, "--json"],
+                     ["directives", RUN_ID, "-o", "json"],
+                     ["session", ids["watchdog.session.id"], "--json"]):
+            assert main([*argv, "--url", sidecar.api]) == 0
+            out = capsys.readouterr().out
+            assert terminal_commands(out) == set(), (argv, out)
+            json.loads(out)
+        assert main(["runs", "-o", "json", "--url", sidecar.api]) == 0
+        assert json.loads(capsys.readouterr().out)["runs"][0]["agent"] == HOSTILE

@@ -83,3 +83,30 @@ def test_another_frameworks_redacted_value_is_its_content() -> None:
         spliced.append(copy)
     after = ended_runs(spliced)
     assert reading(after) == reading(before)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_a_scoped_entrys_event_facts_are_read_on_its_scopes_spans_alone(compiled: bool) -> None:
+    """Claude Code names its answer ``assistant_response:response`` and a tool's output
+    ``tool.output:output``: read from its own spans' events (and its log events), never from
+    a span event of that name on another instrumentation's span (an application's own
+    ``assistant_response`` event is no answer, its ``tool.output`` no tool's result)."""
+    from tests.spans import SpanMaker, records_of, tool_attrs
+    from tests.test_native import decoding
+    from watchdog.core.spans.record import AGENT, TOOL
+
+    def read(scope: str) -> tuple[Any, ...]:
+        maker = SpanMaker(scope=scope)
+        with maker.agent("invoke_agent helper", {"gen_ai.agent.name": "helper"}) as root:
+            tool = maker.open("execute_tool search", tool_attrs("search"))
+            tool.add_event("tool.output", {"output": "found it"})
+            tool.end()
+            root.add_event("assistant_response", {"response": "the answer, in an event"})
+        records = {record.kind: record for record in records_of(maker.take())}
+        agent, call = records[AGENT], records[TOOL]
+        return agent.final_output, agent.final_answer, call.result_brief
+
+    with decoding(compiled):
+        assert read("my.app") == (None, False, None)
+        claude = read("com.anthropic.claude_code")
+    assert claude[:2] == ("the answer, in an event", True) and claude[2], claude

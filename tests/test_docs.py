@@ -77,6 +77,15 @@ failing on a changed block. The kinds:
     Qwen Code's ``settings.json`` telemetry, as JSON: exactly what its tests run it with
     (``tests/frameworks/test_model_endpoint_qwen_code.py``'s ``telemetry``), the sidecar's
     default OTLP/HTTP address in place of the test's.
+``gemini-env``
+    Gemini CLI's telemetry settings, as ``export NAME=VALUE`` lines: exactly what its tests run
+    it with (``tests/frameworks/test_gemini_cli_otel.py``'s ``telemetry``), the sidecar's
+    default OTLP/HTTP address in place of the test's.
+``opencode-config``
+    opencode's ``opencode.json``, as JSON: exactly what its tests run it with
+    (``tests/frameworks/test_model_endpoint_opencode.py``'s ``config``), the sidecar's default
+    model endpoint (``http://127.0.0.1:9478/v1``) in place of the test's, its models
+    ``gpt-4.1`` and ``gpt-4.1-mini``.
 ``codex-config``
     The OpenAI Codex CLI's ``config.toml`` (TOML): a model provider it selects must be the
     sidecar's model endpoint (``base_url`` ``http://127.0.0.1:9478/v1``) on the Responses API
@@ -128,7 +137,7 @@ MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
-         "codex-config"}
+         "gemini-env", "codex-config", "promql", "opencode-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -738,6 +747,32 @@ def check_qwen_settings(block: Block, stack: Stack, state: DocState) -> None:
     assert json.loads(block.text) == telemetry("http://127.0.0.1:4318"), block.where
 
 
+def check_gemini_env(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_gemini_cli_otel import telemetry
+
+    shown = dict(shlex.split(line.removeprefix("export "))[0].split("=", 1)
+                 for line in block.text.splitlines() if line.strip())
+    assert all(line.startswith("export ") for line in block.text.splitlines() if line.strip()), (
+        block.where)
+    assert shown == telemetry("http://127.0.0.1:4318"), block.where
+
+
+def check_opencode_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_opencode import config
+
+    assert json.loads(block.text) == config(f"http://{MODEL_ENDPOINT_DEFAULT}/v1", "gpt-4.1",
+                                            "gpt-4.1-mini"), block.where
+
+
+def check_promql(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.test_prometheus import ENDED_BY_STATE
+
+    # (the query a real Prometheus answers in test_prometheus, as the page shows it)
+    assert block.flags == {"ended-by-state"}, \
+        f"{block.where}: promql blocks: `promql ended-by-state`"
+    assert " ".join(block.text.split()) == ENDED_BY_STATE, block.where
+
+
 def check_startup_error(block: Block, stack: Stack, state: DocState) -> None:
     documented = block.options.get("port", "")
     assert documented.isdigit() and f":{documented}" in block.text, block.where
@@ -791,7 +826,9 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "otel-collector": check_otel_collector, "json": check_json,
     "startup-error": check_startup_error, "tree": check_tree,
     "qwen-settings": check_qwen_settings,
-    "codex-config": check_codex_config,
+    "gemini-env": check_gemini_env,
+    "codex-config": check_codex_config, "promql": check_promql,
+    "opencode-config": check_opencode_config,
 }
 assert set(CHECKS) == KINDS
 
@@ -883,6 +920,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "output": (README, "explorer", "explore"),
     "json": (DOCS / "steering.md", '"seq"', '"sequence"'),
     "qwen-settings": (DOCS / "frameworks.md", '"logPrompts": true', '"logPrompts": false'),
+    "gemini-env": (DOCS / "frameworks.md", "TRACES_ENABLED=true", "TRACES_ENABLED=false"),
     "sh env": (README, "127.0.0.1:4318", "127.0.0.1:4319"),
     "sh dry-run": (DOCS / "testing.md", "make check ", "make checks "),
     "helm-values": (README, "mode: gateway", "mode: gatway"),
@@ -892,6 +930,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "tree": (DOCS / "architecture.md", "    fleet.py", "    fleets.py"),
     "pip": (ROOT / "client" / "README.md", "[otlp]", "[otel]"),
     "codex-config": (DOCS / "frameworks.md", "4318/v1/traces", "4317/v1/traces"),
+    "opencode-config": (DOCS / "steering.md", "9478/v1", "9478/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

@@ -309,3 +309,32 @@ def test_a_restart_after_the_withdrawal_tells_the_runs_at_the_next_outage() -> N
     watchdog.engine = restarted
     third = [agents.tool(i, T0 + 40 + i, TimeoutError("x")) for i in range(3)][-1]
     assert sorted(told(third)) == sorted(agents.key(i) for i in range(3))
+
+
+def test_a_note_of_two_failing_tools_reads_the_same_whatever_order_the_runs_used_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two tools failing for the fleet: the ``tool-outage`` note of every run that used both
+    names them in one order, whichever it called first (the order CEL iterates a map in follows
+    the order its keys were put in, and a run's ``tools`` come in the order the run first
+    called them), each note rendered by CEL (no note kept by the values it read)."""
+    monkeypatch.setattr("watchdog.core.rules.engine._values_read", lambda template: None)
+    watchdog = core()
+    agents = Agents(watchdog)
+    agents.start(5)
+    for index, tools in enumerate((("search", "fetch"), ("fetch", "search"))):
+        for offset, tool in enumerate(tools):
+            agents.tool(index, T0 + 1 + offset, tool=tool)
+    # both outages begin before the timer's next turn: it tells the runs of both at once
+    for index in (2, 3, 4):
+        for tool in ("search", "fetch"):
+            agents.maker.span("chat m", chat_attrs(finish="tool_calls"), parent=agents.roots[index],
+                              start=T0 + 9, end=T0 + 9.5)
+            agents.maker.span(f"execute_tool {tool}", tool_attrs(tool, '{"q": "x"}'),
+                              parent=agents.roots[index], start=T0 + 9.6, end=T0 + 10,
+                              exception=TimeoutError("upstream timed out"))
+            watchdog.apply(records_of(agents.maker.take()), T0 + 10)
+    notes = told(watchdog.fleet_tick(T0 + 10))
+    assert {agents.key(0), agents.key(1)} <= set(notes), notes
+    assert len(set(notes.values())) == 1, notes
+    (note,) = set(notes.values())
+    assert "fetch has failed" in note and "search has failed" in note, note

@@ -7,6 +7,7 @@ from __future__ import annotations
 from tools import frameworks_table
 from watchdog.core.spans.combined import TABLES
 from watchdog.core.spans.frameworks import CONVENTIONS
+from watchdog.core.spans.scopes import view_of
 
 
 def test_readme_table_matches_the_tables() -> None:
@@ -27,4 +28,7 @@ def test_combined_tables_keep_precedence_and_read_events_last() -> None:
     assert TABLES.agent_name[:3] == ("watchdog.agent.name", "gen_ai.agent.name", "agent.name")
     assert TABLES.session[:3] == ("watchdog.session.id", "gen_ai.conversation.id", "session.id")
     assert TABLES.finish_reasons[-1] == "gen_ai.choice:finish_reason"
+    # (the GenAI conventions' own event names, read on every span)
     assert TABLES.events["gen_ai.choice"] == frozenset({"finish_reason", "message"})
+    assert view_of("any.other.scope").events["gen_ai.choice"] == frozenset(
+        {"finish_reason", "message"})

@@ -24,10 +24,12 @@ from typing import Any
 import grpc
 import pytest
 from google.rpc import error_details_pb2
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.harness import (
     RunningServer,
@@ -685,14 +687,31 @@ def test_a_header_the_http_parser_refuses_is_not_shown(tmp_path: Path, relay: st
         assert secret[:20].encode() not in answer, answer[:300]
 
 
+def raw_answer(port: int, request: bytes, byte_at_a_time: bool = False) -> bytes:
+    """What a loopback port answers to these bytes, until it closes the connection
+    (``byte_at_a_time``: a byte a segment, as a slow client's head comes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        with suppress(OSError):  # (the server may close before it has all)
+            if byte_at_a_time:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                for index in range(len(request)):
+                    sock.sendall(request[index:index + 1])
+                    time.sleep(0.002)  # (each byte a read of its own)
+            else:
+                sock.sendall(request)
+        answer = b""
+        with suppress(OSError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    return answer
+
+
 def test_a_head_the_http_parser_refuses_is_answered_an_otlp_status(tmp_path: Path) -> None:
     """OTLP: the body of every 4xx is a ``google.rpc.Status``, in the request's encoding. A head
     the HTTP parser refuses (a header past its limit, a control character) was answered
     aiohttp's text/plain; it is a Status as the receiver's own refusals are: in the encoding
     its Content-Type line names, JSON when it names none (as for a type the receiver does not
     know)."""
-    from google.rpc import status_pb2
-
     ports = fresh_ports()
     with running_sidecar(serve_env(tmp_path / "state", ports), ports["metrics"]):
         for content_type, answered in ((b"application/x-protobuf", PROTOBUF),
@@ -702,27 +721,81 @@ def test_a_head_the_http_parser_refuses_is_answered_an_otlp_status(tmp_path: Pat
                 typed = [b"Content-Type: " + content_type] if content_type else []
                 head = b"\r\n".join([b"POST /v1/traces HTTP/1.1", b"Host: x", *typed, bad,
                                       b"Content-Length: 2", b"", b"{}"])
-                with socket.create_connection(("127.0.0.1", ports["otlp_http"]),
-                                              timeout=5) as sock:
-                    with suppress(OSError):  # (the server may close before it has all)
-                        sock.sendall(head)
-                    answer = b""
-                    with suppress(OSError):
-                        while chunk := sock.recv(65536):
-                            answer += chunk
-                head_part, _, body = answer.partition(b"\r\n\r\n")
-                lines = head_part.decode().split("\r\n")
-                assert lines[0].split(" ")[1] == "400", answer[:300]
-                headers = {k.lower(): v.strip() for k, _, v in
-                           (line.partition(":") for line in lines[1:])}
+                status_code, headers, body = _raw_answer(ports["otlp_http"], head)
+                assert status_code == "400", (status_code, headers)
                 assert headers["content-type"] == answered, (content_type, headers)
-                status = status_pb2.Status()
-                if answered == PROTOBUF:
-                    status.ParseFromString(body)
-                else:
-                    status.message = json.loads(body)["message"]
-                assert status.message.startswith("malformed HTTP request: "), status
-                assert "bbbb" not in status.message, status  # (what it refused: not its bytes)
+                message = _status_of(body, answered)
+                assert message.startswith("malformed HTTP request: "), message
+                assert "bbbb" not in message, message  # (what it refused: not its bytes)
+
+
+def _raw_answer(port: int, data: bytes, byte_at_a_time: bool = False
+                ) -> tuple[str, dict[str, str], bytes]:
+    """The status, headers and body the OTLP port answers ``data`` (``raw_answer``)."""
+    answer = raw_answer(port, data, byte_at_a_time)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return lines[0].split(" ")[1], headers, body
+
+
+def _status_of(body: bytes, content_type: str) -> str:
+    """The message of the ``google.rpc.Status`` ``body`` is, in ``content_type``'s encoding."""
+    from google.rpc import status_pb2
+
+    if content_type == PROTOBUF:
+        status = status_pb2.Status()
+        status.ParseFromString(body)
+        return str(status.message)
+    return str(json.loads(body)["message"])
+
+
+def _export_outcomes(metrics_port: int) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    _, text = http_request("GET", f"http://127.0.0.1:{metrics_port}/metrics")
+    return {sample.labels["outcome"]: sample.value
+            for family in text_string_to_metric_families(text.decode())
+            if family.name == "agent_watchdog_export_requests"
+            for sample in family.samples if sample.name.endswith("_total")}
+
+
+def test_every_refusal_of_the_otlp_port_is_an_otlp_status_and_counted(tmp_path: Path) -> None:
+    """OTLP: the body of every 4xx is a ``google.rpc.Status`` in the request's encoding. A path
+    the port does not serve (404) and a method a path does not take (405, with ``Allow``) were
+    aiohttp's text/plain; a head the parser refused went uncounted, and sent a byte a read it
+    was answered JSON whatever its Content-Type named. Each is a Status in the request's
+    encoding now, counted in ``export_requests_total``; a real exporter sent to a wrong path
+    gets its 404, counted once."""
+    ports = fresh_ports()
+    port = ports["otlp_http"]
+    with running_sidecar(serve_env(tmp_path / "state", ports), ports["metrics"]):
+        for content_type, answered in ((PROTOBUF, PROTOBUF), (JSON, JSON), (None, JSON)):
+            typed = f"Content-Type: {content_type}\r\n".encode() if content_type else b""
+            status, headers, body = _raw_answer(
+                port, b"POST /v1/trace HTTP/1.1\r\nHost: x\r\n" + typed
+                + b"Content-Length: 2\r\nConnection: close\r\n\r\n{}")
+            assert (status, headers["content-type"]) == ("404", answered), (status, headers)
+            assert "POST /v1/traces" in _status_of(body, answered)
+            status, headers, body = _raw_answer(
+                port, b"GET /v1/traces HTTP/1.1\r\nHost: x\r\n" + typed
+                + b"Connection: close\r\n\r\n")
+            assert (status, headers["content-type"], headers["allow"]) == (
+                "405", answered, "POST"), (status, headers)
+            assert "GET is not allowed" in _status_of(body, answered)
+            status, headers, body = _raw_answer(
+                port, b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n" + typed
+                + b"X-Ctl: a\x01b\r\nContent-Length: 2\r\n\r\n{}", byte_at_a_time=True)
+            assert (status, headers["content-type"]) == ("400", answered), (status, headers)
+            assert _status_of(body, answered).startswith("malformed HTTP request: ")
+        exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/trace", timeout=5)
+        maker = SpanMaker()
+        maker.span("chat", chat_attrs())
+        assert exporter.export(maker.take()) is SpanExportResult.FAILURE
+        exporter.shutdown()
+        outcomes = _export_outcomes(ports["metrics"])
+    assert (outcomes.get("not_found"), outcomes.get("method_not_allowed"),
+            outcomes.get("invalid")) == (4.0, 3.0, 3.0), outcomes
 
 
 def test_a_request_the_http_parser_refuses_is_one_warning_line(tmp_path: Path) -> None:
@@ -742,3 +815,74 @@ def test_a_request_the_http_parser_refuses_is_one_warning_line(tmp_path: Path) -
         text = log.read()
     assert "Traceback" not in text and "ERROR" not in text, text[-3000:]
     assert text.count("bad HTTP request from 127.0.0.1") == 2, text[-3000:]
+
+
+def test_a_parser_refusal_is_said_whole_up_to_the_bytes_it_quotes(tmp_path: Path) -> None:
+    """What aiohttp's parser refused is said up to the bytes it quotes, never cut inside its
+    own words: ``Transfer-Encoding can't be present with Content-Length`` was said as
+    ``Transfer-Encoding can`` (the apostrophe taken for a quote), on each HTTP port aiohttp
+    serves (OTLP/HTTP, the control API, the model endpoint's Python relay); a refused header's
+    bytes are still never quoted."""
+    ports = {**fresh_ports(), "model": free_port()}
+    env = serve_env(tmp_path / "state", ports, WATCHDOG_MODEL_RELAY="python",
+                    WATCHDOG_MODEL_UPSTREAM="http://127.0.0.1:9/v1")
+    smuggled = (b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+    control = (b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nX-Key: sk-\x01secretkey\r\n"
+               b"Content-Length: 2\r\n\r\n{}")
+    with running_sidecar(env, ports["metrics"]):
+        for port in ("otlp_http", "api", "model"):
+            for request, said in ((smuggled, "Transfer-Encoding can't be present with "
+                                             "Content-Length"),
+                                  (control, "")):
+                answer = raw_answer(ports[port], request)
+                head, _, body = answer.partition(b"\r\n\r\n")
+                assert head.split(b" ")[1] == b"400", (port, answer[:300])
+                text = json.dumps(json.loads(body))
+                assert said in text, (port, text)
+                assert b"secretkey" not in answer, (port, answer[:300])
+
+
+def test_a_long_otlp_json_export_leaves_the_loop_to_the_other_requests(tmp_path: Path) -> None:
+    """OTLP/JSON is read by protobuf's JSON parser, which is Python: a body of megabytes (within
+    ``max_request_bytes``) is seconds of CPU. Parsed on the event loop it held every other
+    request that long (a client SDK's sync, a model request's decision, the API: one export
+    stalled them all); parsed on a thread, the API answers meanwhile. Measured in the same run:
+    the longest answer of the API while the export is read is a small part of the export's
+    own time (it was all of it)."""
+    ports = fresh_ports()
+    now = time.time_ns()
+    spans = [{"traceId": "0" * 30 + "77", "spanId": f"{index + 1:016x}", "name": "t",
+              "startTimeUnixNano": str(now), "endTimeUnixNano": str(now + 1),
+              "attributes": [
+                  {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+                  {"key": "watchdog.run.id", "value": {"stringValue": "wide-attrs"}},
+                  *({"key": f"a{i}", "value": {"intValue": str(i)}} for i in range(25_000))]}
+             for index in range(5)]
+    body = json.dumps({"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": spans}]}]})
+    answers: list[float] = []
+    exported = threading.Event()
+    with running_sidecar(serve_env(tmp_path / "state", ports), ports["metrics"]):
+        api = f"http://127.0.0.1:{ports['api']}"
+
+        def probe() -> None:
+            while not exported.is_set():
+                started = time.perf_counter()
+                status, _ = http_request("GET", api + "/v1/rules", timeout=120)
+                assert status == 200
+                answers.append(time.perf_counter() - started)
+
+        prober = threading.Thread(target=probe)
+        prober.start()
+        try:
+            wait_until(lambda: answers, what="the API's first answer")
+            started = time.perf_counter()
+            status, answer = http_request(
+                "POST", f"http://127.0.0.1:{ports['otlp_http']}/v1/traces", body.encode(),
+                {"Content-Type": "application/json"}, timeout=120)
+            took = time.perf_counter() - started
+        finally:
+            exported.set()
+            prober.join()
+    assert status == 200, answer[:300]
+    assert max(answers) < 0.5 * took, (max(answers), took)

@@ -160,3 +160,22 @@ def test_a_failing_rule_is_logged_at_its_first_error_then_once_a_minute(
         ("a", 120, "run-60", "warning"), ("b", 60, "run-60", "warning"),
         ("a", 120, "run-120", "warning"), ("b", 60, "run-120", "warning")]
     assert lines[0]["error"] == "when: no such key: 'fetch'"
+
+
+def test_a_text_line_never_carries_a_spans_control_characters(tmp_path: Path) -> None:
+    """A name is the agent's to choose: one with ESC, a carriage return, DEL or a C1 control
+    and no space is quoted and escaped in a text line as one with a space is, never written raw
+    (to a terminal that tails the log, ESC clears the screen and CR draws over the line)."""
+    agent_name = "ag\x1b[2J\x1b]0;t\x07\rrun_ended\x7f\x9b"
+    ports = fresh_ports()
+    log_file = tmp_path / "stderr.log"
+    with log_file.open("w") as stderr:
+        env = serve_env(tmp_path / "state", ports, WATCHDOG_LOG_FORMAT="text")
+        with running_sidecar(env, ports["metrics"], stderr=stderr):
+            agent = ScriptedAgent(f"http://127.0.0.1:{ports['otlp_http']}", RUN_ID, agent_name)
+            agent.tool("search", {"q": 1})
+            agent.finish("done")
+            wait_until(lambda: "run_ended" in log_file.read_text(), what="the run's end")
+    [line] = [line for line in log_file.read_text().splitlines() if "run_ended run=" in line]
+    assert "agent=\"ag\\u001b[2J\\u001b]0;t\\u0007\\rrun_ended\\u007f\\u009b\" " in line, line
+    assert not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in line), line

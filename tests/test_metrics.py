@@ -517,3 +517,21 @@ def test_a_withdrawn_note_is_no_rule_firing(clock: ManualClock,
                            agent="demo") == fired
     finally:
         wired.store.close()
+
+
+def test_a_label_value_carries_no_control_character(sidecar: Sidecar) -> None:
+    """An agent chooses its name and its tools': a control character in one (ESC, CR, DEL, C1,
+    a bidirectional override) is written in the label as its escape (``\\x1b``), so a scrape
+    read in a terminal (``curl /metrics``) meets no command of the agent's, in either format."""
+    agent, tool = "ag\x1b[2J\rX\x7f\x9b\u202e", "se\x1b]0;t\x07arch"
+    maker = SpanMaker({"service.name": agent})
+    with maker.agent() as root:
+        maker.span("execute_tool x", tool_attrs(tool), parent=root)
+    sidecar.export(maker)
+
+    assert sidecar.value("tool_calls_total", agent="ag\\x1b[2J\\x0dX\\x7f\\x9b\\u202e",
+                         tool="se\\x1b]0;t\\x07arch") == 1
+    for accept in ("text/plain", OPENMETRICS):
+        body = sidecar.metrics.render(accept)[0].decode()
+        assert not [c for c in body if c != "\n" and (
+            ord(c) < 32 or 127 <= ord(c) < 160 or c == "\u202e")], accept

@@ -44,7 +44,7 @@ from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import SDK_MARKS
 from watchdog.shell.model._relay import Relay
-from watchdog.shell.model.headers import SESSION_HEADERS
+from watchdog.shell.model.headers import SESSION_HEADERS, SUBAGENT_HEADERS
 
 KEY = "sk-admit-SECRET-0123456789"
 AGENT = "admitted"
@@ -307,8 +307,8 @@ def test_only_plain_first_requests_of_new_conversations_go_on_without_the_loop(
     """Each of these waits for the loop: a conversation seen before, one going on, a run, a
     trace or a budget named, a body to inflate, instructions of the client SDK, content in
     parts, an agent whose new runs the loop has not judged, a continued response, other
-    paths, a session its client names. Plain first requests of all three APIs in the same
-    window go on."""
+    paths, a session or a sub-agent its client names. Plain first requests of all three APIs
+    in the same window go on."""
     waiting: dict[str, tuple[str, bytes, dict[str, str]]] = {
         "seen-before": (PATHS["chat"], chat("task one"), {}),
         "going-on": (PATHS["chat"], json.dumps({"model": "m", "messages": [
@@ -334,6 +334,9 @@ def test_only_plain_first_requests_of_new_conversations_go_on_without_the_loop(
         # a session the client names (each header Python reads: the relay's table has it)
         **{f"session-{name}": (PATHS["chat"], chat(f"session-{name}"), {name: "a-session"})
            for name in SESSION_HEADERS},
+        # a sub-agent the client names (its run a child of its caller's: Python's to say)
+        **{f"subagent-{name}": (PATHS["chat"], chat(f"subagent-{name}"), {name: "an-agent"})
+           for name in SUBAGENT_HEADERS},
         "embeddings": ("/v1/embeddings", json.dumps({"model": "m", "input": "embeddings"}
                                                      ).encode(), {}),
     }

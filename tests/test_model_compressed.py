@@ -14,6 +14,7 @@ import json
 import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -410,3 +411,70 @@ def test_the_echoed_instructions_are_the_clients_in_every_response_object_and_co
     expected = None if instructions == "absent" else instructions
     assert len(objects) == (3 if stream else 1), data[:300]
     assert [o["instructions"] for o in objects] == [expected] * len(objects)
+
+
+NOTE_RULE = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: told
+rules:
+  - name: told-at-once
+    description: A test's note for every request of its agent, with no bound on tool calls.
+    when: "!run.ended && run.agent == 'told'"
+    action: notify
+    severity: warning
+    message: "[fleet: search is slow today]"
+"""
+
+
+def decoded(data: bytes, coding: str) -> bytes:
+    """A response's body as its coding says (br: as it came; the test's br is no real br)."""
+    return gzip.decompress(data) if coding == "gzip" else data
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("coding", ["identity", "gzip", "br"])
+@pytest.mark.parametrize("why", ["notify", "budget"])
+def test_a_whole_response_whose_echo_cannot_be_set_back_is_not_passed_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_relay: str,  # noqa: F811
+        why: str, coding: str) -> None:
+    """A Responses request whose note went into ``instructions`` (a rule's ``notify``, with no
+    bound on tool calls; or a budget's countdown), answered whole by an upstream that echoes
+    them, in a response longer than the relays read (``MAX_RESPONSE_BYTES``, made 64 KiB
+    here: the client's own instructions are ~480 KB) or in a coding they cannot read
+    (``br``): its echo cannot be set back, so it is not passed on (502, ``response_unjudged``),
+    as a stream whose events cannot be read is broken off; the note never reaches the client.
+    One the relays can read gets its echo set back."""
+    from watchdog.shell.model import native, streams
+    for module in (native, streams):
+        monkeypatch.setattr(module, "MAX_RESPONSE_BYTES", 64 * 1024)
+    pack = tmp_path / "note.yaml"
+    pack.write_text(NOTE_RULE)
+    named = {"x-watchdog-agent": "told"} if why == "notify" else {
+        "x-watchdog-budget-tool-calls": "3"}
+    with http_served(EchoingUpstream) as url:
+        config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                                model_upstream=url + "/v1", rules=(str(pack),))
+        with running_server(config) as sidecar:
+            where = urlsplit(sidecar.url("model"))
+            for instructions, readable in ((HUGE, False), ("Be brief.", coding != "br")):
+                connection = http.client.HTTPConnection(where.hostname or "", where.port,
+                                                        timeout=30)
+                connection.request("POST", "/v1/responses", json.dumps({
+                    "model": f"{coding}:completed", "input": f"Find it {len(instructions)}.",
+                    "instructions": instructions, "tools": [{
+                        "type": "function", "name": "search", "parameters": {
+                            "type": "object", "properties": {}}}]}), {
+                    "Authorization": f"Bearer {KEY}", "Content-Type": "application/json",
+                    "Accept-Encoding": "identity", **named})
+                answer_ = connection.getresponse()
+                data = decoded(answer_.read(), answer_.getheader("Content-Encoding") or "")
+                connection.close()
+                said = (instructions[:20], answer_.status, data[:300])
+                assert b"[fleet:" not in data and b"[budget:" not in data, said
+                if readable:
+                    assert answer_.status == 200, said
+                    assert json.loads(data)["instructions"] == instructions, said
+                else:
+                    assert answer_.status == 502, said
+                    assert json.loads(data)["error"]["code"] == "response_unjudged", said

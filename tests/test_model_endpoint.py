@@ -697,30 +697,9 @@ def test_the_instructions_a_response_echoes_are_the_clients_own(
     itself reaches the model."""
     model = llm.script(f"echo-{stream}-{instructions}", looping(
         "search", lambda i: {"q": f"page {i}"}, answer_without_tools="REPORT: echoed"))
-    chat = client(sidecar, "budgeted")
-    items: list[Any] = [{"role": "user", "content": "Find the answer."}]
-    echoed: list[Any] = []
-    more = {"instructions": instructions} if instructions is not None else {}
-    for _ in range(6):
-        if stream:
-            with chat.responses.stream(model=model, input=items, tools=RESPONSES_TOOLS,
-                                       **more) as events:  # type: ignore[arg-type]
-                echoed += [event.response.instructions for event in events
-                           if getattr(event, "response", None) is not None]
-                response = events.get_final_response()
-        else:
-            response = chat.responses.create(model=model, input=items, tools=RESPONSES_TOOLS,
-                                              **more)  # type: ignore[arg-type]
-            echoed.append(response.instructions)
-        calls = [item for item in response.output if item.type == "function_call"]
-        if not calls:
-            break
-        for item in calls:
-            items += [{"type": "function_call", "call_id": item.call_id, "name": item.name,
-                       "arguments": item.arguments},
-                      {"type": "function_call_output", "call_id": item.call_id,
-                       "output": "result"}]
-    assert response.output_text == "REPORT: echoed"
+    output, echoed = echoing_loop(client(sidecar, "budgeted"), model, stream,
+                                  "absent" if instructions is None else instructions)
+    assert output == "REPORT: echoed"
     sent = [body.get("instructions") or "" for body in llm.requests(model)]
     assert "[budget: 3 of 3" in sent[0] and "[budget:" in sent[-1], sent  # (notes went there)
     assert echoed and echoed == [instructions] * len(echoed), echoed
@@ -1150,6 +1129,74 @@ def test_responses_abort(stop_sidecar: RunningServer, llm: FakeLLM, stream: bool
     assert "[stopped: two tool calls are enough]" in output
 
 
+def echoing_loop(chat: openai.OpenAI, model: str, stream: bool, instructions: Any,
+                 limit: int = 10) -> tuple[str, list[Any]]:
+    """A Responses tool loop whose requests give ``instructions`` (``"absent"``: none) until an
+    answer with no tool call: its text, and the ``instructions`` echoed by every response
+    object it read (each streamed event's that carries one, or the whole response)."""
+    items: list[Any] = [{"role": "user", "content": "Find the answer."}]
+    more = {} if instructions == "absent" else {"instructions": instructions}
+    echoed: list[Any] = []
+    for _ in range(limit):
+        if stream:
+            with chat.responses.stream(model=model, input=items, tools=RESPONSES_TOOLS,
+                                       **more) as events:  # type: ignore[arg-type]
+                echoed += [event.response.instructions for event in events
+                           if getattr(event, "response", None) is not None]
+                response = events.get_final_response()
+        else:
+            response = chat.responses.create(model=model, input=items, tools=RESPONSES_TOOLS,
+                                              **more)  # type: ignore[arg-type]
+            echoed.append(response.instructions)
+        if not went_on(items, response):
+            return response.output_text, echoed
+    raise AssertionError("the loop did not end")
+
+
+def went_on(items: list[Any], response: Any) -> bool:
+    """Whether a Responses answer called tools: then ``items`` goes on with each call and its
+    result (``"result"``)."""
+    calls = [item for item in response.output if item.type == "function_call"]
+    for item in calls:
+        items += [{"type": "function_call", "call_id": item.call_id, "name": item.name,
+                   "arguments": item.arguments},
+                  {"type": "function_call_output", "call_id": item.call_id,
+                   "output": "result"}]
+    return bool(calls)
+
+
+# what a client may give as a Responses request's instructions: none, null, a string, items
+GIVEN_INSTRUCTIONS = ("absent", None, "You research.",
+                      [{"role": "developer", "content": "You research."}])
+
+
+def read_echo(echoed: object) -> object:
+    """An echoed ``instructions`` as the client sent it (the SDK reads input items as models)."""
+    if isinstance(echoed, list):
+        return [item.model_dump(exclude_none=True, exclude={"type"})
+                if hasattr(item, "model_dump") else item for item in echoed]
+    return echoed
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("instructions", GIVEN_INSTRUCTIONS,
+                         ids=["absent", "null", "string", "items"])
+def test_the_stop_answer_echoes_the_clients_instructions(
+        stop_sidecar: RunningServer, llm: FakeLLM, stream: bool, instructions: Any) -> None:
+    """The abort's answer is the endpoint's own (the upstream is not called): on the Responses
+    API it echoes the ``instructions`` the client sent, as the upstream's answers do (the
+    API echoes them; a client may read them back), in every response object of a stream too,
+    never ``null`` for instructions given."""
+    model = llm.script(f"stop-echo-{stream}-{GIVEN_INSTRUCTIONS.index(instructions)}",
+                       looping("search", lambda i: {"q": f"page {i}"}))
+    output, echoed = echoing_loop(client(stop_sidecar, "stopper"), model, stream,
+                                  instructions)
+    assert "[stopped: two tool calls are enough]" in output
+    assert len(llm.requests(model)) == 2  # the third request, answered by the endpoint
+    given = None if instructions == "absent" else instructions
+    assert [read_echo(each) for each in echoed] == [given] * len(echoed), echoed
+
+
 def json_format_loop(sidecar: RunningServer, model: str, api: str, kind: str,
                      stream: bool) -> str:
     """An agent whose answers must follow a JSON format (``kind``: ``json_object``, or
@@ -1166,14 +1213,8 @@ def json_format_loop(sidecar: RunningServer, model: str, api: str, kind: str,
         for _ in range(5):
             response = respond(chat, stream, model=model, input=items, tools=RESPONSES_TOOLS,
                                text=text)
-            calls = [item for item in response.output if item.type == "function_call"]
-            if not calls:
+            if not went_on(items, response):
                 return response.output_text
-            for item in calls:
-                items += [{"type": "function_call", "call_id": item.call_id, "name": item.name,
-                           "arguments": item.arguments},
-                          {"type": "function_call_output", "call_id": item.call_id,
-                           "output": "result"}]
         raise AssertionError("the loop did not end")
     response_format = REPORT_SCHEMA if kind == "json_schema" else {"type": "json_object"}
     messages: list[Any] = [{"role": "user", "content": "Find the answer."}]

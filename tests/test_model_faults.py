@@ -83,6 +83,15 @@ def raw_exchange(sidecar: RunningServer, request: bytes, wait: float = 10) -> by
     return answer
 
 
+def first_request(sidecar: RunningServer, agent: str, budget: str | None) -> tuple[int, bytes]:
+    """A run's first Chat Completions request, of ``agent``, with a tool-call bound or none."""
+    headers = {"x-watchdog-agent": agent}
+    if budget is not None:
+        headers["x-watchdog-budget-tool-calls"] = budget
+    return post(sidecar, "/v1/chat/completions", json.dumps({
+        "model": "m", "messages": [{"role": "user", "content": "x"}]}).encode(), headers)
+
+
 # -- every wait bounded -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -192,12 +201,7 @@ def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
     raw = RawUpstream(partial)
     try:
         with sidecar_for(tmp_path, raw, model_relay=relay, model_upstream_timeout=0.5) as sidecar:
-            headers = {"x-watchdog-agent": "cutter"}
-            if budget is not None:
-                headers["x-watchdog-budget-tool-calls"] = budget
-            status, answer = post(sidecar, "/v1/chat/completions", json.dumps({
-                "model": "m", "messages": [{"role": "user", "content": "x"}]}).encode(),
-                headers)
+            status, answer = first_request(sidecar, "cutter", budget)
             error = json.loads(answer)["error"]
             if fault != "stalled":
                 assert status == 502, answer
@@ -213,6 +217,37 @@ def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
                        lambda: f"counted: {outcomes(sidecar, 'cutter')}")
     finally:
         released.set()
+        raw.close()
+
+
+@pytest.mark.parametrize("answer", [
+    b"\x00\xffNOT HTTP AT ALL\r\n\r\n",  # not HTTP
+    b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * (1 << 20) + b"\r\n\r\n",  # a head past any bound
+], ids=["not-http", "head-too-long"])
+@pytest.mark.parametrize("budget", [None, "3"], ids=["free", "bound"])
+def test_an_upstream_that_answers_no_http_response_is_a_502_saying_so(
+        relay: str, tmp_path: Path, answer: bytes, budget: str | None) -> None:
+    """An upstream that answers with bytes no HTTP client can read as a response (a server
+    that speaks another protocol on the port, a head past the relay's bound): the agent gets
+    502 ``upstream_unreachable`` saying the upstream gave no HTTP response, counted as such,
+    on both relays (the aiohttp relay answered 500 ``internal_error``, which only a bug may
+    be, and logged the upstream's bytes as a bad request from the agent)."""
+    def garbled(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        handler.wfile.write(answer)
+        handler.wfile.flush()
+        handler.close_connection = True
+
+    raw = RawUpstream(garbled)
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            status, body = first_request(sidecar, "garbled", budget)
+            assert status == 502, body
+            error = json.loads(body)["error"]
+            assert error["code"] == "upstream_unreachable", error
+            assert "gave no HTTP response" in error["message"], error
+            wait_until(lambda: outcomes(sidecar, "garbled") == {"upstream_unreachable": 1.0},
+                       lambda: f"counted: {outcomes(sidecar, 'garbled')}")
+    finally:
         raw.close()
 
 
@@ -891,7 +926,8 @@ def test_an_http11_request_without_one_host_header_is_400(
     b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n",
     b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 10_000 + b"\r\n"
     b"Connection: close\r\nContent-Length: 2\r\n\r\n{}",
-], ids=["request_line", "header", "long_header"])
+    b"GET /v1/models\r\n\r\n",  # HTTP/0.9's request line: no version, no Host
+], ids=["request_line", "header", "long_header", "no_version"])
 def test_what_is_not_an_http11_request_is_refused_in_the_apis_error_shape(
         relay: str, tmp_path: Path, upstream_ok: RawUpstream, sent: bytes) -> None:
     """A malformed request line or header, or a header line past aiohttp's limit (8,190
@@ -914,6 +950,28 @@ def test_what_is_not_an_http11_request_is_refused_in_the_apis_error_shape(
             assert error["message"].startswith("the request could not be read as HTTP/1.1")
         else:
             assert body == b"", body[:200]
+        assert upstream_ok.seen == []
+
+
+@pytest.mark.parametrize(("sent", "status", "code"), [
+    (b"CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n", b"400",
+     "bad_request"),
+    (b"OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", b"404", "not_found"),
+], ids=["connect", "asterisk"])
+def test_a_target_that_is_no_path_is_refused_in_the_apis_error_shape(
+        relay: str, tmp_path: Path, upstream_ok: RawUpstream, sent: bytes, status: bytes,
+        code: str) -> None:
+    """``CONNECT host:port`` (the authority form) and ``OPTIONS *`` name no path: both relays
+    refuse them in the model API's error shape, as any other target outside /v1/ (the aiohttp
+    relay's router matched no route and answered its own text/plain 404, a CONNECT
+    included), and nothing reaches the upstream."""
+    with sidecar_for(tmp_path, upstream_ok, model_relay=relay) as sidecar:
+        answer = raw_exchange(sidecar, sent, wait=3)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.split(b" ", 2)[1] == status, answer[:300]
+        assert b"content-type: application/json" in head.lower(), head
+        body = body.removesuffix(b"<no end>")
+        assert json.loads(body)["error"]["code"] == code, body
         assert upstream_ok.seen == []
 
 

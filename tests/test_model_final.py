@@ -20,7 +20,14 @@ from tests.frameworks.fakellm import FakeLLM, looping
 from tests.frameworks.fakellm import offers_tools as offered
 from tests.harness import RunningServer, running_server, sidecar_config, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
-from tests.test_model_endpoint import RESPONSES_TOOLS, anthropic_loop, chained_loop
+from tests.test_model_endpoint import (
+    GIVEN_INSTRUCTIONS,
+    RESPONSES_TOOLS,
+    anthropic_loop,
+    chained_loop,
+    echoing_loop,
+    read_echo,
+)
 
 KEY = "sk-final-0123456789"
 BUDGET = 2
@@ -132,6 +139,27 @@ def test_the_final_answer_is_held_and_an_empty_one_is_the_stop_note(
     after = finals(sidecar)
     assert (after[0] - before[0], after[1] - before[1]) == (
         (2, 1) if model_relay == "native" else (0, 0))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("instructions", GIVEN_INSTRUCTIONS,
+                         ids=["absent", "null", "string", "items"])
+def test_the_stop_note_in_place_of_an_empty_final_answer_echoes_the_clients_instructions(
+        sidecar: RunningServer, llm: FakeLLM, model_relay: str,  # noqa: F811
+        stream: bool, instructions: Any) -> None:
+    """On the Responses API, the stop note the endpoint answers in place of a final answer the
+    model left empty (it asked for the tool again) echoes the ``instructions`` the client sent,
+    as the model's own answers do (whose echo carried the note sent upstream, set back)."""
+    name = f"echo-{stream}-{GIVEN_INSTRUCTIONS.index(instructions)}-{model_relay}"
+    model = llm.script(name, looping("search", lambda i: {"q": f"page {i}"},
+                                     obeys_tool_choice=False))
+    chat = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                         default_headers=headers(name))
+    output, echoed = echoing_loop(chat, model, stream, instructions)
+    assert output.startswith(STOPPED), output
+    assert [offered(body) for body in llm.requests(model)] == [True, True, False]
+    given = None if instructions == "absent" else instructions
+    assert [read_echo(each) for each in echoed] == [given] * len(echoed), echoed
 
 
 @pytest.mark.parametrize("latency", [0.0, 0.02, 0.15])

@@ -42,6 +42,7 @@ from watchdog.core.model.steer import (
 from watchdog.core.model.wire import (
     Event,
     Observation,
+    Request,
     SSEReader,
     ToolResult,
     Wire,
@@ -1056,3 +1057,138 @@ def test_a_late_response_of_an_evicted_run_goes_where_the_runs_own_late_span_goe
     maker.span("chat m", chat_attrs(finish="stop", **ids), start=T0 + 7, end=T0 + 7.1)
     own = again.apply(records_of(maker.take()), T0 + 8)
     assert [run.key for run in pinned.started] == [run.key for run in own.started] == ["run-r"]
+
+
+def test_a_sub_agent_a_client_names_is_a_child_run_of_its_callers() -> None:
+    """Requests of one session its client names (``Caller.session``): those naming no
+    sub-agent are the caller's; a sub-agent's (``Caller.subagent``) run is a child of the
+    caller's run at its first request, kept when the caller goes on to its next run; a
+    sub-agent named with no session, or in another session, has no parent."""
+    wire, book = ChatWire(), ModelBook()
+
+    def asking(task: str) -> Request:
+        return wire.read_request({"model": "m",
+                                  "messages": [{"role": "user", "content": task}]})
+
+    def identify(task: str, session: str | None, subagent: str | None = None) -> Any:
+        state = book.identify("chat", asking(task), Caller(session=session, subagent=subagent),
+                              "a", lambda _key: False)
+        book.settle(state)
+        return state
+
+    main = identify("main task", "s-1")
+    sub = identify("look in /srv", "s-1", "agent-1")
+    assert (main.parent, sub.parent) == (None, main.key)
+    assert identify("look in /srv", "s-1", "agent-1") is sub  # its next request: the same run
+    later = identify("the next task", "s-1")  # the caller's next run: the child's parent stays
+    assert later.key != main.key and sub.parent == main.key
+    assert identify("another sub-task", "s-1", "agent-2").parent == later.key
+    assert identify("no session", None, "agent-3").parent is None
+    assert identify("another session", "s-2", "agent-4").parent is None
+
+
+def _side_and_first(task: str, quoted: str, session: str | None, tools: bool = True
+                    ) -> tuple[Any, Any, Any]:
+    """A side request (its own system prompt, a user message of its own and ``quoted``, no
+    tools) answered, then the first request of a conversation whose task is ``task``."""
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session=session)
+    side = wire.read_request({"model": "small", "messages": [
+        {"role": "system", "content": "You are a title generator."},
+        {"role": "user", "content": "Generate a title for this conversation:\n"},
+        {"role": "user", "content": quoted}]})
+    titled = book.identify("chat", side, caller, "a", lambda _key: False)
+    seen = wire.read_response(json.loads(json.dumps(completion(
+        "small", "chatcmpl-1", Step(text="Finding the file"), {}))))
+    book.call_record(titled, side, seen, seen.calls, 1, 2)
+    book.settle(titled)
+    first = wire.read_request({"model": "m", **({"tools": [
+        {"type": "function", "function": {"name": "bash", "parameters": {}}}]} if tools else {}),
+        "messages": [{"role": "system", "content": "You are an agent."},
+                     {"role": "user", "content": task}]})
+    return book, titled, book.identify("chat", first, caller, "a", lambda _key: True)
+
+
+def test_a_side_request_is_a_model_call_of_the_run_it_is_about() -> None:
+    """A conversation's first request that offers no tools, in a session its client names,
+    quoting the first message of the session's next conversation (opencode's title of its
+    session): that conversation, when its first request offers tools, goes on in the side
+    request's run (taken back: its answer, the title, ended it), not a run of its own."""
+    book, titled, run = _side_and_first("Find the file.", " Find  the\nfile. ", "ses_1")
+    assert run is titled and run.going_on and run.side is None
+    assert run.first == run.messages == 2  # (the conversation's own length from now on)
+    # its next request, its tools' results, goes on in it as any conversation's does
+    assert book.identify("chat", ChatWire().read_request({"model": "m", "tools": [
+        {"type": "function", "function": {"name": "bash", "parameters": {}}}], "messages": [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Find the file."},
+        {"role": "user", "content": "And the other one."}]}),
+        Caller(session="ses_1"), "a", lambda _key: False) is titled
+
+
+@pytest.mark.parametrize(("task", "session", "tools"), [
+    ("Find another file.", "ses_1", True),  # it quoted another task
+    ("Find the file.", None, True),  # no session named: nothing says they are one invocation
+    ("Find the file.", "ses_1", False)],  # a plain question (a chat, no tools): its own run
+    ids=["another-task", "no-session", "no-tools"])
+def test_a_side_request_is_a_run_of_its_own_otherwise(task: str, session: str | None,
+                                                      tools: bool) -> None:
+    _book, titled, run = _side_and_first(task, "Find the file.", session, tools)
+    assert run is not titled and not run.going_on
+
+
+def test_a_side_request_sent_after_its_runs_first_request_is_a_model_call_of_it() -> None:
+    """The title sent once the conversation's first request (tools offered) has started its
+    run, which is still going: a model call of that run, neither its answer nor an answer to
+    its tool calls; a title of another task, or after the run has ended, is a run of its own."""
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session="ses_1")
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+    first = wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Find the file."}]})
+    run = book.identify("chat", first, caller, "a", lambda _key: False)
+    seen = wire.read_response(json.loads(json.dumps(completion(
+        "m", "chatcmpl-1", Step(tool_calls=(ToolCall("bash", {"command": "ls"}),)), {}))))
+    book.call_record(run, first, seen, seen.calls, 1, 2)
+
+    def title(task: str) -> Any:
+        return wire.read_request({"model": "small", "messages": [
+            {"role": "system", "content": "You are a title generator."},
+            {"role": "user", "content": "Generate a title for this conversation:\n"},
+            {"role": "user", "content": task}]})
+
+    side = title("Find the file.")
+    assert book.identify("chat", side, caller, "a", lambda _key: False) is run
+    assert book.tool_records(run, side, 3) == []  # (its call is still pending)
+    answer = wire.read_response(json.loads(json.dumps(completion(
+        "small", "chatcmpl-2", Step(text="Finding the file"), {}))))
+    record = book.call_record(run, side, answer, answer.calls, 3, 4)
+    assert not record.final_answer and run.handed == 1 and len(run.pending) == 1
+    assert book.identify("chat", title("Find another file."), caller, "a",
+                         lambda _key: False) is not run
+    assert book.identify("chat", title("Find the file."), caller, "a",
+                         lambda _key: True) is not run  # (its run has ended)
+
+
+def test_each_invocation_of_a_side_requesting_agent_is_one_run() -> None:
+    """The side request's prompt is the same every time, and so may the task be: a second
+    invocation (another session) is one run of its own all the same, its title in it."""
+    wire, book = ChatWire(), ModelBook()
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+    runs = []
+    for session in ("ses_1", "ses_2"):
+        caller = Caller(session=session)
+        side = wire.read_request({"model": "small", "messages": [
+            {"role": "system", "content": "You are a title generator."},
+            {"role": "user", "content": "Generate a title for this conversation:\n"},
+            {"role": "user", "content": "Find the file."}]})
+        titled = book.identify("chat", side, caller, "a", lambda _key: True)
+        book.settle(titled)
+        first = wire.read_request({"model": "m", "tools": tools, "messages": [
+            {"role": "system", "content": "You are an agent."},
+            {"role": "user", "content": "Find the file."}]})
+        run = book.identify("chat", first, caller, "a", lambda _key: True)
+        assert run is titled, session
+        runs.append(run)
+    assert runs[0] is not runs[1]

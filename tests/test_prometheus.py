@@ -27,6 +27,11 @@ from tests.harness import RunningServer, http_request, running_server, sidecar_c
 from tests.prom import Prometheus, binary, start_prometheus, stop
 
 OPENMETRICS_ACCEPT = "application/openmetrics-text;version=1.0.0"
+# The runs that ended, by agent and the state they are in now (docs/metrics.md)
+ENDED_BY_STATE = (
+    "sum by (agent, terminal_state) (agent_watchdog_runs_finished_total)"
+    " - (sum by (agent, terminal_state) (agent_watchdog_runs_reclassified_total)"
+    " or sum by (agent, terminal_state) (agent_watchdog_runs_finished_total) * 0)")
 
 
 @pytest.fixture
@@ -154,3 +159,46 @@ def test_a_webhooks_outcomes_are_shown_at_zero_ahead(tmp_path: Path) -> None:
         for outcome in ("delivered", "retry", "failed"):
             assert (f'agent_watchdog_directives_delivered_total{{action="{action}",'
                     f'channel="webhook",outcome="{outcome}"}} 0.0') in lines
+
+
+def test_a_run_classified_again_after_its_end_is_counted_in_its_new_state(
+        sidecar: RunningServer, prometheus: Prometheus) -> None:
+    """Two export paths (two processes, two exporters) of one run: the agent's span comes
+    first, with no answer, and the run ends ``no_response``; the model call that answered
+    comes after, and the run is ``completed``. What Prometheus stores says what ``/v1/runs``
+    says: the end counted, and the move from the state it was counted in."""
+    def provider() -> TracerProvider:
+        made = TracerProvider(resource=Resource.create({"service.name": "agents"}))
+        made.add_span_processor(BatchSpanProcessor(
+            OTLPSpanExporter(endpoint=sidecar.otlp_http + "/v1/traces"),
+            schedule_delay_millis=60_000))
+        return made
+
+    agents, models = provider(), provider()
+    root = agents.get_tracer("agent").start_span("invoke_agent late", attributes={
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "late"})
+    models.get_tracer("model").start_span(
+        "chat", context=set_span_in_context(root), attributes={
+            "gen_ai.operation.name": "chat", "gen_ai.agent.name": "late",
+            "gen_ai.response.finish_reasons": ["stop"],
+            "gen_ai.usage.input_tokens": 10, "gen_ai.usage.output_tokens": 5}).end()
+    root.end()
+    trace_id = format(root.get_span_context().trace_id, "032x")
+    assert agents.force_flush(10_000)
+    ended = 'agent_watchdog_runs_finished_total{agent="late",terminal_state="no_response"}'
+    prometheus.wait_for({ended: 1})
+    (run,) = sidecar.get_json("/v1/runs?state=ended")["runs"]
+    assert (run["trace_id"], run["terminal_state"]) == (trace_id, "no_response")
+
+    assert models.force_flush(10_000)
+    moved = 'agent_watchdog_runs_reclassified_total{agent="late",terminal_state="no_response"}'
+    again = 'agent_watchdog_runs_finished_total{agent="late",terminal_state="completed"}'
+    prometheus.wait_for({ended: 1, moved: 1, again: 1})
+    (run,) = sidecar.get_json("/v1/runs?state=ended")["runs"]
+    assert (run["trace_id"], run["terminal_state"]) == (trace_id, "completed")
+    # what docs/metrics.md says to query: the runs that ended, by the state they are in now
+    by_state = {series["metric"]["terminal_state"]: float(series["value"][1])
+                for series in prometheus.query(ENDED_BY_STATE)}
+    assert by_state == {"no_response": 0.0, "completed": 1.0}
+    agents.shutdown()
+    models.shutdown()

@@ -245,3 +245,7 @@ def test_a_run_whose_budget_tool_came_after_its_end_is_at_its_packs_budget(
     assert (run.terminal_state, run.terminal_reason) == (TerminalState.TOOL_LIMIT_REACHED,
                                                          "budget")
     assert key in step.dirty and run.tool_calls == 1  # (the shell stores it again)
+    # its end was handed out as completed: the move is handed out, once (runs_finished_total)
+    assert [(view.key, view.terminal_state, was) for view, was in step.reclassified] == [
+        (key, TerminalState.TOOL_LIMIT_REACHED, "completed")]
+    assert watchdog.model_records([tool_call(key, T0 + 0.7)], T0 + 2).reclassified == []

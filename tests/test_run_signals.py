@@ -739,3 +739,29 @@ def test_what_a_run_hands_out_shares_nothing_it_updates_later(otel: SpanMaker) -
     assert json.dumps(run.to_dict(), sort_keys=True) != kept_text  # (the run did move)
     assert repr(view) == view_text
     assert json.dumps(kept, sort_keys=True) == kept_text
+
+
+@pytest.mark.parametrize("budget", [None, {"max_tool_calls": 3.0, "max_cost_usd": 0.5}])
+def test_what_the_endpoint_reads_of_a_run_is_what_its_view_holds(
+        otel: SpanMaker, budget: dict[str, float] | None) -> None:
+    """``RunState.opened`` (what the model endpoint reads of its run at a request) holds the
+    values a view taken at the same moment holds, a budget's remainders too, its own under the
+    rule pack's."""
+    root = otel.open("invoke_agent a", {"gen_ai.agent.name": "planner"})
+    otel.span("chat m", chat_attrs(10, 2, finish="tool_calls"), parent=root, start=T0,
+              end=T0 + 0.5)
+    tool_calls(otel, root, [("A", {"i": 1}, "r"), ("B", {"i": 2}, "r")])
+    tracker, _ = run_spans(otel.take(), now=T0 + 10)
+    run = only_run(tracker)
+    run.budget.update({"max_iterations": 9.0})
+    for at in (T0 + 10, T0 + 70):
+        view, opened = run.view(at, budget), run.opened(at, budget)
+        assert (opened.key, opened.agent, opened.framed, opened.terminal_state, opened.ended,
+                opened.iterations, opened.tool_calls, opened.cost_usd, opened.total_tokens,
+                dict(opened.budget)) == (
+            view.key, view.agent, view.framed, view.terminal_state, view.ended,
+            view.iterations, view.tool_calls, view.cost_usd, view.total_tokens,
+            dict(view.budget))
+        assert opened.tool_calls == 2 and opened.budget["remaining_tool_calls" if budget
+                                                        else "remaining_iterations"] >= 1
+        assert isinstance(opened.budget, MappingProxyType)

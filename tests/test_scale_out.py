@@ -396,7 +396,7 @@ def difference(topology: Topology) -> str:
 BATCH_DECIDED = frozenset({("openai_agents_js_oi", "error_loop"), ("mastra", "error_loop"),
                            ("openai_agents_logfire", "error_loop"), ("rig", "repeat"),
                            ("spring_ai", "repeat"), ("ag2_native", "repeat"),
-                           ("claude_code", "loop")})
+                           ("claude_code", "loop"), ("gemini_cli", "loop")})
 
 # Each recording goes through once: the even ones in the first test, the odd ones, with a
 # replica's crash amid them, in the second (a run sent twice would be one run continued).

@@ -13,7 +13,9 @@ call as ``message.function_call``, streamed as ``delta.function_call``, finish r
 ``function_call``), ``POST /v1/responses`` (the OpenAI Responses API, plain and streamed:
 ``function_call`` items, a step's reasoning as a ``reasoning`` item), ``GET /v1/models`` and
 Anthropic's Messages API, ``POST /v1/messages`` (plain and streamed: ``tool_use`` content
-blocks, ``stop_reason`` ``tool_use`` / ``end_turn``), from the same scripts;
+blocks, ``stop_reason`` ``tool_use`` / ``end_turn``) and Google's Gemini API,
+``POST /v1beta/models/MODEL:generateContent`` and ``:streamGenerateContent`` (``?alt=sse``:
+``functionCall`` parts, the model named by the path), from the same scripts;
 the same paths without ``/v1`` too, for clients configured without it. Each request's raw body and
 headers are recorded too (:meth:`FakeLLM.raw_requests`, :meth:`FakeLLM.request_headers`).
 Standard library only: it runs inside the test process, whatever venv the framework lives in.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -197,8 +200,11 @@ class FakeLLM:
     # -- answering ------------------------------------------------------------------------------
 
     def respond(self, body: dict[str, Any], raw: bytes = b"",
-                headers: dict[str, str] | None = None) -> tuple[_Model, Step]:
-        name = str(body.get("model", ""))
+                headers: dict[str, str] | None = None, name: str | None = None
+                ) -> tuple[_Model, Step]:
+        """The step answering ``body``, for the model it names (``name``: the one its path
+        names, Gemini's), the request recorded."""
+        name = str(body.get("model", "")) if name is None else name
         with self._lock:
             model = self._models.get(name)
             if model is None:
@@ -472,6 +478,48 @@ def response_events(response: dict[str, Any]) -> Iterator[tuple[str, dict[str, A
     yield "response.completed", {"response": response}
 
 
+_GEMINI_FINISH = {"stop": "STOP", "tool_calls": "STOP", "length": "MAX_TOKENS"}
+_GEMINI_PATH = re.compile(
+    r"(?:/v1beta|/v1)?/models/([^/:]+):(generateContent|streamGenerateContent)")
+
+
+def gemini_response(model: str, response_id: str, step: Step, body: dict[str, Any]
+                    ) -> dict[str, Any]:
+    """A Gemini API ``generateContent`` response: one candidate whose parts are the step's
+    text (if any) and a ``functionCall`` per call (no call ids: the API gives none), its
+    finish reason ``STOP`` (``MAX_TOKENS`` for a step cut at length), its usage."""
+    parts: list[dict[str, Any]] = []
+    if step.text:
+        parts.append({"text": step.text})
+    parts.extend({"functionCall": {"name": tool.name, "args": tool.arguments}}
+                 for tool in step.tool_calls)
+    usage = _usage({"messages": [body.get("systemInstruction", ""), *body.get("contents", [])]},
+                   step)
+    return {"candidates": [{"content": {"role": "model", "parts": parts}, "index": 0,
+                            "finishReason": _GEMINI_FINISH.get(step.finish, step.finish.upper())}],
+            "usageMetadata": {"promptTokenCount": usage["prompt_tokens"],
+                              "candidatesTokenCount": usage["completion_tokens"],
+                              "totalTokenCount": usage["total_tokens"]},
+            "modelVersion": model, "responseId": response_id}
+
+
+def gemini_chunks(response: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The ``streamGenerateContent`` chunks of ``response`` (a :func:`gemini_response`): its
+    text word by word, then its calls with the finish reason and the usage."""
+    [candidate] = response["candidates"]
+    parts = candidate["content"]["parts"]
+    texts = [part["text"] for part in parts if "text" in part]
+    calls = [part for part in parts if "functionCall" in part]
+    words = " ".join(texts).split(" ") if texts else []
+    for i, word in enumerate(words[:-1] if not calls else words):
+        yield {"candidates": [{"content": {"role": "model", "parts": [
+            {"text": word if i == len(words) - 1 else word + " "}]}, "index": 0}],
+            "modelVersion": response["modelVersion"], "responseId": response["responseId"]}
+    last = calls if calls else [{"text": words[-1]}] if words else []
+    yield {**response, "candidates": [{**candidate, "content": {"role": "model",
+                                                                "parts": last}}]}
+
+
 def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -514,6 +562,10 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
             path = self.path.split("?")[0].rstrip("/")
+            gemini = _GEMINI_PATH.fullmatch(path)
+            if gemini is not None:
+                self._gemini(raw, gemini[1], gemini[2] == "streamGenerateContent")
+                return
             anthropic = path in ("/v1/messages", "/messages")
             responses = path in ("/v1/responses", "/responses")
             if not anthropic and not responses \
@@ -574,5 +626,25 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
             time.sleep(model.linger)
             self.close_connection = True
+
+        def _gemini(self, raw: bytes, name: str, stream: bool) -> None:
+            try:
+                body = json.loads(raw)
+                model, step = llm.respond(body, raw, {k.lower(): v
+                                                      for k, v in self.headers.items()}, name)
+            except (ValueError, KeyError) as exc:
+                self._send_json(400, {"error": {"code": 400, "message": f"fakellm: {exc!r}",
+                                                "status": "INVALID_ARGUMENT"}})
+                return
+            if model.on_request is not None:
+                model.on_request(len(llm.requests(name)) - 1)
+            if model.delay:
+                time.sleep(model.delay)
+            response = gemini_response(name, llm.next_id(), step, body)
+            if stream:
+                self._send_events((("", chunk) for chunk in gemini_chunks(response)),
+                                  named=False, linger=model.linger)
+            else:
+                self._send_json(200, response)
 
     return Handler

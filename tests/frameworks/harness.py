@@ -764,3 +764,41 @@ def otlp_recorder(sidecar: RunningServer, files: Mapping[str, Path]) -> Iterator
 
     with http_served(Relay) as url:
         yield url
+
+
+@contextlib.contextmanager
+def recording_to(sidecar: RunningServer, folder: str, scenario: str) -> Iterator[str]:
+    """Where an agent with no driver of ours exports its OpenTelemetry (OTLP/JSON): the sidecar's
+    OTLP/HTTP receiver; with ``RECORD_SPANS`` set, an :func:`otlp_recorder` in front of it that
+    keeps its traces as ``recordings/FOLDER/SCENARIO.jsonl`` and its log events as
+    ``SCENARIO.logs.jsonl`` (its metrics are passed on only)."""
+    if not os.environ.get("RECORD_SPANS"):
+        yield sidecar.otlp_http
+        return
+    target = RECORDINGS / folder
+    with otlp_recorder(sidecar, {"/v1/traces": target / f"{scenario}.jsonl",
+                                 "/v1/logs": target / f"{scenario}.logs.jsonl"}) as url:
+        yield url
+
+
+def installed_bin(binary: Path) -> Path:
+    """An npm-installed agent's ``node_modules/.bin`` entry, which ``make test`` installs (never a
+    skip: its absence fails, naming the make target)."""
+    target = (binary.parents[1] / ".installed").relative_to(Path(__file__).resolve().parents[2])
+    assert binary.exists(), f"{binary} is missing: run `make {target}` (part of `make test`)"
+    return binary
+
+
+def run_coding_agent(command: Sequence[str], env: Mapping[str, str], work: Path
+                     ) -> tuple[list[str], str]:
+    """A coding agent's CLI run once in ``work`` (no input; it must exit 0): the terms its
+    shell commands appended to ``ran.txt``, and what it printed on stdout."""
+    result = subprocess.run(list(command), env=dict(env), capture_output=True, text=True,
+                            timeout=DRIVER_TIMEOUT, cwd=work, stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-6000:])
+        raise AssertionError(f"{Path(command[0]).name} exited {result.returncode}:\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    ran = work / "ran.txt"
+    terms = ran.read_text().splitlines() if ran.exists() else []
+    return terms, result.stdout.strip()

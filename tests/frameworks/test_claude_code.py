@@ -188,12 +188,13 @@ def delegating(index: int, body: dict[str, Any]) -> Step:
     return bash(f"main {turns}")
 
 
-def test_a_sub_agent_is_a_run_of_its_own(
+def test_a_sub_agent_is_a_child_run_of_its_callers(
         budgeted: RunningServer, llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
     """Claude Code's sub-agent (its ``Agent`` tool) is a conversation of its own, in the same
-    process: its own system prompt and first message, and nothing in its requests names the
-    main conversation (docs/model-endpoint.md's known limits). Each is a run with its own
-    budget, counted down truly: the main one's 3 tool calls (the ``Agent`` call and two
+    process: its own system prompt and first message; its requests name it within the session
+    (``x-claude-code-agent-id``; the main conversation's name none). It is a child run of the
+    main conversation's run (``parent_run``), as a nested agent is in a trace: each with its
+    own budget, counted down truly: the main one's 3 tool calls (the ``Agent`` call and two
     commands), then its report; the sub-agent's 2 commands and its answer."""
     model = llm.script(f"claude-code-sub-agent-{model_relay}", delegating)
     before = run_ids(budgeted)
@@ -220,6 +221,12 @@ def test_a_sub_agent_is_a_run_of_its_own(
     # both in the session its requests name (X-Claude-Code-Session-Id, the sub-agent's too)
     sessions = {headers["x-claude-code-session-id"] for headers in llm.request_headers(model)}
     assert len(sessions) == 1 and [run["session"] for run in runs] == [*sessions] * 2, runs
+    # the sub-agent's requests name it, the main conversation's none: its run is the child
+    named = [headers.get("x-claude-code-agent-id") for headers in llm.request_headers(model)]
+    assert [name is not None for name in named] == sub and len(set(named) - {None}) == 1, named
+    main, child = (budgeted.get_json(f"/v1/runs/{run['id']}") for run in runs)
+    assert (main["parent_run"], child["parent_run"]) == (None, main["id"]), (main, child)
+    assert [each["id"] for each in main["children"]] == [child["id"]], main["children"]
 
 
 # -- watched through its own OpenTelemetry ---------------------------------------------------
@@ -282,12 +289,13 @@ def test_watched_and_steered_at_once_is_one_run(
 
 def test_watched_and_steered_with_a_sub_agent(
         budgeted: RunningServer, llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
-    """A sub-agent, watched and steered: its conversation is a run of its own at the endpoint
-    (3 model calls, 2 commands), and Claude Code's trace of the whole invocation joins the main
-    conversation's run, the one that started first — so the main run counts the sub-agent's
-    calls too (its own 4 calls and 3 tool calls, the ``Agent`` call among them, and the
-    sub-agent's 3 and 2): a known limit (docs/model-endpoint.md). Both runs are in Claude Code's
-    session."""
+    """A sub-agent, watched and steered: its conversation is a child run of the main
+    conversation's at the endpoint (3 model calls, 2 commands), and Claude Code's trace of the
+    whole invocation joins the main conversation's run, but for the spans that ran in the
+    sub-agent (below the ``Agent`` call's span, beside the sub-agent's command whose call id its
+    run handed over): those are the child run's, each call counted once there. The two readings
+    agree: the main run 4 calls and 3 tool calls (the ``Agent`` call among them), the
+    sub-agent's 3 and 2, as at the endpoint alone. Both runs are in Claude Code's session."""
     model = llm.script(f"claude-code-sub-both-{model_relay}", delegating)
     before = run_ids(budgeted)
     output, ran = run_claude(tmp_path, budgeted.url("model"), model, "Find the file.",
@@ -307,7 +315,11 @@ def test_watched_and_steered_with_a_sub_agent(
     runs = sorted(wait_until(joined, what="its spans to join the main run"),
                   key=lambda run: -run["iterations"])
     assert [(run["session"], run["iterations"], run["tool_calls"], run["terminal_state"])
-            for run in runs] == [(session, BUDGET + 1 + 3, BUDGET + 2, "tool_limit_reached"),
+            for run in runs] == [(session, BUDGET + 1, BUDGET, "tool_limit_reached"),
                                  (session, 3, 2, "completed")], runs
-    tools = [budgeted.get_json(f"/v1/runs/{run['id']}")["signals"]["tools"] for run in runs]
-    assert tools == [{"Agent": 1, "Bash": 4}, {"Bash": 2}], tools
+    main, child = (budgeted.get_json(f"/v1/runs/{run['id']}") for run in runs)
+    assert [main["signals"]["tools"], child["signals"]["tools"]] == [
+        {"Agent": 1, "Bash": 2}, {"Bash": 2}], (main["signals"], child["signals"])
+    assert (main["parent_run"], child["parent_run"]) == (None, main["id"]), (main, child)
+    # the sub-agent's spans came to its run: more records than the endpoint's 5 there
+    assert child["spans"] > 5, child

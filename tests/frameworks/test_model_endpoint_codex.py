@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,13 +39,14 @@ import pytest
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import (
-    DRIVER_TIMEOUT,
     RECORDINGS,
     Expect,
     check_runs,
     clean_environ,
+    installed_bin,
     otlp_recorder,
     replay_with_logs,
+    run_coding_agent,
 )
 from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
     AGENT,
@@ -76,9 +75,7 @@ THOUGHT = "The file may be under /srv; search on."
 
 
 def codex() -> Path:
-    assert CODEX.exists(), (f"{CODEX} is missing: run `make tests/frameworks/codex/"
-                            f"node_modules/.installed` (part of `make test`)")
-    return CODEX
+    return installed_bin(CODEX)
 
 
 @contextlib.contextmanager
@@ -128,15 +125,7 @@ def run_codex(sidecar: RunningServer, model: str, tmp: Path, base_url: str | Non
                "-C", str(work), "-o", str(last), "-m", model,
                *(part for key, value in config.items() for part in ("-c", f"{key}={value}")),
                "Find the file."]
-    result = subprocess.run(command, env=env, capture_output=True, text=True,
-                            timeout=DRIVER_TIMEOUT, cwd=work, stdin=subprocess.DEVNULL)
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr[-6000:])
-        raise AssertionError(f"codex exec exited {result.returncode}:\n"
-                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    ran = work / "ran.txt"
-    terms = ran.read_text().splitlines() if ran.exists() else []
-    printed = result.stdout.strip()
+    terms, printed = run_coding_agent(command, env, work)
     assert last.read_text().strip() == printed, (last.read_text(), printed)
     return terms, printed
 

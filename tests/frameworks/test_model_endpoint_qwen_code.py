@@ -24,18 +24,13 @@ spans paired with the endpoint's calls by response id. Watched alone: ``test_qwe
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import (
-    DRIVER_TIMEOUT,
-    clean_environ,
-)
+from tests.frameworks.harness import clean_environ, installed_bin, run_coding_agent
 from tests.frameworks.steering import CYCLE_LOOP
 from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
     AGENT,
@@ -67,9 +62,7 @@ SETTINGS = {"security": {"auth": {"selectedType": "openai"}},
 
 
 def qwen() -> Path:
-    assert QWEN.exists(), (f"{QWEN} is missing: run `make tests/frameworks/qwen_code/"
-                           f"node_modules/.installed` (part of `make test`)")
-    return QWEN
+    return installed_bin(QWEN)
 
 
 def telemetry(url: str) -> dict[str, Any]:
@@ -91,16 +84,8 @@ def run_qwen(base_url: str, model: str, tmp: Path, settings: dict[str, Any] | No
     env = {**clean_environ("QWEN_", "GEMINI_"), "HOME": str(home),
            "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": KEY, "OPENAI_MODEL": model,
            "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"}
-    command = [str(qwen()), "-p", "Find the file.", "--yolo", "--max-session-turns", "20"]
-    result = subprocess.run(command, env=env, capture_output=True, text=True,
-                            timeout=DRIVER_TIMEOUT, cwd=work, stdin=subprocess.DEVNULL)
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr[-6000:])
-        raise AssertionError(f"qwen -p exited {result.returncode}:\n"
-                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    ran = work / "ran.txt"
-    terms = ran.read_text().splitlines() if ran.exists() else []
-    return terms, result.stdout.strip()
+    return run_coding_agent(
+        [str(qwen()), "-p", "Find the file.", "--yolo", "--max-session-turns", "20"], env, work)
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,6 @@ tool's arguments its ``qwen-code.tool_call`` event's, each naming its span, and 
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,27 +21,12 @@ from tests.frameworks.harness import (
     RECORDINGS,
     Expect,
     check_runs,
-    otlp_recorder,
+    recording_to,
     replay_with_logs,
 )
 from tests.frameworks.test_model_endpoint_frameworks import ANSWER
 from tests.frameworks.test_model_endpoint_qwen_code import TOOL, invoke, shell
 from tests.harness import RunningServer
-
-
-@contextlib.contextmanager
-def recording(sidecar: RunningServer, scenario: str) -> Iterator[str]:
-    """Where Qwen Code exports its OpenTelemetry: the sidecar's OTLP/HTTP receiver; with
-    ``RECORD_SPANS`` set, a relay in front of it that writes each export request, OTLP/JSON as
-    Qwen Code sent it, to ``recordings/qwen_code/SCENARIO.jsonl`` (its traces; its log events
-    to ``SCENARIO.logs.jsonl``; its metrics are passed on only)."""
-    if not os.environ.get("RECORD_SPANS"):
-        yield sidecar.otlp_http
-        return
-    target = RECORDINGS / "qwen_code"
-    with otlp_recorder(sidecar, {"/v1/traces": target / f"{scenario}.jsonl",
-                                 "/v1/logs": target / f"{scenario}.logs.jsonl"}) as url:
-        yield url
 
 
 def counting() -> fakellm.Script:
@@ -68,7 +50,7 @@ def test_qwen_code_traced_by_its_own_opentelemetry_is_one_run_with_its_tools(
     hooks' spans (status error when no hook is configured) no errors; its answer the text its
     ``qwen-code.api_response`` log event brought (no span carries it, nor any message). Once:
     no model relay between it and its upstream."""
-    with recording(sidecar, "two_tools") as otel:
+    with recording_to(sidecar, "qwen_code", "two_tools") as otel:
         it = invoke(sidecar, llm, counting(), tmp_path, base_url=llm.base_url, otel=otel)
     assert (it.ran, it.printed) == (["alpha", "beta"], ANSWER)
     run = it.run
@@ -85,7 +67,7 @@ def test_qwen_code_repeating_one_command_is_seen_as_a_loop(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
     """One command four times: its tools' arguments (its ``qwen-code.tool_call`` log events')
     are the same each time, a repeated call, not four new ones."""
-    with recording(sidecar, "loop") as otel:
+    with recording_to(sidecar, "qwen_code", "loop") as otel:
         it = invoke(sidecar, llm, looping(), tmp_path, base_url=llm.base_url, otel=otel)
     assert (it.ran, it.printed) == (["again"] * 4, ANSWER)
     run = it.run

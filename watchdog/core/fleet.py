@@ -142,7 +142,7 @@ class Fleet:
         failing now (``runs``/``errors``: runs that saw it fail and their failures, within the
         window, of any error type; ``since``: RFC 3339)."""
         failing: dict[str, dict[str, Any]] = {}
-        for tool, state in self._tools.items():
+        for tool, state in sorted(self._tools.items()):  # (in name order: CEL keeps it)
             if state.outage is None:
                 continue
             since, error_type = state.outage

@@ -5,14 +5,13 @@ as frozen views, the new activity, the decisions, and the failures of one run's 
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 from watchdog.core.rules.decision import Decided, Decision
 from watchdog.core.runs.activity import ActivityEntry
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.steps import StepLog
-from watchdog.core.runs.tracker import BatchResult
+from watchdog.core.runs.tracker import BatchResult, Tally
 from watchdog.core.runs.view import RunView
 from watchdog.core.spans.record import SpanRecord
 
@@ -36,6 +35,9 @@ class Step:
     activity: list[ActivityEntry] = field(default_factory=list)  # to persist
     decisions: list[Decided] = field(default_factory=list)  # to become directives
     finished: list[RunView] = field(default_factory=list)  # ended or evicted
+    # runs that ended before this step and were classified again in it (late spans brought
+    # their answer, or the budget they spent): each with the state its end was handed out in
+    reclassified: list[tuple[RunView, str]] = field(default_factory=list)
     evicted: list[RunView] = field(default_factory=list)  # ... of those, evicted (the bound)
     gone: dict[str, str] = field(default_factory=dict)  # runs folded into another (not to keep)
     # runs taken as abandoned, or completed at an answer, whose agent acted again: active
@@ -45,7 +47,7 @@ class Step:
     applied: int = 0  # records applied (a synced span's second copy is not)
     # records dropped as another span with an id already applied (RecentSpans.conflicts)
     conflicts: list[SpanRecord] = field(default_factory=list)
-    rule_errors: Counter[str] = field(default_factory=Counter)
+    rule_errors: Tally[str] = field(default_factory=Tally)
     # of each rule with errors: its latest error's run and text (for the log)
     rule_error_texts: dict[str, tuple[str, str]] = field(default_factory=dict)
     eval_seconds: float = 0.0

@@ -55,7 +55,7 @@ from watchdog.core.runs.run import RunState
 from watchdog.core.runs.steps import RecentSteps, StepLog
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import BatchResult, RunTracker
-from watchdog.core.runs.view import RunView
+from watchdog.core.runs.view import OpenedRun, RunView
 from watchdog.core.sessions import SessionBook
 from watchdog.core.spans.record import KeySource, SpanRecord
 from watchdog.core.sync import STOP_GRACE, RecentSpans, SpanLedger
@@ -287,15 +287,17 @@ class Core(CoreReads):
 
     def open_run(self, key: str, key_source: KeySource, trace_id: str, now: float,
                  agent: str | None, session: str | None, budget: dict[str, float] | None,
-                 records: Sequence[SpanRecord] = (), going_on: bool = False
-                 ) -> tuple[RunView, Step]:
+                 records: Sequence[SpanRecord] = (), going_on: bool = False,
+                 parent: str | None = None) -> tuple[OpenedRun, Step]:
         """The model endpoint's run at a request (DESIGN §12), after ``records`` (what the
         request carried: its tool results) are applied in the same step: opened at its first
         request (no span has ended yet), told what the request's headers say, and evaluated
-        when it is new or its budget changed, so its directives account for the request; its
-        view after that. A run the client SDK frames is left as it is (its spans name it).
-        ``going_on``: the request goes on from the run's own tool calls (its results answer
-        calls the run handed over): a run ended at an answer is taken back too."""
+        when it is new or its budget changed, so its directives account for the request; what
+        the endpoint reads of it after that (:class:`OpenedRun`). A run the client SDK frames
+        is left as it is (its spans name it). ``going_on``: the request goes on from the run's
+        own tool calls (its results answer calls the run handed over): a run ended at an answer
+        is taken back too. ``parent``: the run whose child run it is (a sub-agent's caller's,
+        as its requests name it), as a nested agent's in a trace: its own budget and counts."""
         resumed = self._resume((key,), now, going_on)  # (before its records: they count)
         step = self.apply(records, now) if records else Step()
         step.resumed.update(resumed)
@@ -303,11 +305,14 @@ class Core(CoreReads):
         if key in resumed:
             step.dirty[key] = run
         if run.framed and not created:
-            return step.touched.get(key) or run.view(now, self._defaults(run)), step
+            return run.opened(now, self._defaults(run)), step
         if agent and run.agent is None:
             run.agent = agent
         if session and run.session is None:
             run.session = session
+        if parent and run.parent_run is None and parent != key:
+            run.parent_run = parent
+            step.dirty[key] = run
         changed = budget is not None and any(run.budget.get(k) != v
                                              for k, v in budget.items())
         if budget is not None and changed:
@@ -318,7 +323,7 @@ class Core(CoreReads):
             if not run.ended:
                 self._evaluate([run], now, step)
         self._seal(step, now)
-        return step.touched.get(key) or run.view(now, self._defaults(run)), step
+        return run.opened(now, self._defaults(run)), step
 
     def model_records(self, records: Sequence[SpanRecord], now: float) -> Step:
         """:meth:`apply` for what the model endpoint saw: its agent acts now, so a run of
@@ -637,6 +642,7 @@ class Core(CoreReads):
         for run in runs:
             if (budget := defaults(run)) is not None:  # (the tracker knows no rule pack)
                 run.ended_at_budget(budget)
+            run.counted_state = run.terminal_state
             self._forget(run.key)
 
     def _seal(self, step: Step, now: float) -> None:
@@ -659,6 +665,14 @@ class Core(CoreReads):
             views[key] = taken
             return taken
 
+        for run in step.dirty.values():
+            # an ended run whose state moved since its end was handed out (late spans: its
+            # answer, a limit, the budget it spent): the move is handed out, once
+            counted = run.counted_state
+            if counted is not None and run.ended and counted is not run.terminal_state:
+                run.counted_state = run.terminal_state
+                if (taken := view(run)) is not None:
+                    step.reclassified.append((taken, counted.value))
         if step._view_touched:
             step.touched = {key: taken for key, run in step.dirty.items()
                             if (taken := view(run)) is not None}

@@ -421,13 +421,15 @@ def _run_row(run: Mapping[str, Any], wide: bool = False) -> tuple[str, ...]:
     idle = "-" if ended else format_duration(float(run.get("idle_seconds", 0.0)))
     tools, errors = str(run.get("tool_calls", 0)), str(run.get("errors", 0))
     cost = _usd(float(run.get("cost_usd", 0.0)), int(run.get("unpriced_calls", 0)))
+    # (an agent chooses its names and ids: one escaped never moves the table or the terminal)
+    run_id, agent = one_line(str(run.get("id", ""))), one_line(str(run.get("agent", "")))
     if not wide:
-        return (str(run.get("id", "")), str(run.get("agent", "")), str(run.get("state", "")),
+        return (run_id, agent, str(run.get("state", "")),
                 tools, errors, cost, elapsed, idle, terminal)
-    return (str(run.get("id", "")), str(run.get("agent", "")), str(run.get("session") or "-"),
+    return (run_id, agent, one_line(str(run.get("session") or "-")),
             str(run.get("state", "")), str(run.get("iterations", 0)), tools, errors,
             _count(int(run.get("total_tokens", 0))), cost, elapsed, idle, terminal,
-            str(run.get("trace_url") or run.get("trace_id") or "-"))  # its link, when set
+            one_line(str(run.get("trace_url") or run.get("trace_id") or "-")))  # its link
 
 
 def _usd(cost: float, unpriced: int) -> str:
@@ -486,7 +488,7 @@ def _runs(args: argparse.Namespace) -> int:
         if args.watch:
             raise CommandFailed("--watch redraws a table; -o json prints one snapshot (run it "
                                 "again to poll)", EXIT_UNREACHABLE)
-        print(json.dumps(list_runs(client, query, limit), indent=2, ensure_ascii=False))
+        print(json_text(list_runs(client, query, limit)))
         return 0
 
     def frame() -> str:
@@ -504,7 +506,7 @@ def _runs(args: argparse.Namespace) -> int:
             except CommandFailed as exc:
                 if drawn == 0:
                     raise  # never reached it at all: fail like the one-shot form
-                body = f"watchdog: {exc.message} (retrying)"
+                body = f"watchdog: {one_line(exc.message)} (retrying)"
             stamp = datetime.now().strftime("%H:%M:%S")
             title = f"runs at {stamp}, every {args.interval:g}s (Ctrl-C to stop)"
             if tty:
@@ -547,6 +549,7 @@ def directives_table(directives: Sequence[Mapping[str, Any]], wide: bool = False
         else:
             rows.append((str(d.get("seq", "")), created[11:19] or created,
                          str(d.get("action", "")), str(d.get("rule", "")), acked, message))
+    rows = [tuple(one_line(cell) for cell in row) for row in rows]  # (a message quotes a span)
     if wide:
         return render(WIDE_DIRECTIVE_COLUMNS, rows)
     return render(DIRECTIVE_COLUMNS, rows, terminal_width() if width is None else width)
@@ -559,8 +562,8 @@ def _directives(args: argparse.Namespace) -> int:
     omitted = run.get("directives_omitted", 0) if isinstance(run, dict) else 0
     omitted = omitted if isinstance(omitted, int) and not isinstance(omitted, bool) else 0
     if args.output == "json":
-        print(json.dumps({"run_id": args.run_id, "directives": directives,
-                          "directives_omitted": omitted}, indent=2, ensure_ascii=False))
+        print(json_text({"run_id": args.run_id, "directives": directives,
+                         "directives_omitted": omitted}))
     else:
         if omitted:
             print(f"({omitted} older directives left out: the newest {len(directives)} "
@@ -573,9 +576,9 @@ def _report(args: argparse.Namespace) -> int:
     client = _client(args)
     path = "/v1/runs/" + urllib.parse.quote(args.run_id, safe="") + "/report"
     if args.json:
-        print(json.dumps(client.get_json(path), indent=2, ensure_ascii=False))
+        print(json_text(client.get_json(path)))
     else:
-        text = client.get(path, accept="text/markdown").decode("utf-8", "replace")
+        text = shown_text(client.get(path, accept="text/markdown").decode("utf-8", "replace"))
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
 
@@ -585,9 +588,9 @@ def _session(args: argparse.Namespace) -> int:
     context = client.get_json("/v1/sessions/" + urllib.parse.quote(args.session_id, safe="")
                               + "/context")
     if args.json or not isinstance(context, dict):
-        print(json.dumps(context, indent=2, ensure_ascii=False))
+        print(json_text(context))
         return 0
-    print(session_text(context))
+    print(shown_text(session_text(context)))
     return 0
 
 
@@ -650,16 +653,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
 
 
-# A control character (C0, DEL, C1) or a line or paragraph separator shown escaped, as Python
-# writes it in a string: an error is one line whatever a path or a name in it holds (a rule file
-# "a\nb" from WATCHDOG_RULES), for every reader that splits lines as str.splitlines does.
+# A control character (C0, DEL, C1), a line or paragraph separator or a bidirectional control
+# shown escaped, as Python writes it in a string: an error, a table's cell is one line whatever
+# a path or a name in it holds (a rule file "a\nb" from WATCHDOG_RULES), for every reader that
+# splits lines as str.splitlines does. What the commands print comes from the agents' spans
+# (names, tool arguments and results, messages): escaped, none of it is a terminal's command
+# (ESC's clear screen, a window title, OSC 52's clipboard write, a carriage return drawing over
+# a line, a line shown in another order than its characters).
+BIDI_CONTROLS = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 _ESCAPED = {code: f"\\x{code:02x}" for code in (*range(32), *range(127, 160))} | {
     ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t",
-    0x2028: "\\u2028", 0x2029: "\\u2029"}
+    0x2028: "\\u2028", 0x2029: "\\u2029"} | {code: f"\\u{code:04x}" for code in BIDI_CONTROLS}
+_IN_TEXT = {code: text for code, text in _ESCAPED.items() if code != ord("\n")}  # lines kept
+# -o json: the same as JSON escapes (json.dumps escapes C0 itself), so it stays valid JSON
+_IN_JSON = {code: f"\\u{code:04x}" for code in _ESCAPED if code != ord("\n")}
 
 
 def one_line(message: str) -> str:
     return message.translate(_ESCAPED)
+
+
+def shown_text(text: str) -> str:
+    """Text of several lines (a report, a session's context) as :func:`one_line` shows a line:
+    its newlines kept, every other control character escaped."""
+    return text.translate(_IN_TEXT)
+
+
+def json_text(value: Any) -> str:
+    """``value`` as indented JSON for a terminal: no raw control character, still JSON."""
+    return json.dumps(value, indent=2, ensure_ascii=False).translate(_IN_JSON)
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -17,13 +17,18 @@ from aiohttp.web_protocol import RequestHandler
 MAX_REFUSAL_TEXT = 200  # characters of what is said of a request the parser refused
 
 
+# Where the parser's words end and the bytes it quotes begin: a colon, or a quote that opens
+# (at the start, after a space, or as Python's b'...'), not an apostrophe inside a word ("can't").
+_QUOTE = re.compile(r"""[:]|(?:^|(?<=\s))b?['"]""")
+
+
 def parser_refusal(error: BaseException | None) -> str:
     """What aiohttp's HTTP parser refused, said without the request's bytes: its message quotes
     the line it stopped at (a header past 8,190 bytes, a control character in one), which may
     be an `Authorization` with its key or a URL with a token in its query; the words before the
     quote say what was wrong."""
     said = (getattr(error, "message", "") or "").split("\n", 1)[0]
-    said = re.split(r"[:'\"]", said, maxsplit=1)[0].strip()[:MAX_REFUSAL_TEXT]
+    said = _QUOTE.split(said, maxsplit=1)[0].strip()[:MAX_REFUSAL_TEXT]
     return said or (type(error).__name__ if error is not None else "malformed HTTP request")
 
 

@@ -20,6 +20,7 @@ class Code:
     INVALID_ARGUMENT = 3
     DEADLINE_EXCEEDED = 4
     NOT_FOUND = 5
+    UNIMPLEMENTED = 12
     RESOURCE_EXHAUSTED = 8
     INTERNAL = 13
     UNAVAILABLE = 14
@@ -81,6 +82,12 @@ class NotFound(WatchdogError):
     code = "not_found"
     http_status = 404
     grpc_status = Code.NOT_FOUND
+
+
+class MethodNotAllowed(WatchdogError):
+    code = "method_not_allowed"
+    http_status = 405
+    grpc_status = Code.UNIMPLEMENTED
 
 
 class PayloadTooLarge(WatchdogError):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -79,9 +80,18 @@ def directive_sent(directive: Directive, channel: str, outcome: str = "sent",
           **fields)
 
 
+# A value with one of these is quoted as JSON writes a string: a space, a quote or an = would
+# read as the next field; a control character (a span names what it likes) would be a line of
+# its own (CR, LF), or a terminal's command where the log is tailed (ESC, C1). DEL too, which
+# json.dumps leaves as it is.
+_QUOTED = re.compile('[ "=\x00-\x1f\x7f-\x9f\u2028\u2029]')
+
+
 def _text(value: object) -> str:
     text = "-" if value is None else str(value)
-    return json.dumps(text) if not text or any(c in text for c in ' "=\n') else text
+    if text and _QUOTED.search(text) is None:
+        return text
+    return json.dumps(text).replace("\x7f", "\\u007f")
 
 
 class JsonFormatter(logging.Formatter):

@@ -201,7 +201,7 @@ class Server:
 
             passthrough.install_http(otlp_app, service, metrics, admission, config, forward)
         await self._start_app("otlp_http", config.otlp_http_address, otlp_app,
-                              make_runner=otlp_http.Runner)
+                              make_runner=functools.partial(otlp_http.Runner, metrics=metrics))
         await self._start_app("api", config.api_address, create_app(
             service, config, directives=outbox, rules=self.engine, reload=rules.reload),
             make_runner=functools.partial(ApiRunner, priority=service.priority))

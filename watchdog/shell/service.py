@@ -30,7 +30,7 @@ from watchdog.core.rules.decision import Action, Decided, withdraws
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.rules.model import Budget, Finish
 from watchdog.core.runs.tracker import BatchResult, RunTracker
-from watchdog.core.runs.view import RunView
+from watchdog.core.runs.view import OpenedRun, RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
 from watchdog.core.shown import shown
 from watchdog.core.spans.decode import TraceRequest
@@ -75,6 +75,7 @@ class Observer(Protocol):
     def spans_rejected(self, reason: str, count: int) -> None: ...
     def batch_applied(self, result: BatchResult, evicted: Sequence[RunView]) -> None: ...
     def runs_finished(self, runs: Iterable[RunView]) -> None: ...
+    def runs_reclassified(self, moves: Iterable[tuple[RunView, str]]) -> None: ...
     def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None: ...
     def rule_error(self, rule: str) -> None: ...
     def rule_eval(self, seconds: float) -> None: ...
@@ -95,6 +96,9 @@ class NullObserver:
         pass
 
     def runs_finished(self, runs: Iterable[RunView]) -> None:
+        pass
+
+    def runs_reclassified(self, moves: Iterable[tuple[RunView, str]]) -> None:
         pass
 
     def rule_fired(self, rule: str, action: str, agent: str, trace_id: str | None) -> None:
@@ -370,6 +374,12 @@ class WatchdogService:
                            terminal_state=run.terminal_state.value if run.terminal_state
                            else None, reason=run.terminal_reason,
                            has_final_answer=run.has_final_answer)
+        if step.reclassified:
+            observer.runs_reclassified(step.reclassified)
+            for run, was in step.reclassified:
+                logs.event("run_reclassified", run=run.key, agent=run.agent, was=was,
+                           terminal_state=run.terminal_state.value if run.terminal_state
+                           else None, reason=run.terminal_reason)
 
     def _decided_row(self, key: str, step: Step) -> str | None:
         """The run's snapshot as the step that decided on it left it (the runs database's row),
@@ -632,14 +642,16 @@ class WatchdogService:
 
     def model_open(self, key: str, key_source: KeySource, trace_id: str, agent: str | None,
                    session: str | None, budget: dict[str, float] | None,
-                   records: Sequence[SpanRecord] = (), going_on: bool = False) -> RunView:
+                   records: Sequence[SpanRecord] = (), going_on: bool = False,
+                   parent: str | None = None) -> OpenedRun:
         """The endpoint's run at a request, opened if no span has named it yet, after the
         ``records`` the request carried (one step of the core); ``going_on``: the request
-        answers calls the run handed over (:meth:`Core.open_run`)."""
+        answers calls the run handed over; ``parent``: the run whose child it is (a
+        sub-agent's caller's) (:meth:`Core.open_run`)."""
         self.state.admit()
         self.pricer.load_soon()  # priced when the upstream has answered
         run, step = self.core.open_run(key, key_source, trace_id, self.clock.now(), agent,
-                                       session, budget, records, going_on)
+                                       session, budget, records, going_on, parent)
         self._carry(step)
         return run
 

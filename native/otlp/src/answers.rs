@@ -215,13 +215,20 @@ fn no_json(text: &str, error: &serde_json::Error) -> bool {
 /// ``outcome.MAX_JSON_DEPTH``, ``MAX_ANSWER_PARTS``; the keys and types the readers look for.
 const MAX_JSON_DEPTH: usize = 8;
 const MAX_ANSWER_PARTS: usize = 64;
-const TOOL_REQUEST_MARKERS: [&str; 4] = [
+const TOOL_REQUEST_MARKERS: [&str; 5] = [
     "\"tool_call",
     "\"toolUse\"",
     "\"function_call\"",
     "\"tool_use\"",
+    "\"functionCall\"",
 ];
-const TOOL_REQUEST_KEYS: [&str; 4] = ["tool_calls", "toolUse", "function_call", "tool_use"];
+const TOOL_REQUEST_KEYS: [&str; 5] = [
+    "tool_calls",
+    "toolUse",
+    "function_call",
+    "tool_use",
+    "functionCall",
+];
 const TOOL_REQUEST_TYPES: [&str; 3] = ["tool_call", "function_call", "tool_use"];
 const ANSWER_SKIP_TYPES: [&str; 6] = [
     "tool_call",
@@ -231,11 +238,12 @@ const ANSWER_SKIP_TYPES: [&str; 6] = [
     "thinking",
     "redacted_thinking",
 ];
-const ANSWER_SKIP_KEYS: [&str; 9] = [
+const ANSWER_SKIP_KEYS: [&str; 10] = [
     "tool_calls",
     "toolUse",
     "function_call",
     "tool_use",
+    "functionCall",
     "arguments",
     "input",
     "usage",

@@ -709,7 +709,9 @@ fn read<'py>(
             let Ok(plain) = text.to_str() else {
                 return Ok(Err(Unsure));
             };
-            plain.contains("\"tool_call").then_some(text)
+            // (``ASKED_TOOL_MARKERS``)
+            (plain.contains("\"tool_call") || plain.contains("\"functionCall\""))
+                .then_some(text)
         };
         asked = Some(match text {
             Some(text) => match json.asked(py, text)? {

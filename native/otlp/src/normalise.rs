@@ -88,6 +88,10 @@ pub struct Normaliser {
     model_calls: Py<ModelCalls>,
     agents: Py<Agents>,
     failures: Py<Failures>,
+    /// ``SECOND_ROOTS``: a root named so is not its run's end; ``RUN_ENDS``: a span named so
+    /// ends its run (``Convention.second_roots``)
+    second_roots: Vec<String>,
+    run_ends: Vec<String>,
 }
 
 fn strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
@@ -103,7 +107,7 @@ impl Normaliser {
                         answer_tools, answer_tool_prefixes, left_tools, tool_unsure,
                         result_texts, hidden, hidden_values, unasked, call_id_keys, json, brief,
                         max_name_chars, max_brief_chars, client_run_span, model_calls,
-                        agents, failures))]
+                        agents, failures, second_roots, run_ends))]
     fn new(
         record_class: Py<PyAny>,
         kinds: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
@@ -133,6 +137,8 @@ impl Normaliser {
         model_calls: Py<ModelCalls>,
         agents: Py<Agents>,
         failures: Py<Failures>,
+        second_roots: &Bound<'_, PyAny>,
+        run_ends: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
         let mut maps = Vec::new();
         for item in kind_maps.try_iter()? {
@@ -191,6 +197,8 @@ impl Normaliser {
             model_calls,
             agents,
             failures,
+            second_roots: strings(second_roots)?,
+            run_ends: strings(run_ends)?,
         })
     }
 }
@@ -383,6 +391,7 @@ pub fn record<'py>(
     // dict or list made of the span's own values (tool calls' names and ids, a budget, a
     // model call's prompt as read from its attributes: trees that never hold a record), and
     // the core sets only such values on it (`SpanRecord`'s fields)
+    let root = head.parent.is_none();
     let record = untracked(normaliser.record_class.bind(py).call1((
         key,
         source.bind(py),
@@ -396,6 +405,11 @@ pub fn record<'py>(
     ))?);
     if watchdog_key && head.name.starts_with(&normaliser.client_run_span) {
         record.setattr(intern!(py, "run_frame"), true)?;
+    }
+    if normaliser.run_ends.iter().any(|name| name == head.name) {
+        record.setattr(intern!(py, "ends_its_run"), true)?;
+    } else if root && normaliser.second_roots.iter().any(|name| name == head.name) {
+        record.setattr(intern!(py, "second_root"), true)?;
     }
     if let Some(agent) = agent {
         record.setattr(intern!(py, "agent"), agent)?;

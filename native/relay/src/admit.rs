@@ -61,6 +61,9 @@ const SDK_MARKS: [&str; 3] = [
 /// `watchdog/shell/model/headers.py`): its new conversation's run is in a session that may have
 /// runs already, so what its first request gets is Python's to say.
 pub const SESSION_HEADERS: [&str; 2] = ["x-claude-code-session-id", "x-session-id"];
+/// Request headers in which a client names a sub-agent within its session (Python's
+/// `SUBAGENT_HEADERS`): its run is a child run of its caller's, so Python says what it gets.
+pub const SUBAGENT_HEADERS: [&str; 1] = ["x-claude-code-agent-id"];
 /// A session's id is `model:` and the first 12 bytes of its conversation's digest in hex.
 pub type Digest = [u8; 12];
 /// Conversations whose next request Python said may go on at once: past this, no more are
@@ -651,6 +654,7 @@ pub fn read(
             agent = Some(String::from_utf8_lossy(bytes).into_owned());
         } else if name == "traceparent"
             || SESSION_HEADERS.contains(&name)
+            || SUBAGENT_HEADERS.contains(&name)
             || (name.starts_with(WATCHDOG_PREFIX) && !token.is_some_and(|t| t.0 == name))
             || (name == "content-encoding"
                 && !value
@@ -1047,12 +1051,13 @@ mod tests {
     }
 
     #[test]
-    fn a_request_that_names_its_clients_session_is_not_read() {
-        // (its run is in a session that may have runs already: Python says what it gets)
+    fn a_request_that_names_its_clients_session_or_sub_agent_is_not_read() {
+        // (its run is in a session that may have runs already, or a child of its caller's:
+        // Python says what it gets)
         assert!(read_chat(&body("")).is_some());
-        for name in SESSION_HEADERS {
+        for name in SESSION_HEADERS.iter().chain(&SUBAGENT_HEADERS) {
             let mut headers = HeaderMap::new();
-            headers.insert(name, "a-session".parse().unwrap());
+            headers.insert(*name, "a-session".parse().unwrap());
             let first = read(&settings(), "POST", "/v1/chat/completions", &headers, &body(""));
             assert!(first.is_none(), "{name}");
         }

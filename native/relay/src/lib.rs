@@ -1390,8 +1390,11 @@ async fn relayed(
     } else {
         Coding::Identity
     }; // (an error's body is not read)
-       // (a whole response is trimmed only with a bound: its usage came unasked)
-    let trim = trim.filter(|trim| status.is_success() && (stream || trim.keep.is_some()));
+       // (a whole response is trimmed only with a bound, or its echo set back: its usage
+       // came unasked; what it passes must be read, so one it cannot read is not passed on)
+    let trim = trim.filter(|trim| {
+        status.is_success() && (stream || trim.keep.is_some() || echo.is_some())
+    });
     let mut body = RelayBody {
         whole: None,
         upstream: None,
@@ -1422,27 +1425,6 @@ async fn relayed(
                 whole_observed(&read, coding, limit)
             } else {
                 None
-            };
-            // the instructions it echoes set back to the client's (read as it is observed)
-            let restored = match (echo, &ticket.observed) {
-                (Some(echo), Some(Observed::Whole(text))) if whole => trim::trim_whole_echo(
-                    Api::Responses,
-                    text,
-                    usize::MAX,
-                    &shared.answers(),
-                    Some(echo),
-                )
-                .ok()
-                .flatten(),
-                _ => None,
-            };
-            let read = match restored {
-                Some((out, _)) => {
-                    headers.remove("content-encoding"); // (what it passes on is plain)
-                    headers.remove("content-length");
-                    Bytes::from(out)
-                }
-                None => read,
             };
             body.whole = Some(read);
             if !whole {

@@ -27,7 +27,12 @@ apart for their whole conversation; a continuation without tool results (a new u
 goes to the conversation's latest run. A conversation the book does not know (lost in a
 restart, or let go) whose request goes on with it (tool results, or no new user message) joins
 its session's active run, when the sidecar has one (it restored it); the tool calls handed over
-before are not known, so their results count no tool call.
+before are not known, so their results count no tool call. In a session its client names, a
+conversation's first request that offers no tools and quotes the first message of another
+conversation of the session (a side request: the title an agent asks its small model for) is a
+model call of that conversation's run, not its answer: of the run while it goes, when it comes
+after its first request; when it comes first, the run it starts is the one that conversation's
+first request goes on in.
 
 Each response becomes one model-call record (tokens, finish reason, the tool calls asked, the
 response id); each tool call the endpoint handed over becomes one tool-call record (name,
@@ -83,6 +88,7 @@ from watchdog.core.spans.record import (
 
 MAX_MODEL_RUNS = 10_000  # runs whose endpoint state is kept (pending calls, counts)
 MAX_CONVERSATIONS = 10_000  # conversation anchors remembered
+MAX_CALLERS = 10_000  # sessions a client names whose caller's run is remembered
 MAX_RESPONSE_IDS = 20_000  # response id -> run, for previous_response_id
 MAX_PENDING_CALLS = 128  # tool calls of one response waiting for their results
 MAX_BRIEF_CHARS = 500
@@ -98,6 +104,7 @@ CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})  # no answer: 
 _FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)  # a fenced block's content
 _FENCED_WHOLE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
+MAX_SIDE_SAID = 8  # the messages of a side request kept (digests) to know what it quoted
 # A new user message that comes this soon after the answer that ended its run at its budget
 # or a stop is the agent's own reply to that answer (a format error, a validation retry: no
 # person reads a report and asks again this fast), so it is still that run's (its stop), not
@@ -145,6 +152,8 @@ class Caller:
     # the client's own session, as a header of its requests names it (SESSION_HEADERS): the
     # session of the runs of its conversations, the one its spans name (session.id)
     session: str | None = None
+    # the sub-agent it names within that session (SUBAGENT_HEADERS; None: the session's caller)
+    subagent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,9 +216,22 @@ class EndpointRun:
     # its last answer passed on a line no client reads (:attr:`Observation.unreadable`): the
     # agent may send its request again (:func:`_sent_again`)
     unread: bool = False
+    # a side request started it (a conversation's first request, no tools offered, in a
+    # session its client names: a title the agent asks its small model for): the digests of
+    # what that request said (:func:`_said_digest`, at most MAX_SIDE_SAID); the session's next
+    # conversation whose first message it quoted goes on in this run (:meth:`ModelBook.
+    # _side_of`). None once a request that offers tools is of it, or for any other run
+    side: frozenset[str] | None = None
+    # a run of a session its client names whose conversation's first request offered tools:
+    # the digest of that first message (:func:`_said_digest`), which a side request sent after
+    # it quotes (:func:`is_side`)
+    task: str | None = None
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
+    # the run of the caller whose sub-agent this run is (its requests name a sub-agent of
+    # their session; the caller's name none): a child run of it (``parent_run``)
+    parent: str | None = None
     # the request identified last is the agent's own reply to the answer that ended the run
     # at its budget or stop (:func:`follows_at_once`): its stop answer ends the chain
     at_once: bool = False
@@ -239,6 +261,13 @@ class ModelBook:
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
         self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
+        # session a client names -> the run its latest request naming no sub-agent was of (the
+        # caller of the session's sub-agents)
+        self._callers: OrderedDict[str, str] = OrderedDict()
+        # a session its client names -> the run a side request of it started last
+        self._sides: OrderedDict[str, str] = OrderedDict()
+        # ... -> its latest run whose first request offered tools (EndpointRun.task)
+        self._tasks: OrderedDict[str, str] = OrderedDict()
         # told the key of each run let go (its bound), or whose conversation was: a request of
         # it is then read as new
         self.let_go: Callable[[str], None] | None = None
@@ -276,7 +305,22 @@ class ModelBook:
         state.going_on = self._going_on
         state.at_once = self._at_once
         state.asking += 1
+        if caller.session is not None:
+            self._caller_of(state, caller.session, caller.subagent)
         return state
+
+    def _caller_of(self, state: EndpointRun, session: str, subagent: str | None) -> None:
+        """A request of ``session`` (a client names it) naming no sub-agent is of its caller:
+        its run is the caller's from now on; one naming a sub-agent is of a child run of the
+        caller's run at its first request (kept: a caller's next run is not its parent)."""
+        callers = self._callers
+        if subagent is None:
+            callers[session] = state.key
+            callers.move_to_end(session)
+            while len(callers) > MAX_CALLERS:
+                callers.popitem(last=False)
+        elif state.parent is None and (found := callers.get(session)) not in (None, state.key):
+            state.parent = found
 
     @staticmethod
     def settle(state: EndpointRun) -> None:
@@ -420,8 +464,61 @@ class ModelBook:
             self._conversations.move_to_end(digest)
             self._going_on = answers_its_calls and not request.last_is_user
             return self._touch(state)
-        return self._chained(self._next_run(digest, session, agent, request.messages),
-                             state, request)
+        # (a conversation's first request: no answer of the model in it yet; a side request's
+        # prompt is the same one every time, a conversation the book may know already)
+        first = not request.results and request.last_answer is None
+        if client_session is not None and first:
+            side = self._side_of(client_session, request, digest, ended)
+            if side is not None:
+                return side
+        state = self._chained(self._next_run(digest, session, agent, request.messages),
+                              state, request)
+        if client_session is not None and first:
+            if request.has_tools:
+                self._tasked(client_session, state, request)
+            else:
+                # a side request (a title of the session's task): the run of the conversation
+                # whose first message it quotes, if that comes next (:meth:`_side_of`)
+                state.side = frozenset(_said_digest(text)
+                                       for text in request.said[:MAX_SIDE_SAID])
+                _remember(self._sides, client_session, state.key)
+        return state
+
+    def _tasked(self, session: str, state: EndpointRun, request: Request) -> None:
+        """``state``'s conversation, of ``session``, began with ``request``, which offers
+        tools: a side request that quotes its first message is of it (:func:`is_side`)."""
+        state.task = _said_digest(request.anchor)
+        _remember(self._tasks, session, state.key)
+
+    def _side_of(self, session: str, request: Request, digest: str,
+                 ended: Callable[[str], bool]) -> EndpointRun | None:
+        """The run of ``session`` that ``request``, a conversation's first, goes to as a side
+        request's, or None. A request that offers no tools and quotes the first message of the
+        session's latest run whose first request offered tools, still going: a model call of
+        that run (the title the agent asks its small model for, sent after its first request).
+        A request that offers tools whose first message a side request of the session quoted
+        before it (sent at the same time as it): its conversation goes on in the run that side
+        request started (taken back if the side request's answer ended it)."""
+        if not request.has_tools:
+            key = self._tasks.get(session)
+            state = self._runs.get(key) if key is not None else None
+            if state is None or state.task is None or ended(state.key) or state.task not in {
+                    _said_digest(text) for text in request.said[:MAX_SIDE_SAID]}:
+                return None
+            return self._touch(state)
+        key = self._sides.get(session)
+        state = self._runs.get(key) if key is not None else None
+        if state is None or state.side is None \
+                or _said_digest(request.anchor) not in state.side:
+            return None
+        del self._sides[session]
+        state.side, state.conversation = None, digest
+        state.first = state.messages = request.messages
+        self._tasked(session, state, request)
+        self._conversations[digest] = state.key
+        self._conversations.move_to_end(digest)
+        self._going_on = True  # (its answer, the title, ended it: it goes on)
+        return self._touch(state)
 
     def _chained(self, state: EndpointRun, before: EndpointRun | None,
                  request: Request) -> EndpointRun:
@@ -497,6 +594,8 @@ class ModelBook:
         the result this request carries for it, if any; each once (a retried request, or a
         result that comes later, finds its call counted). None when the agent traces them
         itself."""
+        if is_side(state, request):  # (it answers none of the run's calls)
+            return []
         records: list[SpanRecord] = []
         answered: list[tuple[ToolCall, ToolResult | None]] = []
         for result in request.results:
@@ -633,7 +732,8 @@ class ModelBook:
         elif answer is not None:  # asks only for final-answer tools: the run's answer
             record.final_answer = True
             record.final_output = brief(answer, MAX_BRIEF_CHARS)
-        elif not handed and seen.text.strip() and seen.finish_reason not in CUT_SHORT:
+        elif not handed and seen.text.strip() and seen.finish_reason not in CUT_SHORT \
+                and not is_side(state, request):
             record.final_answer = True
             record.final_output = brief(seen.text, MAX_BRIEF_CHARS)
             words = " ".join(seen.text.split())
@@ -867,6 +967,26 @@ def _hashing() -> tuple[Callable[[Any], str], Callable[[str], int]]:
     from watchdog.core.spans.conventions import canonical_arguments, stable_hash
 
     return canonical_arguments, stable_hash
+
+
+def is_side(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request`` is a side request of ``state``'s run: it offers no tools and begins
+    with another message than the run's conversation (:attr:`EndpointRun.task`; it quoted
+    that). It answers none of the run's tool calls, and its answer is not the run's."""
+    return state.task is not None and not request.has_tools and not request.results \
+        and _said_digest(request.anchor) != state.task
+
+
+def _remember(index: OrderedDict[str, str], session: str, key: str) -> None:
+    index[session] = key
+    index.move_to_end(session)
+    while len(index) > MAX_CONVERSATIONS:
+        index.popitem(last=False)
+
+
+def _said_digest(text: str) -> str:
+    """What a message said, spacing aside (a side request quotes the task as it was sent)."""
+    return hashlib.sha256(" ".join(text.split()).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _digest(api: str, agent: str | None, anchor: str) -> str:

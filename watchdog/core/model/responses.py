@@ -141,7 +141,8 @@ class ResponsesWire:
             previous_response_id=previous if isinstance(previous, str) and previous else None,
             kept=kept is not None or (isinstance(previous, str) and bool(previous)),
             input_hash=request_hash(items if isinstance(items, (str, list)) else None),
-            last_answer=last_answer)
+            last_answer=last_answer,
+            given_instructions=body.get("instructions"))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         """The note where the agent gave its instructions: in ``instructions`` when it gave
@@ -218,11 +219,11 @@ class ResponsesWire:
 
     def answer(self, model: str, text: str, request: Request, now: float,
                call: ToolCall | None = None) -> dict[str, Any]:
-        return _response(model, text, "completed", now, call)
+        return _response(model, text, request.given_instructions, now, call)
 
     def answer_stream(self, model: str, text: str, request: Request, now: float,
                       call: ToolCall | None = None) -> bytes:
-        whole = _response(model, text, "completed", now, call)
+        whole = _response(model, text, request.given_instructions, now, call)
         item = whole["output"][0]
         part = item["content"][0]
         started = {**whole, "status": "in_progress", "output": []}
@@ -273,8 +274,11 @@ def _with_note(content: object, note: str) -> object:
     return note
 
 
-def _response(model: str, text: str, status: str, now: float,
+def _response(model: str, text: str, instructions: object, now: float,
               call: ToolCall | None = None) -> dict[str, Any]:
+    """The endpoint's own answer, completed; ``instructions`` echoed as the client sent them,
+    as the API echoes them (a client may read them back: Koog); ``call``: the agent's finish
+    after its text."""
     output: list[dict[str, Any]] = [{
         "type": "message", "id": "msg_watchdog" + uuid.uuid4().hex[:20],
         "status": "completed", "role": "assistant",
@@ -284,8 +288,8 @@ def _response(model: str, text: str, status: str, now: float,
                        "call_id": call.call_id, "name": call.name,
                        "arguments": call.arguments, "status": "completed"})
     return {"id": "resp_watchdog" + uuid.uuid4().hex[:20], "object": "response",
-            "created_at": int(now), "status": status, "error": None,
-            "incomplete_details": None, "instructions": None, "model": model,
+            "created_at": int(now), "status": "completed", "error": None,
+            "incomplete_details": None, "instructions": instructions, "model": model,
             "output": output,
             "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
             # (the API's every response says its text format; strict clients, Koog's,

@@ -75,6 +75,9 @@ class Request:
     # the content of the model's last answer the conversation carries (None: none), as the
     # request sends it: the stop answer an agent goes on from (:func:`answer_digest`)
     last_answer: object = None
+    # Responses: the ``instructions`` as the client sent them (None: none), which an answer of
+    # the endpoint's own echoes, as the API's do
+    given_instructions: object = None
 
     @property
     def structured(self) -> bool:

@@ -100,6 +100,12 @@ def run_activation(signals: dict[str, Any]) -> dict[str, Any]:
     if budget:
         signals["budget"] = {k: (int(v) if k in BUDGET_INT_KEYS else float(v))
                              for k, v in budget.items()}
+    tools = signals["tools"]
+    if len(tools) > 1:
+        # the order CEL iterates a map in follows the order its keys were put in, and a run's
+        # tools come in the order it first called them: put in name order, a text made of
+        # them (tool-outage's note) is one for equal values
+        signals["tools"] = dict(sorted(tools.items()))
     return signals
 
 

@@ -36,6 +36,11 @@ MAX_FAILED_UNCLOSED = 10_000
 # and of model calls a trace's spans traced: a span and an endpoint call of one response id are
 # one call, and the span's trace is the endpoint's run (either may come first)
 MAX_PAIRED_RESPONSES = 20_000
+# Traces (and in each, at most MAX_SUBAGENTS_PER_TRACE spans) below which a sub-agent the model
+# endpoint steers as a child run ran, in its caller's trace (the tool call that ran it): the
+# spans below them are that child run's
+MAX_SUBAGENT_TRACES = 10_000
+MAX_SUBAGENTS_PER_TRACE = 64
 MAX_LOOSE_GROUPS = 10_000  # open runs of loose calls (loose_group) tracked at once
 MAX_PENDING_PARENTS = 10_000  # child runs waiting for the span their agent span hangs from
 # Spans of no kind a run keeps that no tool asked for matched yet: the model call that asked
@@ -108,6 +113,8 @@ class RunBook:
         self.steering = False
         self._relayed: OrderedDict[str, str] = OrderedDict()  # response id -> endpoint run
         self._traced: OrderedDict[str, str] = OrderedDict()  # response id -> its span's trace
+        # trace -> span -> the endpoint's child run whose sub-agent ran below that span
+        self._subagents: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._frames = FrameBook()
         self._loose: OrderedDict[tuple[str | None, ...], str] = OrderedDict()
         self._loose_traces: OrderedDict[str, str] = OrderedDict()  # trace -> its loose run

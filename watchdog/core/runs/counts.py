@@ -20,6 +20,7 @@ from watchdog.core.runs.fields import (
     RECENT_MODEL_CALLS,
     RECENT_TOOL_IDS,
     UNPRICED,
+    USAGE_PAIR_SLACK_NS,
     Asked,
     RunFields,
 )
@@ -424,7 +425,8 @@ class RunCounts(RunFields):
                 cost = self._pair_cost(cost, record.twin_cost_usd)
         if not paired_in_request:
             call = (record.span_id, record.parent_span_id or "", input_tokens, output_tokens,
-                    record.response_id or "", record.scope, UNPRICED if cost is None else cost)
+                    record.response_id or "", record.scope, UNPRICED if cost is None else cost,
+                    record.start_ns, record.end_ns, record.model or "")
             if not models:
                 self._models = [call]
             elif match >= 0:  # the pair is one call: its entry is the half that came last
@@ -473,24 +475,31 @@ class RunCounts(RunFields):
         """The index in ``_models`` of the model call ``record`` is the twin of (the same call
         traced by another instrumentation: inside it, around it, or with its response id from
         another scope), the most recent first; -1 if none. Two that name different responses
-        are two calls."""
+        are two calls. The model endpoint's record of a call and the agent's span of it that
+        names no response (or the other way round) are twins by their usage, when they name
+        the same model (if both name one: :func:`_same_model`) and ran at the same time
+        (:data:`USAGE_PAIR_SLACK_NS`): of several such, the nearest in time."""
         models = self._models
         span, parent, response = record.span_id, record.parent_span_id, record.response_id
         scope = record.scope
         tokens = (record.input_tokens, record.output_tokens)
+        endpoint = scope == ENDPOINT_SCOPE
+        model, start, end = record.model or "", record.start_ns, record.end_ns
+        nearest, apart = -1, 0
         index = len(models)
         for call in reversed(models):
             index -= 1
             if ((call[0] == parent or call[1] == span)
                     and not (response and call[4] and call[4] != response)) or (
-                    response is not None and call[4] == response and call[5] != scope) or (
-                    # the model endpoint's record of a call and the agent's span of it that
-                    # names no response (or the other way round): the same usage
-                    not (response and call[4]) and (call[5] == ENDPOINT_SCOPE) != (
-                        scope == ENDPOINT_SCOPE) and (call[2], call[3]) == tokens
-                    and tokens != (0, 0)):
+                    response is not None and call[4] == response and call[5] != scope):
                 return index
-        return -1
+            if not (response and call[4]) and (call[5] == ENDPOINT_SCOPE) != endpoint \
+                    and (call[2], call[3]) == tokens and tokens != (0, 0) \
+                    and _same_model(model, call[9]) \
+                    and (distance := _apart(start, end, call[7], call[8])) is not None \
+                    and (nearest < 0 or distance < apart):
+                nearest, apart = index, distance
+        return nearest
 
     def answer_call(self) -> tuple[str, str, int, int] | None:
         """The model call that answered last: its response id ("" if none), instrumentation
@@ -616,6 +625,19 @@ class RunCounts(RunFields):
             if asked_at <= start and not (call_id and asked_id) and _named_after(name, tool):
                 return tool
         return None
+
+    def answers_asked(self, record: SpanRecord) -> bool:
+        """Whether tool call ``record`` answers a call a model call of the run asked for, not
+        yet answered: the one with its id, else (no id on either side) one of its tool asked
+        for before it started."""
+        call_id, tool, start = record.tool_call_id, record.tool_name, record.start_ns
+        for name, asked_id, asked_at in self._asked:
+            if call_id and asked_id:
+                if asked_id == call_id:
+                    return True
+            elif name == tool and asked_at <= start:
+                return True
+        return False
 
     def named_after_a_tool(self, record: SpanRecord) -> bool:
         """Whether span ``record`` is named after a tool the run called (as :meth:`asked_for`
@@ -760,3 +782,22 @@ def _error_text(record: SpanRecord) -> str:
     if record.error_message:
         return f"{record.error_type}: {record.error_message}"
     return record.error_type or "error"
+
+
+def _same_model(model: str, other: str) -> bool:
+    """Whether two calls name the same model: one names none, the same, or a dated model id
+    and its alias (``gpt-4o-mini-2024-07-18``, ``gpt-4o-mini``: a request names the alias,
+    its response the dated id; ``gpt-4o-mini`` is not ``gpt-4o``)."""
+    if not (model and other) or model == other:
+        return True
+    short, long = sorted((model, other), key=len)
+    return long.startswith(short + "-") and long[len(short) + 1:len(short) + 2].isdigit()
+
+
+def _apart(start: int, end: int, other_start: int, other_end: int) -> int | None:
+    """How far apart in time two calls ran, in ns (0: they overlap); None: further than
+    :data:`USAGE_PAIR_SLACK_NS` (a time not known, 0, is no bar)."""
+    if not (start and end and other_start and other_end):
+        return 0
+    gap = max(start - other_end, other_start - end, 0)
+    return gap if gap <= USAGE_PAIR_SLACK_NS else None

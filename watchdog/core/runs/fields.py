@@ -18,8 +18,13 @@ OTHER_TOOL = "_other"
 # that comes after other calls (out of order)
 RECENT_MODEL_CALLS = 8
 # (span id, parent span id or "", input tokens, output tokens, response id or "", scope,
-# price in USD or -1.0: unpriced)
-ModelCall = tuple[str, str, int, int, str, str, float]
+# price in USD or -1.0: unpriced, start and end in ns (0: not known), model or "")
+ModelCall = tuple[str, str, int, int, str, str, float, int, int, str]
+# A model endpoint's record of a call and an agent's span of it that names no response pair by
+# their usage only when they name the same model (if both name one) and ran at the same time:
+# the span (the agent's clock) around the request and its response (the sidecar's), within
+# this many nanoseconds either side, for the two clocks (one host's, a pod's: far closer)
+USAGE_PAIR_SLACK_NS = 5 * 1_000_000_000
 UNPRICED = -1.0
 NS = 1_000_000_000
 # Seconds between a span's end (the agent's clock) and its arrival (the sidecar's) beyond which
@@ -64,7 +69,7 @@ class RunFields:
         "_tool_error_streak", "_tool_ids", "_tool_spans", "_tool_start_ns",
         "activity_seq",
         "agent", "agent_spans", "budget", "budget_used", "clock_lags", "consecutive_errors",
-        "cost_usd",
+        "cost_usd", "counted_state",
         "cycle_repeats", "end_error_type", "ended", "ended_at", "errors",
         "explicit_final", "final_output", "finish_reason", "first_seen", "first_start_ns",
         "forced_reason", "forced_state", "framed", "hangs_from", "in_flight", "in_flight_since",
@@ -206,6 +211,8 @@ class RunFields:
         self.ended_at: float | None = None
         self.end_error_type: str | None = None
         self.terminal_state: TerminalState | None = None
+        # the state its end was handed out in (runs_finished_total): a later one is a move
+        self.counted_state: TerminalState | None = None
         self.terminal_reason: str | None = None
         self.forced_state: TerminalState | None = None
         self.forced_reason: str | None = None

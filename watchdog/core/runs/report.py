@@ -339,14 +339,14 @@ def render_markdown(report: dict[str, Any]) -> str:
         out.append(f"- **Final output:** {one_line(report['final_output'])}")
     for finding in report["findings"]:
         args = one_line(finding["arguments"] or "", LINE_DETAIL_CHARS)
-        out.append(f"- `{finding['tool']}`({args}) at +{format_duration(finding['offset_seconds'])}"
-                   f": {one_line(finding['result'])}")
+        out.append(f"- `{one_line(finding['tool'])}`({args}) at "
+                   f"+{format_duration(finding['offset_seconds'])}: {one_line(finding['result'])}")
     if not report["final_output"] and not report["findings"]:
         out.append("No results yet.")
     out += ["", "## Errors", ""]
     if report["errors"]:
         for error in report["errors"]:
-            names = ", ".join(f"`{n}`" for n in error["names"])
+            names = ", ".join(f"`{one_line(n)}`" for n in error["names"])
             out.append(f"- {error['count']}× {one_line(error['error'], LINE_RESULT_CHARS)} "
                        f"({names})")
     else:
@@ -362,12 +362,12 @@ def _tree_lines(run: dict[str, Any], report: dict[str, Any]) -> list[str]:
     if report["parent_run"]:
         lines.append(f"- parent run `{report['parent_run']}`")
         indent = "  "
-    lines.append(f"{indent}- **this run** `{run['id']}` ({run['agent']})")
+    lines.append(f"{indent}- **this run** `{run['id']}` ({one_line(run['agent'])})")
     for child in report["children"]:
         state = child["terminal_state"] or f"{child['state']}"
         if child["terminal_reason"]:
             state += f" ({child['terminal_reason']})"
-        lines.append(f"{indent}  - `{child['id']}` ({child['agent']}): {state}, "
+        lines.append(f"{indent}  - `{child['id']}` ({one_line(child['agent'])}): {state}, "
                      f"{child['iterations']} model calls, {child['tool_calls']} tool calls, "
                      f"{child['errors']} errors, final answer "
                      f"{'yes' if child['has_final_answer'] else 'no'}")
@@ -382,7 +382,7 @@ def _header_lines(run: dict[str, Any]) -> list[str]:
     else:
         state = f"active, idle {format_duration(run['idle_seconds'])}"
     lines = [
-        f"- **Agent:** {run['agent']}",
+        f"- **Agent:** {one_line(run['agent'])}",
         f"- **State:** {state}",
         f"- **Final answer:** {'yes' if run['has_final_answer'] else 'no'}",
         f"- **Elapsed:** {format_duration(run['elapsed_seconds'])}",
@@ -396,7 +396,7 @@ def _header_lines(run: dict[str, Any]) -> list[str]:
         f"- **Errors:** {run['errors']}",
     ]
     if run["session"]:
-        lines.insert(1, f"- **Session:** {run['session']}")
+        lines.insert(1, f"- **Session:** {one_line(run['session'])}")
     if run.get("trace_url"):
         lines.append(f"- **Trace:** <{run['trace_url']}>")
     budget = run["budget"]
@@ -411,7 +411,7 @@ def _header_lines(run: dict[str, Any]) -> list[str]:
 
 def _step_text(step: dict[str, Any]) -> str:
     offset = "+" + format_duration(max(step["offset_seconds"], 0.0))
-    text = f"`{offset}` **{step['kind']}** `{step['name']}`"
+    text = f"`{offset}` **{step['kind']}** `{one_line(step['name'])}`"
     if step["detail"]:
         text += f" {one_line(step['detail'], LINE_DETAIL_CHARS)}"
     if step["error"]:

@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from watchdog.core.bounds import budget_limit, plain_number
-from watchdog.core.runs.catalogue import reader
+from watchdog.core.runs.catalogue import RUN_SIGNALS, reader
 from watchdog.core.runs.counts import RunCounts
 from watchdog.core.runs.fields import (
     NS,
@@ -36,7 +36,7 @@ from watchdog.core.runs.fields import (
     RunFields,
 )
 from watchdog.core.runs.terminal import TerminalState, classify_end
-from watchdog.core.runs.view import RunView
+from watchdog.core.runs.view import OpenedRun, RunView
 from watchdog.core.spans.record import BUDGET_KEYS, KeySource, SpanRecord
 
 # the states a run of the model endpoint's is taken back from when its agent goes on with it
@@ -119,7 +119,7 @@ class RunState(RunCounts):
         reason = self.terminal_reason or (
             "run_end_timeout" if state is TerminalState.ABANDONED else "answer")
         self.ended, self.ended_at = False, None
-        self.terminal_state = self.terminal_reason = None
+        self.terminal_state = self.terminal_reason = self.counted_state = None
         self.last_seen = now
         return state.value, reason
 
@@ -244,6 +244,17 @@ class RunState(RunCounts):
                        self.last_seen, self.last_progress, self.ended_at, now, self.framed,
                        self.root_span)
 
+    def opened(self, now: float, default_budget: dict[str, float] | None = None) -> OpenedRun:
+        """What the model endpoint reads of the run at a request, at ``now`` (as :meth:`view`
+        would hold it)."""
+        signals = _read_opened(self, now, default_budget)
+        budget = signals["budget"]
+        return OpenedRun(self.key, signals["agent"], self.framed, self.terminal_state,
+                         bool(signals["ended"]), int(signals["iterations"]),
+                         int(signals["tool_calls"]), float(signals["cost_usd"]),
+                         int(signals["total_tokens"]),
+                         MappingProxyType(budget) if budget else _NO_BUDGET)
+
     def copy(self) -> RunState:
         """An independent copy, to fold records into that the run has not seen (what a request
         would make of it). Its mutable fields are dicts and lists of immutable values, copied
@@ -309,7 +320,7 @@ class RunState(RunCounts):
                 value = {int(k): (int(v[0]), int(v[1])) for k, v in value.items()}
             elif name in _TUPLE_LIST_SLOTS:
                 value = [tuple(item) for item in value]
-            elif name in ("terminal_state", "forced_state") and value is not None:
+            elif name in _ENUM_SLOTS and name != "key_source" and value is not None:
                 value = TerminalState(value)
             elif name == "key_source":
                 value = KeySource(value)
@@ -330,12 +341,15 @@ _NO_BUDGET: Mapping[str, float] = MappingProxyType({})
 def _model_call(value: list[Any]) -> ModelCall:
     more = [str(item) for item in value[4:6]] + ["", ""]  # (older builds: none)
     cost = float(value[6]) if len(value) > 6 else UNPRICED
+    times = [int(item) for item in value[7:9]] + [0, 0]  # (older builds: none, not known)
+    model = str(value[9]) if len(value) > 9 else ""
     return (str(value[0]), str(value[1]), int(value[2]), int(value[3]), more[0], more[1],
-            cost if math.isfinite(cost) else UNPRICED)
+            cost if math.isfinite(cost) else UNPRICED, times[0], times[1], model)
 
 
 _read_slots = attrgetter(*RunFields.__slots__)
 _read_signals = reader()
+_read_opened = reader(signal for signal in RUN_SIGNALS if signal.name in OpenedRun._fields)
 # What RunState.apply derives from spans alone, and refold therefore recomputes.
 _SPAN_SLOTS = (
     "_answered", "_asked", "_call_counts", "_cap_request", "_cycle_runs", "_delta_messages",
@@ -358,7 +372,7 @@ _SPAN_SLOTS = (
     "repeated_error", "repeated_tool_call", "repeated_tool_result", "spans", "tool_calls",
     "tools",
 )
-_ENUM_SLOTS = ("forced_state", "key_source", "terminal_state")
+_ENUM_SLOTS = ("counted_state", "forced_state", "key_source", "terminal_state")
 _INT_KEYED_SLOTS = ("_call_counts", "_error_counts")  # JSON keys are strings (_result_counts too)
 # tuples of tuples (JSON: lists of lists)
 _TUPLE_LIST_SLOTS = ("_answered", "_asked", "_named", "_tool_ids", "_tool_spans", "_failures")

@@ -45,8 +45,9 @@ What the tracker holds (all of it bounded), its reads and its state over a resta
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from watchdog.core.runs.activity import ActivityEntry, entry_for
 from watchdog.core.runs.book import (
@@ -56,6 +57,8 @@ from watchdog.core.runs.book import (
     MAX_LOOSE_GROUPS,
     MAX_PAIRED_RESPONSES,
     MAX_PENDING_PARENTS,
+    MAX_SUBAGENT_TRACES,
+    MAX_SUBAGENTS_PER_TRACE,
     MAX_TRACE_ALIASES,
     MAX_TRACED_ANSWERS,
     MAX_UNCLAIMED_PER_RUN,
@@ -74,12 +77,26 @@ from watchdog.core.spans.record import (
     AGENT,
     ENDPOINT_SCOPE,
     KEY_TRACE,
+    KEY_WATCHDOG,
     LLM,
     OTHER,
     TOOL,
     KeySource,
     SpanRecord,
 )
+
+K = TypeVar("K")
+
+
+class Tally(Counter[K], Generic[K]):
+    """A :class:`Counter` made without ``Counter.__init__``'s ``update`` call (0.2 µs, not
+    1.2): a step of the core makes four, most of them left empty."""
+
+    __slots__ = ()
+
+    def __init__(self, counts: Mapping[K, int] | None = None, /) -> None:
+        if counts is not None:  # (Counter.copy and pickling pass one)
+            self.update(counts)
 
 
 @dataclass(slots=True)
@@ -94,9 +111,9 @@ class BatchResult:
     late_spans: int = 0
     ignored_spans: int = 0  # plumbing spans (HTTP, SDK) of traces with no agent activity
     unsplit_agents: int = 0  # nested agents left in their parent: the trace outgrew its bound
-    tool_calls: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, tool)
-    tokens: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, direction)
-    errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (agent, error type)
+    tool_calls: Tally[tuple[str, str]] = field(default_factory=Tally)  # (agent, tool)
+    tokens: Tally[tuple[str, str]] = field(default_factory=Tally)  # (agent, direction)
+    errors: Tally[tuple[str, str]] = field(default_factory=Tally)  # (agent, error type)
     cost: dict[tuple[str, str], float] = field(default_factory=dict)  # (agent, model): USD
     exemplars: dict[str, str] = field(default_factory=dict)  # agent -> a trace id
     # the tool calls counted, in order: (tool, run, error type; None: it succeeded) (the fleet)
@@ -153,6 +170,24 @@ class RunTracker(RunBook):
         if loose is not None:  # the tool calls hung below a loose model call
             record.run_key, record.loose = loose, True
             return True
+        if record.kind is TOOL and record.parent_span_id is not None \
+                and record.run_key not in self._active \
+                and self._frames.get(record.trace_id) is None:
+            # a tool call below a span of no kind at its trace's root (a scheduler's: Gemini
+            # CLI's `schedule_tool_calls`) that answers a call a model call of its agent's open
+            # run of loose calls asked for: that run's, the rest of its trace with it (or of
+            # its last run, answered: in this batch, after the tool, or before, the tool late)
+            group = loose_group(record)
+            key = self._loose.get(group)
+            if key is None and (answer := self._loose_answers.get(group)) is not None:
+                key = answer.run_key
+            run = self.get(key) if key is not None else None
+            if run is not None and run.answers_asked(record):
+                record.run_key, record.loose = run.key, True
+                self._loose_traces[record.trace_id] = run.key
+                while len(self._loose_traces) > MAX_TRACE_ALIASES:
+                    self._loose_traces.popitem(last=False)
+                return True
         if record.kind is OTHER and record.parent_span_id is None:
             # a trace of its own named after a tool the agent's last loose model call asked
             # for: that tool's execution, traced by hand (the apply makes it a tool call)
@@ -286,8 +321,10 @@ class RunTracker(RunBook):
         later: list[tuple[str, str]] = []
         # trace -> the endpoint run its spans pair with: of several (a sub-agent's conversation,
         # a run of its own at the endpoint, traced in its caller's trace), the one that started
-        # first, the caller's
+        # first, the caller's; a sub-agent's run that is a child of its caller's (its client
+        # names it) gives the trace to its caller, and keeps the spans that ran in it
         pairs: dict[str, str] = {}
+        found: list[tuple[SpanRecord, str]] = []  # trace spans paired, with their run
         for record in records:
             if record.kind is LLM:
                 response = record.response_id
@@ -315,8 +352,11 @@ class RunTracker(RunBook):
             elif response and record.key_source is KEY_TRACE:
                 key = relayed.get(response)
                 if key is not None:
-                    found = pairs.setdefault(record.trace_id, key)
-                    if found != key and self._started_before(key, found):
+                    found.append((record, key))
+                    # (a sub-agent's run, a child of its caller's: the trace is the caller's)
+                    key = self._caller_of(key)
+                    first = pairs.setdefault(record.trace_id, key)
+                    if first != key and self._started_before(key, first):
                         pairs[record.trace_id] = key
                 elif record.trace_id not in self._trace_runs:
                     traced[response] = record.trace_id
@@ -326,7 +366,48 @@ class RunTracker(RunBook):
         for trace_id, key in pairs.items():
             if not self._take_trace(trace_id, key, now, result):
                 later.append((trace_id, key))
+        if found:
+            self._learn_subagents(found, pairs)
+        if self._subagents:
+            self._give_subagents(records)
         return later
+
+    def _caller_of(self, key: str) -> str:
+        """The run whose child endpoint run ``key`` is (a sub-agent's caller's), else ``key``."""
+        run = self.get(key)
+        return run.parent_run if run is not None and run.parent_run is not None else key
+
+    def _learn_subagents(self, found: list[tuple[SpanRecord, str]], pairs: dict[str, str]
+                         ) -> None:
+        """A span of a trace paired with an endpoint run that is a child run of the trace's
+        (a sub-agent its client names: :class:`~watchdog.core.model.book.Caller`) ran in that
+        sub-agent, and so did every span beside it, below the span it hangs from (the caller's
+        tool call that ran the sub-agent: Claude Code's ``Agent``)."""
+        aliases, subagents = self._trace_runs, self._subagents
+        for record, key in found:
+            owner = pairs.get(record.trace_id) or (aliases.get(record.trace_id) or ("",))[0]
+            run = self.get(key)
+            if key == owner or record.parent_span_id is None or run is None \
+                    or run.parent_run is None or run.parent_run != owner:
+                continue
+            below = subagents.setdefault(record.trace_id, {})
+            subagents.move_to_end(record.trace_id)
+            if len(below) < MAX_SUBAGENTS_PER_TRACE:
+                below[record.parent_span_id] = key
+            while len(subagents) > MAX_SUBAGENT_TRACES:
+                subagents.popitem(last=False)
+
+    def _give_subagents(self, records: list[SpanRecord]) -> None:
+        """The spans of this batch below a sub-agent's span (:meth:`_learn_subagents`) are its
+        child run's, as the endpoint counts them: the caller's run does not count them (a
+        nested agent's calls are its own). Their spans below them follow (by parent)."""
+        subagents = self._subagents
+        for record in records:
+            if record.key_source is KEY_TRACE and record.parent_span_id is not None \
+                    and (below := subagents.get(record.trace_id)) is not None \
+                    and (key := below.get(record.parent_span_id)) is not None:
+                # (pinned: the trace stays its caller's run)
+                record.run_key, record.key_source, record.pinned = key, KEY_WATCHDOG, True
 
     def _started_before(self, key: str, other: str) -> bool:
         """Whether run ``key`` started before run ``other`` (a run not in memory: no)."""
@@ -697,7 +778,8 @@ class RunTracker(RunBook):
         if cap is not None:
             run.uncapped(cap)  # (its loop ended by its loop-end tool, come after its cap)
         ends = record.ends_run and (
-            not run.framed or record.run_frame or record.parent_span_id is None)
+            not run.framed or record.run_frame or record.ends_its_run
+            or record.parent_span_id is None)
         if late:
             if ends and not run.has_final_answer and run.end_error_type is None:
                 self._outcome_from_children(run)

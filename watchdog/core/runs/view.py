@@ -116,6 +116,23 @@ class RunView(NamedTuple):
         return max((self.at if now is None else now) - self.last_progress, 0.0)
 
 
+class OpenedRun(NamedTuple):
+    """What the model endpoint reads of its run at a request (:meth:`Core.open_run
+    <watchdog.core.step.Core.open_run>`): the few signals its steering counts, at ``now``, as a
+    :class:`RunView` taken then holds them (a whole view reads every signal: ~4x these)."""
+
+    key: str
+    agent: str  # the agent's name, else the service's, else "unknown"
+    framed: bool  # the client SDK announced it (its spans count the tools)
+    terminal_state: TerminalState | None
+    ended: bool
+    iterations: int
+    tool_calls: int
+    cost_usd: float
+    total_tokens: int
+    budget: Mapping[str, float]  # read-only: ``max_*`` and ``remaining_*`` of each known budget
+
+
 TRACE_URL_FIELDS = ("trace_id", "span_id")  # the placeholders of config ``trace_url``
 
 

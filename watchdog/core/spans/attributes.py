@@ -81,6 +81,8 @@ SPAN_NAME_ROLES = TABLES.span_names
 NESTED_AGENT_ROLES = TABLES.nested_agent_roles
 NESTED_STEP_SPAN_NAMES = TABLES.nested_step_span_names
 TOOL_RUN_SPAN_NAMES = TABLES.tool_run_span_names
+SECOND_ROOTS = TABLES.second_roots  # roots that are not their run's end (Convention.second_roots)
+RUN_ENDS = TABLES.run_ends  # ... and the spans whose end is their run's
 NESTED_STEP_SPAN_SUFFIXES = TABLES.nested_step_span_suffixes
 SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
 MODEL_CALL_MARKS = TABLES.model_call_marks
@@ -111,8 +113,6 @@ ANY_HIDDEN_CONTENT = HIDDEN_CONTENT | SCOPED_HIDDEN_CONTENT
 HIDDEN_CONTENT_CHARS = max(map(len, ANY_HIDDEN_CONTENT), default=-1)
 # A model response that finished for one of these reasons is an answer, not a tool request.
 ANSWER_FINISH_REASONS = TABLES.answer_finish_reasons  # (watchdog.core.rule_tests reads it)
-# Span events read, by name, and the attributes read from them ("<event>:<attribute>" facts).
-EVENT_FACTS = TABLES.events
 # What an agent reports of itself (the newest GenAI conventions): its budget and how much of
 # it it used, its turns, a call's cost and cache tokens, the new input messages of a call.
 BUDGET_LIMIT_KEYS = TABLES.budget_limits
@@ -129,7 +129,10 @@ CALLER_KEYS = TABLES.caller_names
 # input JSON: its ``tool_call_id``/``call_id``, or the id of a tool call object at its top or
 # directly inside it (the loop traced the call as the model gave it). Read on tool spans and
 # spans of no kind; an input is parsed only when it is short and holds an id key.
-TOOL_CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call_id", "tool_call.id", "call_id")
+# (Gemini CLI's tool spans: `gen_ai.tool.call_id`; the Vercel AI SDK's `ai.toolCall` span:
+# `ai.toolCall.id`)
+TOOL_CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call_id", "tool_call.id", "call_id",
+                     "gen_ai.tool.call_id", "ai.toolCall.id")
 TOOL_CALL_INPUT_KEYS = ("input", "input.value", "mlflow.spanInputs", "traceloop.entity.input")
 TOOL_CALL_ID_JSON_KEYS = ("tool_call_id", "call_id")
 MAX_CALL_INPUT_CHARS = 16 * 1024

@@ -13,7 +13,7 @@ attribute of the same name is read as the entry's; the spans of its scopes get t
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
 
@@ -37,7 +37,7 @@ SCOPED_MARK = "\x1f"
 # The fields of an entry that name span attributes, and those whose entries' first item is one
 # (attribute, path in its JSON): what an entry with scopes may set, besides its hidden texts
 # and the fields that name none (SCOPE_FREE); its event attributes (`event:attribute`) are
-# read on every span
+# read from its scopes' spans' events (Scoped.events) and its scopes' log events alone
 _SCOPED_NAMES = ("agent_name", "agent_span_name", "session", "response_id", "tool_name",
                  "tool_args", "tool_result", "answer", "llm_output", "answer_texts",
                  "finish_reasons", "input_messages", "output_messages", "input_tokens",
@@ -93,6 +93,25 @@ class Scoped:
     scopes: Names  # scope names, or their beginnings
     aliases: tuple[tuple[str, str], ...]  # (attribute, its alias)
     hidden_content: frozenset[str]
+    events: Mapping[str, frozenset[str]]  # its span events' facts (Tables.events)
+
+
+# The facts a span's events may bring (``<event>:<attribute>``)
+_EVENT_FIELDS = ("tool_args", "tool_result", "answer", "llm_output", "finish_reasons",
+                 "input_messages", "output_messages")
+
+
+def _event_reads(entries: Iterable[Convention]) -> Mapping[str, frozenset[str]]:
+    """Span event name -> the attributes ``entries`` read from such events."""
+    wanted: dict[str, set[str]] = {}
+    for entry in entries:
+        for field_name in _EVENT_FIELDS:
+            for name in getattr(entry, field_name):
+                event, sep, attribute = name.partition(":")
+                if sep:
+                    wanted.setdefault(event, set()).add(attribute)
+    return MappingProxyType({event: frozenset(attributes)
+                             for event, attributes in wanted.items()})
 
 
 def _scoped_reads(convention: Convention, entry: Convention) -> Scoped:
@@ -110,7 +129,7 @@ def _scoped_reads(convention: Convention, entry: Convention) -> Scoped:
                 names[item[0]] = None
     aliases = tuple((name[len(SCOPED_MARK):], name) for name in names
                     if name.startswith(SCOPED_MARK))
-    return Scoped(convention.scopes, aliases, convention.hidden_content)
+    return Scoped(convention.scopes, aliases, convention.hidden_content, _event_reads([entry]))
 
 
 def _names(attribute: str) -> Names:
@@ -157,6 +176,8 @@ class Tables:
     nested_agent_roles: tuple[NestedAgent, ...]
     nested_step_span_names: frozenset[str]
     tool_run_span_names: frozenset[str]
+    second_roots: frozenset[str]  # (Convention.second_roots' names, and the spans that end
+    run_ends: frozenset[str]  # their runs)
     nested_step_span_suffixes: Names
     agent_name: Names
     agent_span_name: Names
@@ -240,17 +261,9 @@ class Tables:
     log_event_keys: Names
     scopes: tuple[Scoped, ...]  # the entries with scopes: what their spans read besides
 
-    @property
-    def events(self) -> Mapping[str, frozenset[str]]:
-        """Event name -> the attributes read from such events."""
-        wanted: dict[str, set[str]] = {}
-        for names in (self.tool_args, self.tool_result, self.answer, self.llm_output,
-                      self.finish_reasons, self.input_messages, self.output_messages):
-            for name in names:
-                event, sep, attribute = name.partition(":")
-                if sep:
-                    wanted.setdefault(event, set()).add(attribute)
-        return {event: frozenset(attributes) for event, attributes in wanted.items()}
+    # span event name -> the attributes read from such events, on every span: the entries
+    # without scopes' (a scoped entry's are read on its scopes' spans alone: Scoped.events)
+    events: Mapping[str, frozenset[str]]
 
 
 def combine() -> Tables:
@@ -272,6 +285,9 @@ def combine() -> Tables:
                                  for rule in convention.nested_agent_roles),
         nested_step_span_names=frozenset(_names("nested_step_span_names")),
         tool_run_span_names=frozenset(_names("tool_run_span_names")),
+        second_roots=frozenset(name for convention in ENTRIES for name in convention.second_roots),
+        run_ends=frozenset(name for convention in ENTRIES
+                           for name in convention.second_roots.values()),
         nested_step_span_suffixes=_names("nested_step_span_suffixes"),
         agent_name=_names("agent_name"),
         agent_span_name=_names("agent_span_name"),
@@ -385,6 +401,7 @@ def combine() -> Tables:
         caller_names=_names("caller_names"),
         log_events=_names("log_events"),
         log_event_keys=_names("log_event_keys"),
+        events=_event_reads(entry for entry in ENTRIES if not entry.scopes),
         scopes=tuple(_scoped_reads(convention, entry)
                      for convention, entry in zip(CONVENTIONS, ENTRIES, strict=True)
                      if convention.scopes),

@@ -53,7 +53,6 @@ from watchdog.core.spans.attributes import (
     BUDGET_CONSUMED_KEYS,
     CLIENT_RUN_SPAN,
     CREATE_AGENT,
-    EVENT_FACTS,
     F_AGENT_NAME,
     F_AGENT_SPAN_NAME,
     F_OUTCOME,
@@ -66,6 +65,8 @@ from watchdog.core.spans.attributes import (
     ROLE_KINDS,
     ROOT_AGENT_NAME_JSON,
     ROOT_GRAPH_JSON,
+    RUN_ENDS,
+    SECOND_ROOTS,
     SPAN_NAME_ROLES,
     TEAM_MEMBER_KEYS,
     TOOL_RUN_SPAN_NAMES,
@@ -98,7 +99,7 @@ from watchdog.core.spans.outcome import (
     stopped_step,
 )
 from watchdog.core.spans.record import AGENT, KEY_WATCHDOG, LLM, OTHER, TOOL, SpanRecord
-from watchdog.core.spans.scopes import UNSCOPED, view_of, with_aliases
+from watchdog.core.spans.scopes import UNSCOPED, ScopeView, view_of, with_aliases
 from watchdog.core.spans.tool_calls import _fill_tool, result_call_id, tool_call_id
 from watchdog.core.spans.values import (
     MAX_NAME_CHARS,
@@ -121,12 +122,13 @@ class SpanRejected(ValueError):
         self.reason = reason
 
 
-def _event_facts(events: Any) -> dict[str, object] | None:
-    """The wanted attributes of the span's events, as ``"<event>:<attribute>"`` facts (the
-    first event of a name that carries an attribute wins)."""
+def _event_facts(events: Any, reads: Mapping[str, frozenset[str]]) -> dict[str, object] | None:
+    """The attributes of the span's events ``reads`` names (its scope's view's: a scoped
+    entry's event facts are read on its scopes' spans alone), as ``"<event>:<attribute>"``
+    facts (the first event of a name that carries an attribute wins)."""
     facts: dict[str, object] | None = None
     for event in events:
-        wanted = EVENT_FACTS.get(event.name)
+        wanted = reads.get(event.name)
         if wanted is None:
             continue
         for kv in event.attributes:
@@ -175,7 +177,6 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
             attrs, firsts = aliased, None
     if firsts is None:
         firsts = Firsts(attrs)
-    hidden = view.hidden
     head = span.head() if type(span) is values.NATIVE_SPAN else None  # (set once loaded)
     trace_id, span_id, parent, name, start_ns, end_ns = head or _head(span)
     key, source = run_key(trace_id, attrs, resource, firsts)
@@ -205,6 +206,10 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
     record = SpanRecord(key, source, trace_id, span_id, parent, name, kind, start_ns, end_ns)
     if source is KEY_WATCHDOG and name.startswith(CLIENT_RUN_SPAN):
         record.run_frame = True
+    if name in RUN_ENDS:
+        record.ends_its_run = True
+    elif parent is None and name in SECOND_ROOTS:
+        record.second_root = True
     if role is CREATE_AGENT:
         record.creates_agent = True
     elif role is WORKFLOW:
@@ -242,15 +247,16 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
     if resource.announces_budget or not BUDGET_ATTRIBUTES.isdisjoint(attrs):
         record.budget = _budget(attrs, resource)
         record.budget_used = _budget_numbers(attrs, resource, BUDGET_CONSUMED_KEYS)
-    _fill_role(record, span, attrs, firsts, hidden)
+    _fill_role(record, span, attrs, firsts, view)
     return record
 
 
 def _fill_role(record: SpanRecord, span: Any, attrs: Mapping[str, object],
-               firsts: FirstValues, hidden: frozenset[str]) -> None:
+               firsts: FirstValues, view: ScopeView) -> None:
     """The record's failure or limit stop (from the span's status and events), and what its
-    role reads (``hidden``: the texts that are hidden content on the span, its scope's): the
-    second half of :func:`normalise`, on the record its dispatch made."""
+    role reads (``view``: its scope's, the texts that are hidden content on the span and the
+    facts read from its events): the second half of :func:`normalise`, on the record its
+    dispatch made."""
     status = span.status
     events = span.events  # (read once: the compiled decode's is a call each time)
     if status.code == STATUS_CODE_ERROR or (events and _wrapped_error(events)):
@@ -269,16 +275,17 @@ def _fill_role(record: SpanRecord, span: Any, attrs: Mapping[str, object],
             record.limit_stop = short_type(exc_type)
         elif exc_message:
             record.limit_stop = phrase_limit(exc_message)
-    _fill_facts(record, span, attrs, firsts, hidden, events)
+    _fill_facts(record, span, attrs, firsts, view, events)
 
 
 def _fill_facts(record: SpanRecord, span: Any, attrs: Mapping[str, object],
-                firsts: FirstValues, hidden: frozenset[str], events: Any = ()) -> None:
-    """What the record's role reads (and the facts its span's ``events`` add)."""
-    name, kind = record.name, record.kind
+                firsts: FirstValues, view: ScopeView, events: Any = ()) -> None:
+    """What the record's role reads (and the facts its span's ``events`` add, those its scope's
+    ``view`` reads)."""
+    name, kind, hidden, reads = record.name, record.kind, view.hidden, view.events
     if kind is TOOL:
         if events and firsts[F_TOOL_ARGS] is None:
-            attrs, firsts = _with_events(attrs, events, firsts)
+            attrs, firsts = _with_events(attrs, events, firsts, reads)
         _fill_tool(record, name, attrs, firsts, hidden)
         if record.kind is TOOL:
             # (a result that names the model's call it answers was asked for: LangChain.js'
@@ -296,15 +303,15 @@ def _fill_facts(record: SpanRecord, span: Any, attrs: Mapping[str, object],
         if name in NESTED_STEP_SPAN_NAMES and not record.error:
             # a span of agent kind read as a step of its run (it names no agent): the answer
             # it carries (an attribute, or only an event) is its run's
-            _fill_step_answer(record, _with_events(attrs, events, firsts)[0]
+            _fill_step_answer(record, _with_events(attrs, events, firsts, reads)[0]
                               if events else attrs, hidden)
     elif kind is LLM:
         if events and firsts[F_OUTCOME] is None:
-            attrs, firsts = _with_events(attrs, events, firsts)
+            attrs, firsts = _with_events(attrs, events, firsts, reads)
         _fill_llm(record, attrs, firsts, span, hidden)
     elif kind is AGENT:
         if events:
-            attrs, firsts = _with_events(attrs, events, firsts)
+            attrs, firsts = _with_events(attrs, events, firsts, reads)
         _fill_agent(record, attrs, firsts, hidden)
 
 
@@ -325,21 +332,21 @@ def normalised(span: Any, attrs: Mapping[str, object], resource: Resource,
             if resource.instance is not None:  # (the compiled normalise does not set it)
                 record.instance = resource.instance
             if left == 1:  # (its status read, its span without events)
-                _fill_facts(record, span, attrs, firsts, UNSCOPED.hidden)
+                _fill_facts(record, span, attrs, firsts, UNSCOPED)
             elif left == 3:  # (... with events)
-                _fill_facts(record, span, attrs, firsts, UNSCOPED.hidden, span.events)
+                _fill_facts(record, span, attrs, firsts, UNSCOPED, span.events)
             elif left:
-                _fill_role(record, span, attrs, firsts, UNSCOPED.hidden)
+                _fill_role(record, span, attrs, firsts, UNSCOPED)
             return record
     return normalise(span, attrs, resource, firsts, scope)
 
 
-def _with_events(attrs: Mapping[str, object], events: Any,
-                 firsts: FirstValues) -> tuple[Mapping[str, object], FirstValues]:
+def _with_events(attrs: Mapping[str, object], events: Any, firsts: FirstValues,
+                 reads: Mapping[str, frozenset[str]]) -> tuple[Mapping[str, object], FirstValues]:
     """The attributes plus the facts some frameworks put only in span events (read only when
     the attributes lack them: most spans never pay for their events), and their first-present
     facts."""
-    facts = _event_facts(events)
+    facts = _event_facts(events, reads)
     if facts is None:
         return attrs, firsts
     merged = {**attrs, **facts}

@@ -78,14 +78,6 @@ HERMES = Convention(
 STRANDS = Convention(
     name="strands-agents",
     emitted_by="Strands' native tracer (default and `gen_ai_latest_experimental` formats)",
-    tool_args=("gen_ai.tool.message:content",),
-    tool_result=("gen_ai.choice:message",),
-    answer=("gen_ai.choice:message",
-            "gen_ai.client.inference.operation.details:gen_ai.output.messages"),
-    llm_output=("gen_ai.choice:message",),
-    finish_reasons=("gen_ai.choice:finish_reason",),
-    output_messages=("gen_ai.client.inference.operation.details:gen_ai.output.messages",),
-    input_messages=("gen_ai.client.inference.operation.details:gen_ai.input.messages",),
     # limits={"turns"|"total_tokens"|"output_tokens": n} stop the agent loop (no exception)
     limit_finish_reasons=frozenset({"limit_turns", "limit_total_tokens", "limit_output_tokens"}),
     # `gen_ai_unredacted_attributes=<list>` in OTEL_SEMCONV_STABILITY_OPT_IN: every sensitive
@@ -822,6 +814,41 @@ QWEN_CODE = Convention(
           "a repeated tool call not told from another",
 )
 
+GEMINI_CLI = Convention(
+    name="Gemini CLI",
+    emitted_by="Gemini CLI's own OpenTelemetry (npm `@google/gemini-cli`: "
+               "`GEMINI_TELEMETRY_ENABLED`, its spans' content with "
+               "`GEMINI_TELEMETRY_TRACES_ENABLED`: `llm_call`, `tool_call`; its log events)",
+    # its own operation names, generic words: read on its scope's spans alone
+    scopes=("gemini-cli",),
+    kinds={"gen_ai.operation.name": {"llm_call": Role.LLM, "tool_call": Role.TOOL}},
+    # a tool call's request and its outcome as JSON objects of its own (the request's
+    # `args`: GEMINI_CLI_RECORDS)
+    tool_args=("gen_ai.input.messages",),
+    tool_result=("gen_ai.output.messages",),
+    notes="no span for an invocation: each model call (`llm_call`) a trace of its own, read as "
+          "loose calls of its agent (`gen_ai.agent.name` `gemini-cli`, its session "
+          "`gen_ai.conversation.id`), each batch of tools another (`schedule_tool_calls`, a "
+          "`tool_call` per tool below it), joined to that run by the call ids its model calls' "
+          "`functionCall` parts asked for; its spans' content only with "
+          "`GEMINI_TELEMETRY_TRACES_ENABLED`; no finish reason on any span, and each chunk of a "
+          "streamed answer a message of its own: the answer's text read chunk by chunk, a line "
+          "each (a known gap); its log events add nothing its spans lack",
+)
+
+# Gemini CLI's records of a tool call, read on every span (no entry with scopes may say how a
+# JSON value is read): its request `{"callId", "name", "args", ...}`, the arguments its `args`;
+# its outcome `{"status": "error", "response": {"responseParts": [{"functionResponse":
+# {"response": {"error": ...}}}], ...}}` a failed call, on a span that ended OK
+GEMINI_CLI_RECORDS = Convention(
+    name="Gemini CLI (its tool calls' records)",
+    emitted_by="Gemini CLI's own OpenTelemetry (its `tool_call` spans' content)",
+    tool_args_envelopes=((frozenset({"callId", "name", "args"}), "args"),),
+    tool_result_errors=(ErrorResult(
+        "gen_ai.output.messages", ((("status",), "error"),),
+        ("response", "responseParts", 0, "functionResponse", "response", "error")),),
+)
+
 CODEX = Convention(
     name="Codex CLI",
     emitted_by="the OpenAI Codex CLI's own traces (Rust; its `[otel]` `trace_exporter`: its "
@@ -833,6 +860,9 @@ CODEX = Convention(
     span_names={"run_turn": Role.AGENT,
                 "endpoint_session.stream_encoded_json_with": Role.LLM},
     kinds={"codex.tool.phase": {"dispatch": Role.TOOL}},
+    # its turn's trace has a second root: the request that started the turn, ended before
+    # its work; the turn's end is its run's
+    second_roots={"turn/start": "run_turn"},
     notes="a turn (`run_turn`, one `codex exec`) is a run, named after the service "
           "(`codex_exec`: no span names an agent), each model request (its HTTP span, "
           "`endpoint_session.stream_encoded_json_with`) a model call, each tool's dispatch "
@@ -844,10 +874,8 @@ CODEX = Convention(
           "gaps: `codex.sse_event`, a response's tokens, names no trace or span; the "
           "`handle_responses` spans that carry them are no model call's); the turn's trace "
           "has a second root, `turn/start` (the request that started the turn, ended before "
-          "its work), which ends the run when it comes: the turn's spans after it are read as "
-          "a run's late spans (counted, the run classified again), and exported while the "
-          "turn still runs they come to an ended run (a known gap: Codex exports at its exit, "
-          "so `codex exec` reads whole)" + ON_NO_SPAN,
+          "its work: `second_roots`), which does not end the run: the end of its turn "
+          "(`run_turn`) does" + ON_NO_SPAN,
 )
 
 CODEX_NAMES = Convention(
@@ -949,5 +977,6 @@ CONVENTIONS: tuple[Convention, ...] = (
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
     SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG, CODEX, CODEX_NAMES,
-    AGENTOPS, LAMINAR, LANGTRACE, CLAUDE_CODE, QWEN_CODE,
+    AGENTOPS, LAMINAR, LANGTRACE, CLAUDE_CODE, QWEN_CODE, GEMINI_CLI,
+    GEMINI_CLI_RECORDS,
 )

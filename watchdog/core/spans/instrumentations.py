@@ -41,12 +41,20 @@ GENAI = Convention(
     response_id=("gen_ai.response.id",),
     tool_name=("gen_ai.tool.name",),
     tool_name_span_prefixes=("execute_tool ",),
-    tool_args=("gen_ai.tool.call.arguments",),
-    tool_result=("gen_ai.tool.call.result",),
-    answer=("gen_ai.output.messages",),
-    finish_reasons=("gen_ai.response.finish_reasons",),
-    input_messages=("gen_ai.input.messages",),
-    output_messages=("gen_ai.output.messages",),
+    # the conventions' events as span events (Strands' tracer: a model call's answer and a
+    # tool's result in `gen_ai.choice`, a tool's arguments in `gen_ai.tool.message`, its
+    # latest format's messages in `gen_ai.client.inference.operation.details`): the conventions'
+    # own names, so read on every span, whoever emits them
+    tool_args=("gen_ai.tool.call.arguments", "gen_ai.tool.message:content"),
+    tool_result=("gen_ai.tool.call.result", "gen_ai.choice:message"),
+    answer=("gen_ai.output.messages", "gen_ai.choice:message",
+            "gen_ai.client.inference.operation.details:gen_ai.output.messages"),
+    llm_output=("gen_ai.choice:message",),
+    finish_reasons=("gen_ai.response.finish_reasons", "gen_ai.choice:finish_reason"),
+    input_messages=("gen_ai.input.messages",
+                    "gen_ai.client.inference.operation.details:gen_ai.input.messages"),
+    output_messages=("gen_ai.output.messages",
+                     "gen_ai.client.inference.operation.details:gen_ai.output.messages"),
     input_tokens=("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),
     output_tokens=("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"),
     total_tokens=("gen_ai.usage.total_tokens",),

@@ -252,7 +252,10 @@ def _last_user_message(text: str) -> dict[str, Any] | None:
 ASKED_TOOL_LISTS: tuple[tuple[str, str | None, tuple[Path, ...], Path], ...] = (
     ("parts", "tool_call", (("name",),), ("id",)),  # OTel GenAI
     ("tool_calls", None, (("function", "name"), ("name",)), ("id",)),  # OpenAI's messages
+    ("parts", None, (("functionCall", "name"),), ("functionCall", "id")),  # the Gemini API's
 )
+# what an output that asks for a tool by one of those lists contains (else not parsed for them)
+ASKED_TOOL_MARKERS = ('"tool_call', '"functionCall"')
 ASKED_TOOL_FLAT = (
     ("llm.output_messages.", ".message.tool_calls.", ".tool_call.function.name",
      ".tool_call.id"),  # OpenInference
@@ -271,7 +274,7 @@ def asked_tools(output_messages: object, span: Any) -> tuple[tuple[str, str], ..
     (its attributes read only then: the compiled decode builds them on demand)."""
     asked: list[tuple[str, str]] = []
     messages: object = output_messages
-    if isinstance(messages, str) and '"tool_call' in messages:
+    if isinstance(messages, str) and any(marker in messages for marker in ASKED_TOOL_MARKERS):
         if compiled_asked is not None and (found := compiled_asked(messages)) is not None:
             return found
         try:

@@ -46,10 +46,12 @@ TOOL_RESULT_ERRORS = tuple(
 PROMPT_TAIL_CHARS = 2048  # the first/last input message is looked for in this many characters
 # What gives away a tool request inside a model's output, in the JSON shapes of OpenAI
 # (tool_calls), GenAI parts ({"type": "tool_call"}), Bedrock/Strands (toolUse), Gemini
-# (function_call) and Anthropic (tool_use). Substrings first: the JSON is parsed only if one
-# of them occurs.
-TOOL_REQUEST_MARKERS = ('"tool_call', '"toolUse"', '"function_call"', '"tool_use"')
-TOOL_REQUEST_KEYS = frozenset({"tool_calls", "toolUse", "function_call", "tool_use"})
+# (function_call; the Gemini API's own parts, functionCall: Gemini CLI's) and Anthropic
+# (tool_use). Substrings first: the JSON is parsed only if one of them occurs.
+TOOL_REQUEST_MARKERS = ('"tool_call', '"toolUse"', '"function_call"', '"tool_use"',
+                        '"functionCall"')
+TOOL_REQUEST_KEYS = frozenset({"tool_calls", "toolUse", "function_call", "tool_use",
+                               "functionCall"})
 TOOL_REQUEST_TYPES = frozenset({"tool_call", "function_call", "tool_use"})
 MAX_JSON_DEPTH = 8  # how deep a model output is searched for a tool request or text
 # A request for an output tool only (pydantic-ai's final_result, smolagents' final_answer) is

@@ -261,8 +261,11 @@ def _read_held(traces: list[Held], join: LogJoin, decoded: Decoded,
 def _closes_trace(record: SpanRecord) -> bool:
     """A trace root that closes its run (:attr:`SpanRecord.ends_run`): one that is no model or
     tool call (those may be loose calls, grouped in order), or a tool call no model asked for
-    (a function that ran the model loop itself, Semantic Kernel's prompt functions)."""
-    return record.parent_span_id is None and (
+    (a function that ran the model loop itself, Semantic Kernel's prompt functions), and no
+    second root (``Convention.second_roots``); or the span a convention says ends its run."""
+    if record.ends_its_run:
+        return True
+    return record.parent_span_id is None and not record.second_root and (
         record.unasked or not (record.kind is LLM or record.kind is TOOL))
 
 

@@ -121,6 +121,10 @@ class SpanRecord:
     models_below: bool | None = None
     # The client SDK's own span of a run it frames (``watchdog.run <agent>``): it ends the run.
     run_frame: bool = False
+    # A root of a run's trace that is not its end (Convention.second_roots: the request that
+    # started the run, ended before its work), and the span whose end is the run's instead
+    second_root: bool = False
+    ends_its_run: bool = False
     # A model call whose twin (the same call traced by a second instrumentation, one span
     # inside the other) came before it in its request: the twin's (input, output) tokens.
     twin_tokens: tuple[int, int] | None = None
@@ -233,8 +237,10 @@ class SpanRecord:
         """
         if self.loose:  # a run of loose calls ends with its answer (or after a gap)
             return self.final_answer and not self.acted_on
-        if self.parent_span_id is None or self.run_frame:
+        if self.run_frame or self.ends_its_run:
             return True
+        if self.parent_span_id is None:
+            return not self.second_root
         return self.kind is AGENT and self.key_source is not KEY_TRACE
 
 

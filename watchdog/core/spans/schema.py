@@ -137,6 +137,10 @@ class Convention:
     root_kinds: Mapping[str, Mapping[str, Role]] = field(default_factory=dict)  # roots only
     span_names: Mapping[str, Role] = field(default_factory=dict)  # exact span name
     span_name_prefixes: tuple[tuple[str, Role], ...] = ()
+    # a run whose trace has two roots: the name of a root that is not the run's end (the
+    # request that started the run, ended before its work) -> the name of the span whose end is
+    # the run's (below the other root)
+    second_roots: Mapping[str, str] = field(default_factory=dict)
     unasked_tools: tuple[UnaskedTool, ...] = ()  # with model calls below: no tool call
     # a span nothing else types is a model call when it carries an attribute of each group (a
     # model's name, its token usage): what an emitter no entry knows reads as loose calls

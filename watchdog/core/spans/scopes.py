@@ -4,9 +4,11 @@
 Their tables name their attributes by aliases no span carries (:func:`~watchdog.core.spans.
 combined.alias`); a span of one of their scopes is read with its attributes also under those
 aliases (:func:`with_aliases`), and with their hidden texts as hidden content
-(:attr:`ScopeView.hidden`). Any other span reads none of it: an application's own ``name`` or
-``input``, or a ``[REDACTED]`` of its own, is not read as Logfire's agent name or tool input,
-or as Mastra's placeholder for a value it hid. A view is made once per scope name (bounded).
+(:attr:`ScopeView.hidden`), and the facts their tables name in span events
+(``<event>:<attribute>``: :attr:`ScopeView.events`). Any other span reads none of it: an
+application's own ``name`` or ``input``, or a ``[REDACTED]`` of its own, is not read as Logfire's
+agent name or tool input, or as Mastra's placeholder for a value it hid, nor a span event named
+``assistant_response`` as Claude Code's answer. A view is made once per scope name (bounded).
 Pure.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from watchdog.core.spans.attributes import HIDDEN_CONTENT
 from watchdog.core.spans.combined import TABLES
@@ -27,9 +30,11 @@ class ScopeView:
 
     aliases: tuple[tuple[str, str], ...]  # (attribute, its alias): the scoped entries' reads
     hidden: frozenset[str]  # the texts that are hidden content on these spans
+    # span event name -> the attributes read from such events on these spans
+    events: Mapping[str, frozenset[str]]
 
 
-UNSCOPED = ScopeView((), HIDDEN_CONTENT)  # a span no scoped entry is for
+UNSCOPED = ScopeView((), HIDDEN_CONTENT, TABLES.events)  # a span no scoped entry is for
 _views: dict[str, ScopeView] = {}
 
 
@@ -47,13 +52,16 @@ def view_of(scope: str) -> ScopeView:
 def _view(scope: str) -> ScopeView:
     aliases: dict[tuple[str, str], None] = {}
     hidden = set(HIDDEN_CONTENT)
+    events: dict[str, frozenset[str]] = dict(TABLES.events)
     for scoped in TABLES.scopes:
         if scope and scope.startswith(scoped.scopes):
             aliases.update(dict.fromkeys(scoped.aliases))
             hidden |= scoped.hidden_content
-    if not aliases and len(hidden) == len(HIDDEN_CONTENT):
+            for event, attributes in scoped.events.items():
+                events[event] = events.get(event, frozenset()) | attributes
+    if not aliases and len(hidden) == len(HIDDEN_CONTENT) and events == dict(TABLES.events):
         return UNSCOPED
-    return ScopeView(tuple(aliases), frozenset(hidden))
+    return ScopeView(tuple(aliases), frozenset(hidden), MappingProxyType(events))
 
 
 def with_aliases(attrs: Mapping[str, object], view: ScopeView) -> Mapping[str, object]:

@@ -35,7 +35,7 @@ from watchdog.shell.api.runs import RunRoutes
 from watchdog.shell.api.sessions import SessionRoutes
 from watchdog.shell.auth import check_bearer
 from watchdog.shell.config import Config
-from watchdog.shell.connections import Wrapped
+from watchdog.shell.connections import Wrapped, parser_refusal
 from watchdog.shell.directives.outbox import Outbox
 from watchdog.shell.errors import BadRequest, RequestTimeout, Unauthorized, WatchdogError
 from watchdog.shell.priority import Priority
@@ -189,7 +189,7 @@ class _JsonErrors(RequestHandler):
             text = (f"the request line or a header is longer than this server reads "
                     f"({exc.args[1]} bytes): shorten the URL or the header")
         elif isinstance(exc, http_exceptions.BadHttpMessage):
-            text = f"malformed HTTP request ({type(exc).__name__})"
+            text = f"malformed HTTP request: {parser_refusal(exc)}"  # (never its bytes)
         else:
             try:
                 text = HTTPStatus(status).phrase

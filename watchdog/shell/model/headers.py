@@ -48,6 +48,14 @@ SESSION_HEADERS = (
     "x-claude-code-session-id",  # Claude Code (its spans' session.id; a sub-agent's requests too)
     "x-session-id",  # generic
 )
+# Request headers in which a client names the sub-agent a request is of, within its session
+# (a request that names none is of the session's caller: its main conversation). A sub-agent's
+# run is a child run of its caller's (``parent_run``), as a nested agent's is in a trace: its
+# own budget, its calls not its caller's. Data, as SESSION_HEADERS (and in the compiled relay's
+# ``SUBAGENT_HEADERS``, native/relay/src/admit.rs, which sends such a request to Python)
+SUBAGENT_HEADERS = (
+    "x-claude-code-agent-id",  # Claude Code (its spans' agent_id; its main conversation: none)
+)
 _COUNT = re.compile(r"[0-9]{1,32}", re.ASCII)  # a budget header's count
 _DECIMAL = re.compile(r"(?=[0-9.]{1,32}$)(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)", re.ASCII)
 _BAD_PATH = re.compile(r"(?:%2e|%2f|%5c|\\|/\.\.?(?:/|$)|//)", re.IGNORECASE)
@@ -222,7 +230,18 @@ def client_session(headers: CIMultiDict[str] | CIMultiDictProxy[str]) -> str | N
     first one it carries), if it is a valid session id (as a span's ``session.id`` must be:
     :func:`~watchdog.core.bounds.id_problem`); else None (the endpoint keys the session by the
     conversation, as for a request that names none)."""
-    for name in SESSION_HEADERS:
+    return _first_id(headers, SESSION_HEADERS)
+
+
+def client_subagent(headers: CIMultiDict[str] | CIMultiDictProxy[str]) -> str | None:
+    """The sub-agent the client names in its request's headers (:data:`SUBAGENT_HEADERS`, the
+    first one it carries), if it is a valid id; else None (the session's caller)."""
+    return _first_id(headers, SUBAGENT_HEADERS)
+
+
+def _first_id(headers: CIMultiDict[str] | CIMultiDictProxy[str], names: tuple[str, ...]
+              ) -> str | None:
+    for name in names:
         value = headers.get(name)
         if value is not None:
             value = value.strip(" \t").encode("utf-8", "surrogateescape").decode(

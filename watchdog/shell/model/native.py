@@ -677,16 +677,17 @@ class NativeEndpoint:
         next_of = self.next_of
         if not next_of or self.relay is None or self.closed:
             return
-        keys = {decided.run.key for decided in step.decisions}
-        keys.update(run.key for run in step.finished)
-        keys.update(step.gone)
-        keys.update(step.gone.values())
-        keys.update(step.resumed)
         # a run that took a budget or a frame since (a heartbeat's or a sync's announcement,
         # which decides nothing when no rule fires on it): what the relay was told is no
         # longer proved (Core.quiet is not for such a run)
-        keys.update(key for key, run in step.dirty.items() if key in next_of and (
-            run.framed or run.budget))
+        keys = [key for key, run in step.dirty.items() if key in next_of and (
+            run.framed or run.budget)]
+        if step.decisions or step.finished or step.gone or step.resumed:
+            keys.extend(decided.run.key for decided in step.decisions)
+            keys.extend(run.key for run in step.finished)
+            keys.extend(step.gone)
+            keys.extend(step.gone.values())
+            keys.extend(step.resumed)
         for key in keys:
             session = next_of.pop(key, None)
             if session is not None:
@@ -726,7 +727,8 @@ class NativeEndpoint:
             return
         service = self.proxy.service
         core = service.core
-        if service.state_error is not None or service.state.behind:
+        writer = service.state
+        if writer.state_error is not None or writer.behind:
             # (the state cannot take a request's records, unwritable or behind: Python steers
             # each one by the book's counts, ModelProxy._steer_unrecorded, which no proof
             # says ahead)

@@ -45,6 +45,7 @@ from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from watchdog.core.bounds import id_problem, load_json
@@ -81,7 +82,7 @@ from watchdog.core.model.wire import (
     read_stream,
     unjudged,
 )
-from watchdog.core.runs.view import RunView
+from watchdog.core.runs.view import OpenedRun
 from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, BodyTooLarge, inflate
 from watchdog.core.spans.record import KeySource, SpanRecord
 from watchdog.shell import logs
@@ -95,6 +96,7 @@ from watchdog.shell.model.headers import (
     budget_from,
     check_agent,
     client_session,
+    client_subagent,
     door,
     proxy_for,
     request_headers,
@@ -140,9 +142,9 @@ UPSTREAM_FAILURES: dict[str, tuple[int, str, str, str]] = {
     "stalled": (504, "upstream_timeout", "upstream_timeout",
                 " answered, then sent nothing more for {timeout} before its response was "
                 "complete"),
-    # no connection, or one closed before its head
+    # no connection, one closed before its head, or bytes that are no HTTP response's head
     "unreachable": (502, "upstream_unreachable", "upstream_unreachable",
-                    " cannot be reached ({detail})"),
+                    " cannot be reached or gave no HTTP response ({detail})"),
     # its head came, then its body broke off
     "broken": (502, "upstream_broken", "upstream_error",
                " answered, then broke off before its response was complete ({detail})"),
@@ -252,11 +254,30 @@ class ModelProxy:
             self.session = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.model_max_body_bytes)
+        app = web.Application(client_max_size=self.config.model_max_body_bytes,
+                              middlewares=[self._no_path])
         app.router.add_route("*", "/{tail:.*}", self.handle, expect_handler=self._expect)
         app.on_startup.append(lambda _app: self.start())
         app.on_cleanup.append(lambda _app: self.close())
         return app
+
+    @web.middleware
+    async def _no_path(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """A target that is no path (``CONNECT host:port``, ``OPTIONS *``) matches no route:
+        refused by :meth:`handle` as any target outside /v1/, in the API's error shape. An
+        HTTP/0.9 request line (no version, so no headers, no Host) is no HTTP/1.1 request:
+        400, as the compiled relay answers it, its connection closed."""
+        if request.version < aiohttp.HttpVersion10:
+            answer = self.refusal(self.wire_of(request.method, request.path), Refused(
+                400, "bad_request", "the request could not be read as HTTP/1.1: its request "
+                "line has no HTTP version"), request.headers)
+            response = web.Response(status=answer.status, body=answer.body,
+                                    headers=answer.headers)
+            response.force_close()
+            return response
+        if not request.raw_path.startswith("/"):
+            return await self.handle(request)
+        return await handler(request)
 
     # -- the door -------------------------------------------------------------------------------
 
@@ -419,7 +440,8 @@ class ModelProxy:
         parsed = wire.read_request(body)
         agent = named or self.config.model_agent_name
         call = self._observe_request(wire, parsed, Caller(
-            given.get("traceparent"), run_header, agent, client_session(given)), agent, budget)
+            given.get("traceparent"), run_header, agent, client_session(given),
+            client_subagent(given)), agent, budget)
         if call is None:  # the state cannot take it: forward unobserved (fail open)
             return Plan(method, wire.api, url, headers, raw, None)
         state, turn, run_key, agent_label = call
@@ -593,7 +615,7 @@ class ModelProxy:
             agent or state.agent or "unknown"
 
     def _run_of(self, state: EndpointRun, agent: str | None, budget: dict[str, float] | None,
-                records: list[SpanRecord]) -> RunView:
+                records: list[SpanRecord]) -> OpenedRun:
         """The tracker's run of this call (opened at its first request), after the
         ``records`` of the request (its tool results): a traced one the run its trace's
         spans named, once they have come."""
@@ -603,7 +625,7 @@ class ModelProxy:
             key = service.trace_run(state.trace_id) or state.key
             return service.model_open(key, KeySource.TRACE, state.trace_id, agent, None, budget)
         run = service.model_open(state.key, state.key_source, state.trace_id, agent,
-                                 state.session, budget, records, state.going_on)
+                                 state.session, budget, records, state.going_on, state.parent)
         if run.framed:
             state.traced = True  # the client SDK's run: its spans count the tools
         return run
@@ -755,12 +777,16 @@ class ModelProxy:
         except TimeoutError:
             answer = self.upstream_failed(plan, "stalled" if answered else "timeout", "")
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError) as exc:
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError,
+                aiohttp.ClientResponseError) as exc:
             if request.transport is None or request.transport.is_closing():
                 self.count(agent, api, gone(exchange))
                 raise asyncio.CancelledError from None
+            what: BaseException = exc  # (a head aiohttp could not read: BadStatusLine, ...)
+            if isinstance(exc, aiohttp.ClientResponseError) and exc.__cause__ is not None:
+                what = exc.__cause__
             answer = self.upstream_failed(plan, "broken" if answered else "unreachable",
-                                          type(exc).__name__)
+                                          type(what).__name__)
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         except asyncio.CancelledError:  # the client went away
             self.count(agent, api, gone(exchange))

@@ -110,10 +110,12 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
     observed, trimmed if it asks for more tool calls than are left, and then plain JSON (else
     its bytes and headers as they came). With a bound on tool calls, one too long to read, in
     a coding it cannot read or holding JSON it cannot judge raises :class:`Unjudged`: no call
-    passes unjudged."""
+    passes unjudged. So too with an echo to set back (the note went into its
+    ``instructions``): what the endpoint added never comes back."""
     keep = exchange.turn.keep
+    strict = keep is not None or exchange.echo is not None  # (what it passes must be read)
     if upstream.content_length is not None and upstream.content_length > MAX_RESPONSE_BYTES:
-        if keep is not None:
+        if strict:
             raise Unjudged("too long to read")
         return _passed(exchange, await relay(request, upstream))
     closing = _closing(upstream)
@@ -121,7 +123,7 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
     if whole and _reset(closing):  # its end a reset: broken off (502), as the compiled relay
         raise aiohttp.ClientPayloadError("the connection was reset")
     if not whole:  # no length said: too long to read, passed on as it comes
-        if keep is not None:
+        if strict:
             raise Unjudged("too long to read")
         return _passed(exchange, await relay(request, upstream, data))
     coding = coding_of(upstream.headers)
@@ -131,12 +133,12 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
         if coding in SUPPORTED:
             with contextlib.suppress(ValueError):  # (not of its coding, or inflated too long)
                 text = inflate(data, coding, MAX_RESPONSE_BYTES)
-        if text is None and keep is not None:
+        if text is None and strict:
             raise Unjudged(f"a Content-Encoding it cannot read ({coding[:32]!r})")
     body: object = None
     if text is None:
         pass
-    elif keep is not None:
+    elif strict:
         with contextlib.suppress(ValueError):
             body = judged(text)
     else:

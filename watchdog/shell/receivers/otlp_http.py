@@ -2,6 +2,7 @@
 deflate compressed, answered in the encoding of the request.
 
 A request passes these stages in order, and the first that refuses it answers:
+a head the HTTP parser reads (400), a path the port serves (404) and POST (405) ->
 auth (401) -> media type (415) -> content coding (415) -> a processing slot and an upload slot
 (503 + Retry-After) -> body as sent, within ``BODY_READ_TIMEOUT`` (408) and
 ``max_request_bytes`` (413) -> inflated with the same bound (413, or 400 for corrupt data) ->
@@ -29,7 +30,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -49,6 +50,8 @@ from watchdog.shell.config import Config
 from watchdog.shell.connections import QuietRefusals, QuietRunner, Wrapped, parser_refusal
 from watchdog.shell.errors import (
     BadRequest,
+    MethodNotAllowed,
+    NotFound,
     PayloadTooLarge,
     RequestTimeout,
     Unauthorized,
@@ -74,6 +77,12 @@ BODY_READ_TIMEOUT = 10.0
 # fast over each window (and gives it up at once to a newcomer when behind that rate: see
 # admission). Slower, it gives the slot back and takes one again when complete.
 RATE_WINDOW = 0.25  # seconds
+# An OTLP/JSON body longer than this is parsed on a thread of its own: protobuf's JSON parse is
+# Python (some 4 s of CPU for 16 MiB), which on the event loop held every other request (a
+# sync, a model request's decision, the API) that long. The thread lets the loop run between
+# its steps; a shorter body (a batch of spans: tens of KiB) is parsed at its turn.
+JSON_ON_THE_LOOP = 256 * 1024
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +175,9 @@ class TraceReceiver:
         """The answer's body, and whether the request is new (not an exporter's retry of one
         already applied, which was forwarded then)."""
         try:
-            decoded = await self.consumer.export_in_slices(
-                functools.partial(codec.parse, body), PROTOCOL, request_digest(body))
+            parse = await parse_at_turn(functools.partial(codec.parse, body), codec, len(body))
+            decoded = await self.consumer.export_in_slices(parse, PROTOCOL,
+                                                           request_digest(body))
         except DecodeError as exc:
             raise BadRequest(str(exc)) from None
         self._count(decoded.outcome())
@@ -254,6 +264,16 @@ class TraceReceiver:
                             content_type=codec.content_type, headers=headers)
 
 
+async def parse_at_turn(parse: Callable[[], T], codec: Codec, size: int) -> Callable[[], T]:
+    """``parse`` as the consumer calls it, at the request's turn; an OTLP/JSON body longer than
+    :data:`JSON_ON_THE_LOOP` is parsed first, on a thread (its :class:`DecodeError` raised
+    here), and the consumer's call hands over what it made."""
+    if codec is not JSON or size <= JSON_ON_THE_LOOP:
+        return parse
+    parsed = await asyncio.to_thread(parse)
+    return lambda: parsed
+
+
 def _content_encoding(request: web.Request) -> str:
     return request.headers.get("Content-Encoding", "").strip().lower()
 
@@ -276,18 +296,27 @@ _CONTENT_TYPE = re.compile(rb"^content-type:[ \t]*([^;\r\n]*)", re.IGNORECASE | 
 HEAD_BYTES = 16 * 1024
 
 
+HEAD_END = b"\r\n\r\n"
+
+
 class _LastBytes(Wrapped):
-    """A connection's protocol keeping the first :data:`HEAD_BYTES` of the last bytes it
-    received (the read itself when shorter: no copy), where a head the parser refused is."""
+    """A connection's protocol keeping, of the bytes it received, those since the last head
+    began (at most :data:`HEAD_BYTES`), where a head the parser refused is: a head that comes a
+    few bytes a read (a slow client, a proxy that cuts it) is kept whole, as one read is.
+    ``refused`` counts what the parser refused (``export_requests_total``)."""
 
-    __slots__ = ("last",)
+    __slots__ = ("last", "refused")
 
-    def __init__(self, handler: asyncio.Protocol) -> None:
+    def __init__(self, handler: asyncio.Protocol, refused: Callable[[str], None]) -> None:
         super().__init__(handler)
-        self.last = b""
+        self.last = bytearray()
+        self.refused = refused
 
     def data_received(self, data: bytes) -> None:
-        self.last = data[:HEAD_BYTES]
+        last = self.last
+        if len(last) >= HEAD_BYTES or HEAD_END in last:  # (a head ended: a new one may begin)
+            last.clear()
+        last += data[:HEAD_BYTES - len(last)]
         self.handler.data_received(data)
 
 
@@ -303,16 +332,47 @@ class _StatusRefusals(QuietRefusals):
             else JSON
         error = (BadRequest(f"malformed HTTP request: {parser_refusal(exc)}") if status < 500
                  else WatchdogError("internal error; see the watchdog log"))
+        if isinstance(protocol, _LastBytes):
+            protocol.refused(error.export_outcome or "internal_error")
         response = web.Response(status=status, body=codec.status(error),
                                 content_type=codec.content_type)
         response.force_close()
         return response
 
 
+def _answered_as_otlp(metrics: Metrics) -> Any:
+    """The port's middleware: a path it does not serve (404) and a method a path does not take
+    (405) are answered as every other refusal here, a ``Status`` in the request's encoding
+    (OTLP: the body of every 4xx and 5xx is one; JSON for a type it does not know), and
+    counted (``export_requests_total``: ``not_found``, ``method_not_allowed``)."""
+
+    @web.middleware
+    async def answer(request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        except web.HTTPNotFound:
+            error: WatchdogError = NotFound(
+                f"no OTLP/HTTP endpoint at {request.path[:200]!r}: traces are sent to "
+                f"POST {TRACES_PATH}")
+            outcome, headers = "not_found", {}
+        except web.HTTPMethodNotAllowed as exc:
+            error = MethodNotAllowed(f"{request.method[:16]} is not allowed on "
+                                     f"{request.path[:200]!r}: OTLP/HTTP exports are POST")
+            outcome, headers = "method_not_allowed", {"Allow": exc.headers.get("Allow", "")}
+        metrics.export_request(PROTOCOL, outcome)
+        codec = CODECS.get(request.content_type, JSON)
+        return web.Response(status=error.http_status, body=codec.status(error),
+                            content_type=codec.content_type, headers=headers)
+
+    return answer
+
+
 def create_app(consumer: TraceConsumer, metrics: Metrics, admission: Admission,
                config: Config, forward: Forwarder | None = None) -> web.Application:
     receiver = TraceReceiver(consumer, metrics, admission, config, forward)
-    app = web.Application(client_max_size=config.max_request_bytes)
+    app = web.Application(client_max_size=config.max_request_bytes,
+                          middlewares=[_answered_as_otlp(metrics)])
     app.router.add_post(TRACES_PATH, receiver.handle)
     return app
 
@@ -326,8 +386,14 @@ class Runner(QuietRunner):
 
     handler = _StatusRefusals
 
-    def __init__(self, app: web.Application, **options: Any) -> None:
+    def __init__(self, app: web.Application, metrics: Metrics | None = None,
+                 **options: Any) -> None:
         super().__init__(app, auto_decompress=False, **options)
+        self.metrics = metrics
+
+    def refused(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.export_request(PROTOCOL, outcome)
 
     def wrap(self, handler: RequestHandler) -> asyncio.Protocol:
-        return _LastBytes(handler)
+        return _LastBytes(handler, self.refused)

@@ -54,8 +54,10 @@ class LogsReceiver(otlp_http.TraceReceiver):
     async def _consume(self, codec: otlp_http.Codec, body: bytes) -> tuple[bytes, bool]:
         parse, respond = logs_codec(codec.content_type)
         try:
-            fresh = await self.consumer.export_logs(functools.partial(parse, body),
-                                                    otlp_http.PROTOCOL, request_digest(body))
+            at_turn = await otlp_http.parse_at_turn(functools.partial(parse, body), codec,
+                                                    len(body))
+            fresh = await self.consumer.export_logs(at_turn, otlp_http.PROTOCOL,
+                                                    request_digest(body))
         except DecodeError as exc:
             raise BadRequest(str(exc)) from None
         return respond(0, ""), fresh

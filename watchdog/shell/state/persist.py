@@ -129,7 +129,7 @@ class StateWriter:
     @property
     def behind(self) -> bool:
         """More activity waits for the store than it takes (:meth:`admit` refuses work)."""
-        return len(self._pending) >= MAX_PENDING_ACTIVITY
+        return len(self._pending.entries) >= MAX_PENDING_ACTIVITY
 
     def admit(self) -> None:
         """Raise unless new work can be accepted (the state is writable and keeps up)."""
