@@ -567,7 +567,7 @@ def test_budget_problems(tmp_path: Path) -> None:
     """)
     assert problems(path) == [
         f"{path}:5: budgets: an entry sets no limit (use one of max_tool_calls, max_iterations, "
-        f"max_seconds, max_tokens, max_cost_usd, or actions: text)",
+        f"max_seconds, max_tokens, max_cost_usd, actions: text, or finish)",
         f"{path}:6: budgets: max_seconds: must be more than 0",
         f"{path}:7: budgets: max_tool_calls: expected an integer >= 1, got 2.5",
         f"{path}:8: budgets: agents: bad glob '[x': unclosed '['",

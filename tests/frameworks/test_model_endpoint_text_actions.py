@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -129,9 +130,27 @@ def run_mini(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.S
     ``agent`` by its base URL. Returns the model's name, its trajectory's info, the commands
     it really ran (ran.log) and the requests the upstream got."""
     model = llm.script(f"mini-{agent}-{next(_CASES)}", script)
+    trajectory = tmp_path / "trajectory.json"
+    drive_mini(sidecar, agent, tmp_path, [
+        "-c", "mini_textbased.yaml", "--model-class", "litellm_textbased",
+        "-m", f"openai/{model}", "-t", "Count the steps.", "--yolo", "--exit-immediately",
+        "-o", str(trajectory)])
+    work = tmp_path / "work"
+    saved = json.loads(trajectory.read_text())
+    info: dict[str, Any] = {**saved["info"], "last_answer": next(
+        (m["content"] for m in reversed(saved["messages"]) if m["role"] == "assistant"), None)}
+    ran = work / "ran.log"
+    commands = ran.read_text().splitlines() if ran.exists() else []
+    return model, info, commands, llm.requests(model)
+
+
+def drive_mini(sidecar: RunningServer, agent: str, tmp_path: Path, args: list[str],
+               extra: dict[str, str] | None = None,
+               check: bool = True) -> subprocess.CompletedProcess[str]:
+    """The ``mini`` CLI with ``args``, named ``agent`` by its base URL, in ``tmp_path/work``
+    (made here), its settings in ``tmp_path`` (and ``extra``)."""
     work = tmp_path / "work"
     work.mkdir()
-    trajectory = tmp_path / "trajectory.json"
     env = {
         **clean_environ("MSWEA_", "LITELLM_"),
         "OPENAI_BASE_URL": f"{sidecar.url('model')}/agent/{agent}/v1",
@@ -143,21 +162,13 @@ def run_mini(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.S
         "MSWEA_SILENT_STARTUP": "1",
         "PYTHONPATH": str(DRIVERS),
         "MINI_WORKDIR": str(work),
-        "MINI_ARGS": json.dumps([
-            "-c", "mini_textbased.yaml", "--model-class", "litellm_textbased",
-            "-m", f"openai/{model}", "-t", "Count the steps.", "--yolo", "--exit-immediately",
-            "-o", str(trajectory)]),
+        "MINI_ARGS": json.dumps(args),
+        **(extra or {}),
     }
     # (the driver process imported LiteLLM with PRELOAD_ENV: its price list from the package,
     # never fetched)
-    drive_command("mini_swe_agent", "endpoint_mini_swe_agent", "cli",
-                  {**clean_environ(), "PYTHONPATH": str(DRIVERS)}, env)
-    saved = json.loads(trajectory.read_text())
-    info: dict[str, Any] = {**saved["info"], "last_answer": next(
-        (m["content"] for m in reversed(saved["messages"]) if m["role"] == "assistant"), None)}
-    ran = work / "ran.log"
-    commands = ran.read_text().splitlines() if ran.exists() else []
-    return model, info, commands, llm.requests(model)
+    return drive_command("mini_swe_agent", "endpoint_mini_swe_agent", "cli",
+                         {**clean_environ(), "PYTHONPATH": str(DRIVERS)}, env, check)
 
 
 def instructions(body: dict[str, Any]) -> str:

@@ -28,7 +28,7 @@ from watchdog.core.fleet import Fleet
 from watchdog.core.handout import Step
 from watchdog.core.rules.decision import Action, Decided, withdraws
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
-from watchdog.core.rules.model import Budget
+from watchdog.core.rules.model import Budget, Finish
 from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import OpenedRun, RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
@@ -704,6 +704,12 @@ class WatchdogService:
         text (``actions: text``), else None."""
         engine = self.core.engine
         return engine.ruleset.acts_in_text(agent) if engine is not None and agent else None
+
+    def finish_of(self, agent: str | None) -> Finish | None:
+        """The tool call that ends ``agent``'s task, as the rule packs declare it
+        (``finish:``), else None."""
+        engine = self.core.engine
+        return engine.ruleset.finish_of(agent) if engine is not None and agent else None
 
     def recent_lines(self, key: str) -> tuple[str, ...]:
         """The run's last steps as report lines (redacted), oldest first."""

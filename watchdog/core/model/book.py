@@ -14,7 +14,9 @@ carries a new user message (its last message is the user's) in a conversation wh
 ended, or that is shorter than the conversation was (the agent started over; not when its tool
 results answer calls its run handed over: the agent goes on from its history after a request
 aside, a summary it asked the model for on that history), starts the conversation's next
-run, in the conversation's session (a conversation the server keeps sends only its new items:
+run, in the conversation's session — unless it is the agent's own reply at once rejecting the
+answer that ended the run at its budget or a stop (:func:`follows_at_once`): that is still the
+run's, answered with its stop (a conversation the server keeps sends only its new items:
 its length is not read). So does a conversation's first
 request (no longer than the one its run began with, no tool results) that comes while that run's
 first request is still with the model or after the model answered it: another invocation with
@@ -104,6 +106,19 @@ _FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)  # a fenced block's con
 _FENCED_WHOLE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
 MAX_SIDE_SAID = 8  # the messages of a side request kept (digests) to know what it quoted
+# A new user message that comes this soon after the answer that ended its run at its budget
+# or a stop is the agent's own reply to that answer (a format error, a validation retry: no
+# person reads a report and asks again this fast), so it is still that run's (its stop), not
+# the session's next run: an agent that takes no answer as its end cannot go on run after
+# run, each with a budget of its own (:func:`follows_at_once`)
+AT_ONCE_NS = 5_000_000_000
+# ... answered with the stop answer this many times (each reply at once to the answer before,
+# the endpoint's own included), then with the error: an agent that drops the stop answer from
+# its conversation and replies at once forever still ends
+MAX_AT_ONCE_REPLIES = 3
+# A conversation's runs in a row, each begun at once after the one before ended at its budget
+# or a stop, past which a reply at once is held even when it keeps the answer in its history
+MAX_CHAINED_RUNS = 2
 SCOPE = ENDPOINT_SCOPE  # the records' instrumentation scope: another than any agent's span
 # Ids of the endpoint's runs and records: random, as the OpenTelemetry SDK's own
 # (``getrandbits``, seeded once from the OS), not ``secrets``: each ``os.urandom`` call lets go
@@ -218,6 +233,13 @@ class EndpointRun:
     # the run of the caller whose sub-agent this run is (its requests name a sub-agent of
     # their session; the caller's name none): a child run of it (``parent_run``)
     parent: str | None = None
+    # the request identified last is the agent's own reply to the answer that ended the run
+    # at its budget or stop (:func:`follows_at_once`): its stop answer ends the chain
+    at_once: bool = False
+    replies: int = 0  # requests at once answered with its stop (MAX_AT_ONCE_REPLIES)
+    # the runs before it in its conversation, in a row, each begun at once after the one
+    # before it ended at its budget or a stop (MAX_CHAINED_RUNS)
+    chain: int = 0
 
 
 def parse_traceparent(value: str | None) -> tuple[str, str] | None:
@@ -254,6 +276,8 @@ class ModelBook:
         # the run named, else of the run whose stop answer one of these is; None: no such stop
         self.stops: Callable[[str | None, Sequence[str]], Stop | None] | None = None
         self._going_on = False  # (what _identify found of the request it reads)
+        self._at_once = False
+        self._now_ns: int | None = None
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -267,15 +291,20 @@ class ModelBook:
 
     def identify(self, api: str, request: Request, caller: Caller, agent: str | None,
                  ended: Callable[[str], bool],
-                 resume: Callable[[str], str | None] | None = None) -> EndpointRun:
+                 resume: Callable[[str], str | None] | None = None,
+                 now_ns: int | None = None) -> EndpointRun:
         """The run of this request. ``ended(key)``: whether the run ``key`` has ended (read
         for the run a conversation had so far); ``resume(session)``: the latest active run of
         a session (read for a conversation this book does not know that the request goes on
-        with: the book was lost in a restart, or had let it go). The request is taken until
-        :meth:`settle`."""
+        with: the book was lost in a restart, or had let it go); ``now_ns``: when it came, on
+        the clock of the records' times (None: not known, so never :func:`follows_at_once`).
+        The request is taken until :meth:`settle`."""
         self._going_on = False
+        self._now_ns = now_ns
+        self._at_once = False
         state = self._identify(api, request, caller, agent, ended, resume)
         state.going_on = self._going_on
+        state.at_once = self._at_once
         state.asking += 1
         if caller.session is not None:
             self._caller_of(state, caller.session, caller.subagent, request.has_tools)
@@ -341,14 +370,14 @@ class ModelBook:
                                         agent, None, None)
             if known is not None:
                 if not (request.last_is_user and _over(known, ended)) \
-                        or goes_on_from_stop(known, request):
+                        or goes_on_from_stop(known, request) or self._follows(known, request):
                     self._going_on = self._answers_calls_of(known, request)
                     return self._touch(known)
                 # a new user message in a conversation the server keeps, once its run has
                 # ended: the next run of the session, as for a conversation sent whole (the
                 # response it continues names that run now: the request sent again is in it)
-                state = self._next_run(known.conversation, known.session, agent,
-                                       request.messages)
+                state = self._chained(self._next_run(known.conversation, known.session,
+                                                     agent, request.messages), known, request)
                 self._responses[request.previous_response_id] = state.key
                 return state
         return self._conversation(api, request, agent, ended, resume, caller.session)
@@ -428,7 +457,8 @@ class ModelBook:
                 break
         state = self._runs.get(key) if key is not None else None
         if state is not None and (goes_on_from_stop(state, request)
-                                  or goes_on_from_final(state, request)):
+                                  or goes_on_from_final(state, request)
+                                  or self._follows(state, request)):
             self._conversations.move_to_end(digest)  # (its agent did not take the stop)
             return self._touch(state)
         if state is not None and goes_on_from_aside(state, request):
@@ -454,7 +484,8 @@ class ModelBook:
             side = self._side_of(client_session, request, digest, ended)
             if side is not None:
                 return side
-        state = self._next_run(digest, session, agent, request.messages)
+        state = self._chained(self._next_run(digest, session, agent, request.messages),
+                              state, request)
         if client_session is not None and first:
             if request.has_tools:
                 self._tasked(client_session, state, request)
@@ -503,6 +534,22 @@ class ModelBook:
         self._conversations.move_to_end(digest)
         self._going_on = True  # (its answer, the title, ended it: it goes on)
         return self._touch(state)
+
+    def _chained(self, state: EndpointRun, before: EndpointRun | None,
+                 request: Request) -> EndpointRun:
+        """``state``, a new run of ``before``'s conversation begun by ``request``, one more of
+        a chain when it came at once after ``before`` ended at its budget or a stop."""
+        if before is not None and self._now_ns is not None \
+                and at_once(before, request, self._now_ns):
+            state.chain = before.chain + 1
+        return state
+
+    def _follows(self, state: EndpointRun, request: Request) -> bool:
+        """:func:`follows_at_once`, at the time :meth:`identify` was given (remembered)."""
+        if self._now_ns is None or not follows_at_once(state, request, self._now_ns):
+            return False
+        self._at_once = True
+        return True
 
     def _stop_of(self, key: str | None, answers: Sequence[str]) -> Stop | None:
         return self.stops(key, answers) if self.stops is not None and (key or answers) \
@@ -854,6 +901,42 @@ def goes_on_from_final(state: EndpointRun, request: Request) -> bool:
     run's. The conversation sent whole, longer than at the final request."""
     return state.acts_in_text and state.final_used and request.last_is_user \
         and not request.kept and request.messages > state.messages
+
+
+def at_once(state: EndpointRun, request: Request, now_ns: int) -> bool:
+    """Whether ``request`` is a new user message less than :data:`AT_ONCE_NS` after the
+    answer that ended ``state``'s run at its budget (its final request's) or at a stop."""
+    return request.last_is_user and (state.final_used or state.stop is not None) \
+        and state.answered > 0 and 0 <= now_ns - state.last_end_ns < AT_ONCE_NS
+
+
+def follows_at_once(state: EndpointRun, request: Request, now_ns: int) -> bool:
+    """Whether ``request``, a new user message in the conversation of ``state``'s run, is the
+    agent's own reply to the answer that ended that run at its budget or at a stop, rejecting
+    it: it comes :func:`at_once`, and its conversation (sent whole, longer than before) does
+    not hold that answer as its last (the agent dropped it: a format error in its place), or
+    the run is the :data:`MAX_CHAINED_RUNS`-th in a row begun so. It is still the run's, and
+    gets its stop, not the upstream. A person's next question comes after a real pause, or
+    holds the answer it follows (a chat sends it whole); it starts the session's next run,
+    with a budget of its own. A run that ended on its own (the model's answer, no budget
+    spent) is never held so."""
+    if not at_once(state, request, now_ns):
+        return False
+    if state.chain >= MAX_CHAINED_RUNS:
+        return True
+    if request.kept or request.messages <= state.messages:
+        return False  # (its history is the server's, or the agent started over)
+    last = answer_digest(request.last_answer)
+    return last is None or last != answer_digest(state.report or "")
+
+
+def replied_at_once(state: EndpointRun, now_ns: int) -> bool:
+    """The endpoint answers ``state``'s run's request that :func:`follows_at_once` with its
+    stop at ``now_ns``: the next reply at once is timed from this answer. False when that
+    request is one too many (:data:`MAX_AT_ONCE_REPLIES`): it gets the error."""
+    state.last_end_ns = max(state.last_end_ns, now_ns)
+    state.replies += 1
+    return state.replies <= MAX_AT_ONCE_REPLIES
 
 
 def _stop_tokens(request: Request) -> tuple[str, ...]:

@@ -203,15 +203,20 @@ class ChatWire:
     def stream_trimmer(self, keep: int) -> ChatTrimmer:
         return ChatTrimmer(keep)
 
-    def answer(self, model: str, text: str, request: Request, now: float) -> dict[str, Any]:
+    def answer(self, model: str, text: str, request: Request, now: float,
+               call: ToolCall | None = None) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+        if call is not None:
+            message["tool_calls"] = [_call_of(call)]
         return {"id": _answer_id(), "object": "chat.completion", "created": int(now),
                 "model": model, "choices": [{
-                    "index": 0, "message": {"role": "assistant", "content": text,
-                                            "refusal": None},
-                    "finish_reason": "stop", "logprobs": None}],
+                    "index": 0, "message": message,
+                    "finish_reason": "stop" if call is None else "tool_calls",
+                    "logprobs": None}],
                 "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
 
-    def answer_stream(self, model: str, text: str, request: Request, now: float) -> bytes:
+    def answer_stream(self, model: str, text: str, request: Request, now: float,
+                      call: ToolCall | None = None) -> bytes:
         answer_id, created = _answer_id(), int(now)
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -220,8 +225,10 @@ class ChatWire:
                                                      "finish_reason": finish,
                                                      "logprobs": None}]})
 
-        parts = [chunk({"role": "assistant", "content": ""}), chunk({"content": text}),
-                 chunk({}, "stop")]
+        parts = [chunk({"role": "assistant", "content": ""}), chunk({"content": text})]
+        if call is not None:
+            parts.append(chunk({"tool_calls": [{"index": 0, **_call_of(call)}]}))
+        parts.append(chunk({}, "stop" if call is None else "tool_calls"))
         if request.include_usage:
             parts.append(sse({"id": answer_id, "object": "chat.completion.chunk",
                               "created": created, "model": model, "choices": [],
@@ -233,6 +240,11 @@ class ChatWire:
     def error(self, status: int, code: str, message: str) -> dict[str, Any]:
         kind = "invalid_request_error" if status < 500 else "api_error"
         return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def _call_of(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.call_id, "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments}}
 
 
 def _answer_id() -> str:

@@ -10,6 +10,7 @@ says a tool failed.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -158,27 +159,44 @@ class MessagesWire:
     def stream_trimmer(self, keep: int) -> MessagesTrimmer:
         return MessagesTrimmer(keep)
 
-    def answer(self, model: str, text: str, request: Request, now: float) -> dict[str, Any]:
+    def answer(self, model: str, text: str, request: Request, now: float,
+               call: ToolCall | None = None) -> dict[str, Any]:
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+        if call is not None:
+            content.append({"type": "tool_use", "id": call.call_id, "name": call.name,
+                            "input": json.loads(call.arguments)})
         return {"id": _answer_id(), "type": "message", "role": "assistant", "model": model,
-                "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+                "content": content, "stop_reason": "end_turn" if call is None else "tool_use",
                 "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
 
-    def answer_stream(self, model: str, text: str, request: Request, now: float) -> bytes:
+    def answer_stream(self, model: str, text: str, request: Request, now: float,
+                      call: ToolCall | None = None) -> bytes:
         message: dict[str, Any] = {
             "id": _answer_id(), "type": "message", "role": "assistant", "model": model,
             "content": [], "stop_reason": None, "stop_sequence": None,
             "usage": {"input_tokens": 0, "output_tokens": 0}}
-        return b"".join((
+        parts = [
             sse({"type": "message_start", "message": message}, "message_start"),
             sse({"type": "content_block_start", "index": 0,
                  "content_block": {"type": "text", "text": ""}}, "content_block_start"),
             sse({"type": "content_block_delta", "index": 0,
                  "delta": {"type": "text_delta", "text": text}}, "content_block_delta"),
-            sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
-            sse({"type": "message_delta", "delta": {"stop_reason": "end_turn",
-                                                    "stop_sequence": None},
-                 "usage": {"output_tokens": 0}}, "message_delta"),
-            sse({"type": "message_stop"}, "message_stop")))
+            sse({"type": "content_block_stop", "index": 0}, "content_block_stop")]
+        if call is not None:
+            parts += [
+                sse({"type": "content_block_start", "index": 1, "content_block": {
+                    "type": "tool_use", "id": call.call_id, "name": call.name, "input": {}}},
+                    "content_block_start"),
+                sse({"type": "content_block_delta", "index": 1, "delta": {
+                    "type": "input_json_delta", "partial_json": call.arguments}},
+                    "content_block_delta"),
+                sse({"type": "content_block_stop", "index": 1}, "content_block_stop")]
+        parts += [
+            sse({"type": "message_delta", "delta": {
+                "stop_reason": "end_turn" if call is None else "tool_use",
+                "stop_sequence": None}, "usage": {"output_tokens": 0}}, "message_delta"),
+            sse({"type": "message_stop"}, "message_stop")]
+        return b"".join(parts)
 
     def error(self, status: int, code: str, message: str) -> dict[str, Any]:
         kind = {400: "invalid_request_error", 401: "authentication_error",

@@ -217,11 +217,13 @@ class ResponsesWire:
     def stream_trimmer(self, keep: int) -> ResponsesTrimmer:
         return ResponsesTrimmer(self, keep)
 
-    def answer(self, model: str, text: str, request: Request, now: float) -> dict[str, Any]:
-        return _response(model, text, request.given_instructions, now)
+    def answer(self, model: str, text: str, request: Request, now: float,
+               call: ToolCall | None = None) -> dict[str, Any]:
+        return _response(model, text, request.given_instructions, now, call)
 
-    def answer_stream(self, model: str, text: str, request: Request, now: float) -> bytes:
-        whole = _response(model, text, request.given_instructions, now)
+    def answer_stream(self, model: str, text: str, request: Request, now: float,
+                      call: ToolCall | None = None) -> bytes:
+        whole = _response(model, text, request.given_instructions, now, call)
         item = whole["output"][0]
         part = item["content"][0]
         started = {**whole, "status": "in_progress", "output": []}
@@ -241,8 +243,19 @@ class ResponsesWire:
             ("response.content_part.done", {"output_index": 0, "content_index": 0,
                                             "item_id": item["id"], "part": part}),
             ("response.output_item.done", {"output_index": 0, "item": item}),
-            ("response.completed", {"response": whole}),
         ]
+        if call is not None:
+            function = whole["output"][1]
+            events += [
+                ("response.output_item.added", {"output_index": 1, "item": {
+                    **function, "arguments": "", "status": "in_progress"}}),
+                ("response.function_call_arguments.delta", {
+                    "output_index": 1, "item_id": function["id"], "delta": call.arguments}),
+                ("response.function_call_arguments.done", {
+                    "output_index": 1, "item_id": function["id"],
+                    "arguments": call.arguments}),
+                ("response.output_item.done", {"output_index": 1, "item": function})]
+        events.append(("response.completed", {"response": whole}))
         return b"".join(sse({"type": name, "sequence_number": number, **data}, name)
                         for number, (name, data) in enumerate(events))
 
@@ -261,16 +274,23 @@ def _with_note(content: object, note: str) -> object:
     return note
 
 
-def _response(model: str, text: str, instructions: object, now: float) -> dict[str, Any]:
+def _response(model: str, text: str, instructions: object, now: float,
+              call: ToolCall | None = None) -> dict[str, Any]:
     """The endpoint's own answer, completed; ``instructions`` echoed as the client sent them,
-    as the API echoes them (a client may read them back: Koog)."""
+    as the API echoes them (a client may read them back: Koog); ``call``: the agent's finish
+    after its text."""
+    output: list[dict[str, Any]] = [{
+        "type": "message", "id": "msg_watchdog" + uuid.uuid4().hex[:20],
+        "status": "completed", "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}]}]
+    if call is not None:
+        output.append({"type": "function_call", "id": "fc_watchdog" + uuid.uuid4().hex[:20],
+                       "call_id": call.call_id, "name": call.name,
+                       "arguments": call.arguments, "status": "completed"})
     return {"id": "resp_watchdog" + uuid.uuid4().hex[:20], "object": "response",
             "created_at": int(now), "status": "completed", "error": None,
             "incomplete_details": None, "instructions": instructions, "model": model,
-            "output": [{"type": "message", "id": "msg_watchdog" + uuid.uuid4().hex[:20],
-                        "status": "completed", "role": "assistant",
-                        "content": [{"type": "output_text", "text": text,
-                                     "annotations": []}]}],
+            "output": output,
             "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
             # (the API's every response says its text format; strict clients, Koog's,
             # require it)

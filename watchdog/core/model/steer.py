@@ -32,6 +32,9 @@ agent that can only take a tool call still gets its report.
 from __future__ import annotations
 
 import json
+import random
+import re
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -49,6 +52,7 @@ from watchdog.core.rules.decision import (
     Action,
     withdraws,
 )
+from watchdog.core.rules.model import REPORT_MARK, REPORT_SHELL_MARK, Finish
 from watchdog.core.runs.steps import format_usd
 
 # What the client SDK puts in the instructions it steers (agent_watchdog_client.steer)
@@ -146,6 +150,23 @@ def answer_of(calls: Iterable[ToolCall]) -> str | None:
         if isinstance(only, str):
             return only
     return arguments
+
+
+FINISH_CALL_ID = "call_watchdog_"  # the id of a finish call the endpoint gives: it, 96 bits
+_ids = random.Random()
+
+
+def finish_call(finish: Finish, report: str) -> ToolCall:
+    """The call of the agent's own finish (its rule pack's ``finish:``) that carries
+    ``report``: each argument's value with the report where it says REPORT_MARK, or, quoted
+    for a POSIX shell (a command the agent runs: the report is its words, never code),
+    REPORT_SHELL_MARK."""
+    quoted = shlex.quote(report)
+    marks = re.compile(f"{re.escape(REPORT_SHELL_MARK)}|{re.escape(REPORT_MARK)}")
+    arguments = {name: marks.sub(lambda m: quoted if m.group() == REPORT_SHELL_MARK else report,
+                                 value) for name, value in finish.arguments}
+    return ToolCall(f"{FINISH_CALL_ID}{_ids.getrandbits(96):024x}", finish.tool,
+                    json.dumps(arguments, ensure_ascii=False))
 
 
 def answer_tool_offered(names: Iterable[object]) -> str | None:

@@ -22,6 +22,22 @@ MAX_CACHED_AGENTS = 4096  # distinct agent names whose budget is remembered; the
 ACTIONS_TOOLS, ACTIONS_TEXT = "tools", "text"
 STOP_NOTE_MARK = "${note}"  # where a ``stop_answer:`` puts the stop note
 MAX_STOP_ANSWER_CHARS = 4096
+# where a ``finish:`` call's arguments put the report: as it is, or quoted for a POSIX shell
+REPORT_MARK, REPORT_SHELL_MARK = "${report}", "${report_shell}"
+MAX_FINISH_ARGUMENTS = 16  # a finish call's arguments, each at most MAX_STOP_ANSWER_CHARS
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The tool call that ends a budgets entry's agents' task (its ``finish:``): the endpoint's
+    final and stop answers are given as a call of ``tool`` with ``arguments`` (name, value;
+    each value with the report where it says REPORT_MARK, or REPORT_SHELL_MARK)."""
+
+    tool: str
+    arguments: tuple[tuple[str, str], ...]
+
+    def describe(self) -> dict[str, Any]:
+        return {"tool": self.tool, "arguments": dict(self.arguments)}
 
 
 class Repeat(StrEnum):
@@ -136,6 +152,8 @@ class Budget:
     # ACTIONS_TEXT: the answer an abort gives them, in the form that ends their task, the
     # stop note where it says STOP_NOTE_MARK (None: the stop note alone)
     stop_answer: str | None = None
+    # ACTIONS_TOOLS: the tool call that ends their task (None: a text answer ends it)
+    finish: Finish | None = None
 
     def applies_to(self, agent: str) -> bool:
         return any(fnmatchcase(agent, glob) for glob in self.agents)
@@ -189,15 +207,25 @@ class RuleSet:
     def acts_in_text(self, agent: str) -> Budget | None:
         """``agent``'s budgets entry (the first matching) when it says ``actions: text``
         (read at each model request: remembered per agent, as its budget is)."""
+        entry = self._entry(agent)
+        return entry if entry is not None and entry.actions == ACTIONS_TEXT else None
+
+    def finish_of(self, agent: str) -> Finish | None:
+        """The tool call that ends ``agent``'s task, as its budgets entry (the first matching)
+        declares it (``finish:``), else None."""
+        entry = self._entry(agent)
+        return entry.finish if entry is not None else None
+
+    def _entry(self, agent: str) -> Budget | None:
+        """``agent``'s budgets entry, the first matching (remembered per agent)."""
         cache = self._acting_cache
         if agent in cache:
             return cache[agent]
         entry = next((b for b in self.budgets if b.applies_to(agent)), None)
-        found = entry if entry is not None and entry.actions == ACTIONS_TEXT else None
         if len(cache) >= MAX_CACHED_AGENTS:
             cache.clear()
-        cache[agent] = found
-        return found
+        cache[agent] = entry
+        return entry
 
     def get(self, name: str) -> Rule | None:
         return next((r for r in self.rules if r.name == name), None)

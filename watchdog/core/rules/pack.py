@@ -35,8 +35,10 @@ from watchdog.core.rules.expr import Expr, ExprError, Template, compile_expr, co
 from watchdog.core.rules.model import (
     ACTIONS_TEXT,
     ACTIONS_TOOLS,
+    MAX_FINISH_ARGUMENTS,
     MAX_STOP_ANSWER_CHARS,
     Budget,
+    Finish,
     Grace,
     Repeat,
     Rule,
@@ -78,7 +80,7 @@ RULE_KEY_SYNONYMS = {"expr": "when", "expression": "when", "condition": "when", 
                      "alert": "name"}
 GRACE_KEYS = ("tool_calls", "seconds")
 NO_COUNTDOWN = "none"  # ``countdown: none``: not a countdown (nor one a replaced rule had)
-BUDGET_ENTRY_KEYS = ("agents", *BUDGET_KEYS, "actions", "stop_answer")
+BUDGET_ENTRY_KEYS = ("agents", *BUDGET_KEYS, "actions", "stop_answer", "finish")
 INTEGER_BUDGETS = WHOLE_BUDGET_KEYS
 
 
@@ -207,10 +209,18 @@ def ahead_form(packs: Sequence[_Pack], digest: str) -> dict[str, Any]:
             "grace": [r.grace.tool_calls, r.grace.seconds] if r.grace else None,
             "countdown": r.countdown, "enabled": r.enabled} for r in pack.rules],
         "budgets": [{"agents": list(b.agents), "limits": b.limits, "line": b.line,
-                     "actions": b.actions, "stop_answer": b.stop_answer}
+                     "actions": b.actions, "stop_answer": b.stop_answer,
+                     "finish": b.finish.describe() if b.finish else None}
                     for b in pack.budgets],
         "disable": [[name, line] for name, line in pack.disable],
         "switch_off": [[name, line] for name, line in pack.switch_off]} for pack in packs]}
+
+
+def _ahead_finish(form: Any) -> Finish | None:
+    if not form:
+        return None
+    return Finish(str(form["tool"]), tuple((str(k), str(v))
+                                           for k, v in form["arguments"].items()))
 
 
 def read_ahead(file: str) -> _Pack | None:
@@ -224,7 +234,8 @@ def read_ahead(file: str) -> _Pack | None:
         return _Pack(file, str(form["name"]), [_ahead_rule(file, rule) for rule in form["rules"]],
                      [Budget(tuple(b["agents"]), {k: float(v) for k, v in b["limits"].items()},
                              file, int(b["line"]), str(b.get("actions", ACTIONS_TOOLS)),
-                             b.get("stop_answer")) for b in form["budgets"]],
+                             b.get("stop_answer"), _ahead_finish(b.get("finish")))
+                      for b in form["budgets"]],
                      [(str(name), int(line)) for name, line in form["disable"]],
                      [(str(name), int(line)) for name, line in form.get("switch_off", ())])
     except (OSError, ValueError, LookupError, TypeError, ExprError):
@@ -384,13 +395,48 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
             reader.problem(fields["stop_answer"], None, f"budgets: stop_answer: at most "
                                                         f"{MAX_STOP_ANSWER_CHARS} characters")
             ok = False
-    if not limits and ok and actions == ACTIONS_TOOLS:
+    finish = None
+    if "finish" in fields:
+        finish = _finish(reader, fields["finish"])
+        if finish is None:
+            ok = False
+        elif actions == ACTIONS_TEXT:
+            reader.problem(fields["finish"], None, "budgets: finish: only for agents that act "
+                           f"by tool calls (for actions: {ACTIONS_TEXT}, stop_answer)")
+            ok = False
+    if not limits and ok and actions == ACTIONS_TOOLS and finish is None:
         reader.problem(node, None, "budgets: an entry sets no limit (use one of "
-                                   f"{', '.join(BUDGET_KEYS)}, or actions: {ACTIONS_TEXT})")
+                                   f"{', '.join(BUDGET_KEYS)}, actions: {ACTIONS_TEXT}, "
+                                   "or finish)")
         ok = False
     if not ok or agents is None:
         return None
-    return Budget(agents, limits, reader.file, reader.line(node), actions, stop_answer)
+    return Budget(agents, limits, reader.file, reader.line(node), actions, stop_answer, finish)
+
+
+def _finish(reader: Reader, node: Node) -> Finish | None:
+    """A budgets entry's ``finish:`` (``tool:``, the name of the tool whose call ends the
+    agents' task; ``arguments:``, a mapping of its arguments to strings), or None with its
+    problems told."""
+    fields = reader.fields(node, None, "budgets: finish", ("tool", "arguments"),
+                           required=("tool", "arguments"))
+    if fields is None or len(fields) < 2:
+        return None
+    tool = reader.string(fields["tool"], None, "budgets: finish: tool")
+    value = reader.data(fields["arguments"], None, "budgets: finish: arguments")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value or len(value) > MAX_FINISH_ARGUMENTS \
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        reader.problem(fields["arguments"], None, "budgets: finish: arguments: expected a "
+                       f"mapping of 1 to {MAX_FINISH_ARGUMENTS} names to strings, got "
+                       f"a {type(value).__name__}")
+        return None
+    if any(len(v) > MAX_STOP_ANSWER_CHARS for v in value.values()):
+        reader.problem(fields["arguments"], None, "budgets: finish: arguments: each at most "
+                       f"{MAX_STOP_ANSWER_CHARS} characters")
+        return None
+    return Finish(tool, tuple(value.items())) if tool is not None else None
 
 
 def _read_agents(reader: Reader, fields: dict[str, Node], rule: str | None,

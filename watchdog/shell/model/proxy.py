@@ -54,13 +54,22 @@ from watchdog.core.model.book import (
     EndpointRun,
     ModelBook,
     goes_on_from_stop,
+    replied_at_once,
     text_stop_answer,
 )
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire, echo_of
-from watchdog.core.model.steer import Act, Counts, Turn, answer_of, decide, kept_calls
+from watchdog.core.model.steer import (
+    Act,
+    Counts,
+    Turn,
+    answer_of,
+    decide,
+    finish_call,
+    kept_calls,
+)
 from watchdog.core.model.wire import (
     ABORT_CODE,
     Observation,
@@ -533,7 +542,8 @@ class ModelProxy:
                 self.before_identify(wire.api, parsed, caller, agent)
             if self.asking:
                 self._let_go_resent(wire.api, parsed, caller, agent)
-            state = self.book.identify(wire.api, parsed, caller, agent, ended, resume)
+            state = self.book.identify(wire.api, parsed, caller, agent, ended, resume,
+                                       time.time_ns())
             run = self._run_of(state, agent, budget,
                                self.book.tool_records(state, parsed, time.time_ns()))
             calls = max(run.iterations, 1)
@@ -646,20 +656,27 @@ class ModelProxy:
                 and acting.stop_answer is not None:
             # (an agent that acts on the answer's text ends by the form its pack gives)
             answer = text_stop_answer(acting.stop_answer, text)
+        replied = not state.at_once or replied_at_once(state, time.time_ns())
         if self.config.model_abort == "error" or answer is None \
-                or goes_on_from_stop(state, parsed):
+                or goes_on_from_stop(state, parsed) or not replied:
             # (an agent that sent the stop answer on did not take it as its run's end, a
             # framework's validation retry: the error ends it, its message the note)
             return Answer(400, dumps(wire.error(400, ABORT_CODE, text)), JSON)
+        finish = self.service.finish_of(agent) if parsed.answer_format is None else None
+        call = finish_call(finish, text) if finish is not None else None
         if parsed.stream:
-            body = wire.answer_stream(parsed.model, answer, parsed, time.time())
+            body = wire.answer_stream(parsed.model, answer, parsed, time.time(), call)
             headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         else:
-            body, headers = dumps(wire.answer(parsed.model, answer, parsed, time.time())), JSON
-        if text != state.report or answer_digest(text) in state.stop_answers:
+            body, headers = dumps(wire.answer(parsed.model, answer, parsed, time.time(),
+                                              call)), JSON
+        if text != state.report or answer_digest(text) in state.stop_answers \
+                or state.at_once or call is not None:
             # (the model's own report ended its run: what follows it with a new user message
             # is the session's next run, as after any answer; a report that is the stop note
-            # in place of its final answer is the endpoint's: given again, under an id anew)
+            # in place of its final answer is the endpoint's: given again, under an id anew;
+            # the report given again to an agent's own reply to it, or as its finish call, is
+            # the stop's: the agent that sends it on gets the error)
             self._stopped(state, wire, parsed, answer, body, text)
         return Answer(200, body, headers)
 
@@ -871,14 +888,22 @@ class ModelProxy:
         they were withdrawn, and they were trimmed); the note is then the answer observed,
         and the run's stop answer, as an abort's (:meth:`_stopped`). None: the answer
         stands."""
-        if exchange.turn.act is not Act.FINAL or handed or seen.text.strip() \
-                or not seen.complete:
+        if exchange.turn.act is not Act.FINAL or handed or not seen.complete:
             return None
-        reason = Turn(Act.ABORT, f"the model asked for tools again instead of its final "
-                      f"report ({exchange.turn.rule})")
-        note = self._stop_text(reason, exchange.state, exchange.key)
-        seen.text = note
-        body = stop_answer(exchange, note, stream)
+        finish = self.service.finish_of(exchange.agent) \
+            if exchange.request.answer_format is None else None
+        if seen.text.strip():
+            if finish is None:
+                return None
+            # (an agent that ends its task by a tool call: the report, as that call)
+            note = seen.text
+        else:
+            reason = Turn(Act.ABORT, f"the model asked for tools again instead of its final "
+                          f"report ({exchange.turn.rule})")
+            note = self._stop_text(reason, exchange.state, exchange.key)
+            seen.text = note
+        call = finish_call(finish, note) if finish is not None else None
+        body = stop_answer(exchange, note, stream, call)
         self._stopped(exchange.state, exchange.wire, exchange.request, note, body, note)
         return body
 

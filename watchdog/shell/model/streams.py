@@ -39,7 +39,7 @@ from multidict import CIMultiDictProxy
 from watchdog.core.model.chat import usage_only
 from watchdog.core.model.responses import restore_echo, restored_event
 from watchdog.core.model.steer import Act, kept_calls
-from watchdog.core.model.wire import SSEReader, Unjudged, dumps, judged
+from watchdog.core.model.wire import SSEReader, ToolCall, Unjudged, dumps, judged
 from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, inflate
 from watchdog.shell.model.headers import response_headers
 from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Exchange
@@ -161,13 +161,15 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
                         headers=response_headers(upstream.headers, changed))
 
 
-def stop_answer(exchange: Exchange, note: str, stream: bool) -> bytes:
-    """The answer that replaces a final request's answer left empty (``note``: the stop note,
-    :meth:`ModelProxy.empty_final`), on either relay: a stream of it, or a whole one."""
+def stop_answer(exchange: Exchange, note: str, stream: bool,
+                call: ToolCall | None = None) -> bytes:
+    """The answer that replaces a final request's answer (``note``: the stop note of one left
+    empty, or the report, :meth:`ModelProxy.empty_final`; ``call``: the agent's finish that
+    carries it), on either relay: a stream of it, or a whole one."""
     wire, request = exchange.wire, exchange.request
     if stream:
-        return wire.answer_stream(request.model, note, request, time.time())
-    return dumps(wire.answer(request.model, note, request, time.time()))
+        return wire.answer_stream(request.model, note, request, time.time(), call)
+    return dumps(wire.answer(request.model, note, request, time.time(), call))
 
 
 def _passed(exchange: Exchange, response: _Relayed) -> _Relayed:

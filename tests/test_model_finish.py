@@ -1,0 +1,210 @@
+"""The model endpoint's pieces for agents that end their task by a tool call (a rule pack's
+``finish:``), and for agents that reject the answer that ended their run, pure: the pack reads
+the declaration; the call carries the report (quoted for a shell: one word); the
+endpoint's answers that carry it read back, as each API's own SDK and the endpoint's readers
+read them, whole and streamed; a reply at once that drops the answer that ended its run at its
+budget stays in that run, a question that keeps it (or comes after a pause) is the next run.
+The real agent's tests: :mod:`tests.frameworks.test_model_endpoint_finish_tool`."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+import anthropic.types
+import openai.types.chat
+import openai.types.responses
+import pytest
+
+from watchdog.core.model.book import AT_ONCE_NS, MAX_CHAINED_RUNS, Caller, ModelBook
+from watchdog.core.model.chat import ChatWire
+from watchdog.core.model.messages import MessagesWire
+from watchdog.core.model.responses import ResponsesWire
+from watchdog.core.model.steer import finish_call
+from watchdog.core.model.wire import Observation, Request, Wire, read_stream
+from watchdog.core.rules.model import Finish
+from watchdog.core.rules.pack import RulePackError, load_text
+
+SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+FINISH = Finish("bash", (("command", f"printf '%s\\n' {SUBMIT} ${{report_shell}}"),))
+REPORT = "It's done: 'quoted' $HOME `id` \"x\" ${report} ${report_shell}\n- line two"
+
+
+def pack(entry: str) -> str:
+    return f"apiVersion: agent-watchdog/v1\nkind: RulePack\nname: p\nbudgets:\n{entry}"
+
+
+# -- the declaration --------------------------------------------------------------------------
+
+def test_a_budgets_entry_names_its_agents_finish_call() -> None:
+    rules = load_text(pack("""\
+  - agents: ["mini*"]
+    finish:
+      tool: bash
+      arguments: {command: "echo ${report_shell}"}
+  - agents: ["other"]
+    max_tool_calls: 3
+"""))
+    assert rules.finish_of("mini-swe-agent") == Finish("bash", (("command",
+                                                                  "echo ${report_shell}"),))
+    assert rules.budget_for("mini-swe-agent") == {}  # (finish alone: no limit)
+    assert rules.finish_of("other") is None and rules.finish_of("nobody") is None
+
+
+@pytest.mark.parametrize(("finish", "problem"), [
+    ("finish: bash", "budgets: finish must be a mapping"),
+    ("finish: {tool: bash}", "'arguments' is required"),
+    ("finish: {arguments: {a: b}}", "'tool' is required"),
+    ("finish: {tool: bash, arguments: {}}", "expected a mapping of 1 to 16 names to strings"),
+    ("finish: {tool: bash, arguments: {a: 1}}", "expected a mapping of 1 to 16 names"),
+    ("finish: {tool: bash, arguments: x}", "got a str"),
+    ("finish: {tool: bash, arguments: {a: b}, when: x}", "unknown key 'when'"),
+    ("actions: text\n    finish: {tool: bash, arguments: {a: b}}",
+     "finish: only for agents that act by tool calls"),
+])
+def test_a_bad_finish_is_told(finish: str, problem: str) -> None:
+    with pytest.raises(RulePackError) as failure:
+        load_text(pack(f"  - agents: [a]\n    {finish}\n"))
+    assert problem in str(failure.value)
+
+
+def test_the_call_carries_the_report_quoted_for_the_shell_never_run_as_code() -> None:
+    call = finish_call(FINISH, REPORT)
+    assert call.name == "bash" and call.call_id.startswith("call_watchdog_")
+    command = json.loads(call.arguments)["command"]
+    # (one word, as a POSIX shell splits it: nothing of it runs; the real agent's test runs it)
+    assert shlex.split(command) == ["printf", "%s\\n", SUBMIT, REPORT]
+    plain = finish_call(Finish("submit", (("answer", "Report: ${report}"),)), REPORT)
+    assert json.loads(plain.arguments) == {"answer": f"Report: {REPORT}"}
+
+
+# -- the answers that carry it ----------------------------------------------------------------
+
+WIRES: dict[str, tuple[Wire, dict[str, Any]]] = {
+    "chat": (ChatWire(), {"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+    "responses": (ResponsesWire(), {"model": "m", "input": "hi"}),
+    "messages": (MessagesWire(), {"model": "m", "max_tokens": 9,
+                                  "messages": [{"role": "user", "content": "hi"}]}),
+}
+SDK_TYPES: dict[str, Any] = {
+    "chat": openai.types.chat.ChatCompletion,
+    "responses": openai.types.responses.Response,
+    "messages": anthropic.types.Message,
+}
+
+
+def sdk_call(api: str, body: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """The call as the API's own SDK reads the answer: (id, name, arguments)."""
+    # (validated strictly; the clients read leniently, and this SDK's Response type wants a
+    # usage field the endpoint's answers have never given: left out here)
+    parsed = SDK_TYPES[api].model_validate({**body, "usage": None} if api == "responses"
+                                           else body)
+    if api == "chat":
+        [call] = parsed.choices[0].message.tool_calls
+        return call.id, call.function.name, json.loads(call.function.arguments)
+    if api == "responses":
+        [call] = [item for item in parsed.output if item.type == "function_call"]
+        return call.call_id, call.name, json.loads(call.arguments)
+    [call] = [block for block in parsed.content if block.type == "tool_use"]
+    return call.id, call.name, dict(call.input)
+
+
+@pytest.mark.parametrize("api", list(WIRES))
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_endpoints_answer_carries_the_call_whole_and_streamed(api: str,
+                                                                  stream: bool) -> None:
+    wire, body = WIRES[api]
+    request: Request = wire.read_request(body)
+    call = finish_call(FINISH, REPORT)
+    if stream:
+        accumulator = wire.accumulator()
+        read_stream(accumulator, wire.answer_stream("m", REPORT, request, 1.0, call))
+        seen: Observation = accumulator.observation
+        assert seen.complete
+    else:
+        whole = wire.answer("m", REPORT, request, 1.0, call)
+        assert sdk_call(api, whole) == (call.call_id, "bash", json.loads(call.arguments))
+        seen = wire.read_response(whole)
+    assert seen.text == REPORT
+    assert [(c.call_id, c.name, json.loads(c.arguments)) for c in seen.calls] == [
+        (call.call_id, "bash", json.loads(call.arguments))]
+    # without the call: the text answer, as before
+    plain = wire.read_response(wire.answer("m", REPORT, request, 1.0))
+    assert (plain.text, plain.calls) == (REPORT, [])
+
+
+# -- a reply at once to the answer that ended the run ------------------------------------------
+
+SYSTEM = {"role": "system", "content": "Call bash."}
+TASK = {"role": "user", "content": "Count the files."}
+STEP = {"role": "assistant", "content": None, "tool_calls": [{
+    "id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}
+RESULT = {"role": "tool", "tool_call_id": "c1", "content": "ok"}
+FORMAT_ERROR = {"role": "user", "content": "No tool calls found in the response."}
+
+
+def chat(*messages: dict[str, Any]) -> Request:
+    return ChatWire().read_request({"model": "m", "messages": [SYSTEM, TASK, *messages]})
+
+
+def not_ended(_key: str) -> bool:
+    return False
+
+
+def ended_at_its_budget(book: ModelBook, first: Request, report: str, end_ns: int) -> Any:
+    """A run of ``first``'s conversation whose final request the model answered with
+    ``report`` at ``end_ns``."""
+    state = book.identify("chat", first, Caller(), "mini", not_ended, now_ns=0)
+    state.final_used, state.report = True, report
+    book.call_record(state, first, Observation(text=report, finish_reason="stop"), [], 1,
+                     end_ns)
+    book.settle(state)
+    return state
+
+
+def test_a_reply_at_once_that_drops_the_answer_stays_in_the_run() -> None:
+    book = ModelBook()
+    final = chat(STEP, RESULT)
+    state = ended_at_its_budget(book, final, "REPORT", 10)
+    # mini: the answer dropped, a format error in its place, at once
+    reply = chat(STEP, RESULT, FORMAT_ERROR)
+    assert book.identify("chat", reply, Caller(), "mini", not_ended,
+                         now_ns=10 + AT_ONCE_NS - 1) is state
+    assert state.at_once
+    # the same, after a pause: a person's next message, the next run
+    book = ModelBook()
+    state = ended_at_its_budget(book, final, "REPORT", 10)
+    later = book.identify("chat", reply, Caller(), "mini", not_ended, now_ns=10 + AT_ONCE_NS)
+    assert later is not state and not later.at_once and later.chain == 0
+
+
+def test_a_question_that_keeps_the_answer_is_the_next_run_until_the_chain_is_too_long() -> None:
+    book = ModelBook()
+    history: list[dict[str, Any]] = [STEP, RESULT]
+    state = ended_at_its_budget(book, chat(*history), "REPORT", 10)
+    runs = [state]
+    for number in range(1, MAX_CHAINED_RUNS + 1):
+        history += [{"role": "assistant", "content": "REPORT"},
+                    {"role": "user", "content": f"Task {number}."}]
+        nxt = book.identify("chat", chat(*history), Caller(), "mini", not_ended,
+                            now_ns=runs[-1].last_end_ns + 1)
+        assert nxt is not runs[-1] and nxt.chain == number and not nxt.at_once
+        book.settle(nxt)
+        nxt.final_used, nxt.report = True, "REPORT"
+        book.call_record(nxt, chat(*history), Observation(text="REPORT", finish_reason="stop"),
+                         [], 1, runs[-1].last_end_ns + 2)
+        runs.append(nxt)
+    # the next one at once, its answer kept: held in the last run (the chain is long enough)
+    history += [{"role": "assistant", "content": "REPORT"},
+                {"role": "user", "content": "Task again."}]
+    assert book.identify("chat", chat(*history), Caller(), "mini", not_ended,
+                         now_ns=runs[-1].last_end_ns + 1) is runs[-1]
+    # a run that ended on its own is never held: its next question is the next run
+    book = ModelBook()
+    own = book.identify("chat", chat(STEP, RESULT), Caller(), "mini", not_ended, now_ns=0)
+    book.call_record(own, chat(STEP, RESULT), Observation(text="done", finish_reason="stop"),
+                     [], 1, 10)
+    book.settle(own)
+    assert book.identify("chat", chat(STEP, RESULT, FORMAT_ERROR), Caller(), "mini",
+                         lambda _key: True, now_ns=11) is not own
