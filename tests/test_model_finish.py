@@ -96,10 +96,8 @@ SDK_TYPES: dict[str, Any] = {
 
 def sdk_call(api: str, body: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
     """The call as the API's own SDK reads the answer: (id, name, arguments)."""
-    # (validated strictly; the clients read leniently, and this SDK's Response type wants a
-    # usage field the endpoint's answers have never given: left out here)
-    parsed = SDK_TYPES[api].model_validate({**body, "usage": None} if api == "responses"
-                                           else body)
+    # (validated strictly, its usage too; the clients read leniently)
+    parsed = SDK_TYPES[api].model_validate(body, strict=True)
     if api == "chat":
         [call] = parsed.choices[0].message.tool_calls
         return call.id, call.function.name, json.loads(call.function.arguments)

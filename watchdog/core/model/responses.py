@@ -296,7 +296,8 @@ def _response(model: str, text: str, instructions: object, now: float,
             # require it)
             "text": {"format": {"type": "text"}},
             "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
-                      "input_tokens_details": {"cached_tokens": 0},
+                      "input_tokens_details": {"cached_tokens": 0,
+                                               "cache_write_tokens": 0},
                       "output_tokens_details": {"reasoning_tokens": 0}}}
 
 
