@@ -8,7 +8,8 @@
 // note), `loop` (the same lookup four times), `limit` (lookup forever; RunConfig maxLlmCalls 3
 // stops it), `tool_error` (lookup throws for "broken"), `subagent` (its sub-agent `adk_sub`, on
 // FAKE_LLM_MODEL-sub with `lookup`, reached by ADK's own `transfer_to_agent`); a `_stream` suffix
-// runs it with StreamingMode.SSE (streamGenerateContent). It prints one JSON line last:
+// runs it with StreamingMode.SSE (streamGenerateContent), a `_nocontent` suffix with
+// ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=false (no arguments, results or responses on spans). It prints one JSON line last:
 // {"ran": [the tools' arguments as run], "output": the last text, "error": the message or null}.
 import { FunctionTool, Gemini, InMemoryRunner, LlmAgent, StreamingMode } from "@google/adk";
 import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
@@ -17,6 +18,8 @@ import { z } from "zod";
 import { spanProcessors } from "../recording.ts";
 
 const scenario = process.argv[2] ?? "three_tools";
+const base = scenario.replace(/_nocontent$/, "");
+if (base !== scenario) process.env.ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS = "false";
 const provider = new NodeTracerProvider({ spanProcessors: spanProcessors() });
 provider.register();
 
@@ -56,7 +59,7 @@ const agent = new LlmAgent({
   instruction: "You are a careful research agent. Use the lookup tool, then answer.",
   model: model(process.env.FAKE_LLM_MODEL ?? ""),
   tools: [lookup, note],
-  ...(scenario.startsWith("subagent") ? { subAgents: [sub] } : {}),
+  ...(base.startsWith("subagent") ? { subAgents: [sub] } : {}),
 });
 
 const runner = new InMemoryRunner({ agent, appName: "adk_app" });
@@ -67,8 +70,8 @@ try {
     userId: "user",
     newMessage: { role: "user", parts: [{ text: "Look the keys a, b and c up, then say what you found." }] },
     runConfig: {
-      maxLlmCalls: scenario.startsWith("limit") ? 3 : 20,
-      streamingMode: scenario.endsWith("_stream") ? StreamingMode.SSE : StreamingMode.NONE,
+      maxLlmCalls: base.startsWith("limit") ? 3 : 20,
+      streamingMode: base.endsWith("_stream") ? StreamingMode.SSE : StreamingMode.NONE,
     },
   })) {
     const text = (event.content?.parts ?? []).map((part) => part.text ?? "").join("");
