@@ -26,9 +26,10 @@ a tool that throws (its span ends OK with no attribute; ADK hands the error to t
 tool's response, in the next request alone) reads as no error; ``RunConfig.maxLlmCalls``
 reached (ADK yields an error event of its own, the fourth ``call_llm`` span empty and OK) reads
 ``no_response``, not ``tool_limit_reached`` as google-adk's ``LlmCallsLimitExceededError``
-does in Python. The expectations are otherwise DESIGN §3's: one run per invocation, iterations =
-model calls, tool calls, the answer's text, a sub-agent a child run. Each case runs live (one
-node process; ``LIVE``) and from its committed recording.
+does in Python. Nor is a request's conversation read (``gcp.vertex.agent.llm_request``'s
+``contents``): ``messages`` stays 0. The expectations are otherwise DESIGN §3's: one run per
+invocation, iterations = model calls, tool calls, the answer's text, a sub-agent a child run.
+Each case runs live (one node process; ``LIVE``) and from its committed recording.
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ def check(sidecar: RunningServer, scenario: str) -> None:
     signals = sidecar.get_json(f"/v1/runs/{seen[0]['id']}")["signals"]
     assert signals["repeated_tool_call"] == repeats, signals
     assert signals["total_tokens"] > 0 and signals["session"], signals
+    assert signals["messages"] == 0, signals  # (a known gap: its requests' contents not read)
     if scenario == "loop":
         assert (seen[0]["terminal_state"], seen[0]["terminal_reason"]) in (
             ("completed", None), ("loop_detected", "tool-cycle")), seen

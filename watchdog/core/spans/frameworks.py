@@ -133,7 +133,9 @@ GOOGLE_ADK_RECORDS = Convention(
     notes="ADK for TypeScript: a tool that throws ends its span OK with no attribute (its "
           "error only in the next model request, as the tool's response), and `maxLlmCalls` "
           "reached leaves an empty `call_llm` span, the error an event of ADK's own: neither "
-          "is seen (a tool error reads as none, a capped run `no_response`; known gaps); "
+          "is seen (a tool error reads as none, a capped run `no_response`), nor are the "
+          "messages of its requests (`gcp.vertex.agent.llm_request`'s `contents`: the "
+          "run's `messages` is 0): known gaps; "
           "a tool given no arguments (`{}`) is read as its arguments hidden",
 )
 
