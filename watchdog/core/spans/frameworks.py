@@ -116,6 +116,29 @@ GOOGLE_ADK = Convention(
           "a model call followed by a tool call is not the answer",
 )
 
+# ADK's own records on its tracer's spans (ADK for TypeScript, npm `@google/adk`: `call_llm`,
+# `execute_tool <tool>`, GenAI names for the rest): a tool's arguments and result as JSON, a
+# model call's whole response (`{"content": {"parts": [...]}, "usageMetadata": ...,
+# "finishReason": ...}`); each `{}` with ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=false (read on
+# its scope alone: anyone may write `{}`)
+GOOGLE_ADK_RECORDS = Convention(
+    name="google-adk (its own records)",
+    emitted_by="ADK for TypeScript's tracer (`gcp.vertex.agent`: its `gcp.vertex.agent.*` "
+               "attributes)",
+    scopes=("gcp.vertex.agent",),
+    tool_args=("gcp.vertex.agent.tool_call_args",),
+    tool_result=("gcp.vertex.agent.tool_response",),
+    llm_output=("gcp.vertex.agent.llm_response",),
+    hidden_content=frozenset({"{}"}),
+    notes="ADK for TypeScript: a tool that throws ends its span OK with no attribute (its "
+          "error only in the next model request, as the tool's response), and `maxLlmCalls` "
+          "reached leaves an empty `call_llm` span, the error an event of ADK's own: neither "
+          "is seen (a tool error reads as none, a capped run `no_response`), nor are the "
+          "messages of its requests (`gcp.vertex.agent.llm_request`'s `contents`: the "
+          "run's `messages` is 0): known gaps; "
+          "a tool given no arguments (`{}`) is read as its arguments hidden",
+)
+
 CREWAI = Convention(
     name="crewai",
     emitted_by="openinference-instrumentation-crewai, OpenLLMetry's "
@@ -974,6 +997,7 @@ LANGTRACE = Convention(
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
+    GOOGLE_ADK_RECORDS,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
     SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG, CODEX, CODEX_NAMES,
