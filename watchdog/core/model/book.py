@@ -230,6 +230,9 @@ class EndpointRun:
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
+    # ... the words of its latest answer, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS):
+    # a conversation's first request that quotes them is a side request of it (:func:`is_side`)
+    quote: str | None = None
     # the run of the caller whose sub-agent this run is (its requests name a sub-agent of
     # their session; the caller's name none): a child run of it (``parent_run``)
     parent: str | None = None
@@ -269,6 +272,9 @@ class ModelBook:
         self._sides: OrderedDict[str, str] = OrderedDict()
         # ... -> its latest run whose first request offered tools (EndpointRun.task)
         self._tasks: OrderedDict[str, str] = OrderedDict()
+        # an agent -> its latest run acting in text whose answer has words to quote
+        # (EndpointRun.quote): the run its side requests quote (:meth:`_quoted`)
+        self._acting: OrderedDict[str, str] = OrderedDict()
         # told the key of each run let go (its bound), or whose conversation was: a request of
         # it is then read as new
         self.let_go: Callable[[str], None] | None = None
@@ -480,6 +486,8 @@ class ModelBook:
         # (a conversation's first request: no answer of the model in it yet; a side request's
         # prompt is the same one every time, a conversation the book may know already)
         first = not request.results and request.last_answer is None
+        if first and (quoted := self._quoted(agent, request, ended)) is not None:
+            return quoted
         if client_session is not None and first:
             side = self._side_of(client_session, request, digest, ended)
             if side is not None:
@@ -533,6 +541,18 @@ class ModelBook:
         self._conversations[digest] = state.key
         self._conversations.move_to_end(digest)
         self._going_on = True  # (its answer, the title, ended it: it goes on)
+        return self._touch(state)
+
+    def _quoted(self, agent: str | None, request: Request,
+                ended: Callable[[str], bool]) -> EndpointRun | None:
+        """The run of ``agent`` acting in text whose latest answer ``request``, a
+        conversation's first, quotes (:func:`quotes_answer`), while that run goes on: a side
+        request of it (the agent asks a model about what it just did: Aider's commit message
+        for the edit it applied, to its weak model). None for any other request."""
+        key = self._acting.get(agent or "")
+        state = self._runs.get(key) if key is not None else None
+        if state is None or ended(state.key) or not quotes_answer(state, request):
+            return None
         return self._touch(state)
 
     def _chained(self, state: EndpointRun, before: EndpointRun | None,
@@ -730,7 +750,14 @@ class ModelBook:
         record.response_id = seen.response_id
         work = [call for call in handed if not is_answer_tool(call.name)]
         record.requested_tools = bool(work)
-        acted = text_action(state, seen) if not handed and not seen.broke_off else None
+        side = is_side(state, request)
+        acted = text_action(state, seen) if not handed and not seen.broke_off \
+            and not side else None
+        if state.acts_in_text and not side and not seen.broke_off:
+            words = " ".join(seen.text.split())
+            state.quote = words[:MAX_ASIDE_CHARS] if len(words) >= MIN_ASIDE_CHARS else None
+            if state.quote is not None:
+                _remember(self._acting, state.agent or "", state.key)
         if acted is not None:  # (its text is the action the agent runs: a tool call of it)
             work, record.acted_on = [acted], True
         if not seen.broke_off:  # (what it handed over: an agent's span of running one pairs)
@@ -748,7 +775,7 @@ class ModelBook:
             record.final_answer = True
             record.final_output = brief(answer, MAX_BRIEF_CHARS)
         elif not handed and seen.text.strip() and seen.finish_reason not in CUT_SHORT \
-                and not is_side(state, request):
+                and not side:
             record.final_answer = True
             record.final_output = brief(seen.text, MAX_BRIEF_CHARS)
             words = " ".join(seen.text.split())
@@ -988,8 +1015,18 @@ def is_side(state: EndpointRun, request: Request) -> bool:
     """Whether ``request`` is a side request of ``state``'s run: it offers no tools and begins
     with another message than the run's conversation (:attr:`EndpointRun.task`; it quoted
     that). It answers none of the run's tool calls, and its answer is not the run's."""
-    return state.task is not None and not request.has_tools and not request.results \
-        and _said_digest(request.anchor) != state.task
+    return (state.task is not None and not request.has_tools and not request.results
+            and _said_digest(request.anchor) != state.task) or quotes_answer(state, request)
+
+
+def quotes_answer(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request`` is a side request of ``state``'s run, whose agent acts in text: a
+    conversation's first request (no model answer in it, no tool results) that offers no
+    tools and quotes the run's latest answer (:attr:`EndpointRun.quote`), spacing aside. No
+    request of the run's own conversation is: each carries the model's answers."""
+    return state.quote is not None and not request.has_tools and not request.results \
+        and request.last_answer is None \
+        and state.quote in " ".join(" ".join(request.said[:MAX_SIDE_SAID]).split())
 
 
 def _remember(index: OrderedDict[str, str], session: str, key: str) -> None:
