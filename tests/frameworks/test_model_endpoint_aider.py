@@ -114,7 +114,8 @@ def editing(obeys: bool = True) -> fakellm.Script:
 
 
 def run_aider(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
-              tmp_path: Path, lint_passes_at: int = 99, git: bool = False
+              tmp_path: Path, lint_passes_at: int = 99, git: bool = False,
+              extra: tuple[str, ...] = ()
               ) -> tuple[subprocess.CompletedProcess[str], Path, list[dict[str, Any]],
                          list[dict[str, Any]]]:
     """``aider --message`` once, in ``tmp_path/work`` (``hello.py`` at v0; a git repository
@@ -125,7 +126,7 @@ def run_aider(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.
     model = llm.script(f"aider-{agent}-{case}", script)
     weak = llm.script(f"aider-weak-{agent}-{case}", fakellm.steps(fakellm.answer(COMMIT)))
     work = tmp_path / "work"
-    work.mkdir()
+    work.mkdir(exist_ok=True)
     (work / "hello.py").write_text("print('v0')\n")
     lint = tmp_path / "lint.sh"
     lint.write_text(f"grep -q \"v{lint_passes_at}'\" \"$1\" && exit 0\n"
@@ -142,7 +143,7 @@ def run_aider(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.
             "--lint-cmd", f"sh {lint}", "--auto-lint",
             "--no-check-update", "--no-show-release-notes", "--analytics-disable",
             "--no-show-model-warnings", "--no-pretty", "--no-fancy-input", "--no-gitignore",
-            *([] if git else ["--no-git"]), "hello.py"]
+            *([] if git else ["--no-git"]), *extra, "hello.py"]
     env = {
         **clean_environ("AIDER_", "LITELLM_"), **_git_env(home),
         "OPENAI_API_BASE": f"{sidecar.url('model')}/agent/{agent}/v1",
@@ -227,6 +228,30 @@ def test_one_invocation_is_one_run_its_reflections_included(
     assert run["signals"]["tools"] == {"text_action": 2}, run["signals"]
     assert run["signals"]["in_flight"] == 1, run["signals"]
     assert "Applied edit to hello.py" in result.stdout
+
+
+def test_the_next_invocation_is_the_next_run_though_it_begins_as_the_last_one_did(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """Every Aider request begins with the same messages (its edit format's examples), so two
+    invocations of one agent are one conversation to the endpoint; the first one's run is held
+    open after its answer (its edit, an action). The next invocation, whose first request is
+    longer (one more file, read-only), does not carry that answer: the next run, with a
+    budget of its own, the first one's action not answered by it."""
+    before = run_ids(sidecar)
+    (tmp_path / "first").mkdir()
+    (tmp_path / "next" / "work").mkdir(parents=True)
+    (tmp_path / "next" / "work" / "notes.md").write_text("The version is bumped by one.\n")
+    _, work, first, _ = run_aider(sidecar, llm, "aider", editing(), tmp_path / "first",
+                                  lint_passes_at=1)
+    _, again, following, _ = run_aider(sidecar, llm, "aider", editing(), tmp_path / "next",
+                                       lint_passes_at=1, extra=("--read", "notes.md"))
+    assert (version(work), version(again)) == ("print('v1')", "print('v1')")
+    assert (len(first), len(following)) == (1, 1)
+    assert len(following[0]["messages"]) > len(first[0]["messages"])  # (the notes)
+    assert following[0]["messages"][1] == first[0]["messages"][1]  # (the same examples)
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2)
+    assert sorted((run["iterations"], run["tool_calls"], run["state"]) for run in runs) == [
+        (1, 0, "active")] * 2, runs
 
 
 # -- budgets ----------------------------------------------------------------------------------

@@ -75,6 +75,7 @@ from watchdog.core.model.wire import (
     ToolCall,
     ToolResult,
     answer_digest,
+    text_of,
 )
 from watchdog.core.redact import brief, mask
 from watchdog.core.rules.model import STOP_NOTE_MARK
@@ -475,6 +476,7 @@ class ModelBook:
             return self._touch(state)
         if state is not None and not (
                 (request.last_is_user and _over(state, ended))
+                or (request.last_is_user and not carries_answer(state, request))
                 or (not request.kept and (
                     (request.messages < state.messages and not answers_its_calls)
                     or (request.messages <= state.first and not request.results
@@ -927,7 +929,20 @@ def goes_on_from_final(state: EndpointRun, request: Request) -> bool:
     of its task, so the request is still the run's (answered with its stop), not the next
     run's. The conversation sent whole, longer than at the final request."""
     return state.acts_in_text and state.final_used and request.last_is_user \
-        and not request.kept and request.messages > state.messages
+        and not request.kept and request.messages > state.messages \
+        and carries_answer(state, request)
+
+
+def carries_answer(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request``, of the conversation of ``state``'s run, carries that run's latest
+    answer (:attr:`EndpointRun.quote`) among its model answers, spacing aside, as every
+    request that goes on in a run whose agent acts in text does (its conversation sent whole,
+    the answer it acted on in it). One that does not is another invocation of the agent that
+    begins as its conversation began (Aider's every request begins with the same examples):
+    the next run. True when the run has no such answer, or the server keeps the conversation."""
+    if state.quote is None or request.kept:
+        return True
+    return any(state.quote in " ".join(text_of(content).split()) for content in request.answers)
 
 
 def at_once(state: EndpointRun, request: Request, now_ns: int) -> bool:
