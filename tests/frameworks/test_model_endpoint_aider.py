@@ -136,17 +136,15 @@ def run_aider(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.
     (home / ".aider" / "caches").mkdir(parents=True)
     (home / ".aider" / "caches" / "model_prices_and_context_window.json").write_text("{}")
     if git:
-        for command in (["init", "-q"], ["add", "hello.py"], ["commit", "-qm", "v0"]):
-            subprocess.run(["git", *command], cwd=work, check=True, env=_git_env(home))
-    args = ["--model", f"openai/{model}", "--weak-model", f"openai/{weak}",
-            "--edit-format", "diff", "--message", TASK, "--yes-always",
-            "--lint-cmd", f"sh {lint}", "--auto-lint",
+        for git_args in (["init", "-q"], ["add", "hello.py"], ["commit", "-qm", "v0"]):
+            subprocess.run(["git", *git_args], cwd=work, check=True, env=_git_env(home))
+    pointed, steered = command(f"{sidecar.url('model')}/agent/{agent}/v1", model, weak)
+    args = [*steered, "--lint-cmd", f"sh {lint}", "--auto-lint",
             "--no-check-update", "--no-show-release-notes", "--analytics-disable",
             "--no-show-model-warnings", "--no-pretty", "--no-fancy-input", "--no-gitignore",
             *([] if git else ["--no-git"]), *extra, "hello.py"]
     env = {
-        **clean_environ("AIDER_", "LITELLM_"), **_git_env(home),
-        "OPENAI_API_BASE": f"{sidecar.url('model')}/agent/{agent}/v1",
+        **clean_environ("AIDER_", "LITELLM_"), **_git_env(home), **pointed,
         "OPENAI_API_KEY": KEY,
         "PYTHONPATH": str(DRIVERS),
         "AIDER_WORKDIR": str(work),
@@ -156,6 +154,15 @@ def run_aider(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.
     result = drive_command("aider", "endpoint_aider", "cli",
                            {**clean_environ(), "PYTHONPATH": str(DRIVERS)}, env)
     return result, work, llm.requests(model), llm.requests(weak)
+
+
+def command(base_url: str, model: str, weak: str) -> tuple[dict[str, str], list[str]]:
+    """What points Aider at the sidecar (its environment: ``base_url``, the model endpoint's
+    with the agent's name in it) and its command line, as docs/steering.md shows them; the
+    tests add the files, the lint and what keeps it quiet and offline."""
+    return {"OPENAI_API_BASE": base_url}, [
+        "--model", f"openai/{model}", "--weak-model", f"openai/{weak}", "--edit-format", "diff",
+        "--message", TASK, "--yes-always"]
 
 
 def _git_env(home: Path) -> dict[str, str]:
@@ -291,8 +298,8 @@ def test_a_reflection_loop_is_wound_down_then_stopped_with_a_clean_end(
     note, an answer with no edit: its message ends there, exit status 0, before its own limit
     of 3 reflections. The upstream gets nothing after the final request."""
     before = run_ids(sidecar)
-    result, work, requests, _ = run_aider(sidecar, llm, "aider-lint", editing(obeys=False),
-                                          tmp_path)
+    result, work, requests, commits = run_aider(sidecar, llm, "aider-lint",
+                                                editing(obeys=False), tmp_path, git=True)
     assert len(requests) == 3 and reflections(requests) == [False, True, True]
     notes = ["The lint fails after an edit: finish up" in instructions(body)
              for body in requests]
@@ -304,9 +311,16 @@ def test_a_reflection_loop_is_wound_down_then_stopped_with_a_clean_end(
     assert version(work) == "print('v3')"  # its 3 edits applied, the last past the grace
     # what the user gets: the stop note, after Aider's 3rd edit; nothing applied from it
     assert STOPPED in result.stdout and "Only 3 reflections allowed" not in result.stdout
-    run = the_ended_run(sidecar, before)
+    assert len(commits) == 3 and not any("[grace:" in json.dumps(body) for body in commits)
+    # a named gap (docs/model-endpoint.md): the commit of the edit its final answer made comes
+    # once the run has ended, a run of its own (one model call, held open as an action)
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2 and any(
+        run["state"] == "ended" for run in runs))
+    (run,) = (run for run in runs if run["state"] == "ended")
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
-        3, 2, "loop_detected"), run
+        5, 2, "loop_detected"), run  # (its 3 model calls, 2 commit messages)
+    assert [(other["iterations"], other["tool_calls"], other["state"]) for other in runs
+            if other is not run] == [(1, 0, "active")], runs
 
 
 def test_an_abort_is_answered_with_the_stop_note_which_ends_aider(
