@@ -32,7 +32,11 @@ conversation's first request that offers no tools and quotes the first message o
 conversation of the session (a side request: the title an agent asks its small model for) is a
 model call of that conversation's run, not its answer: of the run while it goes, when it comes
 after its first request; when it comes first, the run it starts is the one that conversation's
-first request goes on in.
+first request goes on in. A run whose agent acts in text (each answer an action, the run held
+open for the next request) goes on only in a request that carries its latest answer
+(:func:`carries_answer`): an invocation whose requests begin as the run's did is the next run;
+and a conversation's first request that quotes that answer (a commit message the agent asks a
+model for, for the action it just ran) is a side request of the run (:func:`quotes_answer`).
 
 Each response becomes one model-call record (tokens, finish reason, the tool calls asked, the
 response id); each tool call the endpoint handed over becomes one tool-call record (name,
