@@ -136,7 +136,7 @@ def run_aider(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.
     (home / ".aider" / "caches").mkdir(parents=True)
     (home / ".aider" / "caches" / "model_prices_and_context_window.json").write_text("{}")
     if git:
-        for git_args in (["init", "-q"], ["add", "hello.py"], ["commit", "-qm", "v0"]):
+        for git_args in (["init", "-q"], ["add", "."], ["commit", "-qm", "v0"]):
             subprocess.run(["git", *git_args], cwd=work, check=True, env=_git_env(home))
     pointed, steered = command(f"{sidecar.url('model')}/agent/{agent}/v1", model, weak)
     args = [*steered, "--lint-cmd", f"sh {lint}", "--auto-lint",
@@ -261,6 +261,29 @@ def test_the_next_invocation_is_the_next_run_though_it_begins_as_the_last_one_di
         (1, 0, "active")] * 2, runs
 
 
+def test_a_file_it_asks_to_add_is_one_more_step_of_the_run(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """The model names a file of the repository that is not in the chat: Aider adds it
+    (``--yes-always``) and says so in its next request, as it does a lint's errors; the
+    answer that asked is one action of the run, the edit after it another."""
+    before = run_ids(sidecar)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "notes.md").write_text("Versions go up by one.\n")
+    asks = fakellm.answer("Before I edit anything I need to read notes.md, please.")
+    result, work, requests, commits = run_aider(
+        sidecar, llm, "aider", lambda index, _body: asks if index == 0 else edit(0), tmp_path,
+        lint_passes_at=1, git=True)
+    assert (version(work), len(requests), len(commits)) == ("print('v1')", 2, 1), \
+        result.stdout[-3000:]
+    said = str(requests[1]["messages"][-1]["content"])
+    assert said.startswith("I added these files to the chat: notes.md"), said
+    assert "Versions go up by one." in json.dumps(requests[1]["messages"])  # (its content)
+    runs = new_runs(sidecar, before, lambda runs: runs[0]["iterations"] == 3)
+    assert [(run["iterations"], run["tool_calls"], run["state"]) for run in runs] == [
+        (3, 1, "active")], runs  # (its 2 model calls and the commit message)
+    assert "Applied edit to hello.py" in result.stdout
+
+
 # -- budgets ----------------------------------------------------------------------------------
 
 def test_a_budget_counts_edits_down_and_its_final_request_gets_the_report(
@@ -325,8 +348,11 @@ def test_a_reflection_loop_is_wound_down_then_stopped_with_a_clean_end(
 
 def test_an_abort_is_answered_with_the_stop_note_which_ends_aider(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """Aider not streaming (``--no-stream``): the stop note comes whole."""
     before = run_ids(sidecar)
-    result, work, requests, _ = run_aider(sidecar, llm, "aider-abort", editing(), tmp_path)
+    result, work, requests, _ = run_aider(sidecar, llm, "aider-abort", editing(), tmp_path,
+                                          extra=("--no-stream",))
+    assert [body.get("stream") for body in requests] == [None]  # (its default: whole)
     assert len(requests) == 1  # the 2nd request (its reflection) got the stop note
     assert version(work) == "print('v1')"  # its one edit; none from the stop note
     assert "Stopped by the test's rule after 1 edit" in result.stdout
