@@ -29,7 +29,7 @@ import itertools
 import json
 import re
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,14 @@ import pytest
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVERS, clean_environ, drive_command
-from tests.harness import RunningServer, running_server, sidecar_config, wait_until
+from tests.frameworks.test_model_endpoint_text_actions import (
+    final_asked,
+    instructions,
+    new_runs,
+    run_ids,
+    the_ended_run,
+)
+from tests.harness import RunningServer, running_server, sidecar_config
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 KEY = "sk-aider-0123456789abcdefSECRET"
@@ -69,7 +76,6 @@ rules:
     message: "Stopped by the test's rule after 1 edit"
 """
 LEFT = re.compile(r"\[budget: (\d+) of (\d+) tool calls left")
-FINISH = "end the task now, in the form your instructions give for finishing it"
 STOPPED = "The agent-watchdog stopped this run"
 COMMIT = "Bump the version"  # the weak model's commit message
 _CASES = itertools.count(1)
@@ -97,10 +103,6 @@ def edit(version: int) -> fakellm.Step:
     return fakellm.answer(
         f"I bump it.\n\nhello.py\n```python\n<<<<<<< SEARCH\nprint('v{version}')\n=======\n"
         f"print('v{version + 1}')\n>>>>>>> REPLACE\n```\n")
-
-
-def final_asked(body: dict[str, Any]) -> bool:
-    return FINISH in instructions(body)
 
 
 def editing(obeys: bool = True) -> fakellm.Script:
@@ -171,35 +173,8 @@ def _git_env(home: Path) -> dict[str, str]:
             "GIT_CONFIG_NOSYSTEM": "1"}
 
 
-def instructions(body: dict[str, Any]) -> str:
-    return str(body["messages"][0]["content"])
-
-
 def version(work: Path) -> str:
     return (work / "hello.py").read_text().strip()
-
-
-def run_ids(sidecar: RunningServer) -> set[str]:
-    return {run["id"] for run in sidecar.get_json("/v1/runs?limit=1000")["runs"]}
-
-
-def new_runs(sidecar: RunningServer, before: set[str],
-             done: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
-    """The runs the invocation made, once ``done`` holds for them (their details)."""
-    def made() -> list[dict[str, Any]] | None:
-        runs = [sidecar.get_json(f"/v1/runs/{run['id']}")
-                for run in sidecar.get_json("/v1/runs?limit=1000")["runs"]
-                if run["id"] not in before]
-        return runs if runs and done(runs) else None
-
-    found: list[dict[str, Any]] = wait_until(made, what="the invocation's runs")
-    return found
-
-
-def the_ended_run(sidecar: RunningServer, before: set[str]) -> dict[str, Any]:
-    runs = new_runs(sidecar, before, lambda runs: all(run["state"] == "ended" for run in runs))
-    assert len(runs) == 1, f"one run per invocation, the sidecar has {json.dumps(runs)}"
-    return runs[0]
 
 
 def reflections(requests: list[dict[str, Any]]) -> list[bool]:
