@@ -86,6 +86,12 @@ failing on a changed block. The kinds:
     (``tests/frameworks/test_model_endpoint_opencode.py``'s ``config``), the sidecar's default
     model endpoint (``http://127.0.0.1:9478/v1``) in place of the test's, its models
     ``gpt-4.1`` and ``gpt-4.1-mini``.
+``aider-command``
+    Aider's command line, ``NAME=VALUE`` assignments then ``aider`` and its arguments: exactly
+    what its tests point it at the sidecar with and run it with
+    (``tests/frameworks/test_model_endpoint_aider.py``'s ``command``), the sidecar's default
+    model endpoint with ``/agent/aider/`` in place of the test's, its models ``gpt-4.1`` and
+    ``gpt-4.1-mini``.
 ``codex-config``
     The OpenAI Codex CLI's ``config.toml`` (TOML): a model provider it selects must be the
     sidecar's model endpoint (``base_url`` ``http://127.0.0.1:9478/v1``) on the Responses API
@@ -137,7 +143,7 @@ MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
-         "gemini-env", "codex-config", "promql", "opencode-config"}
+         "gemini-env", "codex-config", "promql", "opencode-config", "aider-command"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -764,6 +770,17 @@ def check_opencode_config(block: Block, stack: Stack, state: DocState) -> None:
                                             "gpt-4.1-mini"), block.where
 
 
+def check_aider_command(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_aider import command
+
+    words = shlex.split(block.text)
+    at = words.index("aider") if "aider" in words else len(words)
+    shown = dict(word.split("=", 1) for word in words[:at])
+    assert (shown, words[at + 1:]) == command(
+        f"http://{MODEL_ENDPOINT_DEFAULT}/agent/aider/v1", "gpt-4.1", "gpt-4.1-mini"), \
+        block.where
+
+
 def check_promql(block: Block, stack: Stack, state: DocState) -> None:
     from tests.test_prometheus import ENDED_BY_STATE
 
@@ -829,6 +846,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "gemini-env": check_gemini_env,
     "codex-config": check_codex_config, "promql": check_promql,
     "opencode-config": check_opencode_config,
+    "aider-command": check_aider_command,
 }
 assert set(CHECKS) == KINDS
 
@@ -931,6 +949,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "pip": (ROOT / "client" / "README.md", "[otlp]", "[otel]"),
     "codex-config": (DOCS / "frameworks.md", "4318/v1/traces", "4317/v1/traces"),
     "opencode-config": (DOCS / "steering.md", "9478/v1", "9478/v2"),
+    "aider-command": (DOCS / "steering.md", "/agent/aider/v1", "/agent/aider/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

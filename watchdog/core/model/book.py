@@ -32,7 +32,11 @@ conversation's first request that offers no tools and quotes the first message o
 conversation of the session (a side request: the title an agent asks its small model for) is a
 model call of that conversation's run, not its answer: of the run while it goes, when it comes
 after its first request; when it comes first, the run it starts is the one that conversation's
-first request goes on in.
+first request goes on in. A run whose agent acts in text (each answer an action, the run held
+open for the next request) goes on only in a request that carries its latest answer
+(:func:`carries_answer`): an invocation whose requests begin as the run's did is the next run;
+and a conversation's first request that quotes that answer (a commit message the agent asks a
+model for, for the action it just ran) is a side request of the run (:func:`quotes_answer`).
 
 Each response becomes one model-call record (tokens, finish reason, the tool calls asked, the
 response id); each tool call the endpoint handed over becomes one tool-call record (name,
@@ -75,6 +79,7 @@ from watchdog.core.model.wire import (
     ToolCall,
     ToolResult,
     answer_digest,
+    text_of,
 )
 from watchdog.core.redact import brief, mask
 from watchdog.core.rules.model import STOP_NOTE_MARK
@@ -230,6 +235,9 @@ class EndpointRun:
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
+    # ... the words of its latest answer, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS):
+    # a conversation's first request that quotes them is a side request of it (:func:`is_side`)
+    quote: str | None = None
     # the run of the caller whose sub-agent this run is (its requests name a sub-agent of
     # their session; the caller's name none): a child run of it (``parent_run``)
     parent: str | None = None
@@ -269,6 +277,9 @@ class ModelBook:
         self._sides: OrderedDict[str, str] = OrderedDict()
         # ... -> its latest run whose first request offered tools (EndpointRun.task)
         self._tasks: OrderedDict[str, str] = OrderedDict()
+        # an agent -> its latest run acting in text whose answer has words to quote
+        # (EndpointRun.quote): the run its side requests quote (:meth:`_quoted`)
+        self._acting: OrderedDict[str, str] = OrderedDict()
         # told the key of each run let go (its bound), or whose conversation was: a request of
         # it is then read as new
         self.let_go: Callable[[str], None] | None = None
@@ -469,6 +480,7 @@ class ModelBook:
             return self._touch(state)
         if state is not None and not (
                 (request.last_is_user and _over(state, ended))
+                or (request.last_is_user and not carries_answer(state, request))
                 or (not request.kept and (
                     (request.messages < state.messages and not answers_its_calls)
                     or (request.messages <= state.first and not request.results
@@ -480,6 +492,8 @@ class ModelBook:
         # (a conversation's first request: no answer of the model in it yet; a side request's
         # prompt is the same one every time, a conversation the book may know already)
         first = not request.results and request.last_answer is None
+        if first and (quoted := self._quoted(agent, request, ended)) is not None:
+            return quoted
         if client_session is not None and first:
             side = self._side_of(client_session, request, digest, ended)
             if side is not None:
@@ -533,6 +547,18 @@ class ModelBook:
         self._conversations[digest] = state.key
         self._conversations.move_to_end(digest)
         self._going_on = True  # (its answer, the title, ended it: it goes on)
+        return self._touch(state)
+
+    def _quoted(self, agent: str | None, request: Request,
+                ended: Callable[[str], bool]) -> EndpointRun | None:
+        """The run of ``agent`` acting in text whose latest answer ``request``, a
+        conversation's first, quotes (:func:`quotes_answer`), while that run goes on: a side
+        request of it (the agent asks a model about what it just did: Aider's commit message
+        for the edit it applied, to its weak model). None for any other request."""
+        key = self._acting.get(agent or "")
+        state = self._runs.get(key) if key is not None else None
+        if state is None or ended(state.key) or not quotes_answer(state, request):
+            return None
         return self._touch(state)
 
     def _chained(self, state: EndpointRun, before: EndpointRun | None,
@@ -730,7 +756,14 @@ class ModelBook:
         record.response_id = seen.response_id
         work = [call for call in handed if not is_answer_tool(call.name)]
         record.requested_tools = bool(work)
-        acted = text_action(state, seen) if not handed and not seen.broke_off else None
+        side = is_side(state, request)
+        acted = text_action(state, seen) if not handed and not seen.broke_off \
+            and not side else None
+        if state.acts_in_text and not side and not seen.broke_off:
+            words = " ".join(seen.text.split())
+            state.quote = words[:MAX_ASIDE_CHARS] if len(words) >= MIN_ASIDE_CHARS else None
+            if state.quote is not None:
+                _remember(self._acting, state.agent or "", state.key)
         if acted is not None:  # (its text is the action the agent runs: a tool call of it)
             work, record.acted_on = [acted], True
         if not seen.broke_off:  # (what it handed over: an agent's span of running one pairs)
@@ -748,7 +781,7 @@ class ModelBook:
             record.final_answer = True
             record.final_output = brief(answer, MAX_BRIEF_CHARS)
         elif not handed and seen.text.strip() and seen.finish_reason not in CUT_SHORT \
-                and not is_side(state, request):
+                and not side:
             record.final_answer = True
             record.final_output = brief(seen.text, MAX_BRIEF_CHARS)
             words = " ".join(seen.text.split())
@@ -900,7 +933,20 @@ def goes_on_from_final(state: EndpointRun, request: Request) -> bool:
     of its task, so the request is still the run's (answered with its stop), not the next
     run's. The conversation sent whole, longer than at the final request."""
     return state.acts_in_text and state.final_used and request.last_is_user \
-        and not request.kept and request.messages > state.messages
+        and not request.kept and request.messages > state.messages \
+        and carries_answer(state, request)
+
+
+def carries_answer(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request``, of the conversation of ``state``'s run, carries that run's latest
+    answer (:attr:`EndpointRun.quote`) among its model answers, spacing aside, as every
+    request that goes on in a run whose agent acts in text does (its conversation sent whole,
+    the answer it acted on in it). One that does not is another invocation of the agent that
+    begins as its conversation began (Aider's every request begins with the same examples):
+    the next run. True when the run has no such answer, or the server keeps the conversation."""
+    if state.quote is None or request.kept:
+        return True
+    return any(state.quote in " ".join(text_of(content).split()) for content in request.answers)
 
 
 def at_once(state: EndpointRun, request: Request, now_ns: int) -> bool:
@@ -988,8 +1034,18 @@ def is_side(state: EndpointRun, request: Request) -> bool:
     """Whether ``request`` is a side request of ``state``'s run: it offers no tools and begins
     with another message than the run's conversation (:attr:`EndpointRun.task`; it quoted
     that). It answers none of the run's tool calls, and its answer is not the run's."""
-    return state.task is not None and not request.has_tools and not request.results \
-        and _said_digest(request.anchor) != state.task
+    return (state.task is not None and not request.has_tools and not request.results
+            and _said_digest(request.anchor) != state.task) or quotes_answer(state, request)
+
+
+def quotes_answer(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request`` is a side request of ``state``'s run, whose agent acts in text: a
+    conversation's first request (no model answer in it, no tool results) that offers no
+    tools and quotes the run's latest answer (:attr:`EndpointRun.quote`), spacing aside. No
+    request of the run's own conversation is: each carries the model's answers."""
+    return state.quote is not None and not request.has_tools and not request.results \
+        and request.last_answer is None \
+        and state.quote in " ".join(" ".join(request.said[:MAX_SIDE_SAID]).split())
 
 
 def _remember(index: OrderedDict[str, str], session: str, key: str) -> None:
