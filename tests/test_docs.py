@@ -1499,7 +1499,7 @@ def test_the_open_files_figures_are_the_sidecars() -> None:
     """docs/limits.md's open files: what `watchdog serve` needs to start, per model request,
     and in all with the defaults and the model endpoint, as `watchdog/shell/open_files.py`
     counts them."""
-    from watchdog.shell import open_files
+    from watchdog.shell import connections, open_files
     from watchdog.shell.config import Config
 
     text = (ROOT / "docs" / "limits.md").read_text("utf-8")
@@ -1508,8 +1508,12 @@ def test_the_open_files_figures_are_the_sidecars() -> None:
     assert re.search(
         rf"needs {open_files.START_FILES} to start .*?{open_files.START_FILES} \+ "
         rf"`max_pending_requests` \+ {open_files.FILES_PER_MODEL_REQUEST} per "
-        rf"`model_max_concurrent` with the model endpoint \({open_files.needed(with_model)} with "
-        rf"the defaults\).*?below {open_files.START_FILES} is one line", bullet), bullet
+        rf"`model_max_concurrent` with the model endpoint \+ the control API's "
+        rf"{open_files.MAX_STREAMS:,} directive streams and {open_files.MAX_WAITERS:,} long-polls "
+        rf"\({open_files.needed(with_model)} with the defaults\).*?below "
+        rf"{open_files.START_FILES} is one line", bullet), bullet
+    first = connections.FIRST_REQUEST_TIMEOUT
+    assert f"sends no request head within {first:g} s is closed" in bullet, bullet
 
 
 if __name__ == "__main__":  # python -m tests.test_docs: list the blocks and how each is checked

@@ -886,3 +886,31 @@ def test_a_long_otlp_json_export_leaves_the_loop_to_the_other_requests(tmp_path:
             prober.join()
     assert status == 200, answer[:300]
     assert max(answers) < 0.5 * took, (max(answers), took)
+
+
+@pytest.mark.parametrize("relay", ["native", "python"])
+def test_a_connection_that_sends_no_request_is_closed(tmp_path: Path, relay: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection to an HTTP port that sends nothing (or half a head) is closed once
+    ``FIRST_REQUEST_TIMEOUT`` has passed: each held a file for an hour (aiohttp's keep-alive),
+    and a few thousand took every file the listeners accept with. One that has sent a request
+    stays open for the next (keep-alive). The compiled relay closes its own (at
+    ``model_body_timeout``)."""
+    monkeypatch.setattr("watchdog.shell.connections.FIRST_REQUEST_TIMEOUT", 0.2)
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream="http://127.0.0.1:9/v1", model_relay=relay)
+    ports = ["otlp_http", "api", "metrics"] + (["model"] if relay == "python" else [])
+    with running_server(config) as car:
+        silent = {name: socket.create_connection(car.server.addresses[name], timeout=10)
+                  for name in ports}
+        silent["api"].sendall(b"GET /v1/runs HTTP/1.1\r\nHost: t\r\n")  # half a head
+        used = socket.create_connection(car.server.addresses["metrics"], timeout=10)
+        request = b"GET /readyz HTTP/1.1\r\nHost: t\r\n\r\n"
+        used.sendall(request)
+        assert used.recv(4096).startswith(b"HTTP/1.1 200")
+        for name, sock in silent.items():
+            with sock:
+                assert sock.recv(4096) == b"", name  # closed by the sidecar, without a word
+        used.sendall(request)  # past the timeout, still open: it had sent a request
+        assert used.recv(4096).startswith(b"HTTP/1.1 200")
+        used.close()

@@ -33,6 +33,7 @@ from watchdog.core.rules.pack import RulePackError
 from watchdog.core.spans.decode import protobuf_backend
 from watchdog.core.spans.native import native_state, use_native
 from watchdog.core.version import __version__
+from watchdog.shell import open_files
 from watchdog.shell.api.app import ApiRunner, create_app
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import OFF, Config, split_address
@@ -144,8 +145,11 @@ class Server:
             raise StartupError(f"{exc}: set state_dir (WATCHDOG_STATE_DIR, --state-dir) to a "
                                f"writable directory, or :memory: to keep nothing") from None
         webhooks = webhook_targets(config)
-        self.outbox = outbox = Outbox(directive_store, Hub(directive_store, metrics=metrics),
-                                      webhooks, metrics=metrics, clock=self.clock)
+        files = open_files.current(config)  # waiting API clients never take the last files
+        hub = Hub(directive_store, metrics=metrics, max_streams=files.streams,
+                  max_waiters=files.waiters)
+        self.outbox = outbox = Outbox(directive_store, hub, webhooks, metrics=metrics,
+                                      clock=self.clock)
         metrics.directive_outcomes("outbox", OUTBOX_OUTCOMES)
         if webhooks:
             from watchdog.shell.directives.webhooks import Outcome
@@ -518,6 +522,7 @@ def settle_collector() -> None:
 async def serve(config: Config, hangups: Sequence[int] = ()) -> None:
     """Run until SIGINT/SIGTERM, then shut down cleanly; SIGHUP reloads the rules, and
     ``hangups`` (SIGHUPs caught while the sidecar started) asks for a reload once it has."""
+    asyncio.get_running_loop().set_exception_handler(open_files.AcceptFailures())
     server = Server(config)
     try:
         await server.start()
