@@ -1115,6 +1115,57 @@ def test_links_between_documents_resolve() -> None:
     assert not problems, "\n".join(problems)
 
 
+CHART_REFERENCE = re.compile(r"(?<![\w/.])(README\.md|docs/[a-z-]+\.md)(?:#([a-z0-9-]+))?")
+CHART_SECTION_BY_TITLE = re.compile(r"README(?:'s)?[,:]?\s+\"?[A-Z]")
+
+
+def chart_reference_problems(chart: Path, root: Path) -> list[str]:
+    """The chart's pointers into the documents (comments, NOTES.txt, the schema's
+    descriptions: what `helm show values` and an editor show a user) that lead nowhere: a page
+    or heading that does not exist, or a README section named by a title, which is not
+    checked (the chart's said "Steering any agent" and "Deploy on Kubernetes", titles the
+    README does not have)."""
+    problems = []
+    for path in sorted(chart.rglob("*")):
+        if not path.is_file() or path.suffix not in (".md", ".txt", ".tpl", ".yaml", ".json"):
+            continue
+        text = path.read_text("utf-8")
+        where = path.relative_to(chart)
+        for match in CHART_SECTION_BY_TITLE.finditer(text):
+            problems.append(f"{where}: {text[match.start():match.end() + 30].splitlines()[0]}: "
+                            f"a section by its title: give its file and anchor")
+        for match in CHART_REFERENCE.finditer(text):
+            page, heading = match.group(1), match.group(2)
+            if not (root / page).exists():
+                problems.append(f"{where}: {match.group(0)}: no such file")
+            elif heading and heading not in anchors((root / page).read_text("utf-8")):
+                problems.append(f"{where}: {match.group(0)}: no such heading")
+    return problems
+
+
+def test_the_charts_pointers_into_the_documents_resolve() -> None:
+    problems = chart_reference_problems(ROOT / "helm" / "agent-watchdog", ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_charts_pointer_to_nowhere_is_caught(tmp_path: Path) -> None:
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "steering.md").write_text("# Steering\n\n## Directives\n")
+    (chart / "values.yaml").write_text(
+        '# -- webhooks (docs/steering.md#directives); the endpoint (README "Steering any agent")\n'
+        "# see docs/steering.md#sessions and docs/nowhere.md\n")
+    (chart / "templates" / "NOTES.txt").write_text('See the README, "Deploy on Kubernetes".\n')
+    assert chart_reference_problems(chart, tmp_path) == [
+        'templates/NOTES.txt: README, "Deploy on Kubernetes".: a section by its title: give its '
+        "file and anchor",
+        'values.yaml: README "Steering any agent"): a section by its title: give its file and '
+        "anchor",
+        "values.yaml: docs/steering.md#sessions: no such heading",
+        "values.yaml: docs/nowhere.md: no such file"]
+
+
 def test_a_broken_link_is_caught(tmp_path: Path) -> None:
     (tmp_path / "other.md").write_text("# Other\n\n## Twice\n\n## Twice\n")
     page = tmp_path / "page.md"
