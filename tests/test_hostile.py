@@ -766,7 +766,8 @@ def test_every_refusal_of_the_otlp_port_is_an_otlp_status_and_counted(tmp_path: 
     aiohttp's text/plain; a head the parser refused went uncounted, and sent a byte a read it
     was answered JSON whatever its Content-Type named. Each is a Status in the request's
     encoding now, counted in ``export_requests_total``; a real exporter sent to a wrong path
-    gets its 404, counted once."""
+    gets its 404, counted once, saying where traces and logs go (it named traces alone: an
+    SDK's logs exporter pointed at the port seemed turned away too)."""
     ports = fresh_ports()
     port = ports["otlp_http"]
     with running_sidecar(serve_env(tmp_path / "state", ports), ports["metrics"]):
@@ -776,7 +777,9 @@ def test_every_refusal_of_the_otlp_port_is_an_otlp_status_and_counted(tmp_path: 
                 port, b"POST /v1/trace HTTP/1.1\r\nHost: x\r\n" + typed
                 + b"Content-Length: 2\r\nConnection: close\r\n\r\n{}")
             assert (status, headers["content-type"]) == ("404", answered), (status, headers)
-            assert "POST /v1/traces" in _status_of(body, answered)
+            assert _status_of(body, answered) == (
+                "no OTLP/HTTP endpoint at '/v1/trace': traces are sent to POST /v1/traces, logs "
+                "to POST /v1/logs (metrics: only passed on, with forward_endpoint set)")
             status, headers, body = _raw_answer(
                 port, b"GET /v1/traces HTTP/1.1\r\nHost: x\r\n" + typed
                 + b"Connection: close\r\n\r\n")
