@@ -820,6 +820,37 @@ def test_a_request_the_http_parser_refuses_is_one_warning_line(tmp_path: Path) -
     assert text.count("bad HTTP request from 127.0.0.1") == 2, text[-3000:]
 
 
+def test_a_grpc_client_on_the_otlp_http_port_is_told_where_grpc_goes(tmp_path: Path) -> None:
+    """An OTLP exporter set to gRPC and given the OTLP/HTTP port (a common slip): its HTTP/2
+    preface was refused as "Pause on PRI/Upgrade", aiohttp's words, in the log and the answer.
+    Each HTTP port says what it is and where gRPC goes; a real gRPC exporter's attempt is one
+    warning line saying so."""
+    ports = fresh_ports()
+    said = ("an HTTP/2 connection (a gRPC client?) on an HTTP/1.1 port: OTLP/gRPC goes to "
+            "otlp_grpc_address (4317 by default)")
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+        with running_sidecar(serve_env(tmp_path / "state", ports), ports["metrics"], log):
+            status, _, body = _raw_answer(ports["otlp_http"], preface)
+            assert (status, _status_of(body, JSON)) == ("400", f"malformed HTTP request: {said}")
+            answer = raw_answer(ports["api"], preface)
+            assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["message"] == (
+                f"malformed HTTP request: {said}"), answer
+            assert raw_answer(ports["metrics"], preface).endswith(said.encode())
+            with grpc.insecure_channel(f"127.0.0.1:{ports['otlp_http']}") as channel:
+                export = channel.unary_unary(
+                    "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                    request_serializer=ExportTraceServiceRequest.SerializeToString,
+                    response_deserializer=ExportTraceServiceResponse.FromString)
+                with pytest.raises(grpc.RpcError) as refused:
+                    export(ExportTraceServiceRequest(), timeout=5)
+            assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+        log.seek(0)
+        text = log.read()
+    assert "Pause on PRI" not in text and "Traceback" not in text, text[-3000:]
+    assert f"bad HTTP request from 127.0.0.1: {said}" in text, text[-3000:]
+
+
 def test_a_parser_refusal_is_said_whole_up_to_the_bytes_it_quotes(tmp_path: Path) -> None:
     """What aiohttp's parser refused is said up to the bytes it quotes, never cut inside its
     own words: ``Transfer-Encoding can't be present with Content-Length`` was said as

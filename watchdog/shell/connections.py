@@ -21,6 +21,12 @@ MAX_REFUSAL_TEXT = 200  # characters of what is said of a request the parser ref
 FIRST_REQUEST_TIMEOUT = 10.0
 
 
+# aiohttp's words for an HTTP/2 connection preface (``PRI * HTTP/2.0``), and what they are
+# said as: most likely an OTLP exporter set to gRPC, given the OTLP/HTTP port's address.
+HTTP2_PREFACE = "Pause on PRI/Upgrade"
+HTTP2_REFUSAL = ("an HTTP/2 connection (a gRPC client?) on an HTTP/1.1 port: OTLP/gRPC goes "
+                 "to otlp_grpc_address (4317 by default)")
+
 # Where the parser's words end and the bytes it quotes begin: a colon, or a quote that opens
 # (at the start, after a space, or as Python's b'...'), not an apostrophe inside a word ("can't").
 _QUOTE = re.compile(r"""[:]|(?:^|(?<=\s))b?['"]""")
@@ -32,6 +38,8 @@ def parser_refusal(error: BaseException | None) -> str:
     be an `Authorization` with its key or a URL with a token in its query; the words before the
     quote say what was wrong."""
     said = (getattr(error, "message", "") or "").split("\n", 1)[0]
+    if said.startswith(HTTP2_PREFACE):
+        return HTTP2_REFUSAL
     said = _QUOTE.split(said, maxsplit=1)[0].strip()[:MAX_REFUSAL_TEXT]
     return said or (type(error).__name__ if error is not None else "malformed HTTP request")
 
