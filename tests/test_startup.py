@@ -837,10 +837,10 @@ def test_a_listener_out_of_files_is_one_warning_line_a_minute(
         listener.close()
     lines = [record.getMessage() for record in caplog.records]
     assert lines == [
-        f"cannot accept connections on 127.0.0.1:{port} (Too many open files; {count} times "
-        f"since the last such line): the open-files limit (ulimit -n) is "
-        f"{resource.getrlimit(resource.RLIMIT_NOFILE)[0]}; connections wait until files are "
-        f"free: raise it" for count in (1, 3000, 3000)], lines
+        f"cannot accept connections on 127.0.0.1:{port} (Too many open files): the open-files "
+        f"limit (ulimit -n) is {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}; connections "
+        f"wait until files are free: raise it (failed accepts since the last such line: "
+        f"{count})" for count in (1, 3000, 3000)], lines
     assert not any(record.exc_info for record in caplog.records)
     other = {"message": "Task exception was never retrieved"}
     failures(cast(asyncio.AbstractEventLoop, loop), other)

@@ -142,9 +142,9 @@ class AcceptFailures:
         sock = context.get("socket")
         address = _address(sock.getsockname() if sock is not None else None)
         soft = _shown(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-        log.warning("cannot accept connections on %s (%s; %d times since the last such line): "
-                    "the open-files limit (ulimit -n) is %s; connections wait until files are "
-                    "free: raise it", address, reason, self.count, soft)
+        log.warning("cannot accept connections on %s (%s): the open-files limit (ulimit -n) is "
+                    "%s; connections wait until files are free: raise it (failed accepts "
+                    "since the last such line: %d)", address, reason, soft, self.count)
         self.count = 0
         self.logged_at = now
 
