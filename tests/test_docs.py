@@ -1565,6 +1565,10 @@ def test_the_open_files_figures_are_the_sidecars() -> None:
         rf"{open_files.START_FILES} is one line", bullet), bullet
     first = connections.FIRST_REQUEST_TIMEOUT
     assert f"sends no request head within {first:g} s is closed" in bullet, bullet
+    from watchdog.shell.server import METRICS_KEEPALIVE
+
+    assert f"a metrics connection (all interfaces, no token) {METRICS_KEEPALIVE:g} s after its " \
+        "last request" in bullet, bullet
 
 
 if __name__ == "__main__":  # python -m tests.test_docs: list the blocks and how each is checked

@@ -820,6 +820,25 @@ def test_a_request_the_http_parser_refuses_is_one_warning_line(tmp_path: Path) -
     assert text.count("bad HTTP request from 127.0.0.1") == 2, text[-3000:]
 
 
+def test_an_idle_metrics_connection_is_closed_after_its_keep_alive(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The metrics port listens on all interfaces without a token: a connection that made one
+    request and then idled held a file for aiohttp's hour. It is closed after
+    ``METRICS_KEEPALIVE``; the other ports keep aiohttp's."""
+    monkeypatch.setattr("watchdog.shell.server.METRICS_KEEPALIVE", 0.2)
+    with running_server(sidecar_config(tmp_path / "state")) as car:
+        used = {name: socket.create_connection(car.server.addresses[name], timeout=10)
+                for name in ("metrics", "api")}
+        for name, path in (("metrics", b"/readyz"), ("api", b"/v1/runs")):
+            used[name].sendall(b"GET " + path + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert used[name].recv(65536).startswith(b"HTTP/1.1 200"), name
+        with used["metrics"] as sock:
+            assert sock.recv(4096) == b""  # closed by the sidecar once idle
+        with used["api"] as sock:  # past that, the API's connection still takes a request
+            sock.sendall(b"GET /v1/runs HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+
+
 def test_a_grpc_client_on_the_otlp_http_port_is_told_where_grpc_goes(tmp_path: Path) -> None:
     """An OTLP exporter set to gRPC and given the OTLP/HTTP port (a common slip): its HTTP/2
     preface was refused as "Pause on PRI/Upgrade", aiohttp's words, in the log and the answer.

@@ -80,6 +80,10 @@ SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get to finish on shutdown (mo
 MIN_GRACE = 0.001  # seconds: what a grace of 0 is to aiohttp, which takes 0 as none
 GIL_SWITCH_INTERVAL = 0.001  # seconds; see Server.start
 PRUNE_INTERVAL = 600.0  # seconds between prunes of old directives and ended runs
+# Seconds an idle metrics connection is kept after a request (aiohttp's default is an hour): the
+# port listens on all interfaces without a token, so a peer's one request a connection held a
+# file that long. Prometheus scrapes more often than this or connects again; probes do not keep.
+METRICS_KEEPALIVE = 75.0
 # Generation-1 collections between two full ones (CPython's default: 10); see settle_collector.
 FULL_COLLECTION_EVERY = 1000
 
@@ -197,7 +201,8 @@ class Server:
                      "pipeline")
 
         await self._start_app("metrics", config.metrics_address,
-                              create_metrics_app(self.metrics, lambda: self.ready))
+                              create_metrics_app(self.metrics, lambda: self.ready),
+                              keepalive_timeout=METRICS_KEEPALIVE)
         otlp_app = otlp_http.create_app(service, metrics, admission, config, forward)
         otlp_logs.install_http(otlp_app, service, metrics, admission, config, forward)
         if forward is not None:
