@@ -1134,6 +1134,57 @@ def test_links_between_documents_resolve() -> None:
     assert not problems, "\n".join(problems)
 
 
+CHART_REFERENCE = re.compile(r"(?<![\w/.])(README\.md|docs/[a-z-]+\.md)(?:#([a-z0-9-]+))?")
+CHART_SECTION_BY_TITLE = re.compile(r"README(?:'s)?[,:]?\s+\"?[A-Z]")
+
+
+def chart_reference_problems(chart: Path, root: Path) -> list[str]:
+    """The chart's pointers into the documents (comments, NOTES.txt, the schema's
+    descriptions: what `helm show values` and an editor show a user) that lead nowhere: a page
+    or heading that does not exist, or a README section named by a title, which is not
+    checked (the chart's said "Steering any agent" and "Deploy on Kubernetes", titles the
+    README does not have)."""
+    problems = []
+    for path in sorted(chart.rglob("*")):
+        if not path.is_file() or path.suffix not in (".md", ".txt", ".tpl", ".yaml", ".json"):
+            continue
+        text = path.read_text("utf-8")
+        where = path.relative_to(chart)
+        for match in CHART_SECTION_BY_TITLE.finditer(text):
+            problems.append(f"{where}: {text[match.start():match.end() + 30].splitlines()[0]}: "
+                            f"a section by its title: give its file and anchor")
+        for match in CHART_REFERENCE.finditer(text):
+            page, heading = match.group(1), match.group(2)
+            if not (root / page).exists():
+                problems.append(f"{where}: {match.group(0)}: no such file")
+            elif heading and heading not in anchors((root / page).read_text("utf-8")):
+                problems.append(f"{where}: {match.group(0)}: no such heading")
+    return problems
+
+
+def test_the_charts_pointers_into_the_documents_resolve() -> None:
+    problems = chart_reference_problems(ROOT / "helm" / "agent-watchdog", ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_charts_pointer_to_nowhere_is_caught(tmp_path: Path) -> None:
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "steering.md").write_text("# Steering\n\n## Directives\n")
+    (chart / "values.yaml").write_text(
+        '# -- webhooks (docs/steering.md#directives); the endpoint (README "Steering any agent")\n'
+        "# see docs/steering.md#sessions and docs/nowhere.md\n")
+    (chart / "templates" / "NOTES.txt").write_text('See the README, "Deploy on Kubernetes".\n')
+    assert chart_reference_problems(chart, tmp_path) == [
+        'templates/NOTES.txt: README, "Deploy on Kubernetes".: a section by its title: give its '
+        "file and anchor",
+        'values.yaml: README "Steering any agent"): a section by its title: give its file and '
+        "anchor",
+        "values.yaml: docs/steering.md#sessions: no such heading",
+        "values.yaml: docs/nowhere.md: no such file"]
+
+
 def test_a_broken_link_is_caught(tmp_path: Path) -> None:
     (tmp_path / "other.md").write_text("# Other\n\n## Twice\n\n## Twice\n")
     page = tmp_path / "page.md"
@@ -1518,7 +1569,7 @@ def test_the_open_files_figures_are_the_sidecars() -> None:
     """docs/limits.md's open files: what `watchdog serve` needs to start, per model request,
     and in all with the defaults and the model endpoint, as `watchdog/shell/open_files.py`
     counts them."""
-    from watchdog.shell import open_files
+    from watchdog.shell import connections, open_files
     from watchdog.shell.config import Config
 
     text = (ROOT / "docs" / "limits.md").read_text("utf-8")
@@ -1527,8 +1578,16 @@ def test_the_open_files_figures_are_the_sidecars() -> None:
     assert re.search(
         rf"needs {open_files.START_FILES} to start .*?{open_files.START_FILES} \+ "
         rf"`max_pending_requests` \+ {open_files.FILES_PER_MODEL_REQUEST} per "
-        rf"`model_max_concurrent` with the model endpoint \({open_files.needed(with_model)} with "
-        rf"the defaults\).*?below {open_files.START_FILES} is one line", bullet), bullet
+        rf"`model_max_concurrent` with the model endpoint \+ the control API's "
+        rf"{open_files.MAX_STREAMS:,} directive streams and {open_files.MAX_WAITERS:,} long-polls "
+        rf"\({open_files.needed(with_model)} with the defaults\).*?below "
+        rf"{open_files.START_FILES} is one line", bullet), bullet
+    first = connections.FIRST_REQUEST_TIMEOUT
+    assert f"sends no request head within {first:g} s is closed" in bullet, bullet
+    from watchdog.shell.server import METRICS_KEEPALIVE
+
+    assert f"a metrics connection (all interfaces, no token) {METRICS_KEEPALIVE:g} s after its " \
+        "last request" in bullet, bullet
 
 
 if __name__ == "__main__":  # python -m tests.test_docs: list the blocks and how each is checked

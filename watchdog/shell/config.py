@@ -732,7 +732,7 @@ def env_keys(env: Mapping[str, str], problems: list[str] | None = None) -> dict[
             close = _closest(key, FIELD_TYPES)
             hint = f"did you mean {ENV_PREFIX}{close.upper()}? " if close else ""
             message = (f"unknown environment variable {name}: {hint}"
-                       f"WATCHDOG_<KEY> sets a configuration key (README: Configuration); fix "
+                       f"WATCHDOG_<KEY> sets a configuration key (docs/configuration.md); fix "
                        f"the name or unset it")
             if problems is None:
                 raise ConfigError(message)
