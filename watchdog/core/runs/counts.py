@@ -221,6 +221,10 @@ class RunCounts(RunFields):
                 if self._cap_request is not None and self.limit_stop is None \
                         and record.parent_span_id == self._cap_request[1]:
                     self.limit_stop = self._cap_request[0]  # (its agent span told the cap)
+            if self._step_stop_ns and record.start_ns > self._step_stop_ns:
+                # a model call after the loop's call that told a limit: its application went
+                # on with the loop (a call a step), so that limit stopped no run
+                self.limit_stop, self._step_stop_ns = None, 0
             self._read_model_content(record)
         elif kind is TOOL:
             self._apply_tool(record)
@@ -244,7 +248,12 @@ class RunCounts(RunFields):
             self.final_output = record.final_output
             self._final_end_ns = record.end_ns
         if record.limit_stop is not None and self.limit_stop is None:
-            self.limit_stop = record.limit_stop
+            if not record.loop_call:
+                self.limit_stop = record.limit_stop
+            elif self._llm_start_ns <= record.end_ns:
+                # (one call of a loop its application runs itself: no model call came after it
+                # yet; one that comes takes the limit back)
+                self.limit_stop, self._step_stop_ns = record.limit_stop, record.end_ns
 
         if record.error and (record.ends_run or kind is AGENT):
             # The span that closes the run failed, whatever its kind (a pydantic-ai agent span,

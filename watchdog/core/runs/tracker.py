@@ -934,6 +934,8 @@ class RunTracker(RunBook):
         if main is None:
             frames.main_agent = record.span_id
             return run
+        if record.loop_call and frames.next_step(record, main):
+            return run  # the next call of a loop its application runs itself: the run's step
         if frames.within(main, record.span_id) or frames.ran_in_a_tool_of(main, record.span_id):
             # the agent taken as main ran inside this one (below it, or in one of its tools)
             if not frames.same_invocation(main, record.span_id):

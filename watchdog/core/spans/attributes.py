@@ -83,6 +83,7 @@ NESTED_STEP_SPAN_NAMES = TABLES.nested_step_span_names
 TOOL_RUN_SPAN_NAMES = TABLES.tool_run_span_names
 SECOND_ROOTS = TABLES.second_roots  # roots that are not their run's end (Convention.second_roots)
 RUN_ENDS = TABLES.run_ends  # ... and the spans whose end is their run's
+LOOP_CALLS = TABLES.loop_calls  # agent spans that are one step of a loop (loop_call_span_names)
 NESTED_STEP_SPAN_SUFFIXES = TABLES.nested_step_span_suffixes
 SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
 MODEL_CALL_MARKS = TABLES.model_call_marks

@@ -178,6 +178,7 @@ class Tables:
     tool_run_span_names: frozenset[str]
     second_roots: frozenset[str]  # (Convention.second_roots' names, and the spans that end
     run_ends: frozenset[str]  # their runs)
+    loop_calls: frozenset[str]  # (Convention.loop_call_span_names)
     nested_step_span_suffixes: Names
     agent_name: Names
     agent_span_name: Names
@@ -288,6 +289,7 @@ def combine() -> Tables:
         second_roots=frozenset(name for convention in ENTRIES for name in convention.second_roots),
         run_ends=frozenset(name for convention in ENTRIES
                            for name in convention.second_roots.values()),
+        loop_calls=frozenset(_names("loop_call_span_names")),
         nested_step_span_suffixes=_names("nested_step_span_suffixes"),
         agent_name=_names("agent_name"),
         agent_span_name=_names("agent_span_name"),

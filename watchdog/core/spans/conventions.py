@@ -61,6 +61,7 @@ from watchdog.core.spans.attributes import (
     F_TOOL_ARGS,
     F_TOOL_RESULT,
     JSON_IDENTITY_KEYS,
+    LOOP_CALLS,
     NESTED_STEP_SPAN_NAMES,
     ROLE_KINDS,
     ROOT_AGENT_NAME_JSON,
@@ -210,6 +211,8 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
         record.ends_its_run = True
     elif parent is None and name in SECOND_ROOTS:
         record.second_root = True
+    if kind is AGENT and name in LOOP_CALLS:
+        record.loop_call = True
     if role is CREATE_AGENT:
         record.creates_agent = True
     elif role is WORKFLOW:

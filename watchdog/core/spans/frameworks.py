@@ -523,6 +523,11 @@ VERCEL_AI = Convention(
         "ai.generateText.doGenerate": Role.LLM, "ai.streamText.doStream": Role.LLM,
         "ai.generateObject.doGenerate": Role.LLM, "ai.streamObject.doStream": Role.LLM,
         "ai.toolCall": Role.TOOL}},
+    # an application may run the loop itself, one call a step (opencode: `stopWhen` at one
+    # step, its own loop around it): calls of one agent side by side are one run, and a step
+    # that ends on `tool-calls` stopped the run only if no model call came after it
+    loop_call_span_names=("ai.generateText", "ai.streamText", "ai.generateObject",
+                          "ai.streamObject"),
     agent_name=("ai.telemetry.functionId",),
     tool_name=("ai.toolCall.name",),
     tool_args=("ai.toolCall.args",),
@@ -538,8 +543,10 @@ VERCEL_AI = Convention(
     # tools ran, without asking the model again: the call ends on that step's finish reason
     limit_states=(("ai.response.finishReason", r"tool-calls$", "stop_when"),),
     notes="the agent is the call's `functionId` (else `service.name`); a call that ends on "
-          "`tool-calls` was stopped by its `stopWhen` condition (`tool_limit_reached`), and so "
-          "reads one whose last tool has no `execute` (the application runs it: a known gap); "
+          "`tool-calls` was stopped by its `stopWhen` condition (`tool_limit_reached`) unless a "
+          "model call of its run comes after it (an application that runs the loop itself, a "
+          "call a step: calls of one agent side by side are one run), and so reads one whose "
+          "last tool has no `execute` (the application runs it: a known gap); "
           "a tool that throws fails its span and the SDK hands the error to the model; with "
           "`recordInputs`/`recordOutputs` off no span carries text, arguments or results (no "
           "answer text, no repeated calls seen), the finish reasons and usage still",

@@ -199,7 +199,7 @@ def _normaliser(phrases: Any, status: Any, json: Any) -> Any:
         sorted(a.HIDDEN_CONTENT), hidden_values, a.UNASKED_TOOLS,
         a.TOOL_CALL_ID_KEYS, json, brief, values.MAX_NAME_CHARS, values.MAX_BRIEF_CHARS,
         a.CLIENT_RUN_SPAN, model_calls, agents, failures, sorted(a.SECOND_ROOTS),
-        sorted(a.RUN_ENDS))
+        sorted(a.RUN_ENDS), sorted(a.LOOP_CALLS))
 
 
 def _use_kernels(on: bool) -> None:

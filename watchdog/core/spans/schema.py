@@ -141,6 +141,11 @@ class Convention:
     # request that started the run, ended before its work) -> the name of the span whose end is
     # the run's (below the other root)
     second_roots: Mapping[str, str] = field(default_factory=dict)
+    # names of agent spans that are one call of a tool loop the application may run itself,
+    # a call a step (opencode: one `streamText` a step): such a span beside an earlier one of
+    # the same agent (neither inside the other) is the same run's next step, no handoff; and a
+    # limit it reads (`limit_states`) stopped the run only if no model call came after it
+    loop_call_span_names: Names = _NO_NAMES
     unasked_tools: tuple[UnaskedTool, ...] = ()  # with model calls below: no tool call
     # a span nothing else types is a model call when it carries an attribute of each group (a
     # model's name, its token usage): what an emitter no entry knows reads as loose calls
