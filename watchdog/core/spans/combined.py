@@ -44,6 +44,7 @@ _SCOPED_NAMES = ("agent_name", "agent_span_name", "session", "response_id", "too
                  "output_tokens", "total_tokens", "response_model", "request_model", "provider")
 _SCOPED_PAIRS = ("agent_name_json", "error_json", "limit_error_json", "usage_json")
 SCOPE_FREE = frozenset({"name", "emitted_by", "notes", "scopes", "hidden_content", "log_events",
+                        "chunked_answers",
                         "log_event_keys",
                         "limit_finish_reasons", "answer_finish_reasons", "tool_finish_reasons",
                         "limit_exceptions", "limit_status", "limit_phrases"})
@@ -58,6 +59,8 @@ def scoped(convention: Convention) -> Convention:
     """``convention`` as it is combined: with ``scopes``, its attributes renamed to their
     aliases and its hidden texts left out (they are its scopes')."""
     if not convention.scopes:
+        if convention.chunked_answers:  # (read by scope alone: Scoped.chunked_answers)
+            raise ValueError(f"convention {convention.name!r}: chunked_answers needs scopes")
         return convention
     default = Convention(convention.name, convention.emitted_by)
     unscopable = [field.name for field in fields(Convention)
@@ -94,6 +97,7 @@ class Scoped:
     aliases: tuple[tuple[str, str], ...]  # (attribute, its alias)
     hidden_content: frozenset[str]
     events: Mapping[str, frozenset[str]]  # its span events' facts (Tables.events)
+    chunked_answers: bool  # (Convention.chunked_answers)
 
 
 # The facts a span's events may bring (``<event>:<attribute>``)
@@ -129,7 +133,8 @@ def _scoped_reads(convention: Convention, entry: Convention) -> Scoped:
                 names[item[0]] = None
     aliases = tuple((name[len(SCOPED_MARK):], name) for name in names
                     if name.startswith(SCOPED_MARK))
-    return Scoped(convention.scopes, aliases, convention.hidden_content, _event_reads([entry]))
+    return Scoped(convention.scopes, aliases, convention.hidden_content, _event_reads([entry]),
+                  convention.chunked_answers)
 
 
 def _names(attribute: str) -> Names:

@@ -311,7 +311,7 @@ def _fill_facts(record: SpanRecord, span: Any, attrs: Mapping[str, object],
     elif kind is LLM:
         if events and firsts[F_OUTCOME] is None:
             attrs, firsts = _with_events(attrs, events, firsts, reads)
-        _fill_llm(record, attrs, firsts, span, hidden)
+        _fill_llm(record, attrs, firsts, span, hidden, view.chunked)
     elif kind is AGENT:
         if events:
             attrs, firsts = _with_events(attrs, events, firsts, reads)

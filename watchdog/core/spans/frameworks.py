@@ -833,14 +833,15 @@ GEMINI_CLI = Convention(
     # `args`: GEMINI_CLI_RECORDS)
     tool_args=("gen_ai.input.messages",),
     tool_result=("gen_ai.output.messages",),
+    chunked_answers=True,  # (a streamed answer: a message a chunk, its text as it came)
     notes="no span for an invocation: each model call (`llm_call`) a trace of its own, read as "
           "loose calls of its agent (`gen_ai.agent.name` `gemini-cli`, its session "
           "`gen_ai.conversation.id`), each batch of tools another (`schedule_tool_calls`, a "
           "`tool_call` per tool below it), joined to that run by the call ids its model calls' "
           "`functionCall` parts asked for; its spans' content only with "
-          "`GEMINI_TELEMETRY_TRACES_ENABLED`; no finish reason on any span, and each chunk of a "
-          "streamed answer a message of its own: the answer's text read chunk by chunk, a line "
-          "each (a known gap); its log events add nothing its spans lack",
+          "`GEMINI_TELEMETRY_TRACES_ENABLED`; no finish reason on any span; each chunk of a "
+          "streamed answer a message of its own, their texts joined as they came "
+          "(`chunked_answers`); its log events add nothing its spans lack",
 )
 
 # Gemini CLI's records of a tool call, read on every span (no entry with scopes may say how a

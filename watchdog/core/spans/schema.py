@@ -258,6 +258,10 @@ class Convention:
     # model call's hidden output says the model said something: the answer unless a tool
     # call follows, as for any output that asks for no tool
     hidden_content: frozenset[str] = _NO_SET
+    # a streamed answer recorded a chunk an output message (each with its text part, as the
+    # model's stream gave it: Gemini CLI's `gen_ai.output.messages`): the answer is their texts
+    # joined as they are, not a line each (an entry with `scopes`: read on its scopes' spans)
+    chunked_answers: bool = False
     # -- model calls and answers
     # model-call spans named `<anything><suffix>` are model calls whatever they record: a model
     # object's traced helpers (LlamaIndex's `_prepare_chat_with_tools`) are none when they
