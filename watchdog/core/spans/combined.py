@@ -41,7 +41,8 @@ SCOPED_MARK = "\x1f"
 _SCOPED_NAMES = ("agent_name", "agent_span_name", "session", "response_id", "tool_name",
                  "tool_args", "tool_result", "answer", "llm_output", "answer_texts",
                  "finish_reasons", "input_messages", "output_messages", "input_tokens",
-                 "output_tokens", "total_tokens", "response_model", "request_model", "provider")
+                 "output_tokens", "total_tokens", "response_model", "request_model", "provider",
+                 "subagent_ids")
 _SCOPED_PAIRS = ("agent_name_json", "error_json", "limit_error_json", "usage_json")
 SCOPE_FREE = frozenset({"name", "emitted_by", "notes", "scopes", "hidden_content", "log_events",
                         "chunked_answers",
@@ -263,6 +264,7 @@ class Tables:
     input_messages_delta: Names
     transfer_targets: Names
     caller_names: Names
+    subagent_ids: Names
     log_events: Names
     log_event_keys: Names
     scopes: tuple[Scoped, ...]  # the entries with scopes: what their spans read besides
@@ -406,6 +408,7 @@ def combine() -> Tables:
         input_messages_delta=_names("input_messages_delta"),
         transfer_targets=_names("transfer_targets"),
         caller_names=_names("caller_names"),
+        subagent_ids=_names("subagent_ids"),
         log_events=_names("log_events"),
         log_event_keys=_names("log_event_keys"),
         events=_event_reads(entry for entry in ENTRIES if not entry.scopes),

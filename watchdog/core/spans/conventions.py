@@ -58,6 +58,7 @@ from watchdog.core.spans.attributes import (
     F_OUTCOME,
     F_PARENT_RUN,
     F_SESSION,
+    F_SUBAGENT,
     F_TOOL_ARGS,
     F_TOOL_RESULT,
     JSON_IDENTITY_KEYS,
@@ -69,6 +70,7 @@ from watchdog.core.spans.attributes import (
     RUN_ENDS,
     SECOND_ROOTS,
     SPAN_NAME_ROLES,
+    SUBAGENT_ID_KEYS,
     TEAM_MEMBER_KEYS,
     TOOL_RUN_SPAN_NAMES,
     WORKFLOW,
@@ -247,6 +249,10 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
     if session:
         record.session = session  # (refused whole when too long, as a run id is)
     record.parent_run = firsts[F_PARENT_RUN] or resource.parent_run
+    if SUBAGENT_ID_KEYS and (kind is LLM or kind is TOOL) and parent is not None:
+        subagent = firsts[F_SUBAGENT]
+        if subagent:
+            record.subagent = subagent[:MAX_NAME_CHARS]
     if resource.announces_budget or not BUDGET_ATTRIBUTES.isdisjoint(attrs):
         record.budget = _budget(attrs, resource)
         record.budget_used = _budget_numbers(attrs, resource, BUDGET_CONSUMED_KEYS)

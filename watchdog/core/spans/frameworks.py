@@ -785,6 +785,9 @@ CLAUDE_CODE = Convention(
     # span), its output a `tool.output` event with `OTEL_LOG_TOOL_CONTENT=1`
     tool_args=("full_command",),
     tool_result=("tool.output:output",),
+    # a sub-agent's model calls and tools name it (`agent_id`, the id its requests' header
+    # `x-claude-code-agent-id` carries), below its `Agent` tool call's execution
+    subagent_ids=("agent_id",),
     # the answer: only in its `assistant_response` log event (`OTEL_LOGS_EXPORTER`; its body
     # `claude_code.assistant_response`, of its scope `com.anthropic.claude_code.events`), which
     # names the interaction's span: read as that span's output (its text with
@@ -796,7 +799,8 @@ CLAUDE_CODE = Convention(
     hidden_content=frozenset({"<REDACTED>"}),
     notes="the spans name no agent: the run is named after the service (`claude-code`), its "
           "session Claude Code's (`session.id`); a sub-agent (its `Agent` tool) runs below "
-          "that tool's span, its model calls and tools counted in the invocation's run; the "
+          "that tool's span, its model calls and tools naming it (`agent_id`): a child run of "
+          "the invocation's, as the model endpoint makes it; the "
           "answer is its `assistant_response` log event's, joined to the "
           "interaction's span it names; no span carries the arguments of a tool other than "
           "Bash (only the `claude_code.tool_result` log event has them, naming no tool's "

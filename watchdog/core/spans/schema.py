@@ -353,6 +353,11 @@ class Convention:
     # the agent a tool call hands the run to (a transfer): the span's name may end with it
     transfer_targets: Names = _NO_NAMES
     caller_names: Names = _NO_NAMES  # the agent or workflow that invoked an agent span's agent
+    # the id of the sub-agent a model or tool call ran in, on its spans (Claude Code's
+    # `agent_id`): the span such a call hangs from (the caller's tool call that ran it) is the
+    # sub-agent's invocation, its subtree a child run of the trace's run (no agent span of
+    # the sub-agent's), as the model endpoint makes it of the sub-agent its client names
+    subagent_ids: Names = _NO_NAMES
     # OTLP log events whose attributes are a span's content (its trace and span id name it):
     # read as if the span carried them (watchdog.core.spans.logs)
     log_events: Names = _NO_NAMES
