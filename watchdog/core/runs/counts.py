@@ -6,6 +6,7 @@ announcements update them (see :mod:`watchdog.core.runs.run` for the theory of o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from watchdog.core.bounds import MAX_CYCLE_LENGTH, MAX_DISTINCT_SIGNATURES
@@ -26,6 +27,10 @@ from watchdog.core.runs.fields import (
 )
 from watchdog.core.spans import compiled
 from watchdog.core.spans.record import AGENT, ENDPOINT_SCOPE, LLM, OTHER, TOOL, SpanRecord
+
+# What a dated model id adds to its alias: a date (OpenAI's 2024-07-18, Anthropic's 20241022,
+# OpenAI's older 0613, Mistral's 2411) or a version (Gemini's 001): not a size (70b) or a tier
+MODEL_VERSION = re.compile(r"\d{4}-\d{2}-\d{2}|\d{8}|\d{3,4}")
 
 
 def _bump(counts: dict[int, int], key: int) -> int:
@@ -796,11 +801,13 @@ def _error_text(record: SpanRecord) -> str:
 def _same_model(model: str, other: str) -> bool:
     """Whether two calls name the same model: one names none, the same, or a dated model id
     and its alias (``gpt-4o-mini-2024-07-18``, ``gpt-4o-mini``: a request names the alias,
-    its response the dated id; ``gpt-4o-mini`` is not ``gpt-4o``)."""
+    its response the dated id; ``gpt-4o-mini`` is not ``gpt-4o``, nor ``llama3-70b``
+    ``llama3``: a size is no date)."""
     if not (model and other) or model == other:
         return True
     short, long = sorted((model, other), key=len)
-    return long.startswith(short + "-") and long[len(short) + 1:len(short) + 2].isdigit()
+    return long.startswith(short + "-") and MODEL_VERSION.fullmatch(long, len(short) + 1) \
+        is not None
 
 
 def _apart(start: int, end: int, other_start: int, other_end: int) -> int | None:
