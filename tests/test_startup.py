@@ -509,6 +509,15 @@ def test_a_time_key_says_what_it_accepts_and_shows_the_value_as_given() -> None:
                                             "positive number of seconds or a duration, at most "
                                             "10m"), refused.value.message
     assert load(env={"WATCHDOG_RULES_WATCH_INTERVAL": "0"}).rules_watch_interval == 0
+    # the model endpoint's window for an agent's reply at once (5 s unset, at most 10m)
+    assert (load(env={}).model_reply_window,
+            load(env={"WATCHDOG_MODEL_REPLY_WINDOW": "30s"}).model_reply_window) == (5.0, 30.0)
+    for value in ("0", "11m"):
+        with pytest.raises(ConfigError) as refused:
+            load(flags={"model_reply_window": value})
+        assert refused.value.message.startswith(
+            f"model_reply_window={value!r} is not allowed: expected a positive number of "
+            f"seconds or a duration, at most 10m"), refused.value.message
 
 
 def test_an_address_with_whitespace_around_is_taken_and_inside_is_malformed() -> None:

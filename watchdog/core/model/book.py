@@ -115,7 +115,8 @@ MAX_SIDE_SAID = 8  # the messages of a side request kept (digests) to know what 
 # or a stop is the agent's own reply to that answer (a format error, a validation retry: no
 # person reads a report and asks again this fast), so it is still that run's (its stop), not
 # the session's next run: an agent that takes no answer as its end cannot go on run after
-# run, each with a budget of its own (:func:`follows_at_once`)
+# run, each with a budget of its own (:func:`follows_at_once`); the default of the
+# configuration's model_reply_window
 AT_ONCE_NS = 5_000_000_000
 # ... answered with the stop answer this many times (each reply at once to the answer before,
 # the endpoint's own included), then with the error: an agent that drops the stop answer from
@@ -264,8 +265,9 @@ def parse_traceparent(value: str | None) -> tuple[str, str] | None:
 
 
 class ModelBook:
-    def __init__(self, max_runs: int = MAX_MODEL_RUNS) -> None:
+    def __init__(self, max_runs: int = MAX_MODEL_RUNS, at_once_ns: int = AT_ONCE_NS) -> None:
         self.max_runs = max_runs
+        self.at_once_ns = at_once_ns  # (follows_at_once: the config's model_reply_window)
         self._runs: OrderedDict[str, EndpointRun] = OrderedDict()
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
@@ -566,13 +568,14 @@ class ModelBook:
         """``state``, a new run of ``before``'s conversation begun by ``request``, one more of
         a chain when it came at once after ``before`` ended at its budget or a stop."""
         if before is not None and self._now_ns is not None \
-                and at_once(before, request, self._now_ns):
+                and at_once(before, request, self._now_ns, self.at_once_ns):
             state.chain = before.chain + 1
         return state
 
     def _follows(self, state: EndpointRun, request: Request) -> bool:
         """:func:`follows_at_once`, at the time :meth:`identify` was given (remembered)."""
-        if self._now_ns is None or not follows_at_once(state, request, self._now_ns):
+        if self._now_ns is None \
+                or not follows_at_once(state, request, self._now_ns, self.at_once_ns):
             return False
         self._at_once = True
         return True
@@ -949,14 +952,17 @@ def carries_answer(state: EndpointRun, request: Request) -> bool:
     return any(state.quote in " ".join(text_of(content).split()) for content in request.answers)
 
 
-def at_once(state: EndpointRun, request: Request, now_ns: int) -> bool:
-    """Whether ``request`` is a new user message less than :data:`AT_ONCE_NS` after the
-    answer that ended ``state``'s run at its budget (its final request's) or at a stop."""
+def at_once(state: EndpointRun, request: Request, now_ns: int,
+            window_ns: int = AT_ONCE_NS) -> bool:
+    """Whether ``request`` is a new user message less than ``window_ns`` (by default
+    :data:`AT_ONCE_NS`) after the answer that ended ``state``'s run at its budget (its final
+    request's) or at a stop."""
     return request.last_is_user and (state.final_used or state.stop is not None) \
-        and state.answered > 0 and 0 <= now_ns - state.last_end_ns < AT_ONCE_NS
+        and state.answered > 0 and 0 <= now_ns - state.last_end_ns < window_ns
 
 
-def follows_at_once(state: EndpointRun, request: Request, now_ns: int) -> bool:
+def follows_at_once(state: EndpointRun, request: Request, now_ns: int,
+                    window_ns: int = AT_ONCE_NS) -> bool:
     """Whether ``request``, a new user message in the conversation of ``state``'s run, is the
     agent's own reply to the answer that ended that run at its budget or at a stop, rejecting
     it: it comes :func:`at_once`, and its conversation (sent whole, longer than before) does
@@ -965,8 +971,8 @@ def follows_at_once(state: EndpointRun, request: Request, now_ns: int) -> bool:
     gets its stop, not the upstream. A person's next question comes after a real pause, or
     holds the answer it follows (a chat sends it whole); it starts the session's next run,
     with a budget of its own. A run that ended on its own (the model's answer, no budget
-    spent) is never held so."""
-    if not at_once(state, request, now_ns):
+    spent) is never held so. ``window_ns``: how soon is at once (``model_reply_window``)."""
+    if not at_once(state, request, now_ns, window_ns):
         return False
     if state.chain >= MAX_CHAINED_RUNS:
         return True

@@ -546,6 +546,11 @@ VERCEL_AI = Convention(
         "ai.generateText.doGenerate": Role.LLM, "ai.streamText.doStream": Role.LLM,
         "ai.generateObject.doGenerate": Role.LLM, "ai.streamObject.doStream": Role.LLM,
         "ai.toolCall": Role.TOOL}},
+    # an application may run the loop itself, one call a step (opencode: `stopWhen` at one
+    # step, its own loop around it): calls of one agent side by side are one run, and a step
+    # that ends on `tool-calls` stopped the run only if no model call came after it
+    loop_call_span_names=("ai.generateText", "ai.streamText", "ai.generateObject",
+                          "ai.streamObject"),
     agent_name=("ai.telemetry.functionId",),
     tool_name=("ai.toolCall.name",),
     tool_args=("ai.toolCall.args",),
@@ -561,8 +566,10 @@ VERCEL_AI = Convention(
     # tools ran, without asking the model again: the call ends on that step's finish reason
     limit_states=(("ai.response.finishReason", r"tool-calls$", "stop_when"),),
     notes="the agent is the call's `functionId` (else `service.name`); a call that ends on "
-          "`tool-calls` was stopped by its `stopWhen` condition (`tool_limit_reached`), and so "
-          "reads one whose last tool has no `execute` (the application runs it: a known gap); "
+          "`tool-calls` was stopped by its `stopWhen` condition (`tool_limit_reached`) unless a "
+          "model call of its run comes after it (an application that runs the loop itself, a "
+          "call a step: calls of one agent side by side are one run), and so reads one whose "
+          "last tool has no `execute` (the application runs it: a known gap); "
           "a tool that throws fails its span and the SDK hands the error to the model; with "
           "`recordInputs`/`recordOutputs` off no span carries text, arguments or results (no "
           "answer text, no repeated calls seen), the finish reasons and usage still",
@@ -801,6 +808,9 @@ CLAUDE_CODE = Convention(
     # span), its output a `tool.output` event with `OTEL_LOG_TOOL_CONTENT=1`
     tool_args=("full_command",),
     tool_result=("tool.output:output",),
+    # a sub-agent's model calls and tools name it (`agent_id`, the id its requests' header
+    # `x-claude-code-agent-id` carries), below its `Agent` tool call's execution
+    subagent_ids=("agent_id",),
     # the answer: only in its `assistant_response` log event (`OTEL_LOGS_EXPORTER`; its body
     # `claude_code.assistant_response`, of its scope `com.anthropic.claude_code.events`), which
     # names the interaction's span: read as that span's output (its text with
@@ -812,7 +822,8 @@ CLAUDE_CODE = Convention(
     hidden_content=frozenset({"<REDACTED>"}),
     notes="the spans name no agent: the run is named after the service (`claude-code`), its "
           "session Claude Code's (`session.id`); a sub-agent (its `Agent` tool) runs below "
-          "that tool's span, its model calls and tools counted in the invocation's run; the "
+          "that tool's span, its model calls and tools naming it (`agent_id`): a child run of "
+          "the invocation's, as the model endpoint makes it; the "
           "answer is its `assistant_response` log event's, joined to the "
           "interaction's span it names; no span carries the arguments of a tool other than "
           "Bash (only the `claude_code.tool_result` log event has them, naming no tool's "
@@ -849,14 +860,15 @@ GEMINI_CLI = Convention(
     # `args`: GEMINI_CLI_RECORDS)
     tool_args=("gen_ai.input.messages",),
     tool_result=("gen_ai.output.messages",),
+    chunked_answers=True,  # (a streamed answer: a message a chunk, its text as it came)
     notes="no span for an invocation: each model call (`llm_call`) a trace of its own, read as "
           "loose calls of its agent (`gen_ai.agent.name` `gemini-cli`, its session "
           "`gen_ai.conversation.id`), each batch of tools another (`schedule_tool_calls`, a "
           "`tool_call` per tool below it), joined to that run by the call ids its model calls' "
           "`functionCall` parts asked for; its spans' content only with "
-          "`GEMINI_TELEMETRY_TRACES_ENABLED`; no finish reason on any span, and each chunk of a "
-          "streamed answer a message of its own: the answer's text read chunk by chunk, a line "
-          "each (a known gap); its log events add nothing its spans lack",
+          "`GEMINI_TELEMETRY_TRACES_ENABLED`; no finish reason on any span; each chunk of a "
+          "streamed answer a message of its own, their texts joined as they came "
+          "(`chunked_answers`); its log events add nothing its spans lack",
 )
 
 # Gemini CLI's records of a tool call, read on every span (no entry with scopes may say how a

@@ -207,7 +207,7 @@ class ModelProxy:
         self.service = service
         self.config = config
         self.metrics = observer  # watchdog.shell.metrics.Metrics (None: not counted)
-        self.book = ModelBook()
+        self.book = ModelBook(at_once_ns=round(config.model_reply_window * 1e9))
         self.book.stops = service.stop_of
         self.wires: dict[str, Wire] = {"/v1/chat/completions": ChatWire(),
                                        "/v1/responses": ResponsesWire(),
