@@ -11,9 +11,12 @@ Reported per request, µs of the loop thread's CPU (``time.thread_time``): decid
 (``ModelProxy.plan``: read it, find its run, record the tool results it carries, open the run,
 steer) and booking its call when its response has ended (``observe_whole`` and ``observed``,
 what the relay read made into a record, and ``book_calls``, the core's step), and telling the
-relay what the conversation's next request gets (``NativeEndpoint._publish_next``); and the
-garbage collector's pauses (wall time, any thread's: they hold every Python thread), per request
-and the longest, with the collections of the oldest generation per 1,000 requests. ``--baseline
+relay what the conversation's next request gets (``NativeEndpoint._publish_next``); the rest of
+the loop's work on the relay's events (``NativeEndpoint._drain`` and ``_book_soon``: taking
+them, handing each out, a booking's own part), each stage's own time (a stage called inside
+another taken out of it), and their total; and the garbage collector's pauses (wall time, any
+thread's: they hold every Python thread), per request and the longest, with the collections of
+the oldest generation per 1,000 requests. ``--baseline
 TREE`` runs the same in another source tree (a subprocess, ``python -P`` with that tree first
 on the path), the two alternating for ``--rounds`` rounds: the median of the rounds of each.
 """
@@ -42,7 +45,11 @@ STAGES = {"decide": (("proxy", "ModelProxy", "plan"),),
           "book": (("proxy", "ModelProxy", "observe_whole"), ("proxy", "ModelProxy", "observed"),
                    ("proxy", "ModelProxy", "book_calls")),
           # telling the relay what the conversation's next request gets (a tree without it: 0)
-          "tell": (("native", "NativeEndpoint", "_publish_next"),)}
+          "tell": (("native", "NativeEndpoint", "_publish_next"),),
+          # the rest of the loop's work on the relay's events: taking them, handing each out,
+          # a booking's own part (each stage's own time: the others' inside it taken out)
+          "drain": (("native", "NativeEndpoint", "_drain"),
+                    ("native", "NativeEndpoint", "_book_soon"))}
 
 
 def measure(conversations: int, turns: int) -> dict[str, float]:
@@ -64,11 +71,12 @@ def measure(conversations: int, turns: int) -> dict[str, float]:
             pauses.append((info["generation"], time.perf_counter_ns() - began[0]))
 
     modules = {"proxy": proxy, "native": native}
+    inner: list[int] = []  # the time of the timed calls inside each timed call running
     for stage, targets in STAGES.items():
         for module, owner, name in targets:
             cls = getattr(modules[module], owner)
             if hasattr(cls, name):
-                setattr(cls, name, _timed(getattr(cls, name), stage, spent))
+                setattr(cls, name, _timed(getattr(cls, name), stage, spent, inner))
 
     def pick(_index: int, body: dict[str, Any]) -> Any:
         results = sum(1 for message in body.get("messages", []) if message.get("role") == "tool")
@@ -93,21 +101,27 @@ def measure(conversations: int, turns: int) -> dict[str, float]:
                 gc.callbacks.remove(collected)
     requests = conversations * turns
     return {**{stage: spent[stage] / requests / 1000 for stage in STAGES},
+            "total": sum(spent.values()) / requests / 1000,
             "gc": sum(ns for _, ns in pauses) / requests / 1000,
             "gc longest ms": max((ns for _, ns in pauses), default=0) / 1e6,
             "gen2 per 1000": sum(1 for generation, _ in pauses if generation == 2)
             * 1000 / requests}
 
 
-def _timed(method: Callable[..., Any], stage: str,
-           spent: collections.Counter[str]) -> Callable[..., Any]:
+def _timed(method: Callable[..., Any], stage: str, spent: collections.Counter[str],
+           inner: list[int]) -> Callable[..., Any]:
+    """``method`` charging its own time to ``stage``: the timed calls inside it taken out."""
     @functools.wraps(method)
     def timed(*args: Any, **kwargs: Any) -> Any:
+        inner.append(0)
         started = time.thread_time_ns()
         try:
             return method(*args, **kwargs)
         finally:
-            spent[stage] += time.thread_time_ns() - started
+            took = time.thread_time_ns() - started
+            spent[stage] += took - inner.pop()
+            if inner:
+                inner[-1] += took
     return timed
 
 
@@ -166,11 +180,13 @@ def main() -> None:
           f"{args.turns} requests; median of {args.rounds} rounds)")
     first = None
     for name, results in rounds.items():
-        medians = {stage: statistics.median(r[stage] for r in results) for stage in STAGES}
+        medians = {stage: statistics.median(r[stage] for r in results)
+                   for stage in (*STAGES, "total")}
         collector = {what: statistics.median(r.get(what, 0.0) for r in results)
                      for what in ("gc", "gc longest ms", "gen2 per 1000")}
         ratio = "" if first is None else "  (" + ", ".join(
-            f"{stage} x{medians[stage] / first[stage]:.2f}" for stage in STAGES) + " of this tree)"
+            f"{stage} x{medians[stage] / first[stage]:.2f}" for stage in medians) \
+            + " of this tree)"
         print(f"  {name}: " + ", ".join(f"{stage} {value:.1f}"
                                          for stage, value in medians.items()) + ratio)
         print("    collector: " + ", ".join(f"{what} {value:.2f}"
