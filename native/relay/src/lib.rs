@@ -2166,6 +2166,12 @@ impl Relay {
         self.shared.usage_refused.load(Ordering::Relaxed)
     }
 
+    /// Whether any event is queued and not yet taken (`take`).
+    #[getter]
+    fn queued(&self) -> bool {
+        !self.shared.events.lock().unwrap().is_empty()
+    }
+
     /// Requests queued for Python's decision and not yet taken (`take`).
     #[getter]
     fn queued_requests(&self) -> usize {

@@ -8,7 +8,9 @@ the system's CAs, ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` honoured) and the 
 response, on threads of its own that never take the GIL. It reads each request (bounded by
 ``model_max_body_bytes`` and ``model_max_concurrent``) and queues it; a byte on a socket pair
 wakes this event loop, which takes what is queued and answers each request once, at once, with
-what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
+what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does (a Chat Completions
+request read by the relay already, on its threads: ``native/relay/src/read.rs``, whose read
+``plan`` takes rather than parse the JSON again):
 
 * an answer of its own (a refusal, an aborted run's final answer): ``respond``;
 * a request to send upstream whose response passes as it comes (every request but a run's
@@ -344,10 +346,16 @@ class NativeEndpoint:
             self.loop.call_soon(self._book_soon)
 
     def _book_soon(self) -> None:
-        """The calls that ended are booked, after the requests queued meanwhile."""
-        self.booking = False
-        if not self.closed:
-            self._drain()
+        """The calls that ended are booked, after the requests queued meanwhile (taken here,
+        when the relay has any: this booking books what their ``done`` events end too)."""
+        try:
+            if not self.closed:
+                if self.relay.queued:
+                    self._drain()
+                else:
+                    self.check_basis()  # (as a drain would, with nothing taken)
+        finally:
+            self.booking = False
         self._book_ended()
 
     def _before_identify(self, api: str, request: Request, caller: Caller,
