@@ -8,9 +8,7 @@ the system's CAs, ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` honoured) and the 
 response, on threads of its own that never take the GIL. It reads each request (bounded by
 ``model_max_body_bytes`` and ``model_max_concurrent``) and queues it; a byte on a socket pair
 wakes this event loop, which takes what is queued and answers each request once, at once, with
-what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does (a Chat Completions
-request read by the relay already, on its threads: ``native/relay/src/read.rs``, whose read
-``plan`` takes rather than parse the JSON again):
+what :meth:`ModelProxy.plan` decides, exactly as the aiohttp endpoint does:
 
 * an answer of its own (a refusal, an aborted run's final answer): ``respond``;
 * a request to send upstream whose response passes as it comes (every request but a run's
