@@ -10,6 +10,9 @@ copied and folded into a shadow run of its own (one per run, new when the run is
 tracker`` shadows :meth:`RunTracker.apply <watchdog.core.runs.tracker.RunTracker.apply>` (a
 slice's records placed in their runs and folded: the counting, the traces' frames, the activity
 lines, the batch's counts) with a shadow tracker fed copies of the slice's records.
+``--part rings`` is ``counts`` with the shadow runs' ring lookups answering at once (no
+echo, no twin, no call id seen from another scope, no call around another, nothing asked for
+kept): ``counts`` less ``rings`` (both ``--shadow fold``) is what those lookups cost.
 ``--shadow copy`` makes the copies (and the shadow runs) and folds nothing: what the fold costs
 is ``--shadow fold`` less ``--shadow copy``, each ``--repeat 2`` less ``--repeat 1`` (one step
 over the workload), divided by the spans; the other arguments are ``bench/core_step.py``'s. The
@@ -30,15 +33,15 @@ HERE = Path(__file__).resolve().parent.parent
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], add_help=False)
-    parser.add_argument("--part", choices=("counts", "tracker"), default="counts")
+    parser.add_argument("--part", choices=("counts", "rings", "tracker"), default="counts")
     parser.add_argument("--shadow", choices=("copy", "fold"), default="fold")
     args, rest = parser.parse_known_args()
     if "--tree" in rest or "--baseline" in rest:
         parser.error("this tree only (no --tree, no --baseline)")
     sys.path.insert(0, str(HERE))
     fold = args.shadow == "fold"
-    if args.part == "counts":
-        _shadow_counts(fold)
+    if args.part != "tracker":
+        _shadow_counts(fold, args.part == "rings")
     else:
         _shadow_tracker(fold)
     from bench import core_step
@@ -47,19 +50,41 @@ def main() -> None:
     core_step.main()
 
 
-def _shadow_counts(fold: bool) -> None:
+def _shadow_counts(fold: bool, rings: bool) -> None:
     from watchdog.core.runs.counts import RunCounts
     from watchdog.core.runs.run import RunState
     from watchdog.core.spans.record import SpanRecord
 
+    class Ringless(RunState):
+        """A run whose rings' lookups answer at once, as if found in none."""
+
+        __slots__ = ()
+
+        def _echo(self, record: SpanRecord) -> bool:
+            return False
+
+        def _counted_elsewhere(self, record: SpanRecord) -> bool:
+            return False
+
+        def counted_around(self, record: SpanRecord, tool: str | None) -> bool:
+            return False
+
+        def _twin_of(self, record: SpanRecord) -> int:
+            return -1
+
+        def _remember_asked(self, record: SpanRecord) -> None:
+            return None
+
+    kind = Ringless if rings else RunState
+
     apply = RunCounts.apply
-    shadows: dict[str, RunState] = {}
+    shadows: dict[str, RunState] = {}  # (a Ringless with --part rings)
 
     def shadowed(run: RunCounts, record: SpanRecord, now: float) -> None:
         twin = copy.copy(record)  # (before the fold: it may change the record)
         shadow = shadows.get(run.key)
         if shadow is None or run.spans == 0:  # (a run new to this step: a new shadow)
-            shadow = shadows[run.key] = RunState(run.key, run.key_source, run.trace_id, now)
+            shadow = shadows[run.key] = kind(run.key, run.key_source, run.trace_id, now)
         if fold:
             apply(shadow, twin, now)
         apply(run, record, now)
