@@ -25,8 +25,9 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import FunctionType
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -52,33 +53,34 @@ def main() -> None:
 
 def _shadow_counts(fold: bool, rings: bool) -> None:
     from watchdog.core.runs.counts import RunCounts
+    from watchdog.core.runs.fields import RunFields
     from watchdog.core.runs.run import RunState
     from watchdog.core.spans.record import SpanRecord
 
-    class Ringless(RunState):
-        """A run whose rings' lookups answer at once, as if found in none."""
+    def answer(value: object) -> Callable[..., object]:
+        return lambda *_: value
 
-        __slots__ = ()
+    # The shadow runs are of a class of their own whose methods are copies of the run's (their
+    # code objects apart): CPython specialises a function's instructions to the types it
+    # meets, and the run's own, meeting two classes, would lose theirs to the shadow's.
+    methods: dict[str, object] = {"__slots__": ()}
+    for cls in (RunState, RunCounts, RunFields):
+        for name, value in vars(cls).items():
+            if name in methods:
+                continue
+            if isinstance(value, FunctionType):
+                methods[name] = _copied(value)
+            elif isinstance(value, property) and isinstance(value.fget, FunctionType):
+                methods[name] = property(_copied(value.fget))
+    if rings:  # the ring lookups answer at once, as if found in none
+        methods.update(_echo=answer(False), _counted_elsewhere=answer(False),
+                       counted_around=answer(False), _twin_of=answer(-1),
+                       _remember_asked=answer(None))
+    kind = type("ShadowRun", (RunState,), methods)
+    apply = methods["apply"]
+    real = RunCounts.apply
 
-        def _echo(self, record: SpanRecord) -> bool:
-            return False
-
-        def _counted_elsewhere(self, record: SpanRecord) -> bool:
-            return False
-
-        def counted_around(self, record: SpanRecord, tool: str | None) -> bool:
-            return False
-
-        def _twin_of(self, record: SpanRecord) -> int:
-            return -1
-
-        def _remember_asked(self, record: SpanRecord) -> None:
-            return None
-
-    kind = Ringless if rings else RunState
-
-    apply = RunCounts.apply
-    shadows: dict[str, RunState] = {}  # (a Ringless with --part rings)
+    shadows: dict[str, RunState] = {}  # (run key -> its shadow)
 
     def shadowed(run: RunCounts, record: SpanRecord, now: float) -> None:
         twin = copy.copy(record)  # (before the fold: it may change the record)
@@ -86,10 +88,16 @@ def _shadow_counts(fold: bool, rings: bool) -> None:
         if shadow is None or run.spans == 0:  # (a run new to this step: a new shadow)
             shadow = shadows[run.key] = kind(run.key, run.key_source, run.trace_id, now)
         if fold:
-            apply(shadow, twin, now)
-        apply(run, record, now)
+            apply(shadow, twin, now)  # type: ignore[operator]
+        real(run, record, now)
 
     RunCounts.apply = shadowed  # type: ignore[method-assign]
+
+
+def _copied(function: FunctionType) -> FunctionType:
+    """``function`` with a code object of its own (specialised apart)."""
+    return FunctionType(function.__code__.replace(), function.__globals__, function.__name__,
+                        function.__defaults__, function.__closure__)
 
 
 def _shadow_tracker(fold: bool) -> None:
