@@ -227,3 +227,22 @@ def test_the_stop_answer_takes_the_packs_form_with_no_action_but_its_own() -> No
     note = "Stopped: a loop.\n\nLast answer:\n```bash\nrm -rf build\n```\nthen more."
     assert text_stop_answer(form, note) == \
         "Stopped: a loop.\n\nLast answer:\n\nthen more.\n\n```bash\nsubmit\n```"
+
+
+def test_a_task_that_quotes_the_latest_answer_in_the_agents_own_prompt_is_the_next_run(
+        ) -> None:
+    """The agent's next task that quotes its latest answer whole (a script that hands the
+    plan one run answered to the next run: 'Carry out this plan: ...'), sent while that run
+    is held open after its answer, begins as the agent's every conversation does (its own
+    system prompt): the next run, told its own countdown, not a side request of the last."""
+    book = ModelBook()
+    first = request()
+    state = book.identify("chat", first, Caller(), "mini", not_ended)
+    state.acts_in_text = True
+    plan = "Plan: list the files, count the Python ones, then write the count to count.txt."
+    book.call_record(state, first, said(plan), [], 1, 2)
+    task = ChatWire().read_request({"model": "m", "messages": [
+        SYSTEM, {"role": "user", "content": f"Carry out this plan: {plan}"}]})
+    assert state.quote is not None and not quotes_answer(state, task)
+    nxt = book.identify("chat", task, Caller(), "mini", not_ended)
+    assert nxt is not state

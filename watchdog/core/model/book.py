@@ -239,6 +239,10 @@ class EndpointRun:
     # ... the words of its latest answer, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS):
     # a conversation's first request that quotes them is a side request of it (:func:`is_side`)
     quote: str | None = None
+    # ... the digest of the instructions (system prompt) of the request that answer came to
+    # (:func:`_said_digest`): a request with the same instructions is the agent's own next
+    # task, which may quote that answer whole (a plan handed on), not a side request of it
+    prompt: str | None = None
     # the run of the caller whose sub-agent this run is (its requests name a sub-agent of
     # their session; the caller's name none): a child run of it (``parent_run``)
     parent: str | None = None
@@ -765,6 +769,7 @@ class ModelBook:
         if state.acts_in_text and not side and not seen.broke_off:
             words = " ".join(seen.text.split())
             state.quote = words[:MAX_ASIDE_CHARS] if len(words) >= MIN_ASIDE_CHARS else None
+            state.prompt = _said_digest(request.instructions)
             if state.quote is not None:
                 _remember(self._acting, state.agent or "", state.key)
         if acted is not None:  # (its text is the action the agent runs: a tool call of it)
@@ -1047,10 +1052,13 @@ def is_side(state: EndpointRun, request: Request) -> bool:
 def quotes_answer(state: EndpointRun, request: Request) -> bool:
     """Whether ``request`` is a side request of ``state``'s run, whose agent acts in text: a
     conversation's first request (no model answer in it, no tool results) that offers no
-    tools and quotes the run's latest answer (:attr:`EndpointRun.quote`), spacing aside. No
-    request of the run's own conversation is: each carries the model's answers."""
+    tools and quotes the run's latest answer (:attr:`EndpointRun.quote`), spacing aside,
+    under other instructions than the run's (:attr:`EndpointRun.prompt`: one under the same
+    is the agent's next task, which may quote that answer). No request of the run's own
+    conversation is: each carries the model's answers."""
     return state.quote is not None and not request.has_tools and not request.results \
         and request.last_answer is None \
+        and _said_digest(request.instructions) != state.prompt \
         and state.quote in " ".join(" ".join(request.said[:MAX_SIDE_SAID]).split())
 
 
