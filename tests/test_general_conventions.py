@@ -372,3 +372,13 @@ def test_a_streamed_answer_recorded_a_chunk_a_message_is_joined_only_where_its_e
     assert view_of("gemini-cli").chunked and not view_of("openinference.x").chunked
     with pytest.raises(ValueError, match="chunked_answers needs scopes"):
         scoped(Convention("x", "y", chunked_answers=True))
+
+
+def test_a_placeholder_that_is_also_no_arguments_is_read_by_its_entrys_scope_alone() -> None:
+    """ADK for TypeScript writes `{}` for hidden content and for a tool that takes none
+    (`no_arguments`, read on its scope's spans: AgentOps' `{}` on its own scope stays hidden
+    whatever its result); an entry without scopes cannot say so."""
+    assert view_of("gcp.vertex.agent").no_arguments == {"{}"}
+    assert not view_of("agentops").no_arguments and "{}" in view_of("agentops").hidden
+    with pytest.raises(ValueError, match="no_arguments needs scopes"):
+        scoped(Convention("x", "y", no_arguments=frozenset({"{}"})))

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from watchdog.core.model.book import (
+    MAX_ACTING_PER_AGENT,
     TEXT_ACTION,
     Caller,
     EndpointRun,
@@ -227,3 +228,55 @@ def test_the_stop_answer_takes_the_packs_form_with_no_action_but_its_own() -> No
     note = "Stopped: a loop.\n\nLast answer:\n```bash\nrm -rf build\n```\nthen more."
     assert text_stop_answer(form, note) == \
         "Stopped: a loop.\n\nLast answer:\n\nthen more.\n\n```bash\nsubmit\n```"
+
+
+def test_a_task_that_quotes_the_latest_answer_in_the_agents_own_prompt_is_the_next_run(
+        ) -> None:
+    """The agent's next task that quotes its latest answer whole (a script that hands the
+    plan one run answered to the next run: 'Carry out this plan: ...'), sent while that run
+    is held open after its answer, begins as the agent's every conversation does (its own
+    system prompt): the next run, told its own countdown, not a side request of the last."""
+    book = ModelBook()
+    first = request()
+    state = book.identify("chat", first, Caller(), "mini", not_ended)
+    state.acts_in_text = True
+    plan = "Plan: list the files, count the Python ones, then write the count to count.txt."
+    book.call_record(state, first, said(plan), [], 1, 2)
+    task = ChatWire().read_request({"model": "m", "messages": [
+        SYSTEM, {"role": "user", "content": f"Carry out this plan: {plan}"}]})
+    assert state.quote is not None and not quotes_answer(state, task)
+    nxt = book.identify("chat", task, Caller(), "mini", not_ended)
+    assert nxt is not state
+
+
+def test_a_side_request_goes_to_the_run_whose_answer_it_quotes_of_two_of_one_agent() -> None:
+    """Two invocations of one agent at once (two Aider processes on one base URL): each one's
+    commit message request quotes its own run's latest answer and goes to that run, whichever
+    answered last."""
+    book = ModelBook()
+    runs, answers = [], []
+    for file in ("one.py", "two.py"):
+        first = ChatWire().read_request({"model": "m", "messages": [
+            SYSTEM, {"role": "user", "content": f"Bump the version in {file}."}]})
+        state = book.identify("chat", first, Caller(), "aider", not_ended)
+        state.acts_in_text = True
+        answer = (f"I bump it.\n\n{file}\n```python\n<<<<<<< SEARCH\nv0\n=======\nv1\n"
+                  ">>>>>>> REPLACE\n```")
+        book.call_record(state, first, said(answer), [], 1, 2)
+        runs.append(state)
+        answers.append(answer)
+    assert runs[0] is not runs[1]
+    for state, answer in zip(runs, answers, strict=True):
+        commit = ChatWire().read_request({"model": "weak", "messages": [
+            {"role": "system", "content": "Write a one-line commit message."},
+            {"role": "user", "content": f"# Context:\nASSISTANT: {answer}\n# Diffs:\n-v0\n+v1"}]})
+        assert book.identify("chat", commit, Caller(), "aider", not_ended) is state
+    # (the runs kept for it are the agent's latest, bounded)
+    for index in range(2 * MAX_ACTING_PER_AGENT):
+        first = ChatWire().read_request({"model": "m", "messages": [
+            SYSTEM, {"role": "user", "content": f"Bump the version in file{index}.py."}]})
+        state = book.identify("chat", first, Caller(), "aider", not_ended)
+        state.acts_in_text = True
+        book.call_record(state, first, said(f"{answers[0]} {index}"), [], 1, 2)
+    assert len(book._acting["aider"]) == MAX_ACTING_PER_AGENT
+    assert book._acting["aider"][-1] == state.key

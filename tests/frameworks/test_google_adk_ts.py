@@ -66,6 +66,8 @@ def script(scenario: str) -> fakellm.Script | dict[str, fakellm.Script]:
                              fakellm.call("note", text="a is known"), fakellm.answer(ANSWER))
     if base == "loop":
         return fakellm.steps(*[fakellm.call("lookup", key="a")] * 4, fakellm.answer(ANSWER))
+    if base == "poll":
+        return fakellm.steps(*[fakellm.call("status")] * 4, fakellm.answer(ANSWER))
     if base == "subagent":
         return cases.delegate("transfer_to_agent", agentName="adk_sub")
     return scenarios.script(base)
@@ -85,6 +87,10 @@ EXPECTED: dict[str, tuple[list[Expect], str | None, int, dict[str, Any]]] = {
     # arrive: checked below)
     "loop": ([Expect(AGENT, 5, 4, 0, UNCHECKED, True, UNCHECKED, None)], ANSWER, 4,
              {"ran": ["lookup a"] * 4, "output": ANSWER}),
+    # a tool that takes no arguments four times: its arguments `{}` with its result there are
+    # its own (content capture on), four repeats, as any loop of one call
+    "poll": ([Expect(AGENT, 5, 4, 0, UNCHECKED, True, UNCHECKED, None)], ANSWER, 4,
+             {"ran": ["status"] * 4, "output": ANSWER}),
     # maxLlmCalls 3: three model calls and three tools, then ADK's error event, on no span
     # (a known gap: not tool_limit_reached)
     "limit": ([Expect(AGENT, 3, 3, 0, "no_response", False, None, None)], None, 1,
@@ -104,12 +110,14 @@ EXPECTED: dict[str, tuple[list[Expect], str | None, int, dict[str, Any]]] = {
                               {"ran": ["lookup a", "lookup b", "lookup c"], "output": ANSWER}),
     "loop_nocontent": ([Expect(AGENT, 5, 4, 0, "completed", True, None, None)], None, 0,
                        {"ran": ["lookup a"] * 4, "output": ANSWER}),
+    "poll_nocontent": ([Expect(AGENT, 5, 4, 0, "completed", True, None, None)], None, 0,
+                       {"ran": ["status"] * 4, "output": ANSWER}),
 }
 
 
 # run live (a node process each, about 3.5 CPU seconds of ADK's start): the others' recordings,
 # emitted by the same agent, are replayed only
-LIVE = ["two_tools", "three_tools_stream", "loop", "limit", "tool_error", "subagent",
+LIVE = ["two_tools", "three_tools_stream", "loop", "poll", "limit", "tool_error", "subagent",
         "three_tools_nocontent"]
 
 
@@ -121,7 +129,7 @@ def check(sidecar: RunningServer, scenario: str) -> None:
     assert signals["repeated_tool_call"] == repeats, signals
     assert signals["total_tokens"] > 0 and signals["session"], signals
     assert signals["messages"] == 0, signals  # (a known gap: its requests' contents not read)
-    if scenario == "loop":
+    if scenario in ("loop", "poll"):
         assert (seen[0]["terminal_state"], seen[0]["terminal_reason"]) in (
             ("completed", None), ("loop_detected", "tool-cycle")), seen
 

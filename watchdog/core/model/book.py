@@ -95,6 +95,7 @@ MAX_MODEL_RUNS = 10_000  # runs whose endpoint state is kept (pending calls, cou
 MAX_CONVERSATIONS = 10_000  # conversation anchors remembered
 MAX_CALLERS = 10_000  # sessions a client names whose callers' runs are remembered
 MAX_CALLERS_PER_SESSION = 8  # ... the runs of each (two invocations sharing a session)
+MAX_ACTING_PER_AGENT = 8  # an agent's latest runs acting in text whose answers side requests quote
 MAX_RESPONSE_IDS = 20_000  # response id -> run, for previous_response_id
 MAX_PENDING_CALLS = 128  # tool calls of one response waiting for their results
 MAX_BRIEF_CHARS = 500
@@ -239,6 +240,10 @@ class EndpointRun:
     # ... the words of its latest answer, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS):
     # a conversation's first request that quotes them is a side request of it (:func:`is_side`)
     quote: str | None = None
+    # ... the digest of the instructions (system prompt) of the request that answer came to
+    # (:func:`_said_digest`): a request with the same instructions is the agent's own next
+    # task, which may quote that answer whole (a plan handed on), not a side request of it
+    prompt: str | None = None
     # the run of the caller whose sub-agent this run is (its requests name a sub-agent of
     # their session; the caller's name none): a child run of it (``parent_run``)
     parent: str | None = None
@@ -279,9 +284,10 @@ class ModelBook:
         self._sides: OrderedDict[str, str] = OrderedDict()
         # ... -> its latest run whose first request offered tools (EndpointRun.task)
         self._tasks: OrderedDict[str, str] = OrderedDict()
-        # an agent -> its latest run acting in text whose answer has words to quote
-        # (EndpointRun.quote): the run its side requests quote (:meth:`_quoted`)
-        self._acting: OrderedDict[str, str] = OrderedDict()
+        # an agent -> its latest runs acting in text whose answers have words to quote
+        # (EndpointRun.quote), at most MAX_ACTING_PER_AGENT, latest last: the runs its side
+        # requests quote (:meth:`_quoted`; two invocations of it at once, each its own)
+        self._acting: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         # told the key of each run let go (its bound), or whose conversation was: a request of
         # it is then read as new
         self.let_go: Callable[[str], None] | None = None
@@ -551,17 +557,27 @@ class ModelBook:
         self._going_on = True  # (its answer, the title, ended it: it goes on)
         return self._touch(state)
 
+    def _act(self, state: EndpointRun) -> None:
+        """``state``, acting in text, has an answer its side requests may quote: its agent's
+        latest such run (:attr:`_acting`)."""
+        agent = state.agent or ""
+        runs = tuple(key for key in self._acting.get(agent, ()) if key != state.key)
+        self._acting[agent] = (*runs[-(MAX_ACTING_PER_AGENT - 1):], state.key)
+        self._acting.move_to_end(agent)
+        while len(self._acting) > MAX_CONVERSATIONS:
+            self._acting.popitem(last=False)
+
     def _quoted(self, agent: str | None, request: Request,
                 ended: Callable[[str], bool]) -> EndpointRun | None:
         """The run of ``agent`` acting in text whose latest answer ``request``, a
         conversation's first, quotes (:func:`quotes_answer`), while that run goes on: a side
         request of it (the agent asks a model about what it just did: Aider's commit message
         for the edit it applied, to its weak model). None for any other request."""
-        key = self._acting.get(agent or "")
-        state = self._runs.get(key) if key is not None else None
-        if state is None or ended(state.key) or not quotes_answer(state, request):
-            return None
-        return self._touch(state)
+        for key in reversed(self._acting.get(agent or "", ())):
+            state = self._runs.get(key)
+            if state is not None and not ended(key) and quotes_answer(state, request):
+                return self._touch(state)
+        return None
 
     def _chained(self, state: EndpointRun, before: EndpointRun | None,
                  request: Request) -> EndpointRun:
@@ -765,8 +781,9 @@ class ModelBook:
         if state.acts_in_text and not side and not seen.broke_off:
             words = " ".join(seen.text.split())
             state.quote = words[:MAX_ASIDE_CHARS] if len(words) >= MIN_ASIDE_CHARS else None
+            state.prompt = _said_digest(request.instructions)
             if state.quote is not None:
-                _remember(self._acting, state.agent or "", state.key)
+                self._act(state)
         if acted is not None:  # (its text is the action the agent runs: a tool call of it)
             work, record.acted_on = [acted], True
         if not seen.broke_off:  # (what it handed over: an agent's span of running one pairs)
@@ -1047,10 +1064,13 @@ def is_side(state: EndpointRun, request: Request) -> bool:
 def quotes_answer(state: EndpointRun, request: Request) -> bool:
     """Whether ``request`` is a side request of ``state``'s run, whose agent acts in text: a
     conversation's first request (no model answer in it, no tool results) that offers no
-    tools and quotes the run's latest answer (:attr:`EndpointRun.quote`), spacing aside. No
-    request of the run's own conversation is: each carries the model's answers."""
+    tools and quotes the run's latest answer (:attr:`EndpointRun.quote`), spacing aside,
+    under other instructions than the run's (:attr:`EndpointRun.prompt`: one under the same
+    is the agent's next task, which may quote that answer). No request of the run's own
+    conversation is: each carries the model's answers."""
     return state.quote is not None and not request.has_tools and not request.results \
         and request.last_answer is None \
+        and _said_digest(request.instructions) != state.prompt \
         and state.quote in " ".join(" ".join(request.said[:MAX_SIDE_SAID]).split())
 
 

@@ -45,7 +45,7 @@ _SCOPED_NAMES = ("agent_name", "agent_span_name", "session", "response_id", "too
                  "subagent_ids")
 _SCOPED_PAIRS = ("agent_name_json", "error_json", "limit_error_json", "usage_json")
 SCOPE_FREE = frozenset({"name", "emitted_by", "notes", "scopes", "hidden_content", "log_events",
-                        "chunked_answers",
+                        "chunked_answers", "no_arguments",
                         "log_event_keys",
                         "limit_finish_reasons", "answer_finish_reasons", "tool_finish_reasons",
                         "limit_exceptions", "limit_status", "limit_phrases"})
@@ -62,6 +62,8 @@ def scoped(convention: Convention) -> Convention:
     if not convention.scopes:
         if convention.chunked_answers:  # (read by scope alone: Scoped.chunked_answers)
             raise ValueError(f"convention {convention.name!r}: chunked_answers needs scopes")
+        if convention.no_arguments:  # (read by scope alone: Scoped.no_arguments)
+            raise ValueError(f"convention {convention.name!r}: no_arguments needs scopes")
         return convention
     default = Convention(convention.name, convention.emitted_by)
     unscopable = [field.name for field in fields(Convention)
@@ -99,6 +101,7 @@ class Scoped:
     hidden_content: frozenset[str]
     events: Mapping[str, frozenset[str]]  # its span events' facts (Tables.events)
     chunked_answers: bool  # (Convention.chunked_answers)
+    no_arguments: frozenset[str]  # (Convention.no_arguments)
 
 
 # The facts a span's events may bring (``<event>:<attribute>``)
@@ -135,7 +138,7 @@ def _scoped_reads(convention: Convention, entry: Convention) -> Scoped:
     aliases = tuple((name[len(SCOPED_MARK):], name) for name in names
                     if name.startswith(SCOPED_MARK))
     return Scoped(convention.scopes, aliases, convention.hidden_content, _event_reads([entry]),
-                  convention.chunked_answers)
+                  convention.chunked_answers, convention.no_arguments)
 
 
 def _names(attribute: str) -> Names:

@@ -295,7 +295,7 @@ def _fill_facts(record: SpanRecord, span: Any, attrs: Mapping[str, object],
     if kind is TOOL:
         if events and firsts[F_TOOL_ARGS] is None:
             attrs, firsts = _with_events(attrs, events, firsts, reads)
-        _fill_tool(record, name, attrs, firsts, hidden)
+        _fill_tool(record, name, attrs, firsts, hidden, view.no_arguments)
         if record.kind is TOOL:
             # (a result that names the model's call it answers was asked for: LangChain.js'
             # ToolMessage under OpenLLMetry, whose span carries no call id)

@@ -130,13 +130,17 @@ GOOGLE_ADK_RECORDS = Convention(
     tool_result=("gcp.vertex.agent.tool_response",),
     llm_output=("gcp.vertex.agent.llm_response",),
     hidden_content=frozenset({"{}"}),
+    # ... but a tool that takes no arguments is given `{}` too: its result there, they are its
+    no_arguments=frozenset({"{}"}),
     notes="ADK for TypeScript: a tool that throws ends its span OK with no attribute (its "
           "error only in the next model request, as the tool's response), and `maxLlmCalls` "
           "reached leaves an empty `call_llm` span, the error an event of ADK's own: neither "
           "is seen (a tool error reads as none, a capped run `no_response`), nor are the "
           "messages of its requests (`gcp.vertex.agent.llm_request`'s `contents`: the "
           "run's `messages` is 0): known gaps; "
-          "a tool given no arguments (`{}`) is read as its arguments hidden",
+          "a tool given no arguments (`{}`) is read so when its result is there (a loop of "
+          "it repeats), as hidden when its result is `{}` too (content capture off, or a tool "
+          "that returns `{}`)",
 )
 
 CREWAI = Convention(

@@ -258,6 +258,11 @@ class Convention:
     # model call's hidden output says the model said something: the answer unless a tool
     # call follows, as for any output that asks for no tool
     hidden_content: frozenset[str] = _NO_SET
+    # ... those of them that are also the arguments of a tool that takes none (ADK's `{}`): a
+    # call whose result is there, not hidden (its content captured), took none, its arguments
+    # its own (a loop of it repeats); one whose result is hidden too hid them (an entry with
+    # `scopes`: read on its scopes' spans)
+    no_arguments: frozenset[str] = _NO_SET
     # a streamed answer recorded a chunk an output message (each with its text part, as the
     # model's stream gave it: Gemini CLI's `gen_ai.output.messages`): the answer is their texts
     # joined as they are, not a line each (an entry with `scopes`: read on its scopes' spans)

@@ -35,6 +35,9 @@ class ScopeView:
     # span event name -> the attributes read from such events on these spans
     events: Mapping[str, frozenset[str]]
     chunked: bool = False  # a model call's output messages are its answer's chunks
+    # hidden texts that are a tool call's own arguments when its result is there
+    # (Convention.no_arguments)
+    no_arguments: frozenset[str] = frozenset()
 
 
 UNSCOPED = ScopeView((), HIDDEN_CONTENT, TABLES.events)  # a span no scoped entry is for
@@ -57,6 +60,7 @@ def _view(scope: str) -> ScopeView:
     hidden = set(HIDDEN_CONTENT)
     events: dict[str, frozenset[str]] = dict(TABLES.events)
     chunked = False
+    no_arguments: set[str] = set()
     for scoped in TABLES.scopes:
         if scope and scope.startswith(scoped.scopes):
             aliases.update(dict.fromkeys(scoped.aliases))
@@ -64,10 +68,12 @@ def _view(scope: str) -> ScopeView:
             for event, attributes in scoped.events.items():
                 events[event] = events.get(event, frozenset()) | attributes
             chunked = chunked or scoped.chunked_answers
+            no_arguments |= scoped.no_arguments
     if not aliases and len(hidden) == len(HIDDEN_CONTENT) and events == dict(TABLES.events) \
-            and not chunked:
+            and not chunked and not no_arguments:
         return UNSCOPED
-    return ScopeView(tuple(aliases), frozenset(hidden), MappingProxyType(events), chunked)
+    return ScopeView(tuple(aliases), frozenset(hidden), MappingProxyType(events), chunked,
+                     frozenset(no_arguments))
 
 
 def with_aliases(attrs: Mapping[str, object], view: ScopeView) -> Mapping[str, object]:

@@ -76,8 +76,11 @@ def _named_in_json(attrs: Mapping[str, object]) -> str | None:
 
 
 def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
-               firsts: FirstValues, hidden: frozenset[str] = HIDDEN_CONTENT) -> None:
-    """``hidden``: the texts that are hidden content on this span (its scope's)."""
+               firsts: FirstValues, hidden: frozenset[str] = HIDDEN_CONTENT,
+               no_arguments: frozenset[str] = frozenset()) -> None:
+    """``hidden``: the texts that are hidden content on this span (its scope's);
+    ``no_arguments``: those that are the arguments of a call that took none when its result
+    is there (:attr:`Convention.no_arguments`)."""
     tool = _tool_name(name, firsts)
     if tool in TOOL_NAME_PLACEHOLDERS:
         tool = _named_in_json(attrs) or tool
@@ -110,6 +113,9 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
         record.loop_end = True
         return
     args = _hidden(firsts[F_TOOL_ARGS], hidden)
+    result = _hidden(firsts[F_TOOL_RESULT], hidden)
+    if args is None and result is not None and firsts[F_TOOL_ARGS] in no_arguments:
+        args = firsts[F_TOOL_ARGS]  # (its result shown: content captured, the call took none)
     if args is not None:
         # Without arguments (content capture off) two calls cannot be told apart: no hash,
         # so they never count as repeats of each other. Nor with a value of them hidden (a
@@ -119,7 +125,6 @@ def _fill_tool(record: SpanRecord, name: str, attrs: Mapping[str, object],
         if not _any_hidden_value(canonical, hidden):
             record.args_hash = stable_hash(tool + "\0" + canonical)
         record.args_brief = brief(canonical, MAX_BRIEF_CHARS)
-    result = _hidden(firsts[F_TOOL_RESULT], hidden)
     if result is not None:
         text = _as_text(result)
         record.result_hash = stable_hash(tool + "\0" + text)

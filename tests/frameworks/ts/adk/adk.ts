@@ -4,8 +4,9 @@
 // a NodeTracerProvider, flushed before exit (tests/frameworks/test_google_adk_ts.py). ADK speaks
 // only Google's Gemini API: its model is FAKE_LLM_MODEL on the scripted server, reached by
 // GOOGLE_GEMINI_BASE_URL. The agent, `adk_researcher` (an LlmAgent, InMemoryRunner), has the
-// tools `lookup` and `note`. argv[2] is the scenario: `three_tools`, `two_tools` (lookup, then
-// note), `loop` (the same lookup four times), `limit` (lookup forever; RunConfig maxLlmCalls 3
+// tools `lookup`, `note` and `status` (no arguments). argv[2] is the scenario: `three_tools`,
+// `two_tools` (lookup, then note), `loop` (the same lookup four times), `poll` (status four
+// times), `limit` (lookup forever; RunConfig maxLlmCalls 3
 // stops it), `tool_error` (lookup throws for "broken"), `subagent` (its sub-agent `adk_sub`, on
 // FAKE_LLM_MODEL-sub with `lookup`, reached by ADK's own `transfer_to_agent`); a `_stream` suffix
 // runs it with StreamingMode.SSE (streamGenerateContent), a `_nocontent` suffix with
@@ -43,6 +44,16 @@ const note = new FunctionTool({
     return { saved: true };
   },
 });
+// a tool that takes no arguments (its calls' arguments `{}` as much as content capture off's)
+const status = new FunctionTool({
+  name: "status",
+  description: "Say whether the job is done.",
+  parameters: z.object({}),
+  execute: async () => {
+    ran.push("status");
+    return { done: false };
+  },
+});
 // the scripted server as the Gemini API (its paths without /v1), as a user points ADK elsewhere
 process.env.GOOGLE_GEMINI_BASE_URL = (process.env.FAKE_LLM_BASE_URL ?? "").replace(/\/v1$/, "");
 const model = (name: string) => new Gemini({ model: name, apiKey: "fake-key-for-tests" });
@@ -58,7 +69,7 @@ const agent = new LlmAgent({
   description: "A careful research agent.",
   instruction: "You are a careful research agent. Use the lookup tool, then answer.",
   model: model(process.env.FAKE_LLM_MODEL ?? ""),
-  tools: [lookup, note],
+  tools: [lookup, note, status],
   ...(base.startsWith("subagent") ? { subAgents: [sub] } : {}),
 });
 
