@@ -24,7 +24,14 @@ from tests.frameworks.fakellm import (
 from tests.spans import T0, SpanMaker, chat_attrs, records_of
 from watchdog.core.directives.model import Directive
 from watchdog.core.directives.prompt import bare_prompt
-from watchdog.core.model.book import Caller, ModelBook, Unbooked, parse_traceparent
+from watchdog.core.model.book import (
+    MAX_QUOTE_CHARS,
+    Caller,
+    ModelBook,
+    Unbooked,
+    is_side,
+    parse_traceparent,
+)
 from watchdog.core.model.chat import ChatWire, usage_only
 from watchdog.core.model.failure import refusal_of, refused
 from watchdog.core.model.messages import MessagesWire
@@ -1287,3 +1294,76 @@ def test_each_invocation_of_a_side_requesting_agent_is_one_run() -> None:
         assert run is titled, session
         runs.append(run)
     assert runs[0] is not runs[1]
+
+
+def crush_title(task: str) -> dict[str, Any]:
+    """Crush's title request (its source, internal/agent/agent.go ``GenerateTitle``): its own
+    system prompt, one user message wrapping the task in its instruction, no tools."""
+    return {"model": "small", "max_tokens": 40, "messages": [
+        {"role": "system", "content": "You will generate a short title based on the first "
+                                      "message a user begins a conversation with.\n /no_think"},
+        {"role": "user", "content": "Generate a concise title for the following content:\n\n"
+                                    f"{task}\n <think>\n\n</think>"}]}
+
+
+@pytest.mark.parametrize("title_first", [True, False], ids=["title-first", "task-first"])
+def test_a_title_that_wraps_the_task_in_its_prompt_is_a_side_request(title_first: bool) -> None:
+    """Crush asks its small model for the session's title in one message that quotes the task
+    on lines of its own within its instruction, sent as the task's first request goes out
+    (either may come first), both naming the session (``x-session-id``): a model call of the
+    task's run, not a run of its own."""
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session="1f0c2e")
+    task = "Find the file\n  named notes.txt."
+    first = wire.read_request({"model": "m", "tools": [
+        {"type": "function", "function": {"name": "bash", "parameters": {}}}], "messages": [
+        {"role": "system", "content": "You are Crush."}, {"role": "user", "content": task}]})
+    side = wire.read_request(crush_title(task))
+    if title_first:
+        titled = book.identify("chat", side, caller, "a", lambda _key: False)
+        run = book.identify("chat", first, caller, "a", lambda _key: False)
+        assert run is titled and run.side is None and run.side_lines == ()
+    else:
+        run = book.identify("chat", first, caller, "a", lambda _key: False)
+        assert book.identify("chat", side, caller, "a", lambda _key: False) is run
+    assert is_side(run, side)
+
+
+@pytest.mark.parametrize("quoted", [
+    "Find the other file.",  # another task
+    "Title: Find the file.",  # the task's words within a line of the prompt's
+    "Find the file. And another.",
+], ids=["another-task", "within-a-line", "more-on-its-line"])
+@pytest.mark.parametrize("title_first", [True, False], ids=["title-first", "task-first"])
+def test_a_prompt_that_quotes_not_the_task_on_lines_of_its_own_is_no_side_request(
+        quoted: str, title_first: bool) -> None:
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session="1f0c2e")
+    first = wire.read_request({"model": "m", "tools": [
+        {"type": "function", "function": {"name": "bash", "parameters": {}}}], "messages": [
+        {"role": "system", "content": "You are Crush."},
+        {"role": "user", "content": "Find the file."}]})
+    side = wire.read_request({"model": "small", "messages": [
+        {"role": "system", "content": "Titles."},
+        {"role": "user", "content": f"Generate a concise title for:\n\n{quoted}\n"}]})
+    if title_first:
+        titled = book.identify("chat", side, caller, "a", lambda _key: False)
+        assert book.identify("chat", first, caller, "a", lambda _key: False) is not titled
+    else:
+        run = book.identify("chat", first, caller, "a", lambda _key: False)
+        assert book.identify("chat", side, caller, "a", lambda _key: False) is not run
+
+
+def test_a_long_task_is_quoted_by_its_start() -> None:
+    """A task longer than the lines kept of it (``MAX_QUOTE_CHARS``): a title request that
+    quotes it whole is its side request; the bounds hold (what a run keeps of it)."""
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session="1f0c2e")
+    task = "\n".join(f"Step {i}: look in directory number {i} for the file." for i in range(200))
+    first = wire.read_request({"model": "m", "tools": [
+        {"type": "function", "function": {"name": "bash", "parameters": {}}}], "messages": [
+        {"role": "user", "content": task}]})
+    run = book.identify("chat", first, caller, "a", lambda _key: False)
+    assert run.task_lines is not None and len(run.task_lines) == MAX_QUOTE_CHARS
+    side = wire.read_request(crush_title(task))
+    assert book.identify("chat", side, caller, "a", lambda _key: False) is run

@@ -106,6 +106,10 @@ _FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)  # a fenced block's con
 _FENCED_WHOLE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
 MAX_SIDE_SAID = 8  # the messages of a side request kept (digests) to know what it quoted
+# ... and of a task, the chars kept (its lines, spacing aside) to know whether a message
+# quotes it within a prompt of its own (:func:`_quotes`); of a side request's messages, twice
+# that in all (the task and the prompt around it)
+MAX_QUOTE_CHARS = 1_000
 # A new user message that comes this soon after the answer that ended its run at its budget
 # or a stop is the agent's own reply to that answer (a format error, a validation retry: no
 # person reads a report and asks again this fast), so it is still that run's (its stop), not
@@ -223,10 +227,15 @@ class EndpointRun:
     # conversation whose first message it quoted goes on in this run (:meth:`ModelBook.
     # _side_of`). None once a request that offers tools is of it, or for any other run
     side: frozenset[str] | None = None
+    # ... and those messages' lines (:func:`_lines`): a first message they quote on lines of
+    # its own, within a prompt of the side request's (Crush's title), is quoted too
+    side_lines: tuple[str, ...] = ()
     # a run of a session its client names whose conversation's first request offered tools:
     # the digest of that first message (:func:`_said_digest`), which a side request sent after
-    # it quotes (:func:`is_side`)
+    # it quotes (:func:`is_side`), and its lines (:func:`_lines`), which a side request may
+    # quote within a prompt of its own
     task: str | None = None
+    task_lines: str | None = None
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
@@ -493,15 +502,17 @@ class ModelBook:
                 # a side request (a title of the session's task): the run of the conversation
                 # whose first message it quotes, if that comes next (:meth:`_side_of`)
                 # (what it quoted: its messages after its first, which it asked itself)
-                state.side = frozenset(_said_digest(text) for text in request.said[
-                    :MAX_SIDE_SAID]) - {_said_digest(request.anchor)}
+                said = request.said[:MAX_SIDE_SAID]
+                state.side = frozenset(_said_digest(text) for text in said) - {
+                    _said_digest(request.anchor)}
+                state.side_lines = _side_lines(said)
                 _remember(self._sides, client_session, state.key)
         return state
 
     def _tasked(self, session: str, state: EndpointRun, request: Request) -> None:
         """``state``'s conversation, of ``session``, began with ``request``, which offers
         tools: a side request that quotes its first message is of it (:func:`is_side`)."""
-        state.task = _said_digest(request.anchor)
+        state.task, state.task_lines = _said_digest(request.anchor), _lines(request.anchor)
         _remember(self._tasks, session, state.key)
 
     def _side_of(self, session: str, request: Request, digest: str,
@@ -516,18 +527,23 @@ class ModelBook:
         if not request.has_tools:
             key = self._tasks.get(session)
             state = self._runs.get(key) if key is not None else None
-            if state is None or state.task is None or ended(state.key) or state.task not in {
-                    _said_digest(text) for text in request.said[:MAX_SIDE_SAID]} \
-                    or _said_digest(request.anchor) == state.task:
+            said = request.said[:MAX_SIDE_SAID]
+            if state is None or state.task is None or ended(state.key) \
+                    or _said_digest(request.anchor) == state.task \
+                    or (state.task not in {_said_digest(text) for text in said}
+                        and not any(_quotes(lines, state.task_lines)
+                                    for lines in _side_lines(said))):
                 return None  # (one that begins with the task asks it again: no side request)
             return self._touch(state)
         key = self._sides.get(session)
         state = self._runs.get(key) if key is not None else None
-        if state is None or state.side is None \
-                or _said_digest(request.anchor) not in state.side:
+        if state is None or state.side is None or (
+                _said_digest(request.anchor) not in state.side
+                and not any(_quotes(lines, _lines(request.anchor))
+                            for lines in state.side_lines)):
             return None
         del self._sides[session]
-        state.side, state.conversation = None, digest
+        state.side, state.side_lines, state.conversation = None, (), digest
         state.first = state.messages = request.messages
         self._tasked(session, state, request)
         self._conversations[digest] = state.key
@@ -997,6 +1013,43 @@ def _remember(index: OrderedDict[str, str], session: str, key: str) -> None:
     index.move_to_end(session)
     while len(index) > MAX_CONVERSATIONS:
         index.popitem(last=False)
+
+
+def _lines(text: str, limit: int = MAX_QUOTE_CHARS) -> str:
+    """A message's lines, spacing within each aside and blank ones dropped, at most ``limit``
+    chars of them (the form :func:`_quotes` compares)."""
+    kept: list[str] = []
+    size = 0
+    for line in text[:4 * limit].splitlines():
+        if words := line.split():
+            kept.append(" ".join(words))
+            size += len(kept[-1]) + 1
+            if size > limit:
+                break
+    return "\n".join(kept)[:limit]
+
+
+def _side_lines(said: Sequence[str]) -> tuple[str, ...]:
+    """A side request's messages (:func:`_lines`), twice :data:`MAX_QUOTE_CHARS` in all."""
+    kept: list[str] = []
+    left = 2 * MAX_QUOTE_CHARS
+    for text in said:
+        if left <= 0:
+            break
+        kept.append(_lines(text, left))
+        left -= len(kept[-1]) + 1
+    return tuple(kept)
+
+
+def _quotes(message: str, task: str | None) -> bool:
+    """Whether ``message`` (:func:`_lines`) quotes ``task`` (its first message's, the same)
+    within a prompt of its own: on lines of their own, with more around them (a title request
+    that wraps the task in its instruction, as Crush's does). A message that is the task alone
+    asks it, it quotes nothing; a task cut at :data:`MAX_QUOTE_CHARS` is quoted by its start."""
+    if not task or message == task:
+        return False
+    tail = "" if len(task) >= MAX_QUOTE_CHARS else "\n"
+    return f"\n{task}{tail}" in f"\n{message}\n"
 
 
 def _said_digest(text: str) -> str:
