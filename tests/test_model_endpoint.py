@@ -327,6 +327,44 @@ def test_parallel_requests_of_one_run_share_its_budget_and_none_is_left_empty(
         "search", "search"]
 
 
+def test_a_request_that_offers_no_tools_holds_none_of_its_runs_calls(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """A request of a run that offers no tools (the title an agent asks its small model for as
+    its task's first request goes out, as Crush does) with the model while the run's request
+    that offers tools comes: it can be handed no tool call, so it holds none of the budget;
+    the other is offered its tools, counted down from all 2, and gets its two calls."""
+    second = threading.Event()
+
+    def hold(index: int) -> None:  # the title's answer waits until the task's request came
+        if index == 0:
+            second.wait(10)
+
+    def pick(index: int, body: dict[str, Any]) -> Step:
+        if offers_tools(body):
+            second.set()
+            return Step(tool_calls=(ToolCall("search", {"q": "a"}), ToolCall("search", {"q": "b"})))
+        return answer("Finding both")
+
+    model = llm.script("titled", pick, on_request=hold)
+    chat = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                         default_headers={"x-watchdog-run": "titled-1",
+                                          "x-watchdog-budget-tool-calls": "2"})
+    title: list[Any] = []
+    thread = threading.Thread(target=lambda: title.append(chat.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "A title for: Find both."}])))
+    thread.start()
+    wait_until(lambda: len(llm.requests(model)) == 1, "the title's request upstream")
+    task = chat.chat.completions.create(model=model, tools=TOOLS,
+                                        messages=[{"role": "user", "content": "Find both."}])
+    thread.join(10)
+    assert title[0].choices[0].message.content == "Finding both"
+    offered = llm.requests(model)[1]
+    assert offered.get("tool_choice") != "none"
+    assert "[budget: 2 of 2 tool calls left — wrap up soon]" in system_of(offered)
+    assert [call.function.name for call in task.choices[0].message.tool_calls or []] == [
+        "search", "search"]
+
+
 STOP_RULE = """\
 rules:
   - name: stop-at-two

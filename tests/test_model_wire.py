@@ -1354,6 +1354,34 @@ def test_a_prompt_that_quotes_not_the_task_on_lines_of_its_own_is_no_side_reques
         assert book.identify("chat", side, caller, "a", lambda _key: False) is not run
 
 
+@pytest.mark.parametrize("title_first", [True, False], ids=["title-first", "task-first"])
+def test_a_responses_title_of_input_text_parts_is_a_side_request(title_first: bool) -> None:
+    """The same on the Responses API, each message's content a list of ``input_text`` parts
+    (fantasy's, Crush's engine, for OpenAI's model names): what the task's message says is
+    its parts' text, not their JSON."""
+    wire, book = ResponsesWire(), ModelBook()
+    caller = Caller(session="1f0c2e")
+
+    def said(text: str) -> list[dict[str, str]]:
+        return [{"type": "input_text", "text": text}]
+
+    first = wire.read_request({"model": "gpt-5", "tools": [
+        {"type": "function", "name": "bash", "parameters": {}}], "input": [
+        {"role": "developer", "content": "You are Crush."},
+        {"role": "user", "content": said("Find the file.")}]})
+    title = crush_title("Find the file.")
+    side = wire.read_request({"model": "gpt-5-mini", "input": [
+        {"role": "system", "content": title["messages"][0]["content"]},
+        {"role": "user", "content": said(title["messages"][1]["content"])}]})
+    assert first.anchor_text == "Find the file."
+    if title_first:
+        titled = book.identify("responses", side, caller, "a", lambda _key: False)
+        assert book.identify("responses", first, caller, "a", lambda _key: False) is titled
+    else:
+        run = book.identify("responses", first, caller, "a", lambda _key: False)
+        assert book.identify("responses", side, caller, "a", lambda _key: False) is run
+
+
 def test_a_long_task_is_quoted_by_its_start() -> None:
     """A task longer than the lines kept of it (``MAX_QUOTE_CHARS``): a title request that
     quotes it whole is its side request; the bounds hold (what a run keeps of it)."""

@@ -504,7 +504,7 @@ class ModelBook:
                 # (what it quoted: its messages after its first, which it asked itself)
                 said = request.said[:MAX_SIDE_SAID]
                 state.side = frozenset(_said_digest(text) for text in said) - {
-                    _said_digest(request.anchor)}
+                    _said_digest(request.anchor_text)}
                 state.side_lines = _side_lines(said)
                 _remember(self._sides, client_session, state.key)
         return state
@@ -512,7 +512,8 @@ class ModelBook:
     def _tasked(self, session: str, state: EndpointRun, request: Request) -> None:
         """``state``'s conversation, of ``session``, began with ``request``, which offers
         tools: a side request that quotes its first message is of it (:func:`is_side`)."""
-        state.task, state.task_lines = _said_digest(request.anchor), _lines(request.anchor)
+        text = request.anchor_text
+        state.task, state.task_lines = _said_digest(text), _lines(text)
         _remember(self._tasks, session, state.key)
 
     def _side_of(self, session: str, request: Request, digest: str,
@@ -529,7 +530,7 @@ class ModelBook:
             state = self._runs.get(key) if key is not None else None
             said = request.said[:MAX_SIDE_SAID]
             if state is None or state.task is None or ended(state.key) \
-                    or _said_digest(request.anchor) == state.task \
+                    or _said_digest(request.anchor_text) == state.task \
                     or (state.task not in {_said_digest(text) for text in said}
                         and not any(_quotes(lines, state.task_lines)
                                     for lines in _side_lines(said))):
@@ -538,8 +539,8 @@ class ModelBook:
         key = self._sides.get(session)
         state = self._runs.get(key) if key is not None else None
         if state is None or state.side is None or (
-                _said_digest(request.anchor) not in state.side
-                and not any(_quotes(lines, _lines(request.anchor))
+                _said_digest(request.anchor_text) not in state.side
+                and not any(_quotes(lines, _lines(request.anchor_text))
                             for lines in state.side_lines)):
             return None
         del self._sides[session]
@@ -1005,7 +1006,7 @@ def is_side(state: EndpointRun, request: Request) -> bool:
     with another message than the run's conversation (:attr:`EndpointRun.task`; it quoted
     that). It answers none of the run's tool calls, and its answer is not the run's."""
     return state.task is not None and not request.has_tools and not request.results \
-        and _said_digest(request.anchor) != state.task
+        and _said_digest(request.anchor_text) != state.task
 
 
 def _remember(index: OrderedDict[str, str], session: str, key: str) -> None:

@@ -66,7 +66,7 @@ class ChatWire:
             messages = []
         model = body.get("model")
         instructions: list[str] = []
-        anchor = ""
+        anchor = anchor_text = ""
         last_answer = -1
         for index, message in enumerate(messages):
             if not isinstance(message, dict):
@@ -76,6 +76,7 @@ class ChatWire:
                 instructions.append(text_of(message.get("content")))
             elif role == "user" and not anchor:
                 anchor = anchor_of(message.get("content"))
+                anchor_text = text_of(message.get("content"))
             elif role == "assistant":
                 last_answer = index
         results: list[ToolResult] = []
@@ -100,6 +101,7 @@ class ChatWire:
             or can_call(body.get("functions"), body.get("function_call")),
             instructions="\n".join(instructions),
             anchor=anchor,
+            anchor_text=anchor_text,
             messages=len(messages),
             last_is_user=isinstance(last, dict) and last.get("role") == "user",
             results=results,

@@ -154,7 +154,14 @@ from watchdog.core.model.steer import (
 from watchdog.core.model.wire import Observation, ObservedFields, Request, observation_of
 from watchdog.core.spans.record import KeySource
 from watchdog.shell.model.headers import TOKEN_HEADER, Refused, door
-from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Answer, Booked, Exchange, Plan
+from watchdog.shell.model.plans import (
+    MAX_RESPONSE_BYTES,
+    Answer,
+    Booked,
+    Exchange,
+    Plan,
+    reservable,
+)
 from watchdog.shell.model.proxy import CONNECT_TIMEOUT, ModelProxy, read_observation
 from watchdog.shell.model.streams import is_stream
 
@@ -500,7 +507,7 @@ class NativeEndpoint:
                 exchange.turn = Turn(Act.NOTE if note else Act.PASS, note,
                                      None if keep < 0 else keep, "ahead")
                 exchange.unasked = None
-                exchange.reserved = max(keep, 0)
+                exchange.reserved = reservable(exchange.request, exchange.state, keep)
                 exchange.state.reserved += exchange.reserved
             plan.body = b""  # (the relay's, sent on already: not held here as well)
             self.noted += bool(note)
