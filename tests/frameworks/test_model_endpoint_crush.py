@@ -2,19 +2,20 @@
 model endpoint with no code in it (DESIGN §12), on both relays.
 
 Crush itself cannot be installed on the test machines: its npm package (``@charmland/crush``
-0.96) ships no binary, its install script downloads one from the project's releases, and the
-Go module proxy does not serve its module. What it sends can be run all the same: its engine,
-fantasy (``go/fantasy/main.go``, pinned by its ``go.sum``, built by ``make fantasy-agent``, part
-of ``make test``), driving the loop ``crush run`` drives against a provider of ``"type":
-"openai"`` in its ``crush.json`` (its source at v0.90: ``internal/agent/agent.go`` and
-``coordinator.go``): fantasy's OpenAI provider with the Responses API allowed (used for the
-model names fantasy takes for OpenAI's, ``gpt-4…``/``gpt-5…``; Chat Completions for any
-other), streamed, the conversation sent whole; its tools ``bash`` and ``view``, really run in a
-temp dir; each request naming its session (``x-session-id``, ``x-session-affinity``); and, as
-its first request goes out, the session's title asked of its small model in one message that
-wraps the task in its instruction, no tools, 40 tokens. Crush emits no OpenTelemetry: it is
-steered and read through the endpoint alone. Behind the sidecar is the scripted upstream
-(:mod:`tests.frameworks.fakellm`), whose recorded request bodies are what the model read.
+0.96) ships no binary, its install script downloads one from the project's releases, and the Go
+module proxy does not serve its module. What it sends can be run all the same: its engine,
+fantasy (``go/fantasy/main.go``, pinned by its ``go.sum``, built by ``make fantasy-agent``,
+part of ``make test``), driving the loop ``crush run`` drives against a provider of ``"type":
+"openai"`` in its ``crush.json`` (:func:`config`, which it reads as Crush does; its source at
+v0.90: ``internal/agent/agent.go`` and ``coordinator.go``): fantasy's OpenAI provider with the
+Responses API allowed (used for the model names fantasy takes for OpenAI's,
+``gpt-4…``/``gpt-5…``; Chat Completions for any other), streamed, the conversation sent whole;
+its tools ``bash`` and ``view``, really run in a temp dir; each request naming its session
+(``x-session-id``, ``x-session-affinity``); and, as its first request goes out, the session's
+title asked of its small model in one message that wraps the task in its instruction, no tools,
+40 tokens. Crush emits no OpenTelemetry: it is steered and read through the endpoint alone.
+Behind the sidecar is the scripted upstream (:mod:`tests.frameworks.fakellm`), whose recorded
+request bodies are what the model read.
 
 Steered: a budget counts down and ends in the report, on Chat Completions and the Responses
 API; a tool cycle is wound down, then its final request; a rule's abort is answered by the
@@ -68,6 +69,21 @@ def fantasy_agent() -> Path:
     return binary
 
 
+def config(base_url: str, model: str, small: str) -> dict[str, Any]:
+    """Its ``crush.json``: a provider ``watchdog`` of type ``openai`` at ``base_url``, its key
+    from ``OPENAI_API_KEY``, its models ``model`` (the large one, the agent's) and ``small``
+    (the session's title); no provider list fetched, no usage metrics sent. ``crush run``
+    approves every tool call of its session unasked (no ``--yolo`` needed)."""
+    return {"$schema": "https://charm.land/crush.json",
+            "providers": {"watchdog": {
+                "type": "openai", "base_url": base_url, "api_key": "$OPENAI_API_KEY",
+                "models": [{"id": name, "name": name, "context_window": 200000,
+                            "default_max_tokens": 8192} for name in (model, small)]}},
+            "models": {"large": {"provider": "watchdog", "model": model},
+                       "small": {"provider": "watchdog", "model": small}},
+            "options": {"disable_provider_auto_update": True, "disable_metrics": True}}
+
+
 @dataclass(frozen=True)
 class Invocation:
     ran: list[str]  # the terms its shell commands wrote
@@ -87,9 +103,9 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Pa
     model = llm.script(f"{model}-{tmp.name}", script)
     small = llm.script(f"{model}-small-{tmp.name}", fakellm.steps(fakellm.answer(TITLE)))
     before = run_ids(sidecar)
-    env = {**clean_environ(), "OPENAI_BASE_URL": sidecar.url("model") + "/v1",
-           "OPENAI_API_KEY": KEY, "ENDPOINT_MODEL": model, "ENDPOINT_SMALL_MODEL": small,
-           "ENDPOINT_TASK": TASK}
+    (tmp / "crush.json").write_text(json.dumps(config(sidecar.url("model") + "/v1", model,
+                                                      small)))
+    env = {**clean_environ(), "OPENAI_API_KEY": KEY, "ENDPOINT_TASK": TASK}
     result = subprocess.run([str(fantasy_agent())], env=env, cwd=tmp, capture_output=True,
                             text=True, timeout=DRIVER_TIMEOUT, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])

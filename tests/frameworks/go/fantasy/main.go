@@ -10,9 +10,11 @@
 // machines (its npm package downloads its binary at install; the Go module proxy does not
 // serve it): this is its engine and its requests.
 //
-// Its base URL is OPENAI_BASE_URL, its key OPENAI_API_KEY, its model ENDPOINT_MODEL, its small
-// model ENDPOINT_SMALL_MODEL, its task ENDPOINT_TASK. It prints one JSON line last:
-// {"output": its answer, "title": the session's title}.
+// Its provider and models are read from the crush.json of its working directory, as Crush
+// reads them (the part of it this loop uses: `providers`, a provider of `"type": "openai"`
+// with its `base_url` and its `api_key`, `$NAME` read from the environment; `models`, its
+// `large` and `small` models of that provider); its task is ENDPOINT_TASK. It prints one JSON
+// line last: {"output": its answer, "title": the session's title}.
 package main
 
 import (
@@ -115,18 +117,61 @@ func title(ctx context.Context, model fantasy.LanguageModel, session, task strin
 	return result.Response.Content.Text(), nil
 }
 
+type config struct {
+	Providers map[string]struct {
+		Type    string `json:"type"`
+		BaseURL string `json:"base_url"`
+		APIKey  string `json:"api_key"`
+		Models  []struct {
+			ID string `json:"id"`
+		} `json:"models"`
+	} `json:"providers"`
+	Models map[string]struct {
+		Provider string `json:"provider"`
+		Model    string `json:"model"`
+	} `json:"models"`
+}
+
+// models are the large and small models crush.json selects, on the provider it configures.
+func models(ctx context.Context) (fantasy.LanguageModel, fantasy.LanguageModel, error) {
+	data, err := os.ReadFile("crush.json")
+	if err != nil {
+		return nil, nil, err
+	}
+	var cfg config
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return nil, nil, fmt.Errorf("crush.json: %w", err)
+	}
+	picked := [2]fantasy.LanguageModel{}
+	for i, slot := range []string{"large", "small"} {
+		selected, ok := cfg.Models[slot]
+		provider, known := cfg.Providers[selected.Provider]
+		if !ok || !known || provider.Type != "openai" {
+			return nil, nil, fmt.Errorf("crush.json: no %s model of a provider of type openai", slot)
+		}
+		listed := false
+		for _, model := range provider.Models {
+			listed = listed || model.ID == selected.Model
+		}
+		if !listed {
+			return nil, nil, fmt.Errorf("crush.json: %s is not a model of %s", selected.Model, selected.Provider)
+		}
+		// (as Crush builds its provider of type openai: coordinator.go buildOpenaiProvider)
+		client, err := openai.New(openai.WithAPIKey(os.ExpandEnv(provider.APIKey)),
+			openai.WithUseResponsesAPI(), openai.WithBaseURL(os.ExpandEnv(provider.BaseURL)))
+		if err != nil {
+			return nil, nil, err
+		}
+		if picked[i], err = client.LanguageModel(ctx, selected.Model); err != nil {
+			return nil, nil, err
+		}
+	}
+	return picked[0], picked[1], nil
+}
+
 func run() error {
 	ctx := context.Background()
-	provider, err := openai.New(openai.WithAPIKey(os.Getenv("OPENAI_API_KEY")),
-		openai.WithUseResponsesAPI(), openai.WithBaseURL(os.Getenv("OPENAI_BASE_URL")))
-	if err != nil {
-		return err
-	}
-	large, err := provider.LanguageModel(ctx, os.Getenv("ENDPOINT_MODEL"))
-	if err != nil {
-		return err
-	}
-	small, err := provider.LanguageModel(ctx, os.Getenv("ENDPOINT_SMALL_MODEL"))
+	large, small, err := models(ctx)
 	if err != nil {
 		return err
 	}
