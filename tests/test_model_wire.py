@@ -1306,18 +1306,27 @@ def crush_title(task: str) -> dict[str, Any]:
                                     f"{task}\n <think>\n\n</think>"}]}
 
 
+CRUSH_REMINDER = ("<system_reminder>This is a reminder that your todo list is currently "
+                  "empty.</system_reminder>")
+
+
+@pytest.mark.parametrize("reminder", [True, False], ids=["reminder-first", "task-alone"])
 @pytest.mark.parametrize("title_first", [True, False], ids=["title-first", "task-first"])
-def test_a_title_that_wraps_the_task_in_its_prompt_is_a_side_request(title_first: bool) -> None:
+def test_a_title_that_wraps_the_task_in_its_prompt_is_a_side_request(
+        title_first: bool, reminder: bool) -> None:
     """Crush asks its small model for the session's title in one message that quotes the task
     on lines of its own within its instruction, sent as the task's first request goes out
     (either may come first), both naming the session (``x-session-id``): a model call of the
-    task's run, not a run of its own."""
+    task's run, not a run of its own. Its main agent's conversation begins with its todo
+    list's reminder, the task the second message: quoted all the same."""
     wire, book = ChatWire(), ModelBook()
     caller = Caller(session="1f0c2e")
     task = "Find the file\n  named notes.txt."
     first = wire.read_request({"model": "m", "tools": [
         {"type": "function", "function": {"name": "bash", "parameters": {}}}], "messages": [
-        {"role": "system", "content": "You are Crush."}, {"role": "user", "content": task}]})
+        {"role": "system", "content": "You are Crush."},
+        *([{"role": "user", "content": CRUSH_REMINDER}] if reminder else []),
+        {"role": "user", "content": task}]})
     side = wire.read_request(crush_title(task))
     if title_first:
         titled = book.identify("chat", side, caller, "a", lambda _key: False)
@@ -1382,6 +1391,44 @@ def test_a_responses_title_of_input_text_parts_is_a_side_request(title_first: bo
         assert book.identify("responses", side, caller, "a", lambda _key: False) is run
 
 
+@pytest.mark.parametrize("handed", [True, False], ids=["its-task", "another-task"])
+def test_a_sub_agent_whose_task_a_tool_call_handed_over_is_a_child_run(handed: bool) -> None:
+    """Crush's ``agent`` tool runs a sub-agent in a session of its own (``x-session-id`` names
+    it, nothing names its caller): its conversation's first request, offering tools, begins
+    with the ``prompt`` its caller's tool call handed over, which still waits for its result:
+    a child run of the caller's run. Another task, or once that call has its result: a run of
+    its own."""
+    wire, book = ChatWire(), ModelBook()
+    tools = [{"type": "function", "function": {"name": "view", "parameters": {}}}]
+    prompt = "Look for notes.txt in this directory and say what it holds."
+    first = wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "user", "content": CRUSH_REMINDER}, {"role": "user", "content": "Find it."}]})
+    caller = book.identify("chat", first, Caller(session="aa"), "a", lambda _key: False)
+    seen = wire.read_response(json.loads(json.dumps(completion(
+        "m", "chatcmpl-1", Step(tool_calls=(ToolCall("agent", {"prompt": prompt}),)), {}))))
+    book.call_record(caller, first, seen, seen.calls, 1, 2)
+    book.settle(caller)
+    asked = prompt if handed else "Look for other.txt in this directory and say what it holds."
+    sub = book.identify("chat", wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "system", "content": "You are a sub-agent."},
+        {"role": "user", "content": asked}]}), Caller(session="bb"), "a", lambda _key: False)
+    assert sub is not caller and sub.parent == (caller.key if handed else None)
+    # (answered, the caller's call has its result: a later run with that task is no child)
+    [call_id] = caller.pending
+    done = wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "user", "content": CRUSH_REMINDER}, {"role": "user", "content": "Find it."},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type":
+            "function", "function": {"name": "agent", "arguments": json.dumps(
+                {"prompt": prompt})}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": "It holds a list."}]})
+    assert book.identify("chat", done, Caller(session="aa"), "a", lambda _key: False) is caller
+    book.tool_records(caller, done, 3)
+    later = book.identify("chat", wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "system", "content": "You are another agent."},
+        {"role": "user", "content": prompt}]}), Caller(session="cc"), "a", lambda _key: False)
+    assert later.parent is None
+
+
 def test_a_long_task_is_quoted_by_its_start() -> None:
     """A task longer than the lines kept of it (``MAX_QUOTE_CHARS``): a title request that
     quotes it whole is its side request; the bounds hold (what a run keeps of it)."""
@@ -1392,6 +1439,6 @@ def test_a_long_task_is_quoted_by_its_start() -> None:
         {"type": "function", "function": {"name": "bash", "parameters": {}}}], "messages": [
         {"role": "user", "content": task}]})
     run = book.identify("chat", first, caller, "a", lambda _key: False)
-    assert run.task_lines is not None and len(run.task_lines) == MAX_QUOTE_CHARS
+    assert [len(lines) for lines in run.task_lines] == [MAX_QUOTE_CHARS + 1]  # (cut)
     side = wire.read_request(crush_title(task))
     assert book.identify("chat", side, caller, "a", lambda _key: False) is run

@@ -50,7 +50,7 @@ from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its
     the_new_run,
 )
 from tests.frameworks.test_model_endpoint_stop import NOTE, stopping  # noqa: F401
-from tests.harness import RunningServer
+from tests.harness import RunningServer, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 FANTASY_DIR = Path(__file__).resolve().parent / "go" / "fantasy"
@@ -95,14 +95,9 @@ class Invocation:
     after: int  # the requests the upstream had got once the run had ended
 
 
-def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Path,
-           model: str = "crush") -> Invocation:
-    """The agent once, in ``tmp``, through ``sidecar``'s model endpoint: its model ``script``
-    (named ``model`` and the test's: a ``gpt-5`` name takes fantasy to the Responses API), its
-    small model answering :data:`TITLE`."""
-    model = llm.script(f"{model}-{tmp.name}", script)
-    small = llm.script(f"{model}-small-{tmp.name}", fakellm.steps(fakellm.answer(TITLE)))
-    before = run_ids(sidecar)
+def run_agent(sidecar: RunningServer, model: str, small: str, tmp: Path) -> str:
+    """The agent once, in ``tmp``, through ``sidecar``'s model endpoint (its ``crush.json``
+    naming ``model`` and ``small``): its answer."""
     (tmp / "crush.json").write_text(json.dumps(config(sidecar.url("model") + "/v1", model,
                                                       small)))
     env = {**clean_environ(), "OPENAI_API_KEY": KEY, "ENDPOINT_TASK": TASK}
@@ -111,10 +106,23 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Pa
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome["title"] == TITLE  # (its small model answered, through the endpoint)
+    printed: str = outcome["output"]
+    return printed
+
+
+def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Path,
+           model: str = "crush") -> Invocation:
+    """The agent once, in ``tmp``, through ``sidecar``'s model endpoint: its model ``script``
+    (named ``model`` and the test's: a ``gpt-5`` name takes fantasy to the Responses API), its
+    small model answering :data:`TITLE`."""
+    model = llm.script(f"{model}-{tmp.name}", script)
+    small = llm.script(f"{model}-small-{tmp.name}", fakellm.steps(fakellm.answer(TITLE)))
+    before = run_ids(sidecar)
+    printed = run_agent(sidecar, model, small, tmp)
     ran = tmp / "ran.txt"
     run = the_new_run(sidecar, before)  # (one run: the title is no run of its own)
     requests = llm.requests(model)
-    return Invocation(ran.read_text().splitlines() if ran.exists() else [], outcome["output"],
+    return Invocation(ran.read_text().splitlines() if ran.exists() else [], printed,
                       requests, llm.request_headers(model), llm.requests(small), run,
                       len(requests))
 
@@ -216,3 +224,55 @@ def test_a_stopped_crush_prints_the_stop_and_the_upstream_gets_nothing_more(
     assert len(it.requests) == it.after == 2
     check_title(it)
     assert (it.run["tool_calls"], it.run["terminal_state"]) == (2, "loop_detected"), it.run
+
+
+SUB_TASK = "Look for notes.txt in this directory and say what it holds."
+SUB_ANSWER = "notes.txt holds one line: searched."
+
+
+def delegating(work: Path) -> fakellm.Script:
+    """Its ``agent`` tool once, with :data:`SUB_TASK`, then the report; the sub-agent's
+    conversation (it begins with that task): its file tool once, then its answer."""
+    (work / "notes.txt").write_text("searched\n")
+
+    def pick(_index: int, body: dict[str, Any]) -> fakellm.Step:
+        users = [message["content"] for message in body["messages"]
+                 if message["role"] == "user"]
+        answered = any(message["role"] == "tool" for message in body["messages"])
+        if users[0] == SUB_TASK:
+            return fakellm.answer(SUB_ANSWER) if answered else fakellm.call(
+                "view", file_path=str(work / "notes.txt"))
+        return fakellm.answer(REPORT) if answered else fakellm.call("agent", prompt=SUB_TASK)
+    return pick
+
+
+def test_a_crush_sub_agent_is_a_child_run_of_its_caller(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """Its ``agent`` tool runs a sub-agent in a session of its own, its requests naming nothing
+    of its caller's; its conversation begins with the prompt its caller's call handed over,
+    which waits for its result: a child run of the caller's (its own budget, counted down from
+    3 with no note from the caller's), each with its title as a model call, no run of its own."""
+    model = llm.script(f"crush-{tmp_path.name}", delegating(tmp_path))
+    small = llm.script(f"crush-small-{tmp_path.name}", fakellm.steps(fakellm.answer(TITLE)))
+    before = run_ids(budgeted)
+    assert run_agent(budgeted, model, small, tmp_path) == REPORT
+
+    def ended() -> list[dict[str, Any]] | None:
+        runs = [budgeted.get_json(f"/v1/runs/{run['id']}")
+                for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
+                if run["id"] not in before]
+        return runs if len(runs) >= 2 and all(run["state"] == "ended" for run in runs) \
+            else None
+
+    runs = wait_until(ended, what="the caller's and the sub-agent's runs to end")
+    assert len(runs) == 2, runs  # (the two titles: model calls of their runs)
+    [main] = [run for run in runs if run["parent_run"] is None]
+    [child] = [run for run in runs if run["parent_run"] == main["id"]]
+    assert (main["tool_calls"], main["signals"]["tools"], main["final_output"]) == (
+        1, {"agent": 1}, REPORT), main
+    assert (child["tool_calls"], child["signals"]["tools"], child["final_output"]) == (
+        1, {"view": 1}, SUB_ANSWER), child
+    requests = llm.requests(model)
+    sub = [body for body in requests if body["messages"][1]["content"] == SUB_TASK]
+    assert [LEFT.findall(instructions(body)) for body in sub] == [[("3", "3")], [("2", "3")]]
+    assert len(llm.requests(small)) == 2

@@ -3,12 +3,13 @@
 // internal/agent/agent.go and coordinator.go, at v0.90): fantasy's OpenAI provider with the
 // Responses API allowed (used for the model names fantasy takes for OpenAI's: gpt-4…, gpt-5…;
 // Chat Completions for any other), streamed; its shell tool `bash` and file tool `view` really
-// run in the working directory; each request names its session (`x-session-id` and
-// `x-session-affinity`, a hash of the session's id); and, as its first request goes out, the
-// session's title asked of its small model (its title prompt, the task wrapped in one message,
-// 40 tokens at most), in a goroutine of its own. Crush itself is not installable on the test
-// machines (its npm package downloads its binary at install; the Go module proxy does not
-// serve it): this is its engine and its requests.
+// run in the working directory, and its `agent` tool, a sub-agent in a session of its own; each
+// request names its session (`x-session-id` and `x-session-affinity`, a hash of the session's
+// id); its todo list's reminder, the first user message of each conversation, the task the
+// second; and, as its first request goes out, the session's title asked of its small model (its
+// title prompt, the task wrapped in one message, 40 tokens at most), in a goroutine of its own.
+// Crush itself is not installable on the test machines (its npm package downloads its binary at
+// install; the Go module proxy does not serve it): this is its engine and its requests.
 //
 // Its provider and models are read from the crush.json of its working directory, as Crush
 // reads them (the part of it this loop uses: `providers`, a provider of `"type": "openai"`
@@ -39,6 +40,13 @@ const (
 	titlePrompt = "You will generate a short title based on the first message a user begins " +
 		"a conversation with.\n\n<rules>\n- Ensure it is not more than 50 characters long.\n" +
 		"- The entire text you return will be used as the title.\n</rules>"
+	// the message Crush's main agent puts before the task in every conversation (agent.go
+	// preparePrompt; a sub-agent's has none): its first user message is this, the task second
+	reminder = "<system_reminder>This is a reminder that your todo list is currently empty. " +
+		"DO NOT mention this to the user explicitly because they are already aware.\n" +
+		"If you are working on tasks that would benefit from a todo list please use the " +
+		"\"todos\" tool to create one.\nIf not, please feel free to ignore. Again do not " +
+		"mention this message to the user.</system_reminder>"
 	// Crush's own loop detection (internal/agent/loop_detection.go): in the last 10 steps, one
 	// tool interaction (calls and results) more than 5 times ends the run
 	loopWindow, loopRepeats = 10, 5
@@ -70,6 +78,36 @@ func view(_ context.Context, params viewParams, _ fantasy.ToolCall) (fantasy.Too
 		return fantasy.NewTextErrorResponse(err.Error()), nil
 	}
 	return fantasy.NewTextResponse(string(data)), nil
+}
+
+type agentParams struct {
+	Prompt string `json:"prompt" description:"The task for the agent to perform"`
+}
+
+// subAgent is Crush's `agent` tool (coordinator.go runSubAgent): a sub-agent on the large model
+// in a session of its own (its id from the call's), its file tool alone, no todo reminder, its
+// title asked as its first request goes out; its answer is the call's result.
+func subAgent(large, small fantasy.LanguageModel, titles *sync.WaitGroup) func(
+	context.Context, agentParams, fantasy.ToolCall) (fantasy.ToolResponse, error) {
+	return func(ctx context.Context, params agentParams, call fantasy.ToolCall) (fantasy.ToolResponse, error) {
+		sum := sha256.Sum256([]byte("agent-tool$$" + call.ID))
+		session := hex.EncodeToString(sum[:16])
+		titles.Add(1)
+		go func() {
+			defer titles.Done()
+			_, _ = title(context.WithoutCancel(ctx), small, session, params.Prompt)
+		}()
+		agent := fantasy.NewAgent(large, fantasy.WithUserAgent(userAgent),
+			fantasy.WithSystemPrompt("You are an agent for Crush. Use the tools available to "+
+				"you to do the task, then answer concisely."),
+			fantasy.WithTools(fantasy.NewAgentTool("view", "Reads a file.", view)))
+		result, err := agent.Stream(ctx, fantasy.AgentStreamCall{Prompt: params.Prompt,
+			Headers: sessionHeaders(session)})
+		if err != nil {
+			return fantasy.NewTextErrorResponse(err.Error()), nil
+		}
+		return fantasy.NewTextResponse(result.Response.Content.Text()), nil
+	}
 }
 
 func sessionHeaders(session string) map[string]string {
@@ -183,7 +221,7 @@ func run() error {
 
 	var titled string
 	var titleErr error
-	var wg sync.WaitGroup
+	var wg, subTitles sync.WaitGroup
 	wg.Add(1)
 	go func() { // (as Crush's: started before the task's first request goes out)
 		defer wg.Done()
@@ -192,10 +230,14 @@ func run() error {
 	agent := fantasy.NewAgent(large, fantasy.WithSystemPrompt(system), fantasy.WithUserAgent(userAgent),
 		fantasy.WithTools(
 			fantasy.NewAgentTool("bash", "Executes a shell command in the working directory.", bash),
-			fantasy.NewAgentTool("view", "Reads a file.", view)))
+			fantasy.NewAgentTool("view", "Reads a file.", view),
+			fantasy.NewAgentTool("agent", "Launches a new agent that has access to read-only "+
+				"tools.", subAgent(large, small, &subTitles))))
 	result, err := agent.Stream(ctx, fantasy.AgentStreamCall{Prompt: task,
-		Headers: sessionHeaders(session), StopWhen: []fantasy.StopCondition{repeated}})
+		Messages: []fantasy.Message{fantasy.NewUserMessage(reminder)},
+		Headers:  sessionHeaders(session), StopWhen: []fantasy.StopCondition{repeated}})
 	wg.Wait()
+	subTitles.Wait()
 	if err != nil {
 		return err
 	}
