@@ -9,17 +9,21 @@ part of ``make test``), driving the loop ``crush run`` drives against a provider
 "openai"`` in its ``crush.json`` (:func:`config`, which it reads as Crush does; its source at
 v0.90: ``internal/agent/agent.go`` and ``coordinator.go``): fantasy's OpenAI provider with the
 Responses API allowed (used for the model names fantasy takes for OpenAI's,
-``gpt-4…``/``gpt-5…``; Chat Completions for any other), streamed, the conversation sent whole;
-its tools ``bash`` and ``view``, really run in a temp dir; each request naming its session
-(``x-session-id``, ``x-session-affinity``); and, as its first request goes out, the session's
-title asked of its small model in one message that wraps the task in its instruction, no tools,
-40 tokens. Crush emits no OpenTelemetry: it is steered and read through the endpoint alone.
-Behind the sidecar is the scripted upstream (:mod:`tests.frameworks.fakellm`), whose recorded
-request bodies are what the model read.
+``gpt-4…``/``gpt-5…``; Chat Completions for any other), streamed, the conversation sent whole,
+its todo list's reminder its first user message and the task the second; its tools ``bash`` and
+``view``, really run in a temp dir, and ``agent``, a sub-agent in a session of its own, its
+task the call's ``prompt``; each request naming its session (``x-session-id``,
+``x-session-affinity``); and, as its first request goes out, the session's title asked of its
+small model in one message that wraps the task in its instruction, no tools, 40 tokens. Crush
+emits no OpenTelemetry: it is steered and read through the endpoint alone. Behind the sidecar
+is the scripted upstream (:mod:`tests.frameworks.fakellm`), whose recorded request bodies are
+what the model read.
 
 Steered: a budget counts down and ends in the report, on Chat Completions and the Responses
 API; a tool cycle is wound down, then its final request; a rule's abort is answered by the
-endpoint. Each invocation is one run; its title is a model call of it, with no note."""
+endpoint; a sub-agent is a child run of its caller's, with a budget of its own. Each
+invocation is one run (and its sub-agents' child runs); its title is a model call of it, with
+no note."""
 
 from __future__ import annotations
 
