@@ -53,6 +53,9 @@ from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its
     run_ids,
     the_new_run,
 )
+
+# (its shell tool is opencode's, `bash`, its arguments the same: a command and a description)
+from tests.frameworks.test_model_endpoint_opencode import searching, shell
 from tests.frameworks.test_model_endpoint_stop import NOTE, stopping  # noqa: F401
 from tests.harness import RunningServer, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
@@ -129,14 +132,6 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Pa
     return Invocation(ran.read_text().splitlines() if ran.exists() else [], printed,
                       requests, llm.request_headers(model), llm.requests(small), run,
                       len(requests))
-
-
-def shell(term: str) -> dict[str, Any]:
-    return {"command": f"echo '{term}' >> ran.txt", "description": "Note the term"}
-
-
-def searching() -> fakellm.Script:
-    return fakellm.looping("bash", lambda i: shell(f"term {i}"), REPORT)
 
 
 def check_title(it: Invocation) -> None:

@@ -447,7 +447,9 @@ class ModelBook:
         the run of, or whose records change what it reads: they must be recorded before it is
         identified. The calls of the run its trace or ``x-watchdog-run`` names; else of its
         conversation, the response it continues and the tool calls its results answer (a call
-        the relay has not read yet may be any of these)."""
+        the relay has not read yet may be any of these); for a conversation's first request
+        that may be a sub-agent's, every call that handed tool calls over (one may have handed
+        it its task: :meth:`_handed_task`)."""
         if not calls:
             return []
         trace = parse_traceparent(caller.traceparent)
@@ -457,11 +459,15 @@ class ModelBook:
         digest = _digest(api, agent, request.anchor)
         previous = request.previous_response_id
         answered = {result.call_id for result in request.results}
+        handed = caller.subagent is None and request.has_tools and not request.results \
+            and request.last_answer is None \
+            and len(request.anchor_text) >= MIN_HANDED_TASK_CHARS
         return [index for index, call in enumerate(calls)
                 if call.run.conversation == digest
                 or (previous is not None and call.response_id in (previous, None))
                 or (answered and (call.call_ids is None
-                                  or not answered.isdisjoint(call.call_ids)))]
+                                  or not answered.isdisjoint(call.call_ids)))
+                or (handed and call.call_ids != frozenset())]
 
     def _answers_calls_of(self, state: EndpointRun, request: Request) -> bool:
         """Whether ``request`` goes on from calls ``state``'s run handed over (its results
