@@ -67,9 +67,10 @@ most of this loop's work per request, so it waits until the requests queued with
 decided and sent on: the responses that ended are held, and booked together, in one step of
 the core, once the requests that came before that moment have been taken. A request that may
 continue a call held unbooked (of its conversation, of its run's trace or ``x-watchdog-run``,
-a call its tool results answer, the response it continues: :meth:`ModelBook.unbooked_of`) has
-those booked before its run is found, so each request still finds its run's calls counted
-(the countdown exact); the others wait.
+a call its tool results answer, the response it continues; a call that may have handed a
+sub-agent's first request its task: :meth:`ModelBook.unbooked_of`) has those booked before its
+run is found, so each request still finds its run's calls counted (the countdown exact) and
+its caller; the others wait.
 
 What a new conversation's first request gets depends only on its agent (the rule packs'
 budgets and rules for a run with nothing in it), its session's earlier runs, and the fleet's
