@@ -163,6 +163,14 @@ $(TS_VOLTAGENT): tests/frameworks/ts/voltagent/package.json \
 		--loglevel=error
 	touch $@
 
+## ... and Google ADK for TypeScript's agent (tests/frameworks/ts/adk: @google/adk brings its own
+## OpenTelemetry JS 2.x and @google/genai), its spans ADK's own tracer's, exported by ../recording.ts;
+## it takes tsx from the first. Cold npm cache: about 30 s, a 48 MB download, 154 MB on disk
+TS_ADK := tests/frameworks/ts/adk/node_modules/.installed
+$(TS_ADK): tests/frameworks/ts/adk/package.json tests/frameworks/ts/adk/package-lock.json
+	cd tests/frameworks/ts/adk && npm ci --omit=optional --no-audit --no-fund --loglevel=error
+	touch $@
+
 ## ... and Claude Code (tests/frameworks/ts/claude_code: @anthropic-ai/claude-code, its launcher
 ## and, as an optional dependency of the same version, its prebuilt binary for this platform,
 ## both from the npm registry; nothing is downloaded at install or first run; its launcher asks
@@ -480,7 +488,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(GEMINI_CLI_AGENT) $(CODEX_AGENT) $(OPENCODE_AGENT) $(GO_AGENT) $(GENKIT_GO) $(FANTASY_AGENT) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_ADK) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(GEMINI_CLI_AGENT) $(CODEX_AGENT) $(OPENCODE_AGENT) $(GO_AGENT) $(GENKIT_GO) $(FANTASY_AGENT) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 

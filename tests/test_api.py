@@ -177,6 +177,12 @@ def test_heartbeat(fed: RunningServer) -> None:
     status, body = request(fed, "POST", path(ACTIVE_ID, "/heartbeat"), {"messages": 5})
     assert status == 200 and body["messages"] == 12  # a count never shrinks
     assert fed.get_json(path(ACTIVE_ID))["signals"]["messages"] == 12
+    assert "ignored" not in body
+    # a field it does not read (a misspelt one, or a newer client's): taken, and named
+    status, body = request(fed, "POST", path(ACTIVE_ID, "/heartbeat"),
+                           {"messages": 13, "in_fligth": 2, "z" * 100: 1})
+    assert status == 200 and body["messages"] == 13 and body["in_flight"] == 0, body
+    assert body["ignored"] == ["in_fligth", "z" * 64]
 
 
 @pytest.mark.parametrize(("body", "fragment"), [

@@ -572,6 +572,8 @@ def test_serve_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -> N
         assert f"(default: {shown})" in after[:end], (flag, after[:end])
     assert "(default: state)" in text and "(default: 127.0.0.1:9477)" in text
     assert "(default: 900s)" in text and "(default: 10000)" in text
+    # the file as the usage line names it (argparse said `--config CONFIG` under `--config FILE`)
+    assert "options: -h, --help show this help message and exit --config FILE YAML" in text
 
 
 @pytest.mark.parametrize("url", ["http://admin:hunter2@127.0.0.1:9477",

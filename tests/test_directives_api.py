@@ -413,6 +413,9 @@ async def test_ack() -> None:
         ack = f"{car.url}/v1/runs/run-1/ack"
         async with http.post(ack, json={"seq": 1}) as response:
             assert await response.json() == {"run_id": "run-1", "acked_seq": 1}
+        async with http.post(ack, json={"seq": 1, "sequence": 2}) as response:  # (named)
+            assert await response.json() == {"run_id": "run-1", "acked_seq": 1,
+                                             "ignored": ["sequence"]}
         for body in ({"seq": 3}, {"seq": -1}, {"seq": "1"}, {}):
             async with http.post(ack, json=body) as response:
                 assert response.status == 400, body

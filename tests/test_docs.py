@@ -91,6 +91,12 @@ failing on a changed block. The kinds:
     (``tests/frameworks/test_model_endpoint_crush.py``'s ``config``, which its engine's agent
     reads), the sidecar's default model endpoint (``http://127.0.0.1:9478/v1``) in place of
     the test's, its models ``gpt-4.1`` and ``gpt-4.1-mini``.
+``aider-command``
+    Aider's command line, ``NAME=VALUE`` assignments then ``aider`` and its arguments: exactly
+    what its tests point it at the sidecar with and run it with
+    (``tests/frameworks/test_model_endpoint_aider.py``'s ``command``), the sidecar's default
+    model endpoint with ``/agent/aider/`` in place of the test's, its models ``gpt-4.1`` and
+    ``gpt-4.1-mini``.
 ``codex-config``
     The OpenAI Codex CLI's ``config.toml`` (TOML): a model provider it selects must be the
     sidecar's model endpoint (``base_url`` ``http://127.0.0.1:9478/v1``) on the Responses API
@@ -142,7 +148,8 @@ MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
-         "gemini-env", "codex-config", "promql", "opencode-config", "crush-config"}
+         "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
+         "crush-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -769,6 +776,17 @@ def check_opencode_config(block: Block, stack: Stack, state: DocState) -> None:
                                             "gpt-4.1-mini"), block.where
 
 
+def check_aider_command(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_aider import command
+
+    words = shlex.split(block.text)
+    at = words.index("aider") if "aider" in words else len(words)
+    shown = dict(word.split("=", 1) for word in words[:at])
+    assert (shown, words[at + 1:]) == command(
+        f"http://{MODEL_ENDPOINT_DEFAULT}/agent/aider/v1", "gpt-4.1", "gpt-4.1-mini"), \
+        block.where
+
+
 def check_crush_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_crush import config
 
@@ -842,6 +860,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "codex-config": check_codex_config, "promql": check_promql,
     "opencode-config": check_opencode_config,
     "crush-config": check_crush_config,
+    "aider-command": check_aider_command,
 }
 assert set(CHECKS) == KINDS
 
@@ -945,6 +964,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "codex-config": (DOCS / "frameworks.md", "4318/v1/traces", "4317/v1/traces"),
     "opencode-config": (DOCS / "steering.md", "9478/v1", "9478/v2"),
     "crush-config": (DOCS / "steering.md", '"type": "openai"', '"type": "openai-compat"'),
+    "aider-command": (DOCS / "steering.md", "/agent/aider/v1", "/agent/aider/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 
@@ -1127,6 +1147,57 @@ def link_problems(paths: list[Path], root: Path = ROOT) -> list[str]:
 def test_links_between_documents_resolve() -> None:
     problems = link_problems(DOCUMENTS)
     assert not problems, "\n".join(problems)
+
+
+CHART_REFERENCE = re.compile(r"(?<![\w/.])(README\.md|docs/[a-z-]+\.md)(?:#([a-z0-9-]+))?")
+CHART_SECTION_BY_TITLE = re.compile(r"README(?:'s)?[,:]?\s+\"?[A-Z]")
+
+
+def chart_reference_problems(chart: Path, root: Path) -> list[str]:
+    """The chart's pointers into the documents (comments, NOTES.txt, the schema's
+    descriptions: what `helm show values` and an editor show a user) that lead nowhere: a page
+    or heading that does not exist, or a README section named by a title, which is not
+    checked (the chart's said "Steering any agent" and "Deploy on Kubernetes", titles the
+    README does not have)."""
+    problems = []
+    for path in sorted(chart.rglob("*")):
+        if not path.is_file() or path.suffix not in (".md", ".txt", ".tpl", ".yaml", ".json"):
+            continue
+        text = path.read_text("utf-8")
+        where = path.relative_to(chart)
+        for match in CHART_SECTION_BY_TITLE.finditer(text):
+            problems.append(f"{where}: {text[match.start():match.end() + 30].splitlines()[0]}: "
+                            f"a section by its title: give its file and anchor")
+        for match in CHART_REFERENCE.finditer(text):
+            page, heading = match.group(1), match.group(2)
+            if not (root / page).exists():
+                problems.append(f"{where}: {match.group(0)}: no such file")
+            elif heading and heading not in anchors((root / page).read_text("utf-8")):
+                problems.append(f"{where}: {match.group(0)}: no such heading")
+    return problems
+
+
+def test_the_charts_pointers_into_the_documents_resolve() -> None:
+    problems = chart_reference_problems(ROOT / "helm" / "agent-watchdog", ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_charts_pointer_to_nowhere_is_caught(tmp_path: Path) -> None:
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "steering.md").write_text("# Steering\n\n## Directives\n")
+    (chart / "values.yaml").write_text(
+        '# -- webhooks (docs/steering.md#directives); the endpoint (README "Steering any agent")\n'
+        "# see docs/steering.md#sessions and docs/nowhere.md\n")
+    (chart / "templates" / "NOTES.txt").write_text('See the README, "Deploy on Kubernetes".\n')
+    assert chart_reference_problems(chart, tmp_path) == [
+        'templates/NOTES.txt: README, "Deploy on Kubernetes".: a section by its title: give its '
+        "file and anchor",
+        'values.yaml: README "Steering any agent"): a section by its title: give its file and '
+        "anchor",
+        "values.yaml: docs/steering.md#sessions: no such heading",
+        "values.yaml: docs/nowhere.md: no such file"]
 
 
 def test_a_broken_link_is_caught(tmp_path: Path) -> None:
@@ -1513,7 +1584,7 @@ def test_the_open_files_figures_are_the_sidecars() -> None:
     """docs/limits.md's open files: what `watchdog serve` needs to start, per model request,
     and in all with the defaults and the model endpoint, as `watchdog/shell/open_files.py`
     counts them."""
-    from watchdog.shell import open_files
+    from watchdog.shell import connections, open_files
     from watchdog.shell.config import Config
 
     text = (ROOT / "docs" / "limits.md").read_text("utf-8")
@@ -1522,8 +1593,16 @@ def test_the_open_files_figures_are_the_sidecars() -> None:
     assert re.search(
         rf"needs {open_files.START_FILES} to start .*?{open_files.START_FILES} \+ "
         rf"`max_pending_requests` \+ {open_files.FILES_PER_MODEL_REQUEST} per "
-        rf"`model_max_concurrent` with the model endpoint \({open_files.needed(with_model)} with "
-        rf"the defaults\).*?below {open_files.START_FILES} is one line", bullet), bullet
+        rf"`model_max_concurrent` with the model endpoint \+ the control API's "
+        rf"{open_files.MAX_STREAMS:,} directive streams and {open_files.MAX_WAITERS:,} long-polls "
+        rf"\({open_files.needed(with_model)} with the defaults\).*?below "
+        rf"{open_files.START_FILES} is one line", bullet), bullet
+    first = connections.FIRST_REQUEST_TIMEOUT
+    assert f"sends no request head within {first:g} s is closed" in bullet, bullet
+    from watchdog.shell.server import METRICS_KEEPALIVE
+
+    assert f"a metrics connection (all interfaces, no token) {METRICS_KEEPALIVE:g} s after its " \
+        "last request" in bullet, bullet
 
 
 if __name__ == "__main__":  # python -m tests.test_docs: list the blocks and how each is checked

@@ -18,9 +18,12 @@ from tests.spans import T0, SpanMaker, chat_attrs, only_run, records_of, run_spa
 from tests.test_rebatching import as_exported, ended_runs
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.spans.combined import scoped
 from watchdog.core.spans.conventions import select_attributes
 from watchdog.core.spans.outcome import answer_text, phrase_limit
 from watchdog.core.spans.record import AGENT, LLM, OTHER, TOOL, SpanRecord
+from watchdog.core.spans.schema import Convention
+from watchdog.core.spans.scopes import view_of
 from watchdog.core.spans.values import json_encoded
 
 LOOPS = ("mlflow_loop", "logfire_loop", "openai_olm_loop")
@@ -356,3 +359,16 @@ def test_a_json_encoded_value_in_a_span_event_is_read_decoded() -> None:
     [record] = records_of(otel.take())
     assert (record.finish_reason, record.final_answer, record.final_output) == (
         "end_turn", True, ANSWER)
+
+
+def test_a_streamed_answer_recorded_a_chunk_a_message_is_joined_only_where_its_entry_says() -> None:
+    """Gemini CLI's output messages are its streamed answer's chunks (`chunked_answers`, read on
+    its scope's spans): joined as they came; elsewhere each message is a line of its own; an
+    entry without scopes cannot say so (it would be read on every emitter's spans)."""
+    chunks = json.dumps([{"role": "model", "parts": [{"text": word}]}
+                         for word in ("The ", "file ", "is ", "found.")])
+    assert answer_text(chunks, chunked=True) == "The file is found."
+    assert answer_text(chunks) == "The \nfile \nis \nfound."
+    assert view_of("gemini-cli").chunked and not view_of("openinference.x").chunked
+    with pytest.raises(ValueError, match="chunked_answers needs scopes"):
+        scoped(Convention("x", "y", chunked_answers=True))

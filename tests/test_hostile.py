@@ -766,7 +766,8 @@ def test_every_refusal_of_the_otlp_port_is_an_otlp_status_and_counted(tmp_path: 
     aiohttp's text/plain; a head the parser refused went uncounted, and sent a byte a read it
     was answered JSON whatever its Content-Type named. Each is a Status in the request's
     encoding now, counted in ``export_requests_total``; a real exporter sent to a wrong path
-    gets its 404, counted once."""
+    gets its 404, counted once, saying where traces and logs go (it named traces alone: an
+    SDK's logs exporter pointed at the port seemed turned away too)."""
     ports = fresh_ports()
     port = ports["otlp_http"]
     with running_sidecar(serve_env(tmp_path / "state", ports), ports["metrics"]):
@@ -776,7 +777,9 @@ def test_every_refusal_of_the_otlp_port_is_an_otlp_status_and_counted(tmp_path: 
                 port, b"POST /v1/trace HTTP/1.1\r\nHost: x\r\n" + typed
                 + b"Content-Length: 2\r\nConnection: close\r\n\r\n{}")
             assert (status, headers["content-type"]) == ("404", answered), (status, headers)
-            assert "POST /v1/traces" in _status_of(body, answered)
+            assert _status_of(body, answered) == (
+                "no OTLP/HTTP endpoint at '/v1/trace': traces are sent to POST /v1/traces, logs "
+                "to POST /v1/logs (metrics: only passed on, with forward_endpoint set)")
             status, headers, body = _raw_answer(
                 port, b"GET /v1/traces HTTP/1.1\r\nHost: x\r\n" + typed
                 + b"Connection: close\r\n\r\n")
@@ -815,6 +818,56 @@ def test_a_request_the_http_parser_refuses_is_one_warning_line(tmp_path: Path) -
         text = log.read()
     assert "Traceback" not in text and "ERROR" not in text, text[-3000:]
     assert text.count("bad HTTP request from 127.0.0.1") == 2, text[-3000:]
+
+
+def test_an_idle_metrics_connection_is_closed_after_its_keep_alive(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The metrics port listens on all interfaces without a token: a connection that made one
+    request and then idled held a file for aiohttp's hour. It is closed after
+    ``METRICS_KEEPALIVE``; the other ports keep aiohttp's."""
+    monkeypatch.setattr("watchdog.shell.server.METRICS_KEEPALIVE", 0.2)
+    with running_server(sidecar_config(tmp_path / "state")) as car:
+        used = {name: socket.create_connection(car.server.addresses[name], timeout=10)
+                for name in ("metrics", "api")}
+        for name, path in (("metrics", b"/readyz"), ("api", b"/v1/runs")):
+            used[name].sendall(b"GET " + path + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert used[name].recv(65536).startswith(b"HTTP/1.1 200"), name
+        with used["metrics"] as sock:
+            assert sock.recv(4096) == b""  # closed by the sidecar once idle
+        with used["api"] as sock:  # past that, the API's connection still takes a request
+            sock.sendall(b"GET /v1/runs HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+
+
+def test_a_grpc_client_on_the_otlp_http_port_is_told_where_grpc_goes(tmp_path: Path) -> None:
+    """An OTLP exporter set to gRPC and given the OTLP/HTTP port (a common slip): its HTTP/2
+    preface was refused as "Pause on PRI/Upgrade", aiohttp's words, in the log and the answer.
+    Each HTTP port says what it is and where gRPC goes; a real gRPC exporter's attempt is one
+    warning line saying so."""
+    ports = fresh_ports()
+    said = ("an HTTP/2 connection (a gRPC client?) on an HTTP/1.1 port: OTLP/gRPC goes to "
+            "otlp_grpc_address (4317 by default)")
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+        with running_sidecar(serve_env(tmp_path / "state", ports), ports["metrics"], log):
+            status, _, body = _raw_answer(ports["otlp_http"], preface)
+            assert (status, _status_of(body, JSON)) == ("400", f"malformed HTTP request: {said}")
+            answer = raw_answer(ports["api"], preface)
+            assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["message"] == (
+                f"malformed HTTP request: {said}"), answer
+            assert raw_answer(ports["metrics"], preface).endswith(said.encode())
+            with grpc.insecure_channel(f"127.0.0.1:{ports['otlp_http']}") as channel:
+                export = channel.unary_unary(
+                    "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                    request_serializer=ExportTraceServiceRequest.SerializeToString,
+                    response_deserializer=ExportTraceServiceResponse.FromString)
+                with pytest.raises(grpc.RpcError) as refused:
+                    export(ExportTraceServiceRequest(), timeout=5)
+            assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+        log.seek(0)
+        text = log.read()
+    assert "Pause on PRI" not in text and "Traceback" not in text, text[-3000:]
+    assert f"bad HTTP request from 127.0.0.1: {said}" in text, text[-3000:]
 
 
 def test_a_parser_refusal_is_said_whole_up_to_the_bytes_it_quotes(tmp_path: Path) -> None:
@@ -886,3 +939,31 @@ def test_a_long_otlp_json_export_leaves_the_loop_to_the_other_requests(tmp_path:
             prober.join()
     assert status == 200, answer[:300]
     assert max(answers) < 0.5 * took, (max(answers), took)
+
+
+@pytest.mark.parametrize("relay", ["native", "python"])
+def test_a_connection_that_sends_no_request_is_closed(tmp_path: Path, relay: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection to an HTTP port that sends nothing (or half a head) is closed once
+    ``FIRST_REQUEST_TIMEOUT`` has passed: each held a file for an hour (aiohttp's keep-alive),
+    and a few thousand took every file the listeners accept with. One that has sent a request
+    stays open for the next (keep-alive). The compiled relay closes its own (at
+    ``model_body_timeout``)."""
+    monkeypatch.setattr("watchdog.shell.connections.FIRST_REQUEST_TIMEOUT", 0.2)
+    config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
+                            model_upstream="http://127.0.0.1:9/v1", model_relay=relay)
+    ports = ["otlp_http", "api", "metrics"] + (["model"] if relay == "python" else [])
+    with running_server(config) as car:
+        silent = {name: socket.create_connection(car.server.addresses[name], timeout=10)
+                  for name in ports}
+        silent["api"].sendall(b"GET /v1/runs HTTP/1.1\r\nHost: t\r\n")  # half a head
+        used = socket.create_connection(car.server.addresses["metrics"], timeout=10)
+        request = b"GET /readyz HTTP/1.1\r\nHost: t\r\n\r\n"
+        used.sendall(request)
+        assert used.recv(4096).startswith(b"HTTP/1.1 200")
+        for name, sock in silent.items():
+            with sock:
+                assert sock.recv(4096) == b"", name  # closed by the sidecar, without a word
+        used.sendall(request)  # past the timeout, still open: it had sent a request
+        assert used.recv(4096).startswith(b"HTTP/1.1 200")
+        used.close()

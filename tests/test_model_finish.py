@@ -96,10 +96,8 @@ SDK_TYPES: dict[str, Any] = {
 
 def sdk_call(api: str, body: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
     """The call as the API's own SDK reads the answer: (id, name, arguments)."""
-    # (validated strictly; the clients read leniently, and this SDK's Response type wants a
-    # usage field the endpoint's answers have never given: left out here)
-    parsed = SDK_TYPES[api].model_validate({**body, "usage": None} if api == "responses"
-                                           else body)
+    # (validated strictly, its usage too; the clients read leniently)
+    parsed = SDK_TYPES[api].model_validate(body, strict=True)
     if api == "chat":
         [call] = parsed.choices[0].message.tool_calls
         return call.id, call.function.name, json.loads(call.function.arguments)
@@ -177,6 +175,18 @@ def test_a_reply_at_once_that_drops_the_answer_stays_in_the_run() -> None:
     state = ended_at_its_budget(book, final, "REPORT", 10)
     later = book.identify("chat", reply, Caller(), "mini", not_ended, now_ns=10 + AT_ONCE_NS)
     assert later is not state and not later.at_once and later.chain == 0
+
+
+def test_how_soon_is_at_once_is_the_configured_window() -> None:
+    """``model_reply_window`` (the book's ``at_once_ns``): an agent that replies 20 s after
+    the answer (a slow model of its own between) is still held with a window of 30 s, and is
+    the next run by the default 5 s."""
+    final, reply = chat(STEP, RESULT), chat(STEP, RESULT, FORMAT_ERROR)
+    late = 10 + 20 * 10**9
+    for book, held in ((ModelBook(at_once_ns=30 * 10**9), True), (ModelBook(), False)):
+        state = ended_at_its_budget(book, final, "REPORT", 10)
+        found = book.identify("chat", reply, Caller(), "mini", not_ended, now_ns=late)
+        assert (found is state, found.at_once) == (held, held)
 
 
 def test_a_question_that_keeps_the_answer_is_the_next_run_until_the_chain_is_too_long() -> None:

@@ -769,6 +769,34 @@ def test_bad_budget_headers_are_a_clear_400(sidecar: RunningServer, upstream: Ra
     assert upstream.seen == []
 
 
+@pytest.mark.parametrize("header", ["x-watchdog-budget-tool-calls", "x-watchdog-agent",
+                                    "x-watchdog-run"])
+def test_a_watchdog_header_given_twice_apart_is_a_clear_400(
+        sidecar: RunningServer, upstream: RawUpstream, header: str) -> None:
+    """Two values of one ``x-watchdog-*`` header (a budget from the client's default headers
+    and one from its environment): the last was taken on both relays, 50 tool calls over 1.
+    Which was meant is the agent's to say: a 400 naming both, nothing sent upstream. The same
+    value twice is one."""
+    body = b'{"model":"m","messages":[{"role":"user","content":"twice"}]}'
+
+    def sent(first: str, second: str) -> tuple[bytes, bytes]:
+        answer = raw_http_whole(sidecar, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                                b"Content-Type: application/json\r\nConnection: close\r\n"
+                                + f"{header}: {first}\r\n{header}: {second}\r\n".encode()
+                                + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        head, _, text = answer.partition(b"\r\n\r\n")
+        return head, text
+
+    head, text = sent("1", "50")
+    assert head.startswith(b"HTTP/1.1 400"), head
+    assert json.loads(text)["error"]["message"] == (
+        f"{header} is given twice, '1' and '50': send it once")
+    assert upstream.seen == []
+    head, _ = sent("7", "7")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert len(upstream.seen) == 1
+
+
 def raw_http_whole(sidecar: RunningServer, request: bytes) -> bytes:
     """Send ``request`` as written (it asks to close the connection); the whole answer."""
     host, port = sidecar.server.addresses["model"]

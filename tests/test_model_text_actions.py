@@ -16,6 +16,8 @@ from watchdog.core.model.book import (
     Caller,
     EndpointRun,
     ModelBook,
+    is_side,
+    quotes_answer,
     text_action,
     text_stop_answer,
 )
@@ -107,6 +109,86 @@ def test_a_request_after_the_final_one_is_the_runs_not_the_next_runs() -> None:
     state.final_used = True
     book.call_record(state, first, said("an answer"), [], 1, 2)
     assert book.identify("chat", after, Caller(), "chat", ended) is not state
+
+
+def test_a_side_request_quoting_the_latest_answer_is_the_runs_and_goes_as_it_came() -> None:
+    """A conversation's first request that quotes the latest answer of a run acting in text
+    (Aider's commit message: the edit it applied, for its weak model) is a model call of that
+    run: not a run of its own, no action, not the run's answer, never told its countdown nor
+    made its final request; the action it quotes still waits for its result."""
+    book = ModelBook()
+    first = request()
+    state = book.identify("chat", first, Caller(), "aider", not_ended)
+    state.acts_in_text = True
+    answer = ("I bump it.\n\nhello.py\n```python\n<<<<<<< SEARCH\nv0\n=======\nv1\n"
+              ">>>>>>> REPLACE\n```")
+    book.call_record(state, first, said(answer), [], 1, 2)
+    commit = ChatWire().read_request({"model": "weak", "messages": [
+        {"role": "system", "content": "Write a one-line commit message."},
+        {"role": "user", "content": f"# Context:\nUSER: Bump it.\nASSISTANT: {answer}\n"
+                                    "# Diffs:\n-v0\n+v1"}]})
+    assert book.identify("chat", commit, Caller(), "aider", not_ended) is state
+    assert quotes_answer(state, commit) and is_side(state, commit)
+    assert book.tool_records(state, commit, 3) == []  # (the edit's action still runs)
+    record = book.call_record(state, commit, said("Bump the version"), [], 3, 4)
+    assert (record.acted_on, record.final_answer, len(state.pending)) == (False, False, 1)
+    spent = Counts(used=5, handed=5, budget={"max_tool_calls": 5.0})
+    assert decide(spent, None, "", has_tools=False, acts_in_text=True, aside=True).act \
+        is Act.PASS
+    # its run's next request goes on, its result the edit's; another agent's, or one that
+    # quotes nothing of the run, or once the run has ended, is a run of its own
+    assert book.identify("chat", commit, Caller(), "another", not_ended) is not state
+    other = ChatWire().read_request({"model": "weak", "messages": [
+        {"role": "user", "content": "Summarise: nothing of the run here, said at length."}]})
+    assert book.identify("chat", other, Caller(), "aider", not_ended) is not state
+    assert book.identify("chat", commit, Caller(), "aider", ended) is not state
+
+
+def test_a_request_that_begins_as_the_run_did_without_its_latest_answer_is_the_next_run(
+        ) -> None:
+    """An agent whose every request begins with the same messages (Aider's examples): the
+    request that goes on carries the run's latest answer; another invocation's first request,
+    however long, does not, and starts the next run (the run before it not ended, held open
+    after its action). A request that ends the run's final answer's action goes on likewise."""
+    examples = ({"role": "user", "content": "Change get_factorial() to use math.factorial"},
+                {"role": "assistant", "content": "To make this change we need to modify it."})
+    answer = ("I bump it.\n\n```python\n<<<<<<< SEARCH\nv0\n=======\nv1\n"
+              ">>>>>>> REPLACE\n```")
+
+    def aider(*messages: dict[str, Any]) -> Request:
+        return ChatWire().read_request({"model": "m", "messages": [SYSTEM, *examples,
+                                                                   *messages]})
+
+    book = ModelBook()
+    first = aider({"role": "user", "content": "Bump the version."})
+    state = book.identify("chat", first, Caller(), "aider", not_ended)
+    state.acts_in_text = True
+    book.call_record(state, first, said(answer), [], 1, 2)
+    lint = aider({"role": "user", "content": "Bump the version."},
+                 {"role": "assistant", "content": answer},
+                 {"role": "user", "content": "I updated the files."},
+                 {"role": "assistant", "content": "Ok."},
+                 {"role": "user", "content": "# Fix any errors below, if possible."})
+    assert state.quote is not None and book.identify("chat", lint, Caller(), "aider",
+                                                     not_ended) is state
+    book.call_record(state, lint, said(answer.replace("v1", "v2")), [], 3, 4)
+    another = aider({"role": "user", "content": "notes.md is read-only: its text."},
+                    {"role": "assistant", "content": "Ok."},
+                    {"role": "user", "content": "I have added hello.py to the chat."},
+                    {"role": "assistant", "content": "Ok."},
+                    {"role": "user", "content": "Bump the version."},
+                    {"role": "assistant", "content": "Ok."},
+                    {"role": "user", "content": "Bump it again."})
+    assert another.messages > lint.messages
+    assert book.identify("chat", another, Caller(), "aider", not_ended) is not state
+    # after its final request: the agent's next request with its output is the run's (the
+    # stop), another invocation's is the next run
+    book = ModelBook()
+    state = book.identify("chat", first, Caller(), "aider", not_ended)
+    state.acts_in_text, state.final_used = True, True
+    book.call_record(state, first, said(answer), [], 1, 2)
+    assert book.identify("chat", lint, Caller(), "aider", ended) is state
+    assert book.identify("chat", another, Caller(), "aider", ended) is not state
 
 
 def test_the_tracker_holds_the_run_open_until_the_gap_passes_without_a_call() -> None:

@@ -37,7 +37,7 @@ from watchdog.core.rules.pack import load_rules
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.sessions import SessionBook
 from watchdog.core.spans import conventions, decode, model_calls, native, outcome, values
-from watchdog.core.spans.attributes import FIRST_FACTS
+from watchdog.core.spans.attributes import F_AGENT_NAME, F_RUN_ID, F_SESSION, FIRST_FACTS
 from watchdog.core.spans.decode import DecodeError, parse_json, parse_protobuf
 from watchdog.core.spans.identity import Resource
 from watchdog.core.spans.logs import LogJoin, parse_logs_json
@@ -425,6 +425,33 @@ def test_first_present_facts_of_odd_values_are_the_same_on_both_paths() -> None:
         assert facts == first_facts(reference, compiled=False), list(reference.attributes)
         present += sum(fact != "None" for fact in facts[1])
     assert present > 2000, present
+
+
+@pytest.mark.parametrize(("value", "read"), [
+    ({"string_value": "s-1"}, "s-1"), ({"int_value": 7}, "7"), ({"bool_value": True}, None),
+    ({"double_value": 7.0}, None), ({"array_value": {"values": [{"string_value": "x"}]}}, None),
+    ({"kvlist_value": {"values": [{"key": "a", "value": {"int_value": 1}}]}}, None)])
+def test_a_name_or_id_is_a_string_or_an_integers_digits_on_both_paths(
+        value: dict[str, Any], read: str | None) -> None:
+    """A session, a run id or an agent's name is a string, or an integer's digits (7 is
+    "7"); a flag, a double, a list or a map is none (``True`` was the session "True", two
+    runs' one session): passed over for the next name, on the span and on its resource."""
+    span = ProtoSpan(trace_id=bytes(range(1, 17)), span_id=(1).to_bytes(8, "big"), name="chat",
+                     start_time_unix_nano=1_700_000_000_000_000_000,
+                     end_time_unix_nano=1_700_000_001_000_000_000)
+    for name in ("gen_ai.conversation.id", "watchdog.run.id", "gen_ai.agent.name"):
+        span.attributes.add(key=name).value.CopyFrom(AnyValue(**value))
+    span.attributes.add(key="session.id", value=AnyValue(string_value="fallback"))
+    request = decode.ExportTraceServiceRequest()
+    request.resource_spans.add().scope_spans.add().spans.append(span)
+    for ours, reference in both_reads(request.SerializeToString()):
+        for facts in (first_facts(ours, compiled=True)[1],
+                      first_facts(reference, compiled=False)[1]):
+            assert [facts[F_SESSION], facts[F_RUN_ID], facts[F_AGENT_NAME]] == [
+                repr(read or "fallback"), repr(read), repr(read)]
+    resource = Resource.of(attributes(request.resource_spans[0].scope_spans[0].spans[0]
+                                      .attributes))
+    assert (resource.run_id, resource.session) == (read, read or "fallback")
 
 
 # The compiled normalise (native/otlp/src/normalise.rs): on every span it is sure of, the record

@@ -144,9 +144,11 @@ def test_spans_that_name_another_response_stay_a_run_of_their_own() -> None:
 
 
 @pytest.mark.parametrize(("side_model", "side_at", "calls"), [
-    ("small-model", 1.5, 3), ("m", 30.0, 3), ("m-2025-01-01", 0.0, 2)],
+    ("small-model", 1.5, 3), ("m", 30.0, 3), ("m-2025-01-01", 0.0, 2), ("m-20250101", 0.0, 2),
+    ("m-70b", 0.0, 3)],
     ids=["another model at once", "the same model 30 s later",
-         "the first call itself, its model's dated id"])
+         "the first call itself, its model's dated id", "... dated as Anthropic dates it",
+         "another size of its model at once"])
 def test_a_span_pairs_by_usage_only_with_a_call_of_its_model_and_its_time(
         side_model: str, side_at: float, calls: int) -> None:
     """The agent's spans name no response (Claude Code's): a model-call span pairs with the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,40 @@ def test_a_reload_that_fails_outside_the_packs_keeps_the_rules_and_says_why(
     assert message.startswith("rule reload failed, keeping the previous rules: "
                               "FileNotFoundError: ")
     assert rule_names(manager) == {"first"}
+
+
+def test_reloads_asked_for_at_once_share_the_one_that_begins_next(tmp_path: Path) -> None:
+    """200 ``POST /-/reload`` at once were 200 loads one after the other (1.1 CPU seconds of
+    the sidecar, against 0.1 shared). Those asked for while a reload waits to begin share it:
+    one load running, one waiting, however many ask; and a reload asked for once a load has
+    begun gets the next one, which reads the files as they are after it asked."""
+    pack = tmp_path / "mine.yaml"
+    write(pack, "first")
+    manager = RuleManager([str(pack)], include_default=False)
+    loads: list[set[str]] = []
+    begun = threading.Event()
+    release = threading.Event()
+    load = manager._load
+
+    def held_load() -> RuleSet:
+        ruleset = load()
+        loads.append({rule.name for rule in ruleset.rules})
+        begun.set()
+        release.wait(10)
+        return ruleset
+
+    async def scenario() -> None:
+        await manager.start()
+        manager._load = held_load  # type: ignore[method-assign]
+        running = asyncio.ensure_future(manager.reload())
+        await asyncio.to_thread(begun.wait, 10)  # the first load has read the files
+        write(pack, "second")
+        waiting = [asyncio.ensure_future(manager.reload()) for _ in range(50)]
+        await asyncio.sleep(0)
+        release.set()
+        answers = await asyncio.gather(running, *waiting)
+        assert loads == [{"first"}, {"second"}]
+        assert answers == [(True, "rules reloaded: 1 active")] * 51
+        assert rule_names(manager) == {"second"}
+
+    asyncio.run(scenario())

@@ -8,6 +8,7 @@ SO_REUSEPORT would otherwise let two processes share :4317 and split the agents'
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import resource
 import signal
@@ -21,12 +22,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from tests.harness import RunningServer, wait_until
 from tests.processes import fresh_ports, running_sidecar, serve_env
 from tests.test_directives_store import directive
+from watchdog.shell import open_files
 from watchdog.shell.config import (
     INT_MAXIMUMS,
     MAX_SECONDS,
@@ -224,9 +227,10 @@ def test_an_open_files_limit_too_low_to_start_is_one_line(tmp_path: Path, relay:
                           preexec_fn=open_files_limit(30, 30))
     assert (done.returncode, done.stderr) == (EXIT_STARTUP, (
         "watchdog: the open-files limit (ulimit -n) is 30 (hard limit 30): the sidecar needs at "
-        "least 64 to start (its listeners and state files) and 640 for what it lets in at once "
-        "(max_pending_requests OTLP exports; model_max_concurrent model requests at 2 each): "
-        "raise it (ulimit -n 640; systemd LimitNOFILE=, docker run --ulimit nofile=)\n"))
+        "least 64 to start (its listeners and state files) and 11640 for what it lets in at "
+        "once (max_pending_requests OTLP exports; model_max_concurrent model requests at 2 "
+        "each; the control API's directive streams and long-polls): raise it (ulimit -n 11640; "
+        "systemd LimitNOFILE=, docker run --ulimit nofile=)\n"))
     assert not (tmp_path / "state").exists()  # refused before anything was opened
 
 
@@ -234,11 +238,12 @@ def test_an_open_files_limit_too_low_to_start_is_one_line(tmp_path: Path, relay:
 def test_a_low_soft_open_files_limit_is_raised_to_what_the_sidecar_needs(
         tmp_path: Path, hard: int | None) -> None:
     """A soft limit of 30 under a higher hard limit is raised (as far as the hard limit goes)
-    to the 640 files the default configuration lets in at once; a hard limit that is enough to
-    start but not for all of it is a warning, and the sidecar serves."""
+    to the 11,640 files the default configuration lets in at once (10,000 of them the control
+    API's long-polls); a hard limit that is enough to start but not for all of it is a warning,
+    and the sidecar serves."""
     ours = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    assert ours == resource.RLIM_INFINITY or ours >= 640, ours
-    raised = 640 if hard is None else hard
+    assert ours == resource.RLIM_INFINITY or ours >= 11640, ours
+    raised = 11640 if hard is None else hard
     ports = {**fresh_ports(), "model": 0}
     with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
         process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], stderr=log,
@@ -255,7 +260,7 @@ def test_a_low_soft_open_files_limit_is_raised_to_what_the_sidecar_needs(
         said = (log.seek(0), log.read())[1]
     (line,) = [line for line in limits.splitlines() if line.startswith("Max open files")]
     assert line.split()[3] == str(raised), line
-    warned = "the open-files limit (ulimit -n) is 100, below the 640" in said
+    warned = "the open-files limit (ulimit -n) is 100, below the 11640" in said
     assert warned == (hard == 100), said
     assert "Traceback" not in said, said
 
@@ -504,6 +509,15 @@ def test_a_time_key_says_what_it_accepts_and_shows_the_value_as_given() -> None:
                                             "positive number of seconds or a duration, at most "
                                             "10m"), refused.value.message
     assert load(env={"WATCHDOG_RULES_WATCH_INTERVAL": "0"}).rules_watch_interval == 0
+    # the model endpoint's window for an agent's reply at once (5 s unset, at most 10m)
+    assert (load(env={}).model_reply_window,
+            load(env={"WATCHDOG_MODEL_REPLY_WINDOW": "30s"}).model_reply_window) == (5.0, 30.0)
+    for value in ("0", "11m"):
+        with pytest.raises(ConfigError) as refused:
+            load(flags={"model_reply_window": value})
+        assert refused.value.message.startswith(
+            f"model_reply_window={value!r} is not allowed: expected a positive number of "
+            f"seconds or a duration, at most 10m"), refused.value.message
 
 
 def test_an_address_with_whitespace_around_is_taken_and_inside_is_malformed() -> None:
@@ -743,3 +757,100 @@ def test_a_webhook_url_with_an_impossible_port_is_refused_at_start(url: str) -> 
                                             f"port from 1 to 65535)"), refused.value.message
     load(env={"WATCHDOG_WEBHOOKS": f"[{{url: 'http://hooks.example:65535/in', secret: whsec_"
                                    f"{'A' * 24}}}]"})
+
+
+def status_of_a_stream(port: int, held: list[socket.socket]) -> int:
+    """Open ``GET /v1/directives/stream`` on the API at ``port``: the status it is answered
+    with (0: no answer in 5 s); a stream that is taken stays open (in ``held``)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(b"GET /v1/directives/stream HTTP/1.1\r\nHost: t\r\n"
+                 b"Accept: text/event-stream\r\n\r\n")
+    try:
+        head = sock.recv(12)
+    except TimeoutError:
+        head = b""
+    status = int(head[9:12]) if head.startswith(b"HTTP/1.1 ") else 0
+    if status == 200:
+        held.append(sock)
+    else:
+        sock.close()
+    return status
+
+
+def test_waiting_api_clients_never_take_the_files_the_listeners_need(tmp_path: Path) -> None:
+    """Under an open-files limit of 400, the control API's directive streams are bounded to the
+    room the rest leaves (64 to start and 64 exports: 136 streams, 136 long-polls): 450 clients
+    opening streams get 136 streams and 503s, and an export, the API and ``/readyz`` are still
+    answered. Unbounded to the limit, the streams took every file: no listener could accept
+    (exports, the API, ``/readyz`` all went unanswered) and asyncio logged a traceback for every
+    retry of every listener, hundreds a second."""
+    ports = fresh_ports()
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+        process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], stderr=log,
+                                   text=True, env=serve_env(tmp_path / "state", ports),
+                                   preexec_fn=open_files_limit(400, 400))
+        held: list[socket.socket] = []
+        try:
+            wait_until(lambda: process.poll() is not None or ready(ports["metrics"]),
+                       timeout=30, what="the sidecar to start")
+            statuses = [status_of_a_stream(ports["api"], held) for _ in range(450)]
+            export = urllib.request.Request(
+                f"http://127.0.0.1:{ports['otlp_http']}/v1/traces", data=b"{}", method="POST",
+                headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(export, timeout=5) as answered:
+                assert answered.status == 200
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports['api']}/v1/runs",
+                                        timeout=5) as answered:
+                assert answered.status == 200
+            assert ready(ports["metrics"])
+        finally:
+            for sock in held:
+                sock.close()
+            process.terminate()
+            process.wait(timeout=30)
+        said = (log.seek(0), log.read())[1]
+    assert (statuses.count(200), statuses.count(503)) == (136, 314), statuses
+    assert statuses[:136] == [200] * 136, statuses
+    assert ("the API holds 136 streams and 136 long-polls (more are answered 503)" in said), said
+    assert "Traceback" not in said, said
+
+
+class FakeLoop:
+    def __init__(self) -> None:
+        self.passed: list[dict[str, Any]] = []
+
+    def default_exception_handler(self, context: dict[str, Any]) -> None:
+        self.passed.append(context)
+
+
+def test_a_listener_out_of_files_is_one_warning_line_a_minute(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """asyncio logs a listener's failed accept (EMFILE) with its traceback at every retry —
+    91 MB of log in a minute, when waiting clients had taken every file: it is one line a
+    minute, with how many there were; any other loop error goes to asyncio's handler."""
+    now = [100.0]
+    failures = open_files.AcceptFailures(clock=lambda: now[0])
+    loop = FakeLoop()
+    listener = socket.socket()
+    try:
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        context = {"message": open_files.ACCEPT_FAILURE, "socket": listener,
+                   "exception": OSError(24, "Too many open files")}
+        with caplog.at_level(logging.WARNING, logger="watchdog"):
+            for second in range(150):
+                now[0] = 100.0 + second
+                for _ in range(50):
+                    failures(cast(asyncio.AbstractEventLoop, loop), context)
+    finally:
+        listener.close()
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines == [
+        f"cannot accept connections on 127.0.0.1:{port} (Too many open files): the open-files "
+        f"limit (ulimit -n) is {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}; connections "
+        f"wait until files are free: raise it (failed accepts since the last such line: "
+        f"{count})" for count in (1, 3000, 3000)], lines
+    assert not any(record.exc_info for record in caplog.records)
+    other = {"message": "Task exception was never retrieved"}
+    failures(cast(asyncio.AbstractEventLoop, loop), other)
+    assert loop.passed == [other]

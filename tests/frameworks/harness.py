@@ -100,6 +100,8 @@ _SEMANTIC_KERNEL = ("semantic_kernel.agents", "semantic_kernel.connectors.ai",
                     "semantic_kernel.connectors.ai.open_ai", "semantic_kernel.functions")
 PRELOAD: dict[str, tuple[str, ...]] = {
     # agent_framework.openai imports its client at first use: the OpenAI SDK is preloaded here
+    # (Aider imports LiteLLM at its first model call: preloaded here)
+    "aider": ("aider.main", "aider.coders", *_LITELLM, *_OPENAI),
     "ag2": (*_OTEL, "ag2", "ag2.config", "ag2.middleware.builtin", *_OPENAI),
     "agent_framework": (*_OTEL, "agent_framework", "agent_framework.openai", *_OPENAI),
     "agno": (*_OTEL, "openinference.instrumentation.agno", "agno.agent", "agno.models.openai",

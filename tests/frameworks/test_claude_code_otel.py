@@ -10,7 +10,8 @@ and ``<scenario>.logs.jsonl`` (log events). Live and recorded, each scenario is 
 * loop: the same command six times — its repeats are seen (a Bash call's command is its
   arguments, ``OTEL_LOG_TOOL_DETAILS``);
 * subagent: an ``Agent`` call whose sub-agent runs a command below that tool's span, then one
-  more command: the sub-agent's calls are the invocation's.
+  more command: the sub-agent's calls (they name it: ``agent_id``) are a child run of the
+  invocation's, as the model endpoint reads them (its requests name it).
 
 No span carries the answer's text: its ``claude_code.assistant_response`` log event does
 (``OTEL_LOG_ASSISTANT_RESPONSES``), naming the interaction's span, and is joined to it (the
@@ -63,11 +64,16 @@ def subagent(index: int, body: dict[str, Any]) -> Step:
     return bash("main") if turns == 1 else fakellm.answer(ANSWER)
 
 
-SCENARIOS: dict[str, tuple[Callable[[int, dict[str, Any]], Step], Expect, list[str]]] = {
-    "three_tools": (three_tools, Expect("claude-code", 4, 3, 0, "completed", True),
+SCENARIOS: dict[str, tuple[Callable[[int, dict[str, Any]], Step], list[Expect], list[str]]] = {
+    "three_tools": (three_tools, [Expect("claude-code", 4, 3, 0, "completed", True)],
                     ["step 0", "step 1", "step 2"]),
-    "loop": (loop, Expect("claude-code", 7, 6, 0, "completed", True), ["the same"] * 6),
-    "subagent": (subagent, Expect("claude-code", 5, 3, 0, "completed", True), ["sub", "main"]),
+    "loop": (loop, [Expect("claude-code", 7, 6, 0, "completed", True)], ["the same"] * 6),
+    # the main conversation's 3 model calls and 2 tools (`Agent`, `Bash`), the sub-agent's 2 and
+    # 1 (`Bash`) in its child run, as the model endpoint counts them (test_claude_code.py)
+    "subagent": (subagent, [Expect("claude-code", 3, 2, 0, "completed", True, None, None),
+                            Expect("claude-code", 2, 1, 0, "completed", True, None,
+                                   "claude-code")],
+                 ["sub", "main"]),
 }
 
 
@@ -116,8 +122,13 @@ def tee(sidecar: RunningServer) -> Iterator[tuple[Tee, str]]:
 
 
 def _reads_as(sidecar: RunningServer, scenario: str) -> None:
-    (run,) = check_runs(sidecar, [SCENARIOS[scenario][1]])
+    run, *children = check_runs(sidecar, SCENARIOS[scenario][1])
     detail = sidecar.get_json(f"/v1/runs/{run['id']}")
+    assert [child["parent_run"] for child in children] == [run["id"]] * len(children)
+    assert [each["id"] for each in detail["children"]] == [child["id"] for child in children]
+    if children:
+        assert (detail["signals"]["tools"], children[0]["signals"]["tools"]) == (
+            {"Agent": 1, "Bash": 1}, {"Bash": 1}), (detail, children)
     assert detail.get("final_output") == ANSWER  # (its log event's, joined to its span)
     repeats = detail["signals"]["repeated_tool_call"]
     assert (repeats >= 4) is (scenario == "loop"), detail["signals"]

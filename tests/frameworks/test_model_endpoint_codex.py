@@ -301,13 +301,15 @@ def test_codex_recorded_reads_its_tools_arguments_from_its_log_events(
     of one command is seen (without the logs, a tool call of no arguments repeats any). Its
     turn is one run until ``run_turn`` ends: with the logs first, each tool's arguments are known
     as its span comes, so the loop's ``tool-cycle`` rule fires while the run goes on and it ends
-    ``loop_detected``; with its spans first they come after its end (no rule evaluates an ended
-    run)."""
+    ``loop_detected``; with its spans first they come after its end, and the rule, applied to
+    the run as it was at its end, classifies it so too: both orders end alike."""
     folder = RECORDINGS / "codex"
     replay_with_logs(sidecar, folder / f"{scenario}.jsonl",
                      folder / f"{scenario}.logs.ndjson", logs_first)
-    state = "loop_detected" if logs_first and scenario == "loop" else "no_response"
-    [run] = check_runs(sidecar, [Expect("codex_exec", tools + 1, tools, 0, state, False)])
+    state, reason = ("loop_detected", "tool-cycle") if scenario == "loop" \
+        else ("no_response", None)
+    [run] = check_runs(sidecar, [Expect("codex_exec", tools + 1, tools, 0, state, False,
+                                        reason)])
     assert run["signals"]["tools"] == {TOOL: tools}, run["signals"]
     assert run["signals"]["repeated_tool_call"] == repeats, run["signals"]
 

@@ -61,6 +61,8 @@ from watchdog.core.spans.record import KeySource, SpanRecord
 from watchdog.core.sync import STOP_GRACE, RecentSpans, SpanLedger
 
 RECENT_STEPS = 20  # activity entries of each active run kept in memory, for report prompts
+# the states of a run that ended on its own: a late span may show it ended otherwise
+ENDED_ON_ITS_OWN = frozenset({TerminalState.COMPLETED, TerminalState.NO_RESPONSE})
 EMPTY_LOG = StepLog((), None)
 SESSION_CHANGED = frozenset({"session"})  # what a checkpoint changes, for the rule engine
 FLEET_CHANGED = frozenset({"fleet"})  # what a tool's outage beginning or ending changes
@@ -126,9 +128,50 @@ class Core(CoreReads):
         if finished:
             self._finish(finished, step)
             step._evicted.extend(result.evicted)
+        if rules:
+            self._late_rules(before, result, finished, step)
         self._late_at_budget(result, finished)
         self._seal(step, now)
         return step
+
+    def _late_rules(self, before: dict[str, Snapshot], result: BatchResult,
+                    finished: list[RunState], step: Step) -> None:
+        """A run that ended on its own (an answer, or none) before spans of it came that make
+        a rule with a ``terminal_state`` hold (the arguments of a loop's tool calls, in log
+        events that came after its end: Codex's) is classified again as that rule would have
+        ended it live, had they come first: the rules reading a signal those spans changed,
+        evaluated on the run as it was at its end, not ended; the first such decision's state,
+        the rule its reason. Nothing is decided for it (it is over: no directive, nothing
+        fired), and a rule that aborts (``aborted``, its own or an abort's default) never
+        stopped it. (A run that ended in the batch that made a rule hold, before the rule
+        could see it, keeps how it ended, as it does when nothing comes after.)"""
+        engine = self.engine
+        assert engine is not None
+        done = {run.key for run in finished}
+        for run in result.touched.values():
+            if not run.ended or run.key in done or run.ended_at is None \
+                    or run.terminal_state not in ENDED_ON_ITS_OWN \
+                    or (old := before.get(run.key)) is None:
+                continue
+            changed = changed_signals(old, run, bool(run.budget)
+                                      or bool(engine.agent_budget(run.agent_name)))
+            if not changed:
+                continue
+            live = run.copy()
+            live.ended = False
+            try:
+                decisions = engine.would_decide(live, run.ended_at,
+                                                partial(self._session_of, run),
+                                                changed=changed,
+                                                fleet=self.fleet.activation())
+            except Exception as exc:  # (as on a live run: that run's failure alone)
+                step.failures.append(Failure("rules", run.key, exc))
+                continue
+            for decision in decisions:
+                if decision.terminal_state not in (None, TerminalState.ABORTED):
+                    run.terminal_state, run.terminal_reason = decision.terminal_state, \
+                        decision.rule
+                    break
 
     def _late_at_budget(self, result: BatchResult, finished: list[RunState]) -> None:
         """A run that ended before spans of it came (an exporter's batches, two export

@@ -44,7 +44,7 @@ EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (`| head`): 128 + SIGPI
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML configuration file (default: none)")
+    parser.add_argument("--config", metavar="FILE", help="YAML configuration file (default: none)")
     for f in fields(Config):
         flag = "--" + f.name.replace("_", "-")
         default = f"(default: {config_default(f.name)})".replace("%", "%%")

@@ -53,8 +53,12 @@ MAX_LOG_CONTENT_WAIT = 600.0  # its run's end waits with it
 # goes to take (a thread's wait and the compiled relay's timeouts refuse some 3e11 years, and
 # a float refuses a duration of 400 digits).
 MAX_SECONDS = 365 * 86400.0  # 1y
+# A person reads an answer before asking again: a reply within minutes of one that ended a run
+# is taken for the agent's own
+MAX_MODEL_REPLY_WINDOW = 600.0
 SECONDS_MAXIMUMS = {"log_content_wait": MAX_LOG_CONTENT_WAIT,
-                    "model_shutdown_grace": 3600.0}
+                    "model_shutdown_grace": 3600.0,
+                    "model_reply_window": MAX_MODEL_REPLY_WINDOW}
 DEFAULT_FLEET_WINDOW = 300.0  # seconds a tool's failures count towards fleet.failing_tools
 DEFAULT_EVAL_INTERVAL = 1.0  # seconds between evaluations of time-based rules (idle, elapsed)
 DEFAULT_RULES_WATCH_INTERVAL = 2.0  # seconds between checks of the rule files for changes
@@ -77,6 +81,10 @@ DEFAULT_MODEL_BODY_TIMEOUT = 60.0
 # inside a Kubernetes pod's default terminationGracePeriodSeconds (30 s), which also covers the
 # state's last flush
 DEFAULT_MODEL_SHUTDOWN_GRACE = 20.0
+# seconds after the answer that ended a run at its budget or a stop within which a new user
+# message that drops that answer is the agent's own reply to it, still that run's (no person
+# reads a report and asks again this fast): watchdog.core.model.book.follows_at_once
+DEFAULT_MODEL_REPLY_WINDOW = 5.0
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 # The largest value of each integer key: far above any real need, and within what the code and
@@ -143,6 +151,7 @@ class Config:
     model_upstream_timeout: float = DEFAULT_MODEL_UPSTREAM_TIMEOUT
     model_body_timeout: float = DEFAULT_MODEL_BODY_TIMEOUT
     model_shutdown_grace: float = DEFAULT_MODEL_SHUTDOWN_GRACE  # 0: requests cut at once
+    model_reply_window: float = DEFAULT_MODEL_REPLY_WINDOW
 
     def validate(self) -> Config:
         """Every bad value at once, in one :class:`ConfigError` (see :func:`raise_problems`)."""
@@ -279,6 +288,8 @@ SECONDS_ALLOWED = {
                           "1m)",
     "model_shutdown_grace": "a number of seconds >= 0 or a duration, at most 1h (e.g. 20 or "
                             "20s; 0 cuts the requests in flight at once)",
+    "model_reply_window": "a positive number of seconds or a duration, at most 10m (e.g. 5 or "
+                          "5s)",
 }
 AT_LEAST_ZERO = ("rules_watch_interval", "model_shutdown_grace")  # the time keys 0 may take
 
@@ -732,7 +743,7 @@ def env_keys(env: Mapping[str, str], problems: list[str] | None = None) -> dict[
             close = _closest(key, FIELD_TYPES)
             hint = f"did you mean {ENV_PREFIX}{close.upper()}? " if close else ""
             message = (f"unknown environment variable {name}: {hint}"
-                       f"WATCHDOG_<KEY> sets a configuration key (README: Configuration); fix "
+                       f"WATCHDOG_<KEY> sets a configuration key (docs/configuration.md); fix "
                        f"the name or unset it")
             if problems is None:
                 raise ConfigError(message)

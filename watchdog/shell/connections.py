@@ -15,7 +15,17 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 MAX_REFUSAL_TEXT = 200  # characters of what is said of a request the parser refused
+# Seconds a new connection has to send its first request's head, else it is closed: one that
+# sends nothing held its file for aiohttp's keep-alive (an hour), and enough of them took every
+# file the listeners accept with (a client sends its request as soon as it has connected).
+FIRST_REQUEST_TIMEOUT = 10.0
 
+
+# aiohttp's words for an HTTP/2 connection preface (``PRI * HTTP/2.0``), and what they are
+# said as: most likely an OTLP exporter set to gRPC, given the OTLP/HTTP port's address.
+HTTP2_PREFACE = "Pause on PRI/Upgrade"
+HTTP2_REFUSAL = ("an HTTP/2 connection (a gRPC client?) on an HTTP/1.1 port: OTLP/gRPC goes "
+                 "to otlp_grpc_address (4317 by default)")
 
 # Where the parser's words end and the bytes it quotes begin: a colon, or a quote that opens
 # (at the start, after a space, or as Python's b'...'), not an apostrophe inside a word ("can't").
@@ -28,14 +38,31 @@ def parser_refusal(error: BaseException | None) -> str:
     be an `Authorization` with its key or a URL with a token in its query; the words before the
     quote say what was wrong."""
     said = (getattr(error, "message", "") or "").split("\n", 1)[0]
+    if said.startswith(HTTP2_PREFACE):
+        return HTTP2_REFUSAL
     said = _QUOTE.split(said, maxsplit=1)[0].strip()[:MAX_REFUSAL_TEXT]
     return said or (type(error).__name__ if error is not None else "malformed HTTP request")
 
 
+def close_if_silent(handler: RequestHandler) -> None:
+    """``handler``'s connection closed past :data:`FIRST_REQUEST_TIMEOUT` with no request head."""
+    handler._loop.call_later(FIRST_REQUEST_TIMEOUT, _silent, handler)
+
+
+def _silent(handler: RequestHandler) -> None:
+    if handler._request_count == 0 and handler.transport is not None:
+        handler.force_close()
+
+
 class QuietRefusals(RequestHandler):
-    """aiohttp's connection handler, saying what its parser refused without the bytes."""
+    """aiohttp's connection handler, saying what its parser refused without the bytes, and
+    closing a connection that sends no request (:func:`close_if_silent`)."""
 
     __slots__ = ()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        close_if_silent(self)
 
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:

@@ -37,6 +37,10 @@ class RuleManager:
         self.engine: RuleEngine | None = None
         self._sources: tuple[Source, ...] = ()  # as last seen by the file watch
         self._lock = asyncio.Lock()
+        # the reload that begins next, shared by everyone who asks before it begins (its load
+        # reads the files after their requests came): one running and one waiting, however
+        # many ask (200 POST /-/reload at once were 200 loads one after the other)
+        self._next: asyncio.Future[tuple[bool, str]] | None = None
 
     async def start(self) -> RuleEngine:
         """The engine, with the packs loaded. Raises :class:`RulePackError` when they do not
@@ -48,9 +52,17 @@ class RuleManager:
         return self.engine
 
     async def reload(self) -> tuple[bool, str]:
-        """Load the rule packs again; on any problem keep the running rules and say why."""
+        """Load the rule packs again; on any problem keep the running rules and say why. A
+        reload asked for while another waits to begin is that one (:attr:`_next`)."""
         assert self.engine is not None, "start() first"
+        if self._next is None:
+            self._next = asyncio.ensure_future(self._reload_next())
+        return await asyncio.shield(self._next)
+
+    async def _reload_next(self) -> tuple[bool, str]:
+        assert self.engine is not None
         async with self._lock:
+            self._next = None  # begun: who asks from now on gets the reload after this one
             try:
                 ruleset = await asyncio.to_thread(self._load)
             except RulePackError as exc:

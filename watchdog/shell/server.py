@@ -33,6 +33,7 @@ from watchdog.core.rules.pack import RulePackError
 from watchdog.core.spans.decode import protobuf_backend
 from watchdog.core.spans.native import native_state, use_native
 from watchdog.core.version import __version__
+from watchdog.shell import open_files
 from watchdog.shell.api.app import ApiRunner, create_app
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import OFF, Config, split_address
@@ -79,6 +80,10 @@ SHUTDOWN_GRACE = 5.0  # seconds in-flight requests get to finish on shutdown (mo
 MIN_GRACE = 0.001  # seconds: what a grace of 0 is to aiohttp, which takes 0 as none
 GIL_SWITCH_INTERVAL = 0.001  # seconds; see Server.start
 PRUNE_INTERVAL = 600.0  # seconds between prunes of old directives and ended runs
+# Seconds an idle metrics connection is kept after a request (aiohttp's default is an hour): the
+# port listens on all interfaces without a token, so a peer's one request a connection held a
+# file that long. Prometheus scrapes more often than this or connects again; probes do not keep.
+METRICS_KEEPALIVE = 75.0
 # Generation-1 collections between two full ones (CPython's default: 10); see settle_collector.
 FULL_COLLECTION_EVERY = 1000
 
@@ -144,8 +149,11 @@ class Server:
             raise StartupError(f"{exc}: set state_dir (WATCHDOG_STATE_DIR, --state-dir) to a "
                                f"writable directory, or :memory: to keep nothing") from None
         webhooks = webhook_targets(config)
-        self.outbox = outbox = Outbox(directive_store, Hub(directive_store, metrics=metrics),
-                                      webhooks, metrics=metrics, clock=self.clock)
+        files = open_files.current(config)  # waiting API clients never take the last files
+        hub = Hub(directive_store, metrics=metrics, max_streams=files.streams,
+                  max_waiters=files.waiters)
+        self.outbox = outbox = Outbox(directive_store, hub, webhooks, metrics=metrics,
+                                      clock=self.clock)
         metrics.directive_outcomes("outbox", OUTBOX_OUTCOMES)
         if webhooks:
             from watchdog.shell.directives.webhooks import Outcome
@@ -193,7 +201,8 @@ class Server:
                      "pipeline")
 
         await self._start_app("metrics", config.metrics_address,
-                              create_metrics_app(self.metrics, lambda: self.ready))
+                              create_metrics_app(self.metrics, lambda: self.ready),
+                              keepalive_timeout=METRICS_KEEPALIVE)
         otlp_app = otlp_http.create_app(service, metrics, admission, config, forward)
         otlp_logs.install_http(otlp_app, service, metrics, admission, config, forward)
         if forward is not None:
@@ -518,6 +527,7 @@ def settle_collector() -> None:
 async def serve(config: Config, hangups: Sequence[int] = ()) -> None:
     """Run until SIGINT/SIGTERM, then shut down cleanly; SIGHUP reloads the rules, and
     ``hangups`` (SIGHUPs caught while the sidecar started) asks for a reload once it has."""
+    asyncio.get_running_loop().set_exception_handler(open_files.AcceptFailures())
     server = Server(config)
     try:
         await server.start()

@@ -71,7 +71,7 @@ The metrics port always listens on 0.0.0.0: Prometheus and the probes reach it.
     {{- end }}
     {{- with $v.modelEndpoint }}
     {{- if .enabled }}
-    # The model endpoint (README "Steering any agent"): the agent's OPENAI_BASE_URL or
+    # The model endpoint (docs/model-endpoint.md#turn-it-on): the agent's OPENAI_BASE_URL or
     # ANTHROPIC_BASE_URL points here; the calls go on to the configured upstreams only.
     - name: WATCHDOG_MODEL_ADDRESS
       value: "{{ $bind }}:{{ $v.ports.model }}"

@@ -92,6 +92,9 @@ pub struct Normaliser {
     /// ends its run (``Convention.second_roots``)
     second_roots: Vec<String>,
     run_ends: Vec<String>,
+    /// ``LOOP_CALLS``: an agent span named so is one call of a loop its application may run
+    /// itself, a call a step (``Convention.loop_call_span_names``)
+    loop_calls: Vec<String>,
 }
 
 fn strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
@@ -107,7 +110,7 @@ impl Normaliser {
                         answer_tools, answer_tool_prefixes, left_tools, tool_unsure,
                         result_texts, hidden, hidden_values, unasked, call_id_keys, json, brief,
                         max_name_chars, max_brief_chars, client_run_span, model_calls,
-                        agents, failures, second_roots, run_ends))]
+                        agents, failures, second_roots, run_ends, loop_calls))]
     fn new(
         record_class: Py<PyAny>,
         kinds: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
@@ -139,6 +142,7 @@ impl Normaliser {
         failures: Py<Failures>,
         second_roots: &Bound<'_, PyAny>,
         run_ends: &Bound<'_, PyAny>,
+        loop_calls: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
         let mut maps = Vec::new();
         for item in kind_maps.try_iter()? {
@@ -199,6 +203,7 @@ impl Normaliser {
             failures,
             second_roots: strings(second_roots)?,
             run_ends: strings(run_ends)?,
+            loop_calls: strings(loop_calls)?,
         })
     }
 }
@@ -410,6 +415,9 @@ pub fn record<'py>(
         record.setattr(intern!(py, "ends_its_run"), true)?;
     } else if root && normaliser.second_roots.iter().any(|name| name == head.name) {
         record.setattr(intern!(py, "second_root"), true)?;
+    }
+    if role == Role::Agent && normaliser.loop_calls.iter().any(|name| name == head.name) {
+        record.setattr(intern!(py, "loop_call"), true)?;
     }
     if let Some(agent) = agent {
         record.setattr(intern!(py, "agent"), agent)?;

@@ -8,7 +8,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::agents::Agents;
 use crate::failures::{Failures, Status as SpanStatus};
@@ -455,6 +455,10 @@ impl Span {
                     Kind::Text => {}
                     Kind::Other => {
                         if *as_text {
+                            // (an integer is its digits; a flag, a double, a list is no text)
+                            if !value.is_exact_instance_of::<PyInt>() {
+                                continue;
+                            }
                             found = Some(value.str()?.into_any());
                             break;
                         }
@@ -468,6 +472,9 @@ impl Span {
                                 continue;
                             }
                         } else if *as_text {
+                            if !value.is_exact_instance_of::<PyInt>() {
+                                continue;
+                            }
                             found = Some(value.str()?.into_any());
                             break;
                         }

@@ -35,7 +35,12 @@ of that conversation's run, not its answer: of the run while it goes, when it co
 first request; when it comes first, the run it starts is the one that conversation's first
 request goes on in. A conversation whose first request begins with a text argument of a tool
 call another run handed over and still waits for (a sub-agent its tool started, naming nothing
-of its caller's) is a child run of that run.
+of its caller's) is a child run of that run. A run whose agent acts in text (each answer an
+action, the run held open for the next request) goes on only in a request that carries its
+latest answer (:func:`carries_answer`): an invocation whose requests begin as the run's did is
+the next run; and a conversation's first request that quotes that answer (a commit message the
+agent asks a model for, for the action it just ran) is a side request of the run
+(:func:`quotes_answer`).
 
 Each response becomes one model-call record (tokens, finish reason, the tool calls asked, the
 response id); each tool call the endpoint handed over becomes one tool-call record (name,
@@ -78,6 +83,7 @@ from watchdog.core.model.wire import (
     ToolCall,
     ToolResult,
     answer_digest,
+    text_of,
 )
 from watchdog.core.redact import brief, mask
 from watchdog.core.rules.model import STOP_NOTE_MARK
@@ -123,7 +129,8 @@ _CUT = "\0"  # the end of a message's lines cut at their bound (:func:`_lines`)
 # or a stop is the agent's own reply to that answer (a format error, a validation retry: no
 # person reads a report and asks again this fast), so it is still that run's (its stop), not
 # the session's next run: an agent that takes no answer as its end cannot go on run after
-# run, each with a budget of its own (:func:`follows_at_once`)
+# run, each with a budget of its own (:func:`follows_at_once`); the default of the
+# configuration's model_reply_window
 AT_ONCE_NS = 5_000_000_000
 # ... answered with the stop answer this many times (each reply at once to the answer before,
 # the endpoint's own included), then with the error: an agent that drops the stop answer from
@@ -251,6 +258,9 @@ class EndpointRun:
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
+    # ... the words of its latest answer, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS):
+    # a conversation's first request that quotes them is a side request of it (:func:`is_side`)
+    quote: str | None = None
     # the run of the caller whose sub-agent this run is (its requests name a sub-agent of
     # their session; the caller's name none): a child run of it (``parent_run``)
     parent: str | None = None
@@ -277,8 +287,9 @@ def parse_traceparent(value: str | None) -> tuple[str, str] | None:
 
 
 class ModelBook:
-    def __init__(self, max_runs: int = MAX_MODEL_RUNS) -> None:
+    def __init__(self, max_runs: int = MAX_MODEL_RUNS, at_once_ns: int = AT_ONCE_NS) -> None:
         self.max_runs = max_runs
+        self.at_once_ns = at_once_ns  # (follows_at_once: the config's model_reply_window)
         self._runs: OrderedDict[str, EndpointRun] = OrderedDict()
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
@@ -292,6 +303,9 @@ class ModelBook:
         self._sides: OrderedDict[str, str] = OrderedDict()
         # ... -> its latest run whose first request offered tools (EndpointRun.task)
         self._tasks: OrderedDict[str, str] = OrderedDict()
+        # an agent -> its latest run acting in text whose answer has words to quote
+        # (EndpointRun.quote): the run its side requests quote (:meth:`_quoted`)
+        self._acting: OrderedDict[str, str] = OrderedDict()
         # told the key of each run let go (its bound), or whose conversation was: a request of
         # it is then read as new
         self.let_go: Callable[[str], None] | None = None
@@ -534,6 +548,7 @@ class ModelBook:
             return self._touch(state)
         if state is not None and not (
                 (request.last_is_user and _over(state, ended))
+                or (request.last_is_user and not carries_answer(state, request))
                 or (not request.kept and (
                     (request.messages < state.messages and not answers_its_calls)
                     or (request.messages <= state.first and not request.results
@@ -545,6 +560,8 @@ class ModelBook:
         # (a conversation's first request: no answer of the model in it yet; a side request's
         # prompt is the same one every time, a conversation the book may know already)
         first = not request.results and request.last_answer is None
+        if first and (quoted := self._quoted(agent, request, ended)) is not None:
+            return quoted
         if client_session is not None and first:
             side = self._side_of(client_session, request, digest, ended)
             if side is not None:
@@ -611,18 +628,31 @@ class ModelBook:
         self._going_on = True  # (its answer, the title, ended it: it goes on)
         return self._touch(state)
 
+    def _quoted(self, agent: str | None, request: Request,
+                ended: Callable[[str], bool]) -> EndpointRun | None:
+        """The run of ``agent`` acting in text whose latest answer ``request``, a
+        conversation's first, quotes (:func:`quotes_answer`), while that run goes on: a side
+        request of it (the agent asks a model about what it just did: Aider's commit message
+        for the edit it applied, to its weak model). None for any other request."""
+        key = self._acting.get(agent or "")
+        state = self._runs.get(key) if key is not None else None
+        if state is None or ended(state.key) or not quotes_answer(state, request):
+            return None
+        return self._touch(state)
+
     def _chained(self, state: EndpointRun, before: EndpointRun | None,
                  request: Request) -> EndpointRun:
         """``state``, a new run of ``before``'s conversation begun by ``request``, one more of
         a chain when it came at once after ``before`` ended at its budget or a stop."""
         if before is not None and self._now_ns is not None \
-                and at_once(before, request, self._now_ns):
+                and at_once(before, request, self._now_ns, self.at_once_ns):
             state.chain = before.chain + 1
         return state
 
     def _follows(self, state: EndpointRun, request: Request) -> bool:
         """:func:`follows_at_once`, at the time :meth:`identify` was given (remembered)."""
-        if self._now_ns is None or not follows_at_once(state, request, self._now_ns):
+        if self._now_ns is None \
+                or not follows_at_once(state, request, self._now_ns, self.at_once_ns):
             return False
         self._at_once = True
         return True
@@ -806,7 +836,14 @@ class ModelBook:
         record.response_id = seen.response_id
         work = [call for call in handed if not is_answer_tool(call.name)]
         record.requested_tools = bool(work)
-        acted = text_action(state, seen) if not handed and not seen.broke_off else None
+        side = is_side(state, request)
+        acted = text_action(state, seen) if not handed and not seen.broke_off \
+            and not side else None
+        if state.acts_in_text and not side and not seen.broke_off:
+            words = " ".join(seen.text.split())
+            state.quote = words[:MAX_ASIDE_CHARS] if len(words) >= MIN_ASIDE_CHARS else None
+            if state.quote is not None:
+                _remember(self._acting, state.agent or "", state.key)
         if acted is not None:  # (its text is the action the agent runs: a tool call of it)
             work, record.acted_on = [acted], True
         if not seen.broke_off:  # (what it handed over: an agent's span of running one pairs)
@@ -824,7 +861,7 @@ class ModelBook:
             record.final_answer = True
             record.final_output = brief(answer, MAX_BRIEF_CHARS)
         elif not handed and seen.text.strip() and seen.finish_reason not in CUT_SHORT \
-                and not is_side(state, request):
+                and not side:
             record.final_answer = True
             record.final_output = brief(seen.text, MAX_BRIEF_CHARS)
             words = " ".join(seen.text.split())
@@ -978,17 +1015,33 @@ def goes_on_from_final(state: EndpointRun, request: Request) -> bool:
     of its task, so the request is still the run's (answered with its stop), not the next
     run's. The conversation sent whole, longer than at the final request."""
     return state.acts_in_text and state.final_used and request.last_is_user \
-        and not request.kept and request.messages > state.messages
+        and not request.kept and request.messages > state.messages \
+        and carries_answer(state, request)
 
 
-def at_once(state: EndpointRun, request: Request, now_ns: int) -> bool:
-    """Whether ``request`` is a new user message less than :data:`AT_ONCE_NS` after the
-    answer that ended ``state``'s run at its budget (its final request's) or at a stop."""
+def carries_answer(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request``, of the conversation of ``state``'s run, carries that run's latest
+    answer (:attr:`EndpointRun.quote`) among its model answers, spacing aside, as every
+    request that goes on in a run whose agent acts in text does (its conversation sent whole,
+    the answer it acted on in it). One that does not is another invocation of the agent that
+    begins as its conversation began (Aider's every request begins with the same examples):
+    the next run. True when the run has no such answer, or the server keeps the conversation."""
+    if state.quote is None or request.kept:
+        return True
+    return any(state.quote in " ".join(text_of(content).split()) for content in request.answers)
+
+
+def at_once(state: EndpointRun, request: Request, now_ns: int,
+            window_ns: int = AT_ONCE_NS) -> bool:
+    """Whether ``request`` is a new user message less than ``window_ns`` (by default
+    :data:`AT_ONCE_NS`) after the answer that ended ``state``'s run at its budget (its final
+    request's) or at a stop."""
     return request.last_is_user and (state.final_used or state.stop is not None) \
-        and state.answered > 0 and 0 <= now_ns - state.last_end_ns < AT_ONCE_NS
+        and state.answered > 0 and 0 <= now_ns - state.last_end_ns < window_ns
 
 
-def follows_at_once(state: EndpointRun, request: Request, now_ns: int) -> bool:
+def follows_at_once(state: EndpointRun, request: Request, now_ns: int,
+                    window_ns: int = AT_ONCE_NS) -> bool:
     """Whether ``request``, a new user message in the conversation of ``state``'s run, is the
     agent's own reply to the answer that ended that run at its budget or at a stop, rejecting
     it: it comes :func:`at_once`, and its conversation (sent whole, longer than before) does
@@ -997,8 +1050,8 @@ def follows_at_once(state: EndpointRun, request: Request, now_ns: int) -> bool:
     gets its stop, not the upstream. A person's next question comes after a real pause, or
     holds the answer it follows (a chat sends it whole); it starts the session's next run,
     with a budget of its own. A run that ended on its own (the model's answer, no budget
-    spent) is never held so."""
-    if not at_once(state, request, now_ns):
+    spent) is never held so. ``window_ns``: how soon is at once (``model_reply_window``)."""
+    if not at_once(state, request, now_ns, window_ns):
         return False
     if state.chain >= MAX_CHAINED_RUNS:
         return True
@@ -1066,8 +1119,18 @@ def is_side(state: EndpointRun, request: Request) -> bool:
     """Whether ``request`` is a side request of ``state``'s run: it offers no tools and begins
     with another message than the run's conversation (:attr:`EndpointRun.task`; it quoted
     that). It answers none of the run's tool calls, and its answer is not the run's."""
-    return state.task is not None and not request.has_tools and not request.results \
-        and _said_digest(request.anchor_text) != state.task
+    return (state.task is not None and not request.has_tools and not request.results
+            and _said_digest(request.anchor_text) != state.task) or quotes_answer(state, request)
+
+
+def quotes_answer(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request`` is a side request of ``state``'s run, whose agent acts in text: a
+    conversation's first request (no model answer in it, no tool results) that offers no
+    tools and quotes the run's latest answer (:attr:`EndpointRun.quote`), spacing aside. No
+    request of the run's own conversation is: each carries the model's answers."""
+    return state.quote is not None and not request.has_tools and not request.results \
+        and request.last_answer is None \
+        and state.quote in " ".join(" ".join(request.said[:MAX_SIDE_SAID]).split())
 
 
 def _remember(index: OrderedDict[str, str], session: str, key: str) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 from watchdog.core.model.failure import looks_failed
 from watchdog.core.model.steer import answer_tool_offered, answer_tool_prompt, is_answer_tool
 from watchdog.core.model.wire import (
+    MAX_ANSWERS_SEEN,
     MAX_TOOL_CALLS_SEEN,
     Event,
     Observation,
@@ -68,6 +69,7 @@ class ChatWire:
         instructions: list[str] = []
         anchor = anchor_text = ""
         last_answer = -1
+        answers: list[int] = []
         for index, message in enumerate(messages):
             if not isinstance(message, dict):
                 continue
@@ -79,6 +81,7 @@ class ChatWire:
                 anchor_text = text_of(message.get("content"))
             elif role == "assistant":
                 last_answer = index
+                answers.append(index)
         results: list[ToolResult] = []
         said: list[str] = []
         for message in messages[last_answer + 1:]:
@@ -109,7 +112,9 @@ class ChatWire:
             include_usage=isinstance(options, dict) and options.get("include_usage") is True,
             input_hash=request_hash(messages),
             answer_format=json_format(body.get("response_format")),
-            last_answer=messages[last_answer].get("content") if last_answer >= 0 else None)
+            last_answer=messages[last_answer].get("content") if last_answer >= 0 else None,
+            answers=tuple(messages[index].get("content")
+                          for index in answers[-MAX_ANSWERS_SEEN:]))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         messages = body.get("messages")

@@ -17,6 +17,7 @@ from typing import Any
 from watchdog.core.model.failure import looks_failed
 from watchdog.core.model.steer import answer_tool_offered, answer_tool_prompt, is_answer_tool
 from watchdog.core.model.wire import (
+    MAX_ANSWERS_SEEN,
     MAX_TOOL_CALLS_SEEN,
     Event,
     Observation,
@@ -65,6 +66,8 @@ class MessagesWire:
                 break
         results: list[ToolResult] = []
         said: list[str] = []
+        answers = [message.get("content") for message in messages
+                   if isinstance(message, dict) and message.get("role") == "assistant"]
         last = messages[-1] if messages else None
         if isinstance(last, dict) and last.get("role") == "user" and _is_result_message(last):
             for block in last["content"]:
@@ -89,9 +92,8 @@ class MessagesWire:
             said=said,
             input_hash=request_hash(messages),
             answer_format=json_format(_output_format(body)),
-            last_answer=next((message.get("content") for message in reversed(messages)
-                              if isinstance(message, dict)
-                              and message.get("role") == "assistant"), None))
+            last_answer=answers[-1] if answers else None,
+            answers=tuple(answers[-MAX_ANSWERS_SEEN:]))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         system = body.get("system")

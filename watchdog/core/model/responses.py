@@ -22,6 +22,7 @@ from watchdog.core.model.failure import looks_failed
 from watchdog.core.model.steer import is_answer_tool
 from watchdog.core.model.wire import (
     CONVERSATION_ANCHOR,
+    MAX_ANSWERS_SEEN,
     MAX_TOOL_CALLS_SEEN,
     Event,
     Observation,
@@ -99,6 +100,7 @@ class ResponsesWire:
         said: list[str] = []
         count, last_is_user = 1, isinstance(items, str)
         last_answer: object = None
+        answers: list[object] = []
         if isinstance(items, list):
             count = len(items)
             for item in items:
@@ -113,6 +115,8 @@ class ResponsesWire:
                 if role == "assistant" or kind in CALL_ITEMS:
                     results, said = [], []
                     last_answer = item.get("content") if role == "assistant" else None
+                    if role == "assistant":
+                        answers.append(last_answer)
                 elif role == "user" and len(said) < MAX_TOOL_CALLS_SEEN:
                     said.append(text_of(item.get("content")))
                 elif kind in RESULT_ITEMS and len(results) < MAX_TOOL_CALLS_SEEN:
@@ -144,6 +148,7 @@ class ResponsesWire:
             kept=kept is not None or (isinstance(previous, str) and bool(previous)),
             input_hash=request_hash(items if isinstance(items, (str, list)) else None),
             last_answer=last_answer,
+            answers=tuple(answers[-MAX_ANSWERS_SEEN:]),
             given_instructions=body.get("instructions"))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
@@ -298,7 +303,8 @@ def _response(model: str, text: str, instructions: object, now: float,
             # require it)
             "text": {"format": {"type": "text"}},
             "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
-                      "input_tokens_details": {"cached_tokens": 0},
+                      "input_tokens_details": {"cached_tokens": 0,
+                                               "cache_write_tokens": 0},
                       "output_tokens_details": {"reasoning_tokens": 0}}}
 
 

@@ -321,13 +321,17 @@ class Counts:
 
 
 def decide(counts: Counts, board: Board | None, instructions: str, has_tools: bool,
-           structured: bool = False, acts_in_text: bool = False) -> Turn:
+           structured: bool = False, acts_in_text: bool = False, aside: bool = False) -> Turn:
     """The turn of one request; ``has_tools``: it can call tools (offered, not withdrawn by
     its ``tool_choice``); ``structured``: its answer must follow a JSON format;
     ``acts_in_text``: its agent acts on the answer's text (each answer an action, a tool call
     of the run: told the tool-call countdown and grace as a request that offers tools is, its
-    final request asked to end the task in the agent's own form)."""
-    turn = _decide(counts, board, instructions, has_tools, acts_in_text)
+    final request asked to end the task in the agent's own form); ``aside``: a side request
+    of such a run (it asks a model about the run's last action: Aider's commit message), which
+    is neither a step of the run nor its answer: it goes as it came, whatever the run's
+    state."""
+    turn = Turn(Act.PASS) if aside else _decide(counts, board, instructions, has_tools,
+                                                 acts_in_text)
     if turn.act is Act.FINAL and structured:
         turn = replace(turn, text=f"{turn.text}\n\n{STRUCTURED_REPORT}")
     if turn.act is Act.FINAL and acts_in_text:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 MAX_SSE_EVENT_BYTES = 4 * 1024 * 1024  # one SSE event (a whole JSON chunk) at most
 MAX_TOOL_CALLS_SEEN = 128  # tool calls one response (or results one request) is read for
+MAX_ANSWERS_SEEN = 8  # a request's latest model answers kept (Request.answers)
 # a conversation the server keeps by its id (Responses ``conversation``): its anchor, the id
 # after this (no first user message reads so)
 CONVERSATION_ANCHOR = "\0conversation:"
@@ -78,6 +79,9 @@ class Request:
     # the content of the model's last answer the conversation carries (None: none), as the
     # request sends it: the stop answer an agent goes on from (:func:`answer_digest`)
     last_answer: object = None
+    # the content of the conversation's latest model answers, at most MAX_ANSWERS_SEEN, latest
+    # last: a request that goes on in a run whose agent acts in text carries its latest answer
+    answers: tuple[object, ...] = ()
     # Responses: the ``instructions`` as the client sent them (None: none), which an answer of
     # the endpoint's own echoes, as the API's do
     given_instructions: object = None

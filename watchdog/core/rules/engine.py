@@ -391,16 +391,23 @@ class RuleEngine:
                 fleet: dict[str, Any] | None = None,
                 harmless: Callable[[Decision], bool] | None = None) -> bool:
         """Whether :meth:`evaluate` would decide anything (but decisions ``harmless`` says
-        are), with the engine left as it was (the run's rule state evaluated on a copy, no
-        error counted): ``run`` may be a run as it would be, not the tracker's."""
+        are), with the engine left as it was (:meth:`would_decide`)."""
+        decisions = self.would_decide(run, now, session, timed_only, changed, fleet)
+        return any(harmless is None or not harmless(decision) for decision in decisions)
+
+    def would_decide(self, run: RunState, now: float, session: Session = None,
+                     timed_only: bool = False, changed: AbstractSet[str] | None = None,
+                     fleet: dict[str, Any] | None = None) -> list[Decision]:
+        """What :meth:`evaluate` would decide, with the engine left as it was (the run's rule
+        state evaluated on a copy, no error counted): ``run`` may be a run as it would be, not
+        the tracker's."""
         runs, errors, last_errors = self._runs, self.errors, self.last_errors
         state = runs.get(run.key)
         self._runs = OrderedDict() if state is None else OrderedDict(
             {run.key: copy.deepcopy(state)})
         self.errors, self.last_errors = Counter(), {}
         try:
-            decisions = self.evaluate(run, now, session, timed_only, changed, fleet)
-            return any(harmless is None or not harmless(decision) for decision in decisions)
+            return self.evaluate(run, now, session, timed_only, changed, fleet)
         finally:
             self._runs, self.errors, self.last_errors = runs, errors, last_errors
 

@@ -6,6 +6,7 @@ announcements update them (see :mod:`watchdog.core.runs.run` for the theory of o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from watchdog.core.bounds import MAX_CYCLE_LENGTH, MAX_DISTINCT_SIGNATURES
@@ -26,6 +27,10 @@ from watchdog.core.runs.fields import (
 )
 from watchdog.core.spans import compiled
 from watchdog.core.spans.record import AGENT, ENDPOINT_SCOPE, LLM, OTHER, TOOL, SpanRecord
+
+# What a dated model id adds to its alias: a date (OpenAI's 2024-07-18, Anthropic's 20241022,
+# OpenAI's older 0613, Mistral's 2411) or a version (Gemini's 001): not a size (70b) or a tier
+MODEL_VERSION = re.compile(r"\d{4}-\d{2}-\d{2}|\d{8}|\d{3,4}")
 
 
 def _bump(counts: dict[int, int], key: int) -> int:
@@ -221,6 +226,10 @@ class RunCounts(RunFields):
                 if self._cap_request is not None and self.limit_stop is None \
                         and record.parent_span_id == self._cap_request[1]:
                     self.limit_stop = self._cap_request[0]  # (its agent span told the cap)
+            if self._step_stop_ns and record.start_ns > self._step_stop_ns:
+                # a model call after the loop's call that told a limit: its application went
+                # on with the loop (a call a step), so that limit stopped no run
+                self.limit_stop, self._step_stop_ns = None, 0
             self._read_model_content(record)
         elif kind is TOOL:
             self._apply_tool(record)
@@ -244,7 +253,12 @@ class RunCounts(RunFields):
             self.final_output = record.final_output
             self._final_end_ns = record.end_ns
         if record.limit_stop is not None and self.limit_stop is None:
-            self.limit_stop = record.limit_stop
+            if not record.loop_call:
+                self.limit_stop = record.limit_stop
+            elif self._llm_start_ns <= record.end_ns:
+                # (one call of a loop its application runs itself: no model call came after it
+                # yet; one that comes takes the limit back)
+                self.limit_stop, self._step_stop_ns = record.limit_stop, record.end_ns
 
         if record.error and (record.ends_run or kind is AGENT):
             # The span that closes the run failed, whatever its kind (a pydantic-ai agent span,
@@ -787,11 +801,13 @@ def _error_text(record: SpanRecord) -> str:
 def _same_model(model: str, other: str) -> bool:
     """Whether two calls name the same model: one names none, the same, or a dated model id
     and its alias (``gpt-4o-mini-2024-07-18``, ``gpt-4o-mini``: a request names the alias,
-    its response the dated id; ``gpt-4o-mini`` is not ``gpt-4o``)."""
+    its response the dated id; ``gpt-4o-mini`` is not ``gpt-4o``, nor ``llama3-70b``
+    ``llama3``: a size is no date)."""
     if not (model and other) or model == other:
         return True
     short, long = sorted((model, other), key=len)
-    return long.startswith(short + "-") and long[len(short) + 1:len(short) + 2].isdigit()
+    return long.startswith(short + "-") and MODEL_VERSION.fullmatch(long, len(short) + 1) \
+        is not None
 
 
 def _apart(start: int, end: int, other_start: int, other_end: int) -> int | None:

@@ -65,7 +65,7 @@ class RunFields:
         "_loop_cap", "_loop_capped", "_loop_ended", "_models", "_named", "_plumbing_service",
         "_recent_calls",
         "_reported_calls",
-        "_result_counts", "_tool_end_ns",
+        "_result_counts", "_step_stop_ns", "_tool_end_ns",
         "_tool_error_streak", "_tool_ids", "_tool_spans", "_tool_start_ns",
         "activity_seq",
         "agent", "agent_spans", "budget", "budget_used", "clock_lags", "consecutive_errors",
@@ -148,6 +148,9 @@ class RunFields:
         # limit_stop is that loop cap, told before the loop-end tool came: one that comes
         # after (a later request) says the loop did not end at its cap
         self._loop_capped = False
+        # the end of the call of a loop its application runs itself (SpanRecord.loop_call) that
+        # told limit_stop (0: none did): a model call that starts after it takes the limit back
+        self._step_stop_ns = 0
         self.last_error: str | None = None
         self._error_counts: dict[int, int] = {}
         self.repeated_error = 0

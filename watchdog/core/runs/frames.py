@@ -21,6 +21,9 @@ bounded), so that when an agent span that is not the trace root arrives it can d
 * a **nested agent** (a sibling that ends after the main one, as a handoff does, or one inside
   the main agent's subtree): its subtree moves out into a *child run* whose signals are folded
   again from the retained records, with ``parent_run`` = the trace run;
+* a sibling of the main agent that is, as it is, one call of a loop the application runs
+  itself, a call a step (:attr:`SpanRecord.loop_call`, of the same agent) is no nested agent:
+  the run's next step;
 * a nested agent span with nothing below it (LangGraph under OpenLLMetry hangs a sub-agent's
   work from a sibling task span) takes the spans beside it that carry its agent name;
 * an agent span that names no agent and has no model or tool call below it is no nested agent
@@ -245,6 +248,17 @@ class TraceFrames:
         return any(record.kind is TOOL and record.start_ns <= start and end <= record.end_ns
                    and self.within(record.span_id, outer)
                    for records in (self.records, self.ahead) for record in records)
+
+    def next_step(self, agent: SpanRecord, main: str) -> bool:
+        """Whether agent span ``agent`` and agent span ``main`` (retained) are two calls of one
+        loop its application runs itself, a call a step (:attr:`SpanRecord.loop_call`): both
+        such calls of the same agent, neither inside the other nor run in a tool of it."""
+        span = agent.span_id
+        return agent.loop_call and span != main and any(
+            record.span_id == main and record.loop_call and record.agent == agent.agent
+            for record in self.records) \
+            and not self.within(span, main) and not self.within(main, span) \
+            and not self.ran_in_a_tool_of(span, main) and not self.ran_in_a_tool_of(main, span)
 
     def ended_before(self, agent: SpanRecord, other: str) -> bool:
         """Whether agent span ``agent`` ended before span ``other`` (retained) did."""

@@ -360,7 +360,7 @@ _SPAN_SLOTS = (
     "_llm_end_ns", "_llm_final", "_llm_parent",
     "_llm_said_ns",
     "_llm_said_start_ns", "_llm_start_ns", "_loop_cap", "_loop_capped", "_loop_ended", "_models",
-    "_named", "_recent_calls", "_reported_calls", "_result_counts",
+    "_named", "_recent_calls", "_reported_calls", "_result_counts", "_step_stop_ns",
     "_tool_end_ns", "_tool_error_streak", "_tool_ids", "_tool_spans", "_tool_start_ns",
     "_agent_step_ns",
     "agent", "agent_spans",

@@ -532,7 +532,13 @@ class RunTracker(RunBook):
                 frames = self._frames.of(record.trace_id)
                 if waiting and (batch := waiting.pop(record.trace_id, None)):
                     self._link(frames, batch, linked)
+                if record.subagent is not None and record.parent_span_id not in frames.children:
+                    self._split_subagent(frames, record, now, result)
                 frames.note(record)
+                child = frames.children.get(record.span_id) if frames.children else None
+                if child is not None:  # a sub-agent's invocation, its calls split off first
+                    self._end_subagent(child, record, now, result)
+                    continue
                 child = frames.child_of(record.parent_span_id) if record.parent_span_id \
                     else None
                 if child is None and frames.children and record.agent is not None:
@@ -934,6 +940,8 @@ class RunTracker(RunBook):
         if main is None:
             frames.main_agent = record.span_id
             return run
+        if record.loop_call and frames.next_step(record, main):
+            return run  # the next call of a loop its application runs itself: the run's step
         if frames.within(main, record.span_id) or frames.ran_in_a_tool_of(main, record.span_id):
             # the agent taken as main ran inside this one (below it, or in one of its tools)
             if not frames.same_invocation(main, record.span_id):
@@ -979,6 +987,33 @@ class RunTracker(RunBook):
         return span != agent and not frames.within(span, agent) \
             and not frames.within(agent, span) and frames.ended_before(record, agent) \
             and not frames.ran_in_a_tool_of(span, agent)
+
+    def _split_subagent(self, frames: TraceFrames, record: SpanRecord, now: float,
+                        result: BatchResult) -> None:
+        """``record``, a model or tool call that names the sub-agent it ran in (no agent span
+        of the sub-agent's: Claude Code's), hangs from the sub-agent's invocation (its caller's
+        tool call that ran it): that span's subtree is a child run of the trace's run from now
+        on (the spans below it come to it), ended when that span comes."""
+        frame = record.parent_span_id
+        if frame is None:
+            return
+        # the run its invocation is in: a sub-agent's that called it, else the trace's (opened
+        # by this call when it is the trace's first)
+        owner = frames.child_of(frame)
+        parent = self.get(owner) if owner is not None else self._run_for(record, now, result)
+        if parent is not None:
+            self._split(frames, frame, parent, now, result)
+
+    def _end_subagent(self, key: str, record: SpanRecord, now: float, result: BatchResult
+                      ) -> None:
+        """``record`` is the invocation of the sub-agent split off into child run ``key``
+        before it came (:meth:`_split_subagent`): that run's, and its end."""
+        record.run_key = key
+        child = self._run_for(record, now, result)
+        self._fold(record, child, now, result)
+        if not child.ended:
+            self._finish(child, now)
+            result.ended.append(child)
 
     def _nest_graph(self, graph: SpanRecord, frames: TraceFrames, run: RunState, now: float,
                     result: BatchResult) -> None:

@@ -173,7 +173,8 @@ class Normaliser:
                  call_id_keys: Iterable[str], json: Json, brief: Callable[[str, int], str],
                  max_name_chars: int, max_brief_chars: int, client_run_span: str,
                  model_calls: ModelCalls, agents: Agents, failures: Failures,
-                 second_roots: Iterable[str], run_ends: Iterable[str]) -> None: ...
+                 second_roots: Iterable[str], run_ends: Iterable[str],
+                 loop_calls: Iterable[str]) -> None: ...
 
 class ModelCalls:
     """The tables a model call's facts are read by (``native/otlp/src/model_calls.rs``)."""

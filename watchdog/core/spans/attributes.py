@@ -83,6 +83,7 @@ NESTED_STEP_SPAN_NAMES = TABLES.nested_step_span_names
 TOOL_RUN_SPAN_NAMES = TABLES.tool_run_span_names
 SECOND_ROOTS = TABLES.second_roots  # roots that are not their run's end (Convention.second_roots)
 RUN_ENDS = TABLES.run_ends  # ... and the spans whose end is their run's
+LOOP_CALLS = TABLES.loop_calls  # agent spans that are one step of a loop (loop_call_span_names)
 NESTED_STEP_SPAN_SUFFIXES = TABLES.nested_step_span_suffixes
 SPAN_NAME_PREFIX_ROLES = TABLES.span_name_prefixes
 MODEL_CALL_MARKS = TABLES.model_call_marks
@@ -124,6 +125,7 @@ CACHE_WRITE_KEYS = TABLES.cache_write_tokens
 MESSAGES_DELTA_KEYS = TABLES.input_messages_delta
 TRANSFER_TARGET_KEYS = TABLES.transfer_targets
 CALLER_KEYS = TABLES.caller_names
+SUBAGENT_ID_KEYS = TABLES.subagent_ids  # the sub-agent a model or tool call ran in
 # Where a span says which of the model's tool calls it executes (SpanRecord.tool_call_id): an
 # attribute (a tool span's convention, or a hand-traced span's generic one), else the span's
 # input JSON: its ``tool_call_id``/``call_id``, or the id of a tool call object at its top or
@@ -170,6 +172,7 @@ WANTED_ATTRIBUTES = frozenset(
     + TOOL_CALL_ID_KEYS + TOOL_CALL_INPUT_KEYS
     + TURN_COUNT_KEYS + REPORTED_COST_KEYS + CACHE_READ_KEYS + CACHE_WRITE_KEYS
     + MESSAGES_DELTA_KEYS + TRANSFER_TARGET_KEYS + CALLER_KEYS + MODEL_KEYS + PROVIDER_KEYS
+    + SUBAGENT_ID_KEYS
     + tuple(key for marks in TOOL_CALL_MARKS for group in marks for key in group)
     + tuple(key for key, _ in RECORD_SPANS)
 ) | BUDGET_ATTRIBUTES
@@ -225,10 +228,11 @@ FIRST_FACTS: tuple[tuple[tuple[str, ...], bool], ...] = (
     (AGENT_OUTPUT_KEYS, False),
     (TURN_COUNT_KEYS, False),
     (CALLER_KEYS, True),
+    (SUBAGENT_ID_KEYS, True),
 )
 (F_AGENT_NAME, F_AGENT_SPAN_NAME, F_SESSION, F_PARENT_RUN, F_TOOL_ARGS, F_OUTCOME, F_RESPONSE_ID,
  F_INPUT_TOKENS, F_OUTPUT_TOKENS, F_FINISH_REASON, F_OUTPUT_MESSAGES, F_MESSAGES, F_TOTAL_TOKENS,
  F_LLM_INPUT, F_REPORTED_COST, F_CACHE_READ, F_CACHE_WRITE, F_MODEL, F_PROVIDER, F_LLM_OUTPUT,
  F_ANSWER_TEXT, F_MESSAGES_DELTA, F_PROMPT, F_PROMPT_TEXT, F_TOOL_NAME, F_TRANSFER_TARGET,
  F_TOOL_RESULT, F_RUN_ID, F_AGENT_CALL_ID, F_AGENT_OUTPUT, F_TURN_COUNT,
- F_CALLER) = range(len(FIRST_FACTS))
+ F_CALLER, F_SUBAGENT) = range(len(FIRST_FACTS))

@@ -41,9 +41,11 @@ SCOPED_MARK = "\x1f"
 _SCOPED_NAMES = ("agent_name", "agent_span_name", "session", "response_id", "tool_name",
                  "tool_args", "tool_result", "answer", "llm_output", "answer_texts",
                  "finish_reasons", "input_messages", "output_messages", "input_tokens",
-                 "output_tokens", "total_tokens", "response_model", "request_model", "provider")
+                 "output_tokens", "total_tokens", "response_model", "request_model", "provider",
+                 "subagent_ids")
 _SCOPED_PAIRS = ("agent_name_json", "error_json", "limit_error_json", "usage_json")
 SCOPE_FREE = frozenset({"name", "emitted_by", "notes", "scopes", "hidden_content", "log_events",
+                        "chunked_answers",
                         "log_event_keys",
                         "limit_finish_reasons", "answer_finish_reasons", "tool_finish_reasons",
                         "limit_exceptions", "limit_status", "limit_phrases"})
@@ -58,6 +60,8 @@ def scoped(convention: Convention) -> Convention:
     """``convention`` as it is combined: with ``scopes``, its attributes renamed to their
     aliases and its hidden texts left out (they are its scopes')."""
     if not convention.scopes:
+        if convention.chunked_answers:  # (read by scope alone: Scoped.chunked_answers)
+            raise ValueError(f"convention {convention.name!r}: chunked_answers needs scopes")
         return convention
     default = Convention(convention.name, convention.emitted_by)
     unscopable = [field.name for field in fields(Convention)
@@ -94,6 +98,7 @@ class Scoped:
     aliases: tuple[tuple[str, str], ...]  # (attribute, its alias)
     hidden_content: frozenset[str]
     events: Mapping[str, frozenset[str]]  # its span events' facts (Tables.events)
+    chunked_answers: bool  # (Convention.chunked_answers)
 
 
 # The facts a span's events may bring (``<event>:<attribute>``)
@@ -129,7 +134,8 @@ def _scoped_reads(convention: Convention, entry: Convention) -> Scoped:
                 names[item[0]] = None
     aliases = tuple((name[len(SCOPED_MARK):], name) for name in names
                     if name.startswith(SCOPED_MARK))
-    return Scoped(convention.scopes, aliases, convention.hidden_content, _event_reads([entry]))
+    return Scoped(convention.scopes, aliases, convention.hidden_content, _event_reads([entry]),
+                  convention.chunked_answers)
 
 
 def _names(attribute: str) -> Names:
@@ -178,6 +184,7 @@ class Tables:
     tool_run_span_names: frozenset[str]
     second_roots: frozenset[str]  # (Convention.second_roots' names, and the spans that end
     run_ends: frozenset[str]  # their runs)
+    loop_calls: frozenset[str]  # (Convention.loop_call_span_names)
     nested_step_span_suffixes: Names
     agent_name: Names
     agent_span_name: Names
@@ -257,6 +264,7 @@ class Tables:
     input_messages_delta: Names
     transfer_targets: Names
     caller_names: Names
+    subagent_ids: Names
     log_events: Names
     log_event_keys: Names
     scopes: tuple[Scoped, ...]  # the entries with scopes: what their spans read besides
@@ -288,6 +296,7 @@ def combine() -> Tables:
         second_roots=frozenset(name for convention in ENTRIES for name in convention.second_roots),
         run_ends=frozenset(name for convention in ENTRIES
                            for name in convention.second_roots.values()),
+        loop_calls=frozenset(_names("loop_call_span_names")),
         nested_step_span_suffixes=_names("nested_step_span_suffixes"),
         agent_name=_names("agent_name"),
         agent_span_name=_names("agent_span_name"),
@@ -399,6 +408,7 @@ def combine() -> Tables:
         input_messages_delta=_names("input_messages_delta"),
         transfer_targets=_names("transfer_targets"),
         caller_names=_names("caller_names"),
+        subagent_ids=_names("subagent_ids"),
         log_events=_names("log_events"),
         log_event_keys=_names("log_event_keys"),
         events=_event_reads(entry for entry in ENTRIES if not entry.scopes),

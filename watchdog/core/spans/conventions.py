@@ -58,9 +58,11 @@ from watchdog.core.spans.attributes import (
     F_OUTCOME,
     F_PARENT_RUN,
     F_SESSION,
+    F_SUBAGENT,
     F_TOOL_ARGS,
     F_TOOL_RESULT,
     JSON_IDENTITY_KEYS,
+    LOOP_CALLS,
     NESTED_STEP_SPAN_NAMES,
     ROLE_KINDS,
     ROOT_AGENT_NAME_JSON,
@@ -68,6 +70,7 @@ from watchdog.core.spans.attributes import (
     RUN_ENDS,
     SECOND_ROOTS,
     SPAN_NAME_ROLES,
+    SUBAGENT_ID_KEYS,
     TEAM_MEMBER_KEYS,
     TOOL_RUN_SPAN_NAMES,
     WORKFLOW,
@@ -210,6 +213,8 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
         record.ends_its_run = True
     elif parent is None and name in SECOND_ROOTS:
         record.second_root = True
+    if kind is AGENT and name in LOOP_CALLS:
+        record.loop_call = True
     if role is CREATE_AGENT:
         record.creates_agent = True
     elif role is WORKFLOW:
@@ -244,6 +249,10 @@ def normalise(span: Any, attrs: Mapping[str, object], resource: Resource,
     if session:
         record.session = session  # (refused whole when too long, as a run id is)
     record.parent_run = firsts[F_PARENT_RUN] or resource.parent_run
+    if SUBAGENT_ID_KEYS and (kind is LLM or kind is TOOL) and parent is not None:
+        subagent = firsts[F_SUBAGENT]
+        if subagent:
+            record.subagent = subagent[:MAX_NAME_CHARS]
     if resource.announces_budget or not BUDGET_ATTRIBUTES.isdisjoint(attrs):
         record.budget = _budget(attrs, resource)
         record.budget_used = _budget_numbers(attrs, resource, BUDGET_CONSUMED_KEYS)
@@ -308,7 +317,7 @@ def _fill_facts(record: SpanRecord, span: Any, attrs: Mapping[str, object],
     elif kind is LLM:
         if events and firsts[F_OUTCOME] is None:
             attrs, firsts = _with_events(attrs, events, firsts, reads)
-        _fill_llm(record, attrs, firsts, span, hidden)
+        _fill_llm(record, attrs, firsts, span, hidden, view.chunked)
     elif kind is AGENT:
         if events:
             attrs, firsts = _with_events(attrs, events, firsts, reads)

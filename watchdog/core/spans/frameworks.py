@@ -116,6 +116,29 @@ GOOGLE_ADK = Convention(
           "a model call followed by a tool call is not the answer",
 )
 
+# ADK's own records on its tracer's spans (ADK for TypeScript, npm `@google/adk`: `call_llm`,
+# `execute_tool <tool>`, GenAI names for the rest): a tool's arguments and result as JSON, a
+# model call's whole response (`{"content": {"parts": [...]}, "usageMetadata": ...,
+# "finishReason": ...}`); each `{}` with ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS=false (read on
+# its scope alone: anyone may write `{}`)
+GOOGLE_ADK_RECORDS = Convention(
+    name="google-adk (its own records)",
+    emitted_by="ADK for TypeScript's tracer (`gcp.vertex.agent`: its `gcp.vertex.agent.*` "
+               "attributes)",
+    scopes=("gcp.vertex.agent",),
+    tool_args=("gcp.vertex.agent.tool_call_args",),
+    tool_result=("gcp.vertex.agent.tool_response",),
+    llm_output=("gcp.vertex.agent.llm_response",),
+    hidden_content=frozenset({"{}"}),
+    notes="ADK for TypeScript: a tool that throws ends its span OK with no attribute (its "
+          "error only in the next model request, as the tool's response), and `maxLlmCalls` "
+          "reached leaves an empty `call_llm` span, the error an event of ADK's own: neither "
+          "is seen (a tool error reads as none, a capped run `no_response`), nor are the "
+          "messages of its requests (`gcp.vertex.agent.llm_request`'s `contents`: the "
+          "run's `messages` is 0): known gaps; "
+          "a tool given no arguments (`{}`) is read as its arguments hidden",
+)
+
 CREWAI = Convention(
     name="crewai",
     emitted_by="openinference-instrumentation-crewai, OpenLLMetry's "
@@ -523,6 +546,11 @@ VERCEL_AI = Convention(
         "ai.generateText.doGenerate": Role.LLM, "ai.streamText.doStream": Role.LLM,
         "ai.generateObject.doGenerate": Role.LLM, "ai.streamObject.doStream": Role.LLM,
         "ai.toolCall": Role.TOOL}},
+    # an application may run the loop itself, one call a step (opencode: `stopWhen` at one
+    # step, its own loop around it): calls of one agent side by side are one run, and a step
+    # that ends on `tool-calls` stopped the run only if no model call came after it
+    loop_call_span_names=("ai.generateText", "ai.streamText", "ai.generateObject",
+                          "ai.streamObject"),
     agent_name=("ai.telemetry.functionId",),
     tool_name=("ai.toolCall.name",),
     tool_args=("ai.toolCall.args",),
@@ -538,8 +566,10 @@ VERCEL_AI = Convention(
     # tools ran, without asking the model again: the call ends on that step's finish reason
     limit_states=(("ai.response.finishReason", r"tool-calls$", "stop_when"),),
     notes="the agent is the call's `functionId` (else `service.name`); a call that ends on "
-          "`tool-calls` was stopped by its `stopWhen` condition (`tool_limit_reached`), and so "
-          "reads one whose last tool has no `execute` (the application runs it: a known gap); "
+          "`tool-calls` was stopped by its `stopWhen` condition (`tool_limit_reached`) unless a "
+          "model call of its run comes after it (an application that runs the loop itself, a "
+          "call a step: calls of one agent side by side are one run), and so reads one whose "
+          "last tool has no `execute` (the application runs it: a known gap); "
           "a tool that throws fails its span and the SDK hands the error to the model; with "
           "`recordInputs`/`recordOutputs` off no span carries text, arguments or results (no "
           "answer text, no repeated calls seen), the finish reasons and usage still",
@@ -778,6 +808,9 @@ CLAUDE_CODE = Convention(
     # span), its output a `tool.output` event with `OTEL_LOG_TOOL_CONTENT=1`
     tool_args=("full_command",),
     tool_result=("tool.output:output",),
+    # a sub-agent's model calls and tools name it (`agent_id`, the id its requests' header
+    # `x-claude-code-agent-id` carries), below its `Agent` tool call's execution
+    subagent_ids=("agent_id",),
     # the answer: only in its `assistant_response` log event (`OTEL_LOGS_EXPORTER`; its body
     # `claude_code.assistant_response`, of its scope `com.anthropic.claude_code.events`), which
     # names the interaction's span: read as that span's output (its text with
@@ -789,7 +822,8 @@ CLAUDE_CODE = Convention(
     hidden_content=frozenset({"<REDACTED>"}),
     notes="the spans name no agent: the run is named after the service (`claude-code`), its "
           "session Claude Code's (`session.id`); a sub-agent (its `Agent` tool) runs below "
-          "that tool's span, its model calls and tools counted in the invocation's run; the "
+          "that tool's span, its model calls and tools naming it (`agent_id`): a child run of "
+          "the invocation's, as the model endpoint makes it; the "
           "answer is its `assistant_response` log event's, joined to the "
           "interaction's span it names; no span carries the arguments of a tool other than "
           "Bash (only the `claude_code.tool_result` log event has them, naming no tool's "
@@ -826,14 +860,15 @@ GEMINI_CLI = Convention(
     # `args`: GEMINI_CLI_RECORDS)
     tool_args=("gen_ai.input.messages",),
     tool_result=("gen_ai.output.messages",),
+    chunked_answers=True,  # (a streamed answer: a message a chunk, its text as it came)
     notes="no span for an invocation: each model call (`llm_call`) a trace of its own, read as "
           "loose calls of its agent (`gen_ai.agent.name` `gemini-cli`, its session "
           "`gen_ai.conversation.id`), each batch of tools another (`schedule_tool_calls`, a "
           "`tool_call` per tool below it), joined to that run by the call ids its model calls' "
           "`functionCall` parts asked for; its spans' content only with "
-          "`GEMINI_TELEMETRY_TRACES_ENABLED`; no finish reason on any span, and each chunk of a "
-          "streamed answer a message of its own: the answer's text read chunk by chunk, a line "
-          "each (a known gap); its log events add nothing its spans lack",
+          "`GEMINI_TELEMETRY_TRACES_ENABLED`; no finish reason on any span; each chunk of a "
+          "streamed answer a message of its own, their texts joined as they came "
+          "(`chunked_answers`); its log events add nothing its spans lack",
 )
 
 # Gemini CLI's records of a tool call, read on every span (no entry with scopes may say how a
@@ -974,6 +1009,7 @@ LANGTRACE = Convention(
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
+    GOOGLE_ADK_RECORDS,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
     SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG, CODEX, CODEX_NAMES,

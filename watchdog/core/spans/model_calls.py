@@ -99,8 +99,9 @@ def _fill_price_facts(record: SpanRecord, firsts: FirstValues) -> None:
 
 
 def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], firsts: FirstValues,
-              span: Any, hidden: frozenset[str] = HIDDEN_CONTENT) -> None:
-    """``hidden``: the texts that are hidden content on this span (its scope's)."""
+              span: Any, hidden: frozenset[str] = HIDDEN_CONTENT, chunked: bool = False) -> None:
+    """``hidden``: the texts that are hidden content on this span (its scope's); ``chunked``:
+    its output messages are a streamed answer's chunks (its scope's entry says so)."""
     response_id = firsts[F_RESPONSE_ID]
     if response_id:
         record.response_id = response_id[:MAX_NAME_CHARS]
@@ -167,7 +168,7 @@ def _fill_llm(record: SpanRecord, attrs: Mapping[str, object], firsts: FirstValu
     if record.final_answer:
         # its text: the run's answer when no span of the agent carries one (a hand-written
         # loop, loose calls); never an instrumentation's placeholder for hidden content
-        text = answer_text(firsts[F_ANSWER_TEXT] or output)
+        text = answer_text(firsts[F_ANSWER_TEXT] or output, chunked)
         if text is not None and not (len(text) <= HIDDEN_CONTENT_CHARS
                                      and text.strip() in hidden):
             record.final_output = brief(text, MAX_BRIEF_CHARS)

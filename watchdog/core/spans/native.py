@@ -133,8 +133,9 @@ def _normaliser(phrases: Any, status: Any, json: Any) -> Any:
     brief = _native.Briefs(redact.ANCHORS, redact.brief)
     facts = (a.F_RUN_ID, a.F_AGENT_CALL_ID, a.F_AGENT_NAME, a.F_SESSION, a.F_PARENT_RUN,
              a.F_TOOL_NAME, a.F_TRANSFER_TARGET, a.F_TOOL_ARGS, a.F_TOOL_RESULT)
-    # a branch of the dispatch it does not read: an agent named in JSON, a budget
-    dispatch_unsure = (*a.JSON_IDENTITY_KEYS, *sorted(a.BUDGET_ATTRIBUTES))
+    # a branch of the dispatch it does not read: an agent named in JSON, a budget, a sub-agent
+    # (a sub-agent's id on a call: read by Python alone)
+    dispatch_unsure = (*a.JSON_IDENTITY_KEYS, *sorted(a.BUDGET_ATTRIBUTES), *a.SUBAGENT_ID_KEYS)
     # ... and of a tool call's: a declined call, a framework's error flag or result status, a
     # call id in the input's JSON, a tool named in its result
     tool_unsure = (*a.DECLINED_TOOL_FLAGS, *(rule.attribute for rule, _ in
@@ -199,7 +200,7 @@ def _normaliser(phrases: Any, status: Any, json: Any) -> Any:
         sorted(a.HIDDEN_CONTENT), hidden_values, a.UNASKED_TOOLS,
         a.TOOL_CALL_ID_KEYS, json, brief, values.MAX_NAME_CHARS, values.MAX_BRIEF_CHARS,
         a.CLIENT_RUN_SPAN, model_calls, agents, failures, sorted(a.SECOND_ROOTS),
-        sorted(a.RUN_ENDS))
+        sorted(a.RUN_ENDS), sorted(a.LOOP_CALLS))
 
 
 def _use_kernels(on: bool) -> None:

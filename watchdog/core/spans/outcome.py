@@ -550,18 +550,20 @@ ANSWER_SKIP_KEYS = TOOL_REQUEST_KEYS | {"arguments", "input", "usage", "role", "
 MAX_ANSWER_PARTS = 64
 
 
-def answer_text(output: object) -> str | None:
+def answer_text(output: object, chunked: bool = False) -> str | None:
     """The text of a model call's answer: the output itself when it is plain text, else the
     text parts of its messages in the shapes of GenAI (``parts[].content``), OpenAI (``content``
     or ``choices[].message.content``), Anthropic (``content[].text``) and the Responses API
-    (``output[].content[].text``): tool requests and reasoning left out. None when it has no
+    (``output[].content[].text``): tool requests and reasoning left out, a line each, or, when
+    they are a streamed answer's chunks (``chunked``), joined as they came. None when it has no
     text (a structured output, a tool request)."""
     value = _parsed(output)
     if isinstance(value, str):
         return value if value.strip() else None
     texts: list[str] = []
     _answer_parts(value, 0, texts)
-    joined = "\n".join(text for text in texts if text.strip())
+    joined = "".join(texts).strip() if chunked \
+        else "\n".join(text for text in texts if text.strip())
     # (JSON may escape a lone surrogate: no text a page or a label can encode)
     return joined.encode("utf-8", "replace").decode("utf-8") if joined else None
 

@@ -125,6 +125,12 @@ class SpanRecord:
     # started the run, ended before its work), and the span whose end is the run's instead
     second_root: bool = False
     ends_its_run: bool = False
+    # An agent span that is one call of a loop its application may run itself, a call a step
+    # (Convention.loop_call_span_names): a sibling of the same agent is the same run's next step
+    loop_call: bool = False
+    # A model or tool call that names the sub-agent it ran in (Convention.subagent_ids): the
+    # span it hangs from is that sub-agent's invocation (the tracker splits it out)
+    subagent: str | None = None
     # A model call whose twin (the same call traced by a second instrumentation, one span
     # inside the other) came before it in its request: the twin's (input, output) tokens.
     twin_tokens: tuple[int, int] | None = None

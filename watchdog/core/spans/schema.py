@@ -141,6 +141,11 @@ class Convention:
     # request that started the run, ended before its work) -> the name of the span whose end is
     # the run's (below the other root)
     second_roots: Mapping[str, str] = field(default_factory=dict)
+    # names of agent spans that are one call of a tool loop the application may run itself,
+    # a call a step (opencode: one `streamText` a step): such a span beside an earlier one of
+    # the same agent (neither inside the other) is the same run's next step, no handoff; and a
+    # limit it reads (`limit_states`) stopped the run only if no model call came after it
+    loop_call_span_names: Names = _NO_NAMES
     unasked_tools: tuple[UnaskedTool, ...] = ()  # with model calls below: no tool call
     # a span nothing else types is a model call when it carries an attribute of each group (a
     # model's name, its token usage): what an emitter no entry knows reads as loose calls
@@ -253,6 +258,10 @@ class Convention:
     # model call's hidden output says the model said something: the answer unless a tool
     # call follows, as for any output that asks for no tool
     hidden_content: frozenset[str] = _NO_SET
+    # a streamed answer recorded a chunk an output message (each with its text part, as the
+    # model's stream gave it: Gemini CLI's `gen_ai.output.messages`): the answer is their texts
+    # joined as they are, not a line each (an entry with `scopes`: read on its scopes' spans)
+    chunked_answers: bool = False
     # -- model calls and answers
     # model-call spans named `<anything><suffix>` are model calls whatever they record: a model
     # object's traced helpers (LlamaIndex's `_prepare_chat_with_tools`) are none when they
@@ -344,6 +353,11 @@ class Convention:
     # the agent a tool call hands the run to (a transfer): the span's name may end with it
     transfer_targets: Names = _NO_NAMES
     caller_names: Names = _NO_NAMES  # the agent or workflow that invoked an agent span's agent
+    # the id of the sub-agent a model or tool call ran in, on its spans (Claude Code's
+    # `agent_id`): the span such a call hangs from (the caller's tool call that ran it) is the
+    # sub-agent's invocation, its subtree a child run of the trace's run (no agent span of
+    # the sub-agent's), as the model endpoint makes it of the sub-agent its client names
+    subagent_ids: Names = _NO_NAMES
     # OTLP log events whose attributes are a span's content (its trace and span id name it):
     # read as if the span carried them (watchdog.core.spans.logs)
     log_events: Names = _NO_NAMES

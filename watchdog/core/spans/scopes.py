@@ -5,7 +5,9 @@ Their tables name their attributes by aliases no span carries (:func:`~watchdog.
 combined.alias`); a span of one of their scopes is read with its attributes also under those
 aliases (:func:`with_aliases`), and with their hidden texts as hidden content
 (:attr:`ScopeView.hidden`), and the facts their tables name in span events
-(``<event>:<attribute>``: :attr:`ScopeView.events`). Any other span reads none of it: an
+(``<event>:<attribute>``: :attr:`ScopeView.events`), and a model call's output messages as a
+streamed answer's chunks, joined as they came, where such an entry records its answers so
+(:attr:`ScopeView.chunked`). Any other span reads none of it: an
 application's own ``name`` or ``input``, or a ``[REDACTED]`` of its own, is not read as Logfire's
 agent name or tool input, or as Mastra's placeholder for a value it hid, nor a span event named
 ``assistant_response`` as Claude Code's answer. A view is made once per scope name (bounded).
@@ -32,6 +34,7 @@ class ScopeView:
     hidden: frozenset[str]  # the texts that are hidden content on these spans
     # span event name -> the attributes read from such events on these spans
     events: Mapping[str, frozenset[str]]
+    chunked: bool = False  # a model call's output messages are its answer's chunks
 
 
 UNSCOPED = ScopeView((), HIDDEN_CONTENT, TABLES.events)  # a span no scoped entry is for
@@ -53,15 +56,18 @@ def _view(scope: str) -> ScopeView:
     aliases: dict[tuple[str, str], None] = {}
     hidden = set(HIDDEN_CONTENT)
     events: dict[str, frozenset[str]] = dict(TABLES.events)
+    chunked = False
     for scoped in TABLES.scopes:
         if scope and scope.startswith(scoped.scopes):
             aliases.update(dict.fromkeys(scoped.aliases))
             hidden |= scoped.hidden_content
             for event, attributes in scoped.events.items():
                 events[event] = events.get(event, frozenset()) | attributes
-    if not aliases and len(hidden) == len(HIDDEN_CONTENT) and events == dict(TABLES.events):
+            chunked = chunked or scoped.chunked_answers
+    if not aliases and len(hidden) == len(HIDDEN_CONTENT) and events == dict(TABLES.events) \
+            and not chunked:
         return UNSCOPED
-    return ScopeView(tuple(aliases), frozenset(hidden), MappingProxyType(events))
+    return ScopeView(tuple(aliases), frozenset(hidden), MappingProxyType(events), chunked)
 
 
 def with_aliases(attrs: Mapping[str, object], view: ScopeView) -> Mapping[str, object]:

@@ -143,11 +143,16 @@ def _hidden(value: object, hidden: frozenset[str] = HIDDEN_CONTENT) -> object | 
 
 
 def _first_str(attrs: Mapping[str, object], keys: tuple[str, ...]) -> str | None:
-    """:func:`_first` as a string (its own loop: called ~6 times per span)."""
+    """:func:`_first` as a string (its own loop: called ~6 times per span): a string, or an
+    integer's digits; a flag, a double, a list or a map is no name or id (``True`` is no
+    session), passed over."""
     for key in keys:
         value = attrs.get(key)
         if value is not None and value != "":
-            return value if isinstance(value, str) else str(value)
+            if isinstance(value, str):
+                return value
+            if type(value) is int:
+                return str(value)
     return None
 
 
@@ -173,7 +178,10 @@ class Firsts:
         for key in keys:
             value = attrs.get(key)
             if value is not None and value != "":
-                return value if not as_text or isinstance(value, str) else str(value)
+                if not as_text or isinstance(value, str):
+                    return value
+                if type(value) is int:  # (its digits; a flag, a double, a list: no text)
+                    return str(value)
         return None
 
 

@@ -35,7 +35,7 @@ from watchdog.shell.api.runs import RunRoutes
 from watchdog.shell.api.sessions import SessionRoutes
 from watchdog.shell.auth import check_bearer
 from watchdog.shell.config import Config
-from watchdog.shell.connections import Wrapped, parser_refusal
+from watchdog.shell.connections import Wrapped, close_if_silent, parser_refusal
 from watchdog.shell.directives.outbox import Outbox
 from watchdog.shell.errors import BadRequest, RequestTimeout, Unauthorized, WatchdogError
 from watchdog.shell.priority import Priority
@@ -175,9 +175,14 @@ class _ArrivalServer(web.Server):
 class _JsonErrors(RequestHandler):
     """aiohttp's connection handler, its own refusals (a request it cannot parse: a line or
     header over its limits, a malformed request line) answered in the API's error shape, never
-    echoing the client's raw bytes."""
+    echoing the client's raw bytes; a connection that sends no request is closed
+    (:func:`~watchdog.shell.connections.close_if_silent`)."""
 
     __slots__ = ()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        close_if_silent(self)
 
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:

@@ -18,6 +18,7 @@ from watchdog.shell.api.http import (
     _int_param,
     _is_int_in,
     _json_object,
+    ignored_fields,
     json_response,
 )
 from watchdog.shell.directives.hub import StreamEnded, SubscriberOverflow, Subscription
@@ -95,11 +96,15 @@ class DirectiveRoutes:
         """``POST /v1/runs/{id}/ack {"seq": n}``: the agent has applied directives up to ``n``
         — its process put them into a model request it made, or stopped the run at them (what
         the client SDK sends, with every adapter). A directive's ``acked`` is ``seq <= n``."""
-        seq = parse_ack(await _json_object(request))
+        body = await _json_object(request)
+        seq = parse_ack(body)
         run_id = request.match_info["id"]
         acked = await self.outbox.ack(run_id, seq)
         logs.event("directive_acked", run=run_id, seq=seq, acked_seq=acked)
-        return json_response({"run_id": run_id, "acked_seq": acked})
+        answer: dict[str, Any] = {"run_id": run_id, "acked_seq": acked}
+        if ignored := ignored_fields(body, ACK_FIELDS):
+            answer["ignored"] = ignored
+        return json_response(answer)
 
     @staticmethod
     def _resume_point(request: web.Request) -> int | None:
@@ -161,6 +166,9 @@ def _gone(request: web.Request) -> bool:
     """Whether the client of ``request`` has hung up (its connection lost or closing)."""
     transport = request.transport
     return transport is None or transport.is_closing()
+
+
+ACK_FIELDS = frozenset({"seq"})  # any other field of an ack's body is ignored and named
 
 
 def parse_ack(body: dict[str, Any]) -> int:

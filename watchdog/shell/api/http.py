@@ -132,6 +132,21 @@ def json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
+MAX_IGNORED_NAMES = 16  # unknown fields an answer names (each at most MAX_IGNORED_CHARS)
+MAX_IGNORED_CHARS = 64
+
+
+def ignored_fields(body: dict[str, Any], known: frozenset[str]) -> list[str]:
+    """The fields of a heartbeat's or an ack's body the sidecar does not read, named in its
+    answer (``ignored``): taken, not refused, so a client newer than the sidecar still works, and
+    told, so a misspelt field is not lost in silence. At most :data:`MAX_IGNORED_NAMES` names,
+    in order, each cut to :data:`MAX_IGNORED_CHARS` characters."""
+    if known.issuperset(body):
+        return []
+    names = sorted(name for name in body if name not in known)
+    return [name[:MAX_IGNORED_CHARS] for name in names[:MAX_IGNORED_NAMES]]
+
+
 def _wants_json(accept: str) -> bool:
     """Content negotiation between Markdown (the default) and JSON, honouring q-values."""
     best_json = best_markdown = -1.0

@@ -36,6 +36,7 @@ from watchdog.shell.api.http import (
     _is_int_in,
     _json_object,
     _wants_json,
+    ignored_fields,
     json_response,
     request_body,
 )
@@ -108,12 +109,15 @@ class RunRoutes:
                             charset="utf-8")
 
     async def heartbeat(self, request: web.Request) -> web.Response:
-        beat = parse_heartbeat(await _json_object(request))
+        body = await _json_object(request)
+        beat = parse_heartbeat(body)
         run = self.service.heartbeat(request.match_info["id"], beat.messages, beat.in_flight,
                                      beat.oldest_call_started, beat.announce)
-        return json_response({**run_summary(run, self.service.queries.trace_url),
-                              "messages": run.messages,
-                              "in_flight": run.in_flight})
+        answer = {**run_summary(run, self.service.queries.trace_url), "messages": run.messages,
+                  "in_flight": run.in_flight}
+        if ignored := ignored_fields(body, HEARTBEAT_FIELDS):
+            answer["ignored"] = ignored
+        return json_response(answer)
 
     async def sync(self, request: web.Request) -> web.Response:
         """``POST /v1/runs/{id}/sync?after=SEQ`` with the run's newly ended spans (an OTLP
@@ -183,6 +187,11 @@ class Heartbeat:
     in_flight: int | None
     oldest_call_started: float | None
     announce: dict[str, Any] | None
+
+
+# what a heartbeat's body may hold: any other field is ignored and named (ignored_fields)
+HEARTBEAT_FIELDS = frozenset({"messages", "in_flight", "oldest_call_started", "announce",
+                              "trace_id"})
 
 
 def parse_heartbeat(body: dict[str, Any]) -> Heartbeat:

@@ -30,12 +30,13 @@ from typing import Protocol
 from watchdog.core.directives.model import Directive
 from watchdog.shell.directives.store import DirectiveStore
 from watchdog.shell.errors import Overloaded
+from watchdog.shell.open_files import MAX_STREAMS, MAX_WAITERS
 from watchdog.shell.state.lanes import Lane
 
 log = logging.getLogger("watchdog.directives")
 
-DEFAULT_MAX_STREAMS = 1_000  # concurrent SSE streams
-DEFAULT_MAX_WAITERS = 10_000  # concurrent long-poll requests
+DEFAULT_MAX_STREAMS = MAX_STREAMS  # concurrent SSE streams (fewer where open files are short)
+DEFAULT_MAX_WAITERS = MAX_WAITERS  # concurrent long-poll requests (likewise)
 DEFAULT_QUEUE_SIZE = 1_000  # directives a subscriber may fall behind before it is disconnected
 DEFAULT_HEARTBEAT = 15.0  # seconds between SSE keep-alive comments (proxies drop idle streams)
 BACKLOG_PAGE = 500  # directives read from the store at a time while a stream catches up

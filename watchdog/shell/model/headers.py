@@ -154,7 +154,12 @@ def request_headers(headers: CIMultiDict[str] | CIMultiDictProxy[str], sent: boo
         if lower.startswith(WATCHDOG_PREFIX):
             # (bytes that are no UTF-8, which aiohttp keeps as lone surrogates: replaced, as
             # the compiled relay reads them, so no such text reaches a run, a label or a file)
-            watchdog[lower] = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            text = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            if watchdog.setdefault(lower, text) != text and lower != TOKEN_HEADER:
+                # two budgets (a client's default headers and its environment's): the last
+                # one was taken, 50 tool calls over 1 — which was meant is the agent's to say
+                raise Refused(400, "bad_request", f"{lower} is given twice, "
+                              f"{watchdog[lower][:64]!r} and {text[:64]!r}: send it once")
         elif (not sent or lower == "content-encoding") and lower not in HOP_BY_HOP \
                 and lower not in REQUEST_SET and lower not in named:
             out.append((name, value))

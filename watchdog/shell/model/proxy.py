@@ -54,6 +54,7 @@ from watchdog.core.model.book import (
     EndpointRun,
     ModelBook,
     goes_on_from_stop,
+    quotes_answer,
     replied_at_once,
     text_stop_answer,
 )
@@ -206,7 +207,7 @@ class ModelProxy:
         self.service = service
         self.config = config
         self.metrics = observer  # watchdog.shell.metrics.Metrics (None: not counted)
-        self.book = ModelBook()
+        self.book = ModelBook(at_once_ns=round(config.model_reply_window * 1e9))
         self.book.stops = service.stop_of
         self.wires: dict[str, Wire] = {"/v1/chat/completions": ChatWire(),
                                        "/v1/responses": ResponsesWire(),
@@ -562,7 +563,8 @@ class ModelProxy:
             state.acts_in_text = not parsed.has_tools \
                 and service.acts_in_text(run.agent) is not None
             return state, decide(counts, service.board(run.key), parsed.instructions,
-                                 parsed.has_tools, parsed.structured, state.acts_in_text), \
+                                 parsed.has_tools, parsed.structured, state.acts_in_text,
+                                 quotes_answer(state, parsed)), \
                 run.key, run.agent
         except (Overloaded, StateUnavailable) as exc:
             log.warning("model call not recorded: %s", exc)
@@ -614,7 +616,8 @@ class ModelProxy:
                         # (the rules saw the calls recorded, no more: from COUNTDOWN_FROM left)
                         ruled=state.used)
         return state, decide(counts, board, parsed.instructions, parsed.has_tools,
-                             parsed.structured, state.acts_in_text), key, \
+                             parsed.structured, state.acts_in_text,
+                             quotes_answer(state, parsed)), key, \
             agent or state.agent or "unknown"
 
     def _run_of(self, state: EndpointRun, agent: str | None, budget: dict[str, float] | None,
@@ -916,6 +919,7 @@ class ModelProxy:
         exchange.broke = seen.broke_off
         if exchange.turn.act is Act.FINAL:
             state.report = seen.text or answer_of(handed) or state.report
+        aside = quotes_answer(state, exchange.request)
         try:
             record = self.book.call_record(state, exchange.request, seen, handed,
                                            exchange.started_ns, time.time_ns(), exchange.key)
@@ -923,8 +927,10 @@ class ModelProxy:
             self._failed("response")
             return
         # (a response that broke off handed nothing over: no tool of it runs at the agent;
-        # an answer the agent acts on runs there as its action)
-        running = 0 if seen.broke_off else len(handed) + record.acted_on
+        # an answer the agent acts on runs there as its action; a side request's run has the
+        # action it quotes still running)
+        running = len(state.pending) if aside else 0 if seen.broke_off \
+            else len(handed) + record.acted_on
         self._book(Booked(record, exchange.key, running, exchange.arrived), into)
 
     def _book(self, booked: Booked, into: list[Booked] | None) -> None:

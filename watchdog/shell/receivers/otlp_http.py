@@ -354,7 +354,8 @@ def _answered_as_otlp(metrics: Metrics) -> Any:
         except web.HTTPNotFound:
             error: WatchdogError = NotFound(
                 f"no OTLP/HTTP endpoint at {request.path[:200]!r}: traces are sent to "
-                f"POST {TRACES_PATH}")
+                f"POST {TRACES_PATH}, logs to POST /v1/logs (metrics: only passed on, with "
+                f"forward_endpoint set)")
             outcome, headers = "not_found", {}
         except web.HTTPMethodNotAllowed as exc:
             error = MethodNotAllowed(f"{request.method[:16]} is not allowed on "

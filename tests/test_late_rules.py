@@ -1,0 +1,65 @@
+"""A run that ended on its own before the spans that show how it went came (Codex's tool
+arguments, in log events after its end) is classified as its rules would have ended it live
+(:meth:`Core._late_rules`), as the budget already is: pure core, no sidecar. The real
+recordings, in both orders: ``tests/frameworks/test_model_endpoint_codex.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from watchdog.core.handout import Step
+from watchdog.core.rules.engine import RuleEngine
+from watchdog.core.rules.pack import load_rules
+from watchdog.core.runs.terminal import TerminalState
+from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.sessions import SessionBook
+from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
+from watchdog.core.step import Core
+
+T0 = 1_800_000_000.0
+NS = 1_000_000_000
+KEY = "run-1"
+
+
+def span(index: int, kind: SpanKind, parent: str | None) -> SpanRecord:
+    return SpanRecord(run_key=KEY, key_source=KeySource.WATCHDOG, trace_id="ab" * 16,
+                      span_id=f"{index:016x}", parent_span_id=parent, name=f"s{index}",
+                      kind=kind, start_ns=int((T0 + index) * NS), end_ns=int((T0 + index) * NS),
+                      agent="a")
+
+
+def ended_then_looped(engine: RuleEngine) -> tuple[Core, Step]:
+    """The run's root (no answer) first, then the same tool call 4 times, late."""
+    watchdog = Core(RunTracker(run_end_timeout=60.0), SessionBook(lambda _id: None), engine)
+    root = span(10, SpanKind.AGENT, None)
+    watchdog.apply([root], T0 + 10)
+    calls = []
+    for index in range(4):
+        call = span(index + 1, SpanKind.TOOL, root.span_id)
+        call.tool_name, call.args_hash = "shell", 7
+        calls.append(call)
+    return watchdog, watchdog.apply(calls, T0 + 11)
+
+
+def test_a_loop_seen_after_its_run_ended_classifies_it_as_the_loop_rule_would_have() -> None:
+    watchdog, step = ended_then_looped(RuleEngine(load_rules([], True)))
+    run = watchdog.tracker.get(KEY)
+    assert run is not None and run.ended and run.tool_calls == 4
+    assert (run.terminal_state, run.terminal_reason) == (TerminalState.LOOP_DETECTED,
+                                                         "tool-cycle")
+    # handed out as a move (runs_reclassified_total, run_reclassified), nothing decided
+    assert [(view.key, was) for view, was in step.reclassified] == [(KEY, "no_response")]
+    assert not step.decisions and not step.failures
+
+
+def test_a_rule_that_only_aborts_never_stopped_a_run_that_ended_before_it_could(
+        tmp_path: Path) -> None:
+    pack = tmp_path / "abort.yaml"
+    pack.write_text(
+        "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: abort\nrules:\n"
+        "  - name: stop-repeats\n    when: \"!run.ended && run.repeated_tool_call >= 4\"\n"
+        "    action: abort\n    severity: critical\n    message: stop\n", encoding="utf-8")
+    watchdog, _ = ended_then_looped(RuleEngine(load_rules([str(pack)], False)))
+    run = watchdog.tracker.get(KEY)
+    assert run is not None and run.ended and run.tool_calls == 4
+    assert run.terminal_state is TerminalState.NO_RESPONSE
