@@ -9,7 +9,7 @@ DIST_VENV := .venvs/dist
 DIST_PY   := $(DIST_VENV)/bin/python
 
 .PHONY: run demo test check lint bench deps-test system-deps frameworks clean dist dist-python \
-	dist-image dist-chart collector loadgen goagent genkit-go rust-agent rig-agent java-agent \
+	dist-image dist-chart collector loadgen goagent genkit-go fantasy-agent rust-agent rig-agent java-agent \
 	spring-ai-agent koog-agent
 
 $(VENV)/.created:
@@ -269,6 +269,29 @@ $(GENKIT_GO): $(GENKIT_GO_SOURCES) $(GENKIT_GO_BUILT)
 
 genkit-go: $(GENKIT_GO)
 
+## the fantasy agent of the model endpoint's tests (tests/frameworks/go/fantasy: charm.land/fantasy,
+## the Go agent library Crush is built on, doing what `crush run` does, as its go.mod and go.sum
+## pin it, from the Go module proxy; Crush itself is not to be had here: its npm package
+## downloads its binary at install, and the proxy does not serve its module), built into the
+## user's cache as the Go agents are; tests/frameworks/test_model_endpoint_crush.py runs it.
+## Cold (no Go caches): about 50 CPU seconds, 1.7 GB of memory at most, a 21 MB binary
+FANTASY_AGENT_SOURCES := tests/frameworks/go/fantasy/main.go tests/frameworks/go/fantasy/go.mod \
+	tests/frameworks/go/fantasy/go.sum
+FANTASY_AGENT_HASH    := $(shell cat $(FANTASY_AGENT_SOURCES) | sha256sum | cut -c1-16)
+FANTASY_AGENT         := .cache/fantasy-agent/$(FANTASY_AGENT_HASH)/fantasy-agent
+FANTASY_AGENT_BUILT   := $(AGENT_WATCHDOG_CACHE)/fantasy-agent/$(FANTASY_AGENT_HASH)/fantasy-agent
+
+$(FANTASY_AGENT_BUILT):
+	mkdir -p $(@D)
+	cd tests/frameworks/go/fantasy && GOFLAGS='-mod=readonly -buildvcs=false' \
+		GOPROXY=$${GOPROXY:-https://proxy.golang.org} go build -trimpath -o $(abspath $@).tmp-$$PPID .
+	mv $@.tmp-$$PPID $@
+
+$(FANTASY_AGENT): $(FANTASY_AGENT_SOURCES) $(FANTASY_AGENT_BUILT)
+	mkdir -p $(@D) && ln -sf $(FANTASY_AGENT_BUILT) $@
+
+fantasy-agent: $(FANTASY_AGENT)
+
 ## the Rust agent of the model endpoint's tests (tests/frameworks/rust: async-openai, as its
 ## Cargo.lock pins it, from crates.io), built (debug profile: it builds faster than release) into
 ## the user's cache (AGENT_WATCHDOG_CACHE/rust-agent/<hash of its sources>/rust-agent; cargo's
@@ -465,7 +488,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_ADK) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(GEMINI_CLI_AGENT) $(CODEX_AGENT) $(OPENCODE_AGENT) $(GO_AGENT) $(GENKIT_GO) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_ADK) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(GEMINI_CLI_AGENT) $(CODEX_AGENT) $(OPENCODE_AGENT) $(GO_AGENT) $(GENKIT_GO) $(FANTASY_AGENT) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 

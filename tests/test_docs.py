@@ -86,6 +86,11 @@ failing on a changed block. The kinds:
     (``tests/frameworks/test_model_endpoint_opencode.py``'s ``config``), the sidecar's default
     model endpoint (``http://127.0.0.1:9478/v1``) in place of the test's, its models
     ``gpt-4.1`` and ``gpt-4.1-mini``.
+``crush-config``
+    Crush's ``crush.json``, as JSON: exactly what its requests' tests run with
+    (``tests/frameworks/test_model_endpoint_crush.py``'s ``config``, which its engine's agent
+    reads), the sidecar's default model endpoint (``http://127.0.0.1:9478/v1``) in place of
+    the test's, its models ``gpt-4.1`` and ``gpt-4.1-mini``.
 ``aider-command``
     Aider's command line, ``NAME=VALUE`` assignments then ``aider`` and its arguments: exactly
     what its tests point it at the sidecar with and run it with
@@ -143,7 +148,8 @@ MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
-         "gemini-env", "codex-config", "promql", "opencode-config", "aider-command"}
+         "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
+         "crush-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -781,6 +787,13 @@ def check_aider_command(block: Block, stack: Stack, state: DocState) -> None:
         block.where
 
 
+def check_crush_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_crush import config
+
+    assert json.loads(block.text) == config(f"http://{MODEL_ENDPOINT_DEFAULT}/v1", "gpt-4.1",
+                                            "gpt-4.1-mini"), block.where
+
+
 def check_promql(block: Block, stack: Stack, state: DocState) -> None:
     from tests.test_prometheus import ENDED_BY_STATE
 
@@ -846,6 +859,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "gemini-env": check_gemini_env,
     "codex-config": check_codex_config, "promql": check_promql,
     "opencode-config": check_opencode_config,
+    "crush-config": check_crush_config,
     "aider-command": check_aider_command,
 }
 assert set(CHECKS) == KINDS
@@ -949,6 +963,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "pip": (ROOT / "client" / "README.md", "[otlp]", "[otel]"),
     "codex-config": (DOCS / "frameworks.md", "4318/v1/traces", "4317/v1/traces"),
     "opencode-config": (DOCS / "steering.md", "9478/v1", "9478/v2"),
+    "crush-config": (DOCS / "steering.md", '"type": "openai"', '"type": "openai-compat"'),
     "aider-command": (DOCS / "steering.md", "/agent/aider/v1", "/agent/aider/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}

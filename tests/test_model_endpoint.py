@@ -286,44 +286,76 @@ def test_a_budget_in_dollars_or_tokens_counts_streams_whose_client_asked_no_usag
     assert signals["cost_usd"] >= 0.00004 if agent == "priced" else signals["total_tokens"] >= 150
 
 
+def at_once(sidecar: RunningServer, llm: FakeLLM, name: str, pick: Any,
+            first: dict[str, Any], second: dict[str, Any]) -> tuple[Any, Any, str]:
+    """Two requests of one run (``x-watchdog-run``, a budget of 2 tool calls) to the model
+    scripted by ``pick``: ``first``'s answer held until ``second`` has come. Both answers and
+    the model's name."""
+    came = threading.Event()
+
+    def hold(index: int) -> None:  # the first answer waits until the second request came
+        if index == 0:
+            came.wait(10)
+        else:
+            came.set()
+
+    model = llm.script(name, pick, on_request=hold)
+    chat = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
+                         default_headers={"x-watchdog-run": f"{name}-1",
+                                          "x-watchdog-budget-tool-calls": "2"})
+    answers: list[Any] = []
+    thread = threading.Thread(target=lambda: answers.append(chat.chat.completions.create(
+        model=model, **first)))
+    thread.start()
+    wait_until(lambda: len(llm.requests(model)) == 1, "the first request upstream")
+    other = chat.chat.completions.create(model=model, **second)
+    thread.join(10)
+    return answers[0], other, model
+
+
 def test_parallel_requests_of_one_run_share_its_budget_and_none_is_left_empty(
         sidecar: RunningServer, llm: FakeLLM) -> None:
     """Two requests of one run with the model at once, a budget of 2 tool calls: the first
     holds both calls it may be handed, so the second can be handed none. Its tools are
     withdrawn with the note and it gets the model's text, never an answer trimmed to
     nothing; the first gets its two calls."""
-    second = threading.Event()
-
-    def hold(index: int) -> None:  # the first answer waits until the second request came
-        if index == 0:
-            second.wait(10)
-        else:
-            second.set()
-
     def pick(index: int, body: dict[str, Any]) -> Step:
         if offers_tools(body):
             return Step(tool_calls=(ToolCall("search", {"q": "a"}), ToolCall("search", {"q": "b"})))
         return answer("REPORT: in text")
 
-    model = llm.script("parallel", pick, on_request=hold)
-    chat = openai.OpenAI(base_url=sidecar.url("model") + "/v1", api_key=KEY, max_retries=0,
-                         default_headers={"x-watchdog-run": "parallel-1",
-                                          "x-watchdog-budget-tool-calls": "2"})
-    first: list[Any] = []
-    ask = [{"role": "user", "content": "Find both."}]
-    thread = threading.Thread(target=lambda: first.append(chat.chat.completions.create(
-        model=model, messages=ask, tools=TOOLS)))
-    thread.start()
-    wait_until(lambda: len(llm.requests(model)) == 1, "the first request upstream")
-    other = chat.chat.completions.create(model=model, messages=ask, tools=TOOLS)
-    thread.join(10)
+    ask = {"messages": [{"role": "user", "content": "Find both."}], "tools": TOOLS}
+    first, other, model = at_once(sidecar, llm, "parallel", pick, ask, ask)
     assert other.choices[0].message.content == "REPORT: in text"
     assert not other.choices[0].message.tool_calls
     withdrawn = llm.requests(model)[1]
     assert withdrawn["tool_choice"] == "none" and withdrawn["tools"]
     assert "[budget: 0 of 2 tool calls left — no tool will run; report now]" in json.dumps(
         withdrawn["messages"], ensure_ascii=False)
-    assert [call.function.name for call in first[0].choices[0].message.tool_calls] == [
+    assert [call.function.name for call in first.choices[0].message.tool_calls] == [
+        "search", "search"]
+
+
+def test_a_request_that_offers_no_tools_holds_none_of_its_runs_calls(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """A request of a run that offers no tools (the title an agent asks its small model for as
+    its task's first request goes out, as Crush does) with the model while the run's request
+    that offers tools comes: it can be handed no tool call, so it holds none of the budget;
+    the other is offered its tools, counted down from all 2, and gets its two calls."""
+    def pick(index: int, body: dict[str, Any]) -> Step:
+        if offers_tools(body):
+            return Step(tool_calls=(ToolCall("search", {"q": "a"}), ToolCall("search", {"q": "b"})))
+        return answer("Finding both")
+
+    title, task, model = at_once(
+        sidecar, llm, "titled", pick,
+        {"messages": [{"role": "user", "content": "A title for: Find both."}]},
+        {"messages": [{"role": "user", "content": "Find both."}], "tools": TOOLS})
+    assert title.choices[0].message.content == "Finding both"
+    offered = llm.requests(model)[1]
+    assert offered.get("tool_choice") != "none"
+    assert "[budget: 2 of 2 tool calls left — wrap up soon]" in system_of(offered)
+    assert [call.function.name for call in task.choices[0].message.tool_calls or []] == [
         "search", "search"]
 
 

@@ -24,7 +24,14 @@ from tests.frameworks.fakellm import (
 from tests.spans import T0, SpanMaker, chat_attrs, records_of
 from watchdog.core.directives.model import Directive
 from watchdog.core.directives.prompt import bare_prompt
-from watchdog.core.model.book import Caller, ModelBook, Unbooked, parse_traceparent
+from watchdog.core.model.book import (
+    MAX_QUOTE_CHARS,
+    Caller,
+    ModelBook,
+    Unbooked,
+    is_side,
+    parse_traceparent,
+)
 from watchdog.core.model.chat import ChatWire, usage_only
 from watchdog.core.model.failure import refusal_of, refused
 from watchdog.core.model.messages import MessagesWire
@@ -1287,3 +1294,169 @@ def test_each_invocation_of_a_side_requesting_agent_is_one_run() -> None:
         assert run is titled, session
         runs.append(run)
     assert runs[0] is not runs[1]
+
+
+def crush_title(task: str) -> dict[str, Any]:
+    """Crush's title request (its source, internal/agent/agent.go ``GenerateTitle``): its own
+    system prompt, one user message wrapping the task in its instruction, no tools."""
+    return {"model": "small", "max_tokens": 40, "messages": [
+        {"role": "system", "content": "You will generate a short title based on the first "
+                                      "message a user begins a conversation with.\n /no_think"},
+        {"role": "user", "content": "Generate a concise title for the following content:\n\n"
+                                    f"{task}\n <think>\n\n</think>"}]}
+
+
+CRUSH_REMINDER = ("<system_reminder>This is a reminder that your todo list is currently "
+                  "empty.</system_reminder>")
+
+
+@pytest.mark.parametrize("reminder", [True, False], ids=["reminder-first", "task-alone"])
+@pytest.mark.parametrize("title_first", [True, False], ids=["title-first", "task-first"])
+def test_a_title_that_wraps_the_task_in_its_prompt_is_a_side_request(
+        title_first: bool, reminder: bool) -> None:
+    """Crush asks its small model for the session's title in one message that quotes the task
+    on lines of its own within its instruction, sent as the task's first request goes out
+    (either may come first), both naming the session (``x-session-id``): a model call of the
+    task's run, not a run of its own. Its main agent's conversation begins with its todo
+    list's reminder, the task the second message: quoted all the same."""
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session="1f0c2e")
+    task = "Find the file\n  named notes.txt."
+    first = wire.read_request({"model": "m", "tools": [
+        {"type": "function", "function": {"name": "bash", "parameters": {}}}], "messages": [
+        {"role": "system", "content": "You are Crush."},
+        *([{"role": "user", "content": CRUSH_REMINDER}] if reminder else []),
+        {"role": "user", "content": task}]})
+    side = wire.read_request(crush_title(task))
+    if title_first:
+        titled = book.identify("chat", side, caller, "a", lambda _key: False)
+        run = book.identify("chat", first, caller, "a", lambda _key: False)
+        assert run is titled and run.side is None and run.side_lines == ()
+    else:
+        run = book.identify("chat", first, caller, "a", lambda _key: False)
+        assert book.identify("chat", side, caller, "a", lambda _key: False) is run
+    assert is_side(run, side)
+
+
+@pytest.mark.parametrize("quoted", [
+    "Find the other file.",  # another task
+    "Title: Find the file.",  # the task's words within a line of the prompt's
+    "Find the file. And another.",
+], ids=["another-task", "within-a-line", "more-on-its-line"])
+@pytest.mark.parametrize("title_first", [True, False], ids=["title-first", "task-first"])
+def test_a_prompt_that_quotes_not_the_task_on_lines_of_its_own_is_no_side_request(
+        quoted: str, title_first: bool) -> None:
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session="1f0c2e")
+    first = wire.read_request({"model": "m", "tools": [
+        {"type": "function", "function": {"name": "bash", "parameters": {}}}], "messages": [
+        {"role": "system", "content": "You are Crush."},
+        {"role": "user", "content": "Find the file."}]})
+    side = wire.read_request({"model": "small", "messages": [
+        {"role": "system", "content": "Titles."},
+        {"role": "user", "content": f"Generate a concise title for:\n\n{quoted}\n"}]})
+    if title_first:
+        titled = book.identify("chat", side, caller, "a", lambda _key: False)
+        assert book.identify("chat", first, caller, "a", lambda _key: False) is not titled
+    else:
+        run = book.identify("chat", first, caller, "a", lambda _key: False)
+        assert book.identify("chat", side, caller, "a", lambda _key: False) is not run
+
+
+@pytest.mark.parametrize("title_first", [True, False], ids=["title-first", "task-first"])
+def test_a_responses_title_of_input_text_parts_is_a_side_request(title_first: bool) -> None:
+    """The same on the Responses API, each message's content a list of ``input_text`` parts
+    (fantasy's, Crush's engine, for OpenAI's model names): what the task's message says is
+    its parts' text, not their JSON."""
+    wire, book = ResponsesWire(), ModelBook()
+    caller = Caller(session="1f0c2e")
+
+    def said(text: str) -> list[dict[str, str]]:
+        return [{"type": "input_text", "text": text}]
+
+    first = wire.read_request({"model": "gpt-5", "tools": [
+        {"type": "function", "name": "bash", "parameters": {}}], "input": [
+        {"role": "developer", "content": "You are Crush."},
+        {"role": "user", "content": said("Find the file.")}]})
+    title = crush_title("Find the file.")
+    side = wire.read_request({"model": "gpt-5-mini", "input": [
+        {"role": "system", "content": title["messages"][0]["content"]},
+        {"role": "user", "content": said(title["messages"][1]["content"])}]})
+    assert first.anchor_text == "Find the file."
+    if title_first:
+        titled = book.identify("responses", side, caller, "a", lambda _key: False)
+        assert book.identify("responses", first, caller, "a", lambda _key: False) is titled
+    else:
+        run = book.identify("responses", first, caller, "a", lambda _key: False)
+        assert book.identify("responses", side, caller, "a", lambda _key: False) is run
+
+
+@pytest.mark.parametrize("handed", [True, False], ids=["its-task", "another-task"])
+def test_a_sub_agent_whose_task_a_tool_call_handed_over_is_a_child_run(handed: bool) -> None:
+    """Crush's ``agent`` tool runs a sub-agent in a session of its own (``x-session-id`` names
+    it, nothing names its caller): its conversation's first request, offering tools, begins
+    with the ``prompt`` its caller's tool call handed over, which still waits for its result:
+    a child run of the caller's run. Another task, or once that call has its result: a run of
+    its own."""
+    wire, book = ChatWire(), ModelBook()
+    tools = [{"type": "function", "function": {"name": "view", "parameters": {}}}]
+    prompt = "Look for notes.txt in this directory and say what it holds."
+    first = wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "user", "content": CRUSH_REMINDER}, {"role": "user", "content": "Find it."}]})
+    caller = book.identify("chat", first, Caller(session="aa"), "a", lambda _key: False)
+    seen = wire.read_response(json.loads(json.dumps(completion(
+        "m", "chatcmpl-1", Step(tool_calls=(ToolCall("agent", {"prompt": prompt}),)), {}))))
+    book.call_record(caller, first, seen, seen.calls, 1, 2)
+    book.settle(caller)
+    asked = prompt if handed else "Look for other.txt in this directory and say what it holds."
+    sub = book.identify("chat", wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "system", "content": "You are a sub-agent."},
+        {"role": "user", "content": asked}]}), Caller(session="bb"), "a", lambda _key: False)
+    assert sub is not caller and sub.parent == (caller.key if handed else None)
+    # (answered, the caller's call has its result: a later run with that task is no child)
+    [call_id] = caller.pending
+    done = wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "user", "content": CRUSH_REMINDER}, {"role": "user", "content": "Find it."},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type":
+            "function", "function": {"name": "agent", "arguments": json.dumps(
+                {"prompt": prompt})}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": "It holds a list."}]})
+    assert book.identify("chat", done, Caller(session="aa"), "a", lambda _key: False) is caller
+    book.tool_records(caller, done, 3)
+    later = book.identify("chat", wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "system", "content": "You are another agent."},
+        {"role": "user", "content": prompt}]}), Caller(session="cc"), "a", lambda _key: False)
+    assert later.parent is None
+
+
+def test_a_first_request_that_may_be_a_sub_agents_books_the_calls_that_handed_tools() -> None:
+    """A conversation's first request that offers tools and begins with a task long enough to
+    be a tool call's argument may be a sub-agent's whose caller's call is still unbooked (the
+    compiled relay holds ended calls): every call that handed tool calls over, or was not read
+    yet, is booked first; one that handed none, or a request too short, books nothing."""
+    book = ModelBook()
+    state = book.identify("chat", chat_request(), Caller(), "a", lambda _key: False)
+    held = [Unbooked(state, "r1", frozenset({"c1"})), Unbooked(state, "r2", frozenset()),
+            Unbooked(state)]
+    sub = ChatWire().read_request({"model": "m", "tools": [1], "messages": [
+        {"role": "user", "content": "Look for notes.txt in this directory."}]})
+    assert book.unbooked_of("chat", sub, Caller(session="bb"), "z", held) == [0, 2]
+    assert book.unbooked_of("chat", sub, Caller(session="bb", subagent="x"), "z", held) == []
+    short = ChatWire().read_request({"model": "m", "tools": [1], "messages": [
+        {"role": "user", "content": "Look."}]})
+    assert book.unbooked_of("chat", short, Caller(), "z", held) == []
+
+
+def test_a_long_task_is_quoted_by_its_start() -> None:
+    """A task longer than the lines kept of it (``MAX_QUOTE_CHARS``): a title request that
+    quotes it whole is its side request; the bounds hold (what a run keeps of it)."""
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session="1f0c2e")
+    task = "\n".join(f"Step {i}: look in directory number {i} for the file." for i in range(200))
+    first = wire.read_request({"model": "m", "tools": [
+        {"type": "function", "function": {"name": "bash", "parameters": {}}}], "messages": [
+        {"role": "user", "content": task}]})
+    run = book.identify("chat", first, caller, "a", lambda _key: False)
+    assert [len(lines) for lines in run.task_lines] == [MAX_QUOTE_CHARS + 1]  # (cut)
+    side = wire.read_request(crush_title(task))
+    assert book.identify("chat", side, caller, "a", lambda _key: False) is run

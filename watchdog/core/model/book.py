@@ -28,15 +28,19 @@ goes to the conversation's latest run. A conversation the book does not know (lo
 restart, or let go) whose request goes on with it (tool results, or no new user message) joins
 its session's active run, when the sidecar has one (it restored it); the tool calls handed over
 before are not known, so their results count no tool call. In a session its client names, a
-conversation's first request that offers no tools and quotes the first message of another
-conversation of the session (a side request: the title an agent asks its small model for) is a
-model call of that conversation's run, not its answer: of the run while it goes, when it comes
-after its first request; when it comes first, the run it starts is the one that conversation's
-first request goes on in. A run whose agent acts in text (each answer an action, the run held
-open for the next request) goes on only in a request that carries its latest answer
-(:func:`carries_answer`): an invocation whose requests begin as the run's did is the next run;
-and a conversation's first request that quotes that answer (a commit message the agent asks a
-model for, for the action it just ran) is a side request of the run (:func:`quotes_answer`).
+conversation's first request that offers no tools and quotes a user message of another
+conversation's first request of the session, as a message of its own or on lines of their own
+within its prompt (a side request: the title an agent asks its small model for) is a model call
+of that conversation's run, not its answer: of the run while it goes, when it comes after its
+first request; when it comes first, the run it starts is the one that conversation's first
+request goes on in. A conversation whose first request begins with a text argument of a tool
+call another run handed over and still waits for (a sub-agent its tool started, naming nothing
+of its caller's) is a child run of that run. A run whose agent acts in text (each answer an
+action, the run held open for the next request) goes on only in a request that carries its
+latest answer (:func:`carries_answer`): an invocation whose requests begin as the run's did is
+the next run; and a conversation's first request that quotes that answer (a commit message the
+agent asks a model for, for the action it just ran) is a side request of the run
+(:func:`quotes_answer`).
 
 Each response becomes one model-call record (tokens, finish reason, the tool calls asked, the
 response id); each tool call the endpoint handed over becomes one tool-call record (name,
@@ -112,6 +116,16 @@ _FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)  # a fenced block's con
 _FENCED_WHOLE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
 MAX_SIDE_SAID = 8  # the messages of a side request kept (digests) to know what it quoted
+# A tool call's text argument at least this long may be a task it hands a sub-agent (Crush's
+# `agent` tool: its `prompt`), whose conversation begins with it: a child run of the caller's
+# (:meth:`ModelBook._handed_task`); of each call, this many of its arguments are kept (digests)
+MIN_HANDED_TASK_CHARS = 20
+MAX_HANDED_TASKS_PER_CALL = 4
+# ... and of a task, the chars kept (its lines, spacing aside) to know whether a message
+# quotes it within a prompt of its own (:func:`_quotes`); of a side request's messages, twice
+# that in all (the task and the prompt around it)
+MAX_QUOTE_CHARS = 1_000
+_CUT = "\0"  # the end of a message's lines cut at their bound (:func:`_lines`)
 # A new user message that comes this soon after the answer that ended its run at its budget
 # or a stop is the agent's own reply to that answer (a format error, a validation retry: no
 # person reads a report and asks again this fast), so it is still that run's (its stop), not
@@ -230,10 +244,18 @@ class EndpointRun:
     # conversation whose first message it quoted goes on in this run (:meth:`ModelBook.
     # _side_of`). None once a request that offers tools is of it, or for any other run
     side: frozenset[str] | None = None
+    # ... and those messages' lines (:func:`_lines`): a first message they quote on lines of
+    # its own, within a prompt of the side request's (Crush's title), is quoted too
+    side_lines: tuple[str, ...] = ()
     # a run of a session its client names whose conversation's first request offered tools:
     # the digest of that first message (:func:`_said_digest`), which a side request sent after
-    # it quotes (:func:`is_side`)
+    # it quotes (:func:`is_side`); and what that request said (its user messages: the task
+    # may follow a message the agent puts first, as Crush's todo reminder), their digests and
+    # lines (:func:`_side_lines`), which a side request quotes, whole or within a prompt of
+    # its own
     task: str | None = None
+    task_said: frozenset[str] = frozenset()
+    task_lines: tuple[str, ...] = ()
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
@@ -277,6 +299,8 @@ class ModelBook:
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
         self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
+        # a text argument of a tool call handed over (its digest) -> its run (MAX_RESPONSE_IDS)
+        self._handed_tasks: OrderedDict[str, str] = OrderedDict()
         # session a client names -> the runs its latest requests naming no sub-agent were of,
         # latest last, at most MAX_CALLERS_PER_SESSION (the callers of its sub-agents)
         self._callers: OrderedDict[str, tuple[str, ...]] = OrderedDict()
@@ -322,6 +346,8 @@ class ModelBook:
         self._now_ns = now_ns
         self._at_once = False
         state = self._identify(api, request, caller, agent, ended, resume)
+        if state.parent is None and caller.subagent is None:
+            state.parent = self._handed_task(state, request)
         state.going_on = self._going_on
         state.at_once = self._at_once
         state.asking += 1
@@ -353,6 +379,40 @@ class ModelBook:
                        and run.pending]
             if found:
                 state.parent = (waiting or found)[0]
+
+    def _handed_task(self, state: EndpointRun, request: Request) -> str | None:
+        """The run that handed ``request``'s conversation its task, or None: its first
+        request, offering tools, begins with a text argument of a tool call that another run
+        handed over and still waits for (a sub-agent its tool started, whose requests name
+        nothing of its caller's: Crush's, a session of its own). A child run of that run."""
+        if request.results or request.last_answer is not None or not request.has_tools \
+                or state.handed or state.pending \
+                or len(request.anchor_text) < MIN_HANDED_TASK_CHARS:
+            return None  # (its run may have begun at its title, a side request: no calls)
+        key = self._handed_tasks.get(_said_digest(request.anchor_text))
+        caller = self._runs.get(key) if key is not None else None
+        if caller is None or caller is state or not caller.pending:
+            return None
+        return caller.key
+
+    def _handing(self, state: EndpointRun, call: ToolCall) -> None:
+        """``call``, handed over by ``state``'s run: its text arguments, a task it may hand a
+        sub-agent (:meth:`_handed_task`)."""
+        if len(call.arguments) < MIN_HANDED_TASK_CHARS:
+            return
+        try:
+            arguments = json.loads(call.arguments)
+        except ValueError:
+            return
+        if not isinstance(arguments, dict):
+            return
+        texts = [value for value in arguments.values()
+                 if isinstance(value, str) and len(value) >= MIN_HANDED_TASK_CHARS]
+        for text in texts[:MAX_HANDED_TASKS_PER_CALL]:
+            self._handed_tasks[_said_digest(text)] = state.key
+            self._handed_tasks.move_to_end(_said_digest(text))
+        while len(self._handed_tasks) > MAX_RESPONSE_IDS:
+            self._handed_tasks.popitem(last=False)
 
     @staticmethod
     def settle(state: EndpointRun) -> None:
@@ -407,7 +467,9 @@ class ModelBook:
         the run of, or whose records change what it reads: they must be recorded before it is
         identified. The calls of the run its trace or ``x-watchdog-run`` names; else of its
         conversation, the response it continues and the tool calls its results answer (a call
-        the relay has not read yet may be any of these)."""
+        the relay has not read yet may be any of these); for a conversation's first request
+        that may be a sub-agent's, every call that handed tool calls over (one may have handed
+        it its task: :meth:`_handed_task`)."""
         if not calls:
             return []
         trace = parse_traceparent(caller.traceparent)
@@ -417,11 +479,15 @@ class ModelBook:
         digest = _digest(api, agent, request.anchor)
         previous = request.previous_response_id
         answered = {result.call_id for result in request.results}
+        handed = caller.subagent is None and request.has_tools and not request.results \
+            and request.last_answer is None \
+            and len(request.anchor_text) >= MIN_HANDED_TASK_CHARS
         return [index for index, call in enumerate(calls)
                 if call.run.conversation == digest
                 or (previous is not None and call.response_id in (previous, None))
                 or (answered and (call.call_ids is None
-                                  or not answered.isdisjoint(call.call_ids)))]
+                                  or not answered.isdisjoint(call.call_ids)))
+                or (handed and call.call_ids != frozenset())]
 
     def _answers_calls_of(self, state: EndpointRun, request: Request) -> bool:
         """Whether ``request`` goes on from calls ``state``'s run handed over (its results
@@ -515,15 +581,20 @@ class ModelBook:
                 # a side request (a title of the session's task): the run of the conversation
                 # whose first message it quotes, if that comes next (:meth:`_side_of`)
                 # (what it quoted: its messages after its first, which it asked itself)
-                state.side = frozenset(_said_digest(text) for text in request.said[
-                    :MAX_SIDE_SAID]) - {_said_digest(request.anchor)}
+                said = request.said[:MAX_SIDE_SAID]
+                state.side = frozenset(_said_digest(text) for text in said) - {
+                    _said_digest(request.anchor_text)}
+                state.side_lines = _side_lines(said)
                 _remember(self._sides, client_session, state.key)
         return state
 
     def _tasked(self, session: str, state: EndpointRun, request: Request) -> None:
         """``state``'s conversation, of ``session``, began with ``request``, which offers
         tools: a side request that quotes its first message is of it (:func:`is_side`)."""
-        state.task = _said_digest(request.anchor)
+        said = request.said[:MAX_SIDE_SAID] or [request.anchor_text]
+        state.task = _said_digest(request.anchor_text)
+        state.task_said = frozenset(_said_digest(text) for text in said)
+        state.task_lines = _side_lines(said, MAX_QUOTE_CHARS)
         _remember(self._tasks, session, state.key)
 
     def _side_of(self, session: str, request: Request, digest: str,
@@ -538,18 +609,24 @@ class ModelBook:
         if not request.has_tools:
             key = self._tasks.get(session)
             state = self._runs.get(key) if key is not None else None
-            if state is None or state.task is None or ended(state.key) or state.task not in {
-                    _said_digest(text) for text in request.said[:MAX_SIDE_SAID]} \
-                    or _said_digest(request.anchor) == state.task:
+            said = request.said[:MAX_SIDE_SAID]
+            if state is None or state.task is None or ended(state.key) \
+                    or _said_digest(request.anchor_text) == state.task \
+                    or (state.task_said.isdisjoint(_said_digest(text) for text in said)
+                        and not any(_quotes(lines, task) for lines in _side_lines(said)
+                                    for task in state.task_lines)):
                 return None  # (one that begins with the task asks it again: no side request)
             return self._touch(state)
         key = self._sides.get(session)
         state = self._runs.get(key) if key is not None else None
-        if state is None or state.side is None \
-                or _said_digest(request.anchor) not in state.side:
+        said = request.said[:MAX_SIDE_SAID] or [request.anchor_text]
+        if state is None or state.side is None or (
+                state.side.isdisjoint(_said_digest(text) for text in said)
+                and not any(_quotes(lines, _lines(text)) for lines in state.side_lines
+                            for text in said)):
             return None
         del self._sides[session]
-        state.side, state.conversation = None, digest
+        state.side, state.side_lines, state.conversation = None, (), digest
         state.first = state.messages = request.messages
         self._tasked(session, state, request)
         self._conversations[digest] = state.key
@@ -813,6 +890,8 @@ class ModelBook:
                 _wait(waiting, call)
             if call.call_id:
                 self._calls[call.call_id] = state.key
+            if not broke:
+                self._handing(state, call)
         while len(self._calls) > MAX_RESPONSE_IDS:
             self._calls.popitem(last=False)
         if not broke:  # (its request may be sent again: the same run's, not a twin's)
@@ -1058,7 +1137,7 @@ def is_side(state: EndpointRun, request: Request) -> bool:
     with another message than the run's conversation (:attr:`EndpointRun.task`; it quoted
     that). It answers none of the run's tool calls, and its answer is not the run's."""
     return (state.task is not None and not request.has_tools and not request.results
-            and _said_digest(request.anchor) != state.task) or quotes_answer(state, request)
+            and _said_digest(request.anchor_text) != state.task) or quotes_answer(state, request)
 
 
 def quotes_answer(state: EndpointRun, request: Request) -> bool:
@@ -1079,6 +1158,48 @@ def _remember(index: OrderedDict[str, str], session: str, key: str) -> None:
     index.move_to_end(session)
     while len(index) > MAX_CONVERSATIONS:
         index.popitem(last=False)
+
+
+def _lines(text: str, limit: int = MAX_QUOTE_CHARS) -> str:
+    """A message's lines, spacing within each aside and blank ones dropped, at most ``limit``
+    chars of them (the form :func:`_quotes` compares); cut there, it ends in :data:`_CUT`."""
+    kept: list[str] = []
+    size, cut = 0, len(text) > 4 * limit
+    for line in text[:4 * limit].splitlines():
+        if words := line.split():
+            kept.append(" ".join(words))
+            size += len(kept[-1]) + 1
+            if size > limit:
+                cut = True
+                break
+    lines = "\n".join(kept)
+    return lines[:limit] + _CUT if cut else lines
+
+
+def _side_lines(said: Sequence[str], each: int = 2 * MAX_QUOTE_CHARS) -> tuple[str, ...]:
+    """A request's messages (:func:`_lines`), each at most ``each`` chars (a task's, a side
+    request's quote of it and the prompt around it), twice :data:`MAX_QUOTE_CHARS` in all."""
+    kept: list[str] = []
+    left = 2 * MAX_QUOTE_CHARS
+    for text in said:
+        if left <= 0:
+            break
+        kept.append(_lines(text, min(left, each)))
+        left -= len(kept[-1]) + 1
+    return tuple(kept)
+
+
+def _quotes(message: str, task: str | None) -> bool:
+    """Whether ``message`` (:func:`_lines`) quotes ``task`` (a message of a conversation's
+    first request, the same) within a prompt of its own: on lines of their own, with more
+    around them (a title request that wraps the task in its instruction, as Crush's does). A
+    message that is the task alone asks it, it quotes nothing; a task cut short is quoted by
+    its start."""
+    if not task or message == task:
+        return False
+    if task.endswith(_CUT):
+        return f"\n{task[:-1]}" in f"\n{message}"
+    return f"\n{task}\n" in f"\n{message}\n"
 
 
 def _said_digest(text: str) -> str:

@@ -67,7 +67,7 @@ class ChatWire:
             messages = []
         model = body.get("model")
         instructions: list[str] = []
-        anchor = ""
+        anchor = anchor_text = ""
         last_answer = -1
         answers: list[int] = []
         for index, message in enumerate(messages):
@@ -78,6 +78,7 @@ class ChatWire:
                 instructions.append(text_of(message.get("content")))
             elif role == "user" and not anchor:
                 anchor = anchor_of(message.get("content"))
+                anchor_text = text_of(message.get("content"))
             elif role == "assistant":
                 last_answer = index
                 answers.append(index)
@@ -103,6 +104,7 @@ class ChatWire:
             or can_call(body.get("functions"), body.get("function_call")),
             instructions="\n".join(instructions),
             anchor=anchor,
+            anchor_text=anchor_text,
             messages=len(messages),
             last_is_user=isinstance(last, dict) and last.get("role") == "user",
             results=results,

@@ -58,10 +58,11 @@ class MessagesWire:
         if not isinstance(messages, list):
             messages = []
         model = body.get("model")
-        anchor = ""
+        anchor = anchor_text = ""
         for message in messages:
             if isinstance(message, dict) and message.get("role") == "user":
                 anchor = anchor_of(message.get("content"))
+                anchor_text = text_of(message.get("content"))
                 break
         results: list[ToolResult] = []
         said: list[str] = []
@@ -83,6 +84,7 @@ class MessagesWire:
             has_tools=can_call(body.get("tools"), body.get("tool_choice")),
             instructions=text_of(body.get("system")),
             anchor=anchor,
+            anchor_text=anchor_text,
             messages=len(messages),
             last_is_user=isinstance(last, dict) and last.get("role") == "user"
             and not _is_result_message(last),

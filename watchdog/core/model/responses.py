@@ -95,7 +95,7 @@ class ResponsesWire:
         items = body.get("input")
         instructions = [body["instructions"]] if isinstance(body.get("instructions"),
                                                              str) else []
-        anchor = items if isinstance(items, str) else ""
+        anchor = anchor_text = items if isinstance(items, str) else ""
         results: list[ToolResult] = []
         said: list[str] = []
         count, last_is_user = 1, isinstance(items, str)
@@ -111,6 +111,7 @@ class ResponsesWire:
                     instructions.append(text_of(item.get("content")))
                 elif role == "user" and not anchor:
                     anchor = anchor_of(item.get("content"))
+                    anchor_text = text_of(item.get("content"))
                 if role == "assistant" or kind in CALL_ITEMS:
                     results, said = [], []
                     last_answer = item.get("content") if role == "assistant" else None
@@ -138,6 +139,7 @@ class ResponsesWire:
             if isinstance(answer := body.get("text"), dict) else None,
             instructions="\n".join(instructions),
             anchor=anchor,
+            anchor_text=anchor_text,
             messages=count,
             last_is_user=last_is_user,
             results=results,

@@ -58,6 +58,9 @@ class Request:
     anchor: str  # the conversation's first user message (its identity, with the agent)
     messages: int  # items in the conversation (in the request, when the server keeps it)
     last_is_user: bool  # the request carries a new user message (not a tool result)
+    # the text of its first user message (its parts' text joined, when it has parts): what a
+    # side request quotes
+    anchor_text: str = ""
     results: list[ToolResult] = field(default_factory=list)  # since the last model answer
     # the text of the other messages since the last model answer (tool results an agent
     # replays as plain text: "Observation: ...")

@@ -67,9 +67,10 @@ most of this loop's work per request, so it waits until the requests queued with
 decided and sent on: the responses that ended are held, and booked together, in one step of
 the core, once the requests that came before that moment have been taken. A request that may
 continue a call held unbooked (of its conversation, of its run's trace or ``x-watchdog-run``,
-a call its tool results answer, the response it continues: :meth:`ModelBook.unbooked_of`) has
-those booked before its run is found, so each request still finds its run's calls counted
-(the countdown exact); the others wait.
+a call its tool results answer, the response it continues; a call that may have handed a
+sub-agent's first request its task: :meth:`ModelBook.unbooked_of`) has those booked before its
+run is found, so each request still finds its run's calls counted (the countdown exact) and
+its caller; the others wait.
 
 What a new conversation's first request gets depends only on its agent (the rule packs'
 budgets and rules for a run with nothing in it), its session's earlier runs, and the fleet's
@@ -154,7 +155,14 @@ from watchdog.core.model.steer import (
 from watchdog.core.model.wire import Observation, ObservedFields, Request, observation_of
 from watchdog.core.spans.record import KeySource
 from watchdog.shell.model.headers import TOKEN_HEADER, Refused, door
-from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Answer, Booked, Exchange, Plan
+from watchdog.shell.model.plans import (
+    MAX_RESPONSE_BYTES,
+    Answer,
+    Booked,
+    Exchange,
+    Plan,
+    reservable,
+)
 from watchdog.shell.model.proxy import CONNECT_TIMEOUT, ModelProxy, read_observation
 from watchdog.shell.model.streams import is_stream
 
@@ -506,7 +514,7 @@ class NativeEndpoint:
                 exchange.turn = Turn(Act.NOTE if note else Act.PASS, note,
                                      None if keep < 0 else keep, "ahead")
                 exchange.unasked = None
-                exchange.reserved = max(keep, 0)
+                exchange.reserved = reservable(exchange.request, exchange.state, keep)
                 exchange.state.reserved += exchange.reserved
             plan.body = b""  # (the relay's, sent on already: not held here as well)
             self.noted += bool(note)

@@ -100,6 +100,15 @@ class Asking(Protocol):
     def let_go(self) -> None: ...
 
 
+def reservable(request: Any, state: EndpointRun, keep: int | None) -> int:
+    """The tool calls a request on its way keeps from its run's other requests: the ``keep``
+    its turn allows, when it may hand over any (it offers tools, or its agent acts on the
+    answer's text); none for one that offers no tools (a title or a summary the agent asks for
+    while its run's own request is with the model, whose tools it must not withdraw)."""
+    can_act = request.has_tools or state.acts_in_text
+    return max(keep or 0, 0) if can_act else 0
+
+
 class Exchange:
     """One request on its way: what the response is read against."""
 
@@ -127,7 +136,8 @@ class Exchange:
         self.settled = False  # no longer its run's (settle: once)
         # the tool calls it may hand over, kept from its run's other requests until it is
         # booked or settled
-        self.reserved = (turn.keep or 0) if turn.act is not Act.FINAL else 0
+        self.reserved = reservable(request, state, turn.keep if turn.act is not Act.FINAL
+                                   else 0)
         state.reserved += self.reserved
 
     @property
