@@ -1460,3 +1460,45 @@ def test_a_long_task_is_quoted_by_its_start() -> None:
     assert [len(lines) for lines in run.task_lines] == [MAX_QUOTE_CHARS + 1]  # (cut)
     side = wire.read_request(crush_title(task))
     assert book.identify("chat", side, caller, "a", lambda _key: False) is run
+
+
+@pytest.mark.parametrize("case", ["another-agent", "same-task", "another-call"])
+def test_a_conversation_that_begins_as_a_tool_argument_is_no_child_of_an_unrelated_run(
+        case: str) -> None:
+    """A conversation whose first request begins with a tool call's text argument is a child
+    of that call's run only when it may be that call's sub-agent: of the same agent, while
+    that very call waits (another call of the run, handed later, started no such sub-agent),
+    and not another invocation of the caller's own task (the same task run twice at once, the
+    first passing its task to a tool: each its own run, not a child run grouped with the
+    first for loops across agents)."""
+    wire, book = ChatWire(), ModelBook()
+    tools = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+    task = "Summarise the file README.md in three lines."
+    first = wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "user", "content": task}]})
+    caller = book.identify("chat", first, Caller(), "a", lambda _key: False)
+    argument = task if case == "same-task" else "summarise the file README.md"
+    seen = wire.read_response(json.loads(json.dumps(completion(
+        "m", "chatcmpl-1", Step(tool_calls=(ToolCall("search", {"query": argument}),)), {}))))
+    book.call_record(caller, first, seen, seen.calls, 1, 2)
+    book.settle(caller)
+    if case == "another-call":  # (the call answered, the run hands another and waits)
+        [call_id] = caller.pending
+        done = wire.read_request({"model": "m", "tools": tools, "messages": [
+            {"role": "user", "content": task},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type":
+                "function", "function": {"name": "search", "arguments": json.dumps(
+                    {"query": argument})}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": "No README.md here."}]})
+        assert book.identify("chat", done, Caller(), "a", lambda _key: False) is caller
+        book.tool_records(caller, done, 3)
+        seen = wire.read_response(json.loads(json.dumps(completion(
+            "m", "chatcmpl-2", Step(tool_calls=(ToolCall("search", {"query": "readme"}),)),
+            {}))))
+        book.call_record(caller, done, seen, seen.calls, 3, 4)
+        book.settle(caller)
+        assert caller.pending
+    other = book.identify("chat", wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "user", "content": argument}]}), Caller(),
+        "b" if case == "another-agent" else "a", lambda _key: False)
+    assert other is not caller and other.parent is None

@@ -299,8 +299,9 @@ class ModelBook:
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
         self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
-        # a text argument of a tool call handed over (its digest) -> its run (MAX_RESPONSE_IDS)
-        self._handed_tasks: OrderedDict[str, str] = OrderedDict()
+        # a text argument of a tool call handed over (its agent's and its digest) -> its run,
+        # the key the call waits under there and its arguments' digest (MAX_RESPONSE_IDS)
+        self._handed_tasks: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
         # session a client names -> the runs its latest requests naming no sub-agent were of,
         # latest last, at most MAX_CALLERS_PER_SESSION (the callers of its sub-agents)
         self._callers: OrderedDict[str, tuple[str, ...]] = OrderedDict()
@@ -389,15 +390,22 @@ class ModelBook:
                 or state.handed or state.pending \
                 or len(request.anchor_text) < MIN_HANDED_TASK_CHARS:
             return None  # (its run may have begun at its title, a side request: no calls)
-        key = self._handed_tasks.get(_said_digest(request.anchor_text))
-        caller = self._runs.get(key) if key is not None else None
-        if caller is None or caller is state or not caller.pending:
+        handed = self._handed_tasks.get(_said_digest(f"{state.agent}\0{request.anchor_text}"))
+        if handed is None:
             return None
+        key, waiting, arguments = handed
+        caller = self._runs.get(key)
+        call = caller.pending.get(waiting) if caller is not None else None
+        if caller is None or caller is state or call is None \
+                or _said_digest(call.arguments) != arguments \
+                or caller.conversation == state.conversation:
+            return None  # (that call answered; the caller's own task run again at once)
         return caller.key
 
-    def _handing(self, state: EndpointRun, call: ToolCall) -> None:
-        """``call``, handed over by ``state``'s run: its text arguments, a task it may hand a
-        sub-agent (:meth:`_handed_task`)."""
+    def _handing(self, state: EndpointRun, call: ToolCall, waiting: str) -> None:
+        """``call``, handed over by ``state``'s run and waiting under ``waiting`` in its
+        pending calls: its text arguments, a task it may hand a sub-agent of its agent's
+        (:meth:`_handed_task`), while that call waits."""
         if len(call.arguments) < MIN_HANDED_TASK_CHARS:
             return
         try:
@@ -408,9 +416,11 @@ class ModelBook:
             return
         texts = [value for value in arguments.values()
                  if isinstance(value, str) and len(value) >= MIN_HANDED_TASK_CHARS]
+        handed = (state.key, waiting, _said_digest(call.arguments))
         for text in texts[:MAX_HANDED_TASKS_PER_CALL]:
-            self._handed_tasks[_said_digest(text)] = state.key
-            self._handed_tasks.move_to_end(_said_digest(text))
+            digest = _said_digest(f"{state.agent}\0{text}")
+            self._handed_tasks[digest] = handed
+            self._handed_tasks.move_to_end(digest)
         while len(self._handed_tasks) > MAX_RESPONSE_IDS:
             self._handed_tasks.popitem(last=False)
 
@@ -886,12 +896,11 @@ class ModelBook:
                 state.aside = words[:MAX_ASIDE_CHARS]  # an aside's answer (it offered no tools)
         waiting = state.begun if broke else state.pending
         for call in work:
-            if len(waiting) < MAX_PENDING_CALLS:
-                _wait(waiting, call)
+            waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS else None
             if call.call_id:
                 self._calls[call.call_id] = state.key
-            if not broke:
-                self._handing(state, call)
+            if waited is not None and not broke:
+                self._handing(state, call, waited)
         while len(self._calls) > MAX_RESPONSE_IDS:
             self._calls.popitem(last=False)
         if not broke:  # (its request may be sent again: the same run's, not a twin's)
@@ -982,14 +991,15 @@ def _sent_again(state: EndpointRun, request: Request) -> bool:
         and state.asked == _asked(request)
 
 
-def _wait(waiting: dict[str, ToolCall], call: ToolCall) -> None:
+def _wait(waiting: dict[str, ToolCall], call: ToolCall) -> str:
     """``call`` waits for its result: under its id, or, when a call handed over before has the
     same id (an upstream that gives none, or the same one to each call), under its id and a
-    number, so that each call counts once."""
+    number, so that each call counts once. The key it waits under."""
     key, number = call.call_id, len(waiting)
     while key in waiting:
         key, number = f"{call.call_id}\0{number}", number + 1
     waiting[key] = call
+    return key
 
 
 def _answered(waiting: dict[str, ToolCall], call_id: str) -> ToolCall | None:
