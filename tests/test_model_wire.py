@@ -1502,3 +1502,24 @@ def test_a_conversation_that_begins_as_a_tool_argument_is_no_child_of_an_unrelat
         {"role": "user", "content": argument}]}), Caller(),
         "b" if case == "another-agent" else "a", lambda _key: False)
     assert other is not caller and other.parent is None
+
+
+def test_a_request_that_shares_a_long_tasks_start_is_no_side_request_of_it() -> None:
+    """A task longer than the lines kept of it is quoted by its start only when what follows
+    in the quote is the rest of that task: another request of the session that offers no
+    tools and begins as the task did (a harness's long preamble, the task after it) asks a
+    task of its own (a run of its own, told its budget), not a side request of the first."""
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session="1f0c2e")
+    preamble = "\n".join(f"Rule {i}: keep the change in directory number {i} small."
+                         for i in range(40))
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+    first = wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "user", "content": f"{preamble}\nFix the first bug in parse.py."}]})
+    run = book.identify("chat", first, caller, "a", lambda _key: False)
+    assert run.task_lines[0].endswith("\0")  # (cut)
+    other = wire.read_request({"model": "m", "messages": [
+        {"role": "user", "content": f"{preamble}\nExplain the second bug in lex.py."}]})
+    assert book.identify("chat", other, caller, "a", lambda _key: False) is not run
+    side = wire.read_request(crush_title(f"{preamble}\nFix the first bug in parse.py."))
+    assert book.identify("chat", side, caller, "a", lambda _key: False) is run

@@ -256,6 +256,9 @@ class EndpointRun:
     task: str | None = None
     task_said: frozenset[str] = frozenset()
     task_lines: tuple[str, ...] = ()
+    # ... and of each of those cut (longer than kept), its whole lines' length and digest
+    # (:func:`_whole`): a quote of its start must go on with the rest of it (None: not cut)
+    task_whole: tuple[tuple[int, str] | None, ...] = ()
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
@@ -605,6 +608,8 @@ class ModelBook:
         state.task = _said_digest(request.anchor_text)
         state.task_said = frozenset(_said_digest(text) for text in said)
         state.task_lines = _side_lines(said, MAX_QUOTE_CHARS)
+        state.task_whole = tuple(_whole(text)[1:] if lines.endswith(_CUT) else None
+                                 for text, lines in zip(said, state.task_lines, strict=False))
         _remember(self._tasks, session, state.key)
 
     def _side_of(self, session: str, request: Request, digest: str,
@@ -623,8 +628,10 @@ class ModelBook:
             if state is None or state.task is None or ended(state.key) \
                     or _said_digest(request.anchor_text) == state.task \
                     or (state.task_said.isdisjoint(_said_digest(text) for text in said)
-                        and not any(_quotes(lines, task) for lines in _side_lines(said)
-                                    for task in state.task_lines)):
+                        and not any(_quotes(lines, task) and _quotes_whole(said, task, whole)
+                                    for lines in _side_lines(said)
+                                    for task, whole in zip(state.task_lines,
+                                                           state.task_whole, strict=True))):
                 return None  # (one that begins with the task asks it again: no side request)
             return self._touch(state)
         key = self._sides.get(session)
@@ -1210,6 +1217,34 @@ def _quotes(message: str, task: str | None) -> bool:
     if task.endswith(_CUT):
         return f"\n{task[:-1]}" in f"\n{message}"
     return f"\n{task}\n" in f"\n{message}\n"
+
+
+def _whole(text: str) -> tuple[str, int, str]:
+    """A message's lines (:func:`_lines`), all of them, their length and digest."""
+    lines = _lines(text, len(text) + 1)
+    return lines, len(lines), hashlib.sha256(lines.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _quotes_whole(said: Sequence[str], task: str, whole: tuple[int, str] | None) -> bool:
+    """Whether a message of ``said`` quotes the task cut short to ``task`` (:func:`_lines`)
+    whole (``whole``: its lines' length and digest) on lines of their own, not only its start
+    (a request that begins as a long task did, a preamble, and goes on with another). A task
+    not cut: True (:func:`_quotes` read it whole)."""
+    if whole is None:
+        return True
+    size, digest = whole
+    start = task[:-1]
+    for text in said[:MAX_SIDE_SAID]:
+        lines = f"\n{_whole(text)[0]}\n"
+        at, tries = lines.find(f"\n{start}"), MAX_SIDE_SAID  # (bounded: a start repeated)
+        while at >= 0 and tries:
+            tries -= 1
+            quoted = lines[at + 1:at + 1 + size]
+            if lines[at + 1 + size:at + 2 + size] == "\n" and hashlib.sha256(
+                    quoted.encode("utf-8", "surrogatepass")).hexdigest() == digest:
+                return True
+            at = lines.find(f"\n{start}", at + 1)
+    return False
 
 
 def _said_digest(text: str) -> str:
