@@ -1432,16 +1432,18 @@ def test_a_sub_agent_whose_task_a_tool_call_handed_over_is_a_child_run(handed: b
 def test_a_first_request_that_may_be_a_sub_agents_books_the_calls_that_handed_tools() -> None:
     """A conversation's first request that offers tools and begins with a task long enough to
     be a tool call's argument may be a sub-agent's whose caller's call is still unbooked (the
-    compiled relay holds ended calls): every call that handed tool calls over, or was not read
-    yet, is booked first; one that handed none, or a request too short, books nothing."""
+    compiled relay holds ended calls): every call of its agent that handed tool calls over, or
+    was not read yet, is booked first; one that handed none, another agent's, or a request too
+    short, books nothing."""
     book = ModelBook()
     state = book.identify("chat", chat_request(), Caller(), "a", lambda _key: False)
     held = [Unbooked(state, "r1", frozenset({"c1"})), Unbooked(state, "r2", frozenset()),
             Unbooked(state)]
     sub = ChatWire().read_request({"model": "m", "tools": [1], "messages": [
         {"role": "user", "content": "Look for notes.txt in this directory."}]})
-    assert book.unbooked_of("chat", sub, Caller(session="bb"), "z", held) == [0, 2]
-    assert book.unbooked_of("chat", sub, Caller(session="bb", subagent="x"), "z", held) == []
+    assert book.unbooked_of("chat", sub, Caller(session="bb"), "a", held) == [0, 2]
+    assert book.unbooked_of("chat", sub, Caller(session="bb", subagent="x"), "a", held) == []
+    assert book.unbooked_of("chat", sub, Caller(session="bb"), "z", held) == []  # (another's)
     short = ChatWire().read_request({"model": "m", "tools": [1], "messages": [
         {"role": "user", "content": "Look."}]})
     assert book.unbooked_of("chat", short, Caller(), "z", held) == []

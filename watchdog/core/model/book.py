@@ -481,8 +481,8 @@ class ModelBook:
         identified. The calls of the run its trace or ``x-watchdog-run`` names; else of its
         conversation, the response it continues and the tool calls its results answer (a call
         the relay has not read yet may be any of these); for a conversation's first request
-        that may be a sub-agent's, every call that handed tool calls over (one may have handed
-        it its task: :meth:`_handed_task`)."""
+        that may be a sub-agent's, every call of its agent that handed tool calls over (one
+        may have handed it its task: :meth:`_handed_task`)."""
         if not calls:
             return []
         trace = parse_traceparent(caller.traceparent)
@@ -500,7 +500,7 @@ class ModelBook:
                 or (previous is not None and call.response_id in (previous, None))
                 or (answered and (call.call_ids is None
                                   or not answered.isdisjoint(call.call_ids)))
-                or (handed and call.call_ids != frozenset())]
+                or (handed and call.call_ids != frozenset() and call.run.agent == agent)]
 
     def _answers_calls_of(self, state: EndpointRun, request: Request) -> bool:
         """Whether ``request`` goes on from calls ``state``'s run handed over (its results
