@@ -1432,16 +1432,18 @@ def test_a_sub_agent_whose_task_a_tool_call_handed_over_is_a_child_run(handed: b
 def test_a_first_request_that_may_be_a_sub_agents_books_the_calls_that_handed_tools() -> None:
     """A conversation's first request that offers tools and begins with a task long enough to
     be a tool call's argument may be a sub-agent's whose caller's call is still unbooked (the
-    compiled relay holds ended calls): every call that handed tool calls over, or was not read
-    yet, is booked first; one that handed none, or a request too short, books nothing."""
+    compiled relay holds ended calls): every call of its agent that handed tool calls over, or
+    was not read yet, is booked first; one that handed none, another agent's, or a request too
+    short, books nothing."""
     book = ModelBook()
     state = book.identify("chat", chat_request(), Caller(), "a", lambda _key: False)
     held = [Unbooked(state, "r1", frozenset({"c1"})), Unbooked(state, "r2", frozenset()),
             Unbooked(state)]
     sub = ChatWire().read_request({"model": "m", "tools": [1], "messages": [
         {"role": "user", "content": "Look for notes.txt in this directory."}]})
-    assert book.unbooked_of("chat", sub, Caller(session="bb"), "z", held) == [0, 2]
-    assert book.unbooked_of("chat", sub, Caller(session="bb", subagent="x"), "z", held) == []
+    assert book.unbooked_of("chat", sub, Caller(session="bb"), "a", held) == [0, 2]
+    assert book.unbooked_of("chat", sub, Caller(session="bb", subagent="x"), "a", held) == []
+    assert book.unbooked_of("chat", sub, Caller(session="bb"), "z", held) == []  # (another's)
     short = ChatWire().read_request({"model": "m", "tools": [1], "messages": [
         {"role": "user", "content": "Look."}]})
     assert book.unbooked_of("chat", short, Caller(), "z", held) == []
@@ -1459,4 +1461,67 @@ def test_a_long_task_is_quoted_by_its_start() -> None:
     run = book.identify("chat", first, caller, "a", lambda _key: False)
     assert [len(lines) for lines in run.task_lines] == [MAX_QUOTE_CHARS + 1]  # (cut)
     side = wire.read_request(crush_title(task))
+    assert book.identify("chat", side, caller, "a", lambda _key: False) is run
+
+
+@pytest.mark.parametrize("case", ["another-agent", "same-task", "another-call"])
+def test_a_conversation_that_begins_as_a_tool_argument_is_no_child_of_an_unrelated_run(
+        case: str) -> None:
+    """A conversation whose first request begins with a tool call's text argument is a child
+    of that call's run only when it may be that call's sub-agent: of the same agent, while
+    that very call waits (another call of the run, handed later, started no such sub-agent),
+    and not another invocation of the caller's own task (the same task run twice at once, the
+    first passing its task to a tool: each its own run, not a child run grouped with the
+    first for loops across agents)."""
+    wire, book = ChatWire(), ModelBook()
+    tools = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+    task = "Summarise the file README.md in three lines."
+    first = wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "user", "content": task}]})
+    caller = book.identify("chat", first, Caller(), "a", lambda _key: False)
+    argument = task if case == "same-task" else "summarise the file README.md"
+    seen = wire.read_response(json.loads(json.dumps(completion(
+        "m", "chatcmpl-1", Step(tool_calls=(ToolCall("search", {"query": argument}),)), {}))))
+    book.call_record(caller, first, seen, seen.calls, 1, 2)
+    book.settle(caller)
+    if case == "another-call":  # (the call answered, the run hands another and waits)
+        [call_id] = caller.pending
+        done = wire.read_request({"model": "m", "tools": tools, "messages": [
+            {"role": "user", "content": task},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type":
+                "function", "function": {"name": "search", "arguments": json.dumps(
+                    {"query": argument})}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": "No README.md here."}]})
+        assert book.identify("chat", done, Caller(), "a", lambda _key: False) is caller
+        book.tool_records(caller, done, 3)
+        seen = wire.read_response(json.loads(json.dumps(completion(
+            "m", "chatcmpl-2", Step(tool_calls=(ToolCall("search", {"query": "readme"}),)),
+            {}))))
+        book.call_record(caller, done, seen, seen.calls, 3, 4)
+        book.settle(caller)
+        assert caller.pending
+    other = book.identify("chat", wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "user", "content": argument}]}), Caller(),
+        "b" if case == "another-agent" else "a", lambda _key: False)
+    assert other is not caller and other.parent is None
+
+
+def test_a_request_that_shares_a_long_tasks_start_is_no_side_request_of_it() -> None:
+    """A task longer than the lines kept of it is quoted by its start only when what follows
+    in the quote is the rest of that task: another request of the session that offers no
+    tools and begins as the task did (a harness's long preamble, the task after it) asks a
+    task of its own (a run of its own, told its budget), not a side request of the first."""
+    wire, book = ChatWire(), ModelBook()
+    caller = Caller(session="1f0c2e")
+    preamble = "\n".join(f"Rule {i}: keep the change in directory number {i} small."
+                         for i in range(40))
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+    first = wire.read_request({"model": "m", "tools": tools, "messages": [
+        {"role": "user", "content": f"{preamble}\nFix the first bug in parse.py."}]})
+    run = book.identify("chat", first, caller, "a", lambda _key: False)
+    assert run.task_lines[0].endswith("\0")  # (cut)
+    other = wire.read_request({"model": "m", "messages": [
+        {"role": "user", "content": f"{preamble}\nExplain the second bug in lex.py."}]})
+    assert book.identify("chat", other, caller, "a", lambda _key: False) is not run
+    side = wire.read_request(crush_title(f"{preamble}\nFix the first bug in parse.py."))
     assert book.identify("chat", side, caller, "a", lambda _key: False) is run

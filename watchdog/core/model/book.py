@@ -256,6 +256,9 @@ class EndpointRun:
     task: str | None = None
     task_said: frozenset[str] = frozenset()
     task_lines: tuple[str, ...] = ()
+    # ... and of each of those cut (longer than kept), its whole lines' length and digest
+    # (:func:`_whole`): a quote of its start must go on with the rest of it (None: not cut)
+    task_whole: tuple[tuple[int, str] | None, ...] = ()
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
@@ -299,8 +302,9 @@ class ModelBook:
         self._conversations: OrderedDict[str, str] = OrderedDict()  # anchor digest -> run
         self._responses: OrderedDict[str, str] = OrderedDict()  # response id -> run
         self._calls: OrderedDict[str, str] = OrderedDict()  # tool call id handed -> run
-        # a text argument of a tool call handed over (its digest) -> its run (MAX_RESPONSE_IDS)
-        self._handed_tasks: OrderedDict[str, str] = OrderedDict()
+        # a text argument of a tool call handed over (its agent's and its digest) -> its run,
+        # the key the call waits under there and its arguments' digest (MAX_RESPONSE_IDS)
+        self._handed_tasks: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
         # session a client names -> the runs its latest requests naming no sub-agent were of,
         # latest last, at most MAX_CALLERS_PER_SESSION (the callers of its sub-agents)
         self._callers: OrderedDict[str, tuple[str, ...]] = OrderedDict()
@@ -389,15 +393,22 @@ class ModelBook:
                 or state.handed or state.pending \
                 or len(request.anchor_text) < MIN_HANDED_TASK_CHARS:
             return None  # (its run may have begun at its title, a side request: no calls)
-        key = self._handed_tasks.get(_said_digest(request.anchor_text))
-        caller = self._runs.get(key) if key is not None else None
-        if caller is None or caller is state or not caller.pending:
+        handed = self._handed_tasks.get(_said_digest(f"{state.agent}\0{request.anchor_text}"))
+        if handed is None:
             return None
+        key, waiting, arguments = handed
+        caller = self._runs.get(key)
+        call = caller.pending.get(waiting) if caller is not None else None
+        if caller is None or caller is state or call is None \
+                or _said_digest(call.arguments) != arguments \
+                or caller.conversation == state.conversation:
+            return None  # (that call answered; the caller's own task run again at once)
         return caller.key
 
-    def _handing(self, state: EndpointRun, call: ToolCall) -> None:
-        """``call``, handed over by ``state``'s run: its text arguments, a task it may hand a
-        sub-agent (:meth:`_handed_task`)."""
+    def _handing(self, state: EndpointRun, call: ToolCall, waiting: str) -> None:
+        """``call``, handed over by ``state``'s run and waiting under ``waiting`` in its
+        pending calls: its text arguments, a task it may hand a sub-agent of its agent's
+        (:meth:`_handed_task`), while that call waits."""
         if len(call.arguments) < MIN_HANDED_TASK_CHARS:
             return
         try:
@@ -408,9 +419,11 @@ class ModelBook:
             return
         texts = [value for value in arguments.values()
                  if isinstance(value, str) and len(value) >= MIN_HANDED_TASK_CHARS]
+        handed = (state.key, waiting, _said_digest(call.arguments))
         for text in texts[:MAX_HANDED_TASKS_PER_CALL]:
-            self._handed_tasks[_said_digest(text)] = state.key
-            self._handed_tasks.move_to_end(_said_digest(text))
+            digest = _said_digest(f"{state.agent}\0{text}")
+            self._handed_tasks[digest] = handed
+            self._handed_tasks.move_to_end(digest)
         while len(self._handed_tasks) > MAX_RESPONSE_IDS:
             self._handed_tasks.popitem(last=False)
 
@@ -468,8 +481,8 @@ class ModelBook:
         identified. The calls of the run its trace or ``x-watchdog-run`` names; else of its
         conversation, the response it continues and the tool calls its results answer (a call
         the relay has not read yet may be any of these); for a conversation's first request
-        that may be a sub-agent's, every call that handed tool calls over (one may have handed
-        it its task: :meth:`_handed_task`)."""
+        that may be a sub-agent's, every call of its agent that handed tool calls over (one
+        may have handed it its task: :meth:`_handed_task`)."""
         if not calls:
             return []
         trace = parse_traceparent(caller.traceparent)
@@ -487,7 +500,7 @@ class ModelBook:
                 or (previous is not None and call.response_id in (previous, None))
                 or (answered and (call.call_ids is None
                                   or not answered.isdisjoint(call.call_ids)))
-                or (handed and call.call_ids != frozenset())]
+                or (handed and call.call_ids != frozenset() and call.run.agent == agent)]
 
     def _answers_calls_of(self, state: EndpointRun, request: Request) -> bool:
         """Whether ``request`` goes on from calls ``state``'s run handed over (its results
@@ -595,6 +608,8 @@ class ModelBook:
         state.task = _said_digest(request.anchor_text)
         state.task_said = frozenset(_said_digest(text) for text in said)
         state.task_lines = _side_lines(said, MAX_QUOTE_CHARS)
+        state.task_whole = tuple(_whole(text)[1:] if lines.endswith(_CUT) else None
+                                 for text, lines in zip(said, state.task_lines, strict=False))
         _remember(self._tasks, session, state.key)
 
     def _side_of(self, session: str, request: Request, digest: str,
@@ -613,8 +628,10 @@ class ModelBook:
             if state is None or state.task is None or ended(state.key) \
                     or _said_digest(request.anchor_text) == state.task \
                     or (state.task_said.isdisjoint(_said_digest(text) for text in said)
-                        and not any(_quotes(lines, task) for lines in _side_lines(said)
-                                    for task in state.task_lines)):
+                        and not any(_quotes(lines, task) and _quotes_whole(said, task, whole)
+                                    for lines in _side_lines(said)
+                                    for task, whole in zip(state.task_lines,
+                                                           state.task_whole, strict=True))):
                 return None  # (one that begins with the task asks it again: no side request)
             return self._touch(state)
         key = self._sides.get(session)
@@ -886,12 +903,11 @@ class ModelBook:
                 state.aside = words[:MAX_ASIDE_CHARS]  # an aside's answer (it offered no tools)
         waiting = state.begun if broke else state.pending
         for call in work:
-            if len(waiting) < MAX_PENDING_CALLS:
-                _wait(waiting, call)
+            waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS else None
             if call.call_id:
                 self._calls[call.call_id] = state.key
-            if not broke:
-                self._handing(state, call)
+            if waited is not None and not broke:
+                self._handing(state, call, waited)
         while len(self._calls) > MAX_RESPONSE_IDS:
             self._calls.popitem(last=False)
         if not broke:  # (its request may be sent again: the same run's, not a twin's)
@@ -982,14 +998,15 @@ def _sent_again(state: EndpointRun, request: Request) -> bool:
         and state.asked == _asked(request)
 
 
-def _wait(waiting: dict[str, ToolCall], call: ToolCall) -> None:
+def _wait(waiting: dict[str, ToolCall], call: ToolCall) -> str:
     """``call`` waits for its result: under its id, or, when a call handed over before has the
     same id (an upstream that gives none, or the same one to each call), under its id and a
-    number, so that each call counts once."""
+    number, so that each call counts once. The key it waits under."""
     key, number = call.call_id, len(waiting)
     while key in waiting:
         key, number = f"{call.call_id}\0{number}", number + 1
     waiting[key] = call
+    return key
 
 
 def _answered(waiting: dict[str, ToolCall], call_id: str) -> ToolCall | None:
@@ -1200,6 +1217,34 @@ def _quotes(message: str, task: str | None) -> bool:
     if task.endswith(_CUT):
         return f"\n{task[:-1]}" in f"\n{message}"
     return f"\n{task}\n" in f"\n{message}\n"
+
+
+def _whole(text: str) -> tuple[str, int, str]:
+    """A message's lines (:func:`_lines`), all of them, their length and digest."""
+    lines = _lines(text, len(text) + 1)
+    return lines, len(lines), hashlib.sha256(lines.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _quotes_whole(said: Sequence[str], task: str, whole: tuple[int, str] | None) -> bool:
+    """Whether a message of ``said`` quotes the task cut short to ``task`` (:func:`_lines`)
+    whole (``whole``: its lines' length and digest) on lines of their own, not only its start
+    (a request that begins as a long task did, a preamble, and goes on with another). A task
+    not cut: True (:func:`_quotes` read it whole)."""
+    if whole is None:
+        return True
+    size, digest = whole
+    start = task[:-1]
+    for text in said[:MAX_SIDE_SAID]:
+        lines = f"\n{_whole(text)[0]}\n"
+        at, tries = lines.find(f"\n{start}"), MAX_SIDE_SAID  # (bounded: a start repeated)
+        while at >= 0 and tries:
+            tries -= 1
+            quoted = lines[at + 1:at + 1 + size]
+            if lines[at + 1 + size:at + 2 + size] == "\n" and hashlib.sha256(
+                    quoted.encode("utf-8", "surrogatepass")).hexdigest() == digest:
+                return True
+            at = lines.find(f"\n{start}", at + 1)
+    return False
 
 
 def _said_digest(text: str) -> str:
