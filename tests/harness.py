@@ -195,6 +195,20 @@ def sidecar_config(state_dir: Path | str, **overrides: Any) -> Config:
 
 
 @contextmanager
+def endpoint_with_pack(tmp: Path, pack: str, upstream: str, relay: str,
+                       **overrides: Any) -> Iterator[RunningServer]:
+    """A sidecar whose model endpoint (on a free port, relay ``relay``) sends to ``upstream``,
+    with the rule pack ``pack`` (its text) and the rules evaluated every 0.2 s."""
+    path = tmp / "pack.yaml"
+    path.write_text(pack)
+    config = sidecar_config(tmp / "state", model_address="127.0.0.1:0", model_upstream=upstream,
+                            rules=(str(path),), eval_interval=0.2, model_relay=relay,
+                            **overrides)
+    with running_server(config) as server:
+        yield server
+
+
+@contextmanager
 def running_server(config: Config, clock: Clock | None = None) -> Iterator[RunningServer]:
     loop = asyncio.new_event_loop()
     server = Server(config, clock=clock)

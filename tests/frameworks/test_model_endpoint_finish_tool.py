@@ -33,7 +33,7 @@ import pytest
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.test_model_endpoint_text_actions import drive_mini, new_runs, run_ids
-from tests.harness import RunningServer, running_server, sidecar_config
+from tests.harness import RunningServer, endpoint_with_pack
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
@@ -70,13 +70,8 @@ _CASES = itertools.count(1)
 @pytest.fixture(scope="module")
 def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
             model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
-    tmp = tmp_path_factory.mktemp("finish-tool")
-    pack = tmp / "finish-tool.yaml"
-    pack.write_text(PACK)
-    config = sidecar_config(tmp / "state", model_address="127.0.0.1:0",
-                            model_upstream=llm.base_url, rules=(str(pack),),
-                            eval_interval=0.2, model_relay=model_relay)
-    with running_server(config) as server:
+    with endpoint_with_pack(tmp_path_factory.mktemp("finish-tool"), PACK, llm.base_url,
+                            model_relay) as server:
         yield server
 
 

@@ -39,7 +39,7 @@ import pytest
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVERS, clean_environ, drive_command
-from tests.harness import RunningServer, running_server, sidecar_config, wait_until
+from tests.harness import RunningServer, endpoint_with_pack, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 KEY = "sk-text-actions-0123456789abcdefSECRET"
@@ -86,15 +86,10 @@ _CASES = itertools.count(1)
 @pytest.fixture(scope="module")
 def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
             model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
-    tmp = tmp_path_factory.mktemp("text-actions")
-    pack = tmp / "text-agents.yaml"
-    pack.write_text(PACK)
     # (loose_run_gap: the declared runs stay open this long after an answer; far longer than
     # a step of these runs, so none ends between two of its requests)
-    config = sidecar_config(tmp / "state", model_address="127.0.0.1:0",
-                            model_upstream=llm.base_url, rules=(str(pack),),
-                            eval_interval=0.2, loose_run_gap=120.0, model_relay=model_relay)
-    with running_server(config) as server:
+    with endpoint_with_pack(tmp_path_factory.mktemp("text-actions"), PACK, llm.base_url,
+                            model_relay, loose_run_gap=120.0) as server:
         yield server
 
 
