@@ -663,6 +663,7 @@ def check_tool_budget(sidecar: RunningServer, driver: str, scenario: str, expect
     :func:`tool_budget_sidecar`: its one run reads ``expected``, the budget used up, and the
     last directive the budget's abort."""
     replay(sidecar, RECORDINGS / driver / f"{scenario}.jsonl", after_each=sidecar.flush)
+    sidecar.stored()  # (the API reads the directives from their store, written on its lane)
     (run,) = check_runs(sidecar, [expected])
     assert (run["budget"]["max_tool_calls"], run["budget"]["remaining_tool_calls"]) == (
         budget, 0), run["budget"]
