@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from watchdog.core.handout import Step
 from watchdog.core.rules.engine import RuleEngine
 from watchdog.core.rules.pack import load_rules
@@ -63,3 +65,40 @@ def test_a_rule_that_only_aborts_never_stopped_a_run_that_ended_before_it_could(
     run = watchdog.tracker.get(KEY)
     assert run is not None and run.ended and run.tool_calls == 4
     assert run.terminal_state is TerminalState.NO_RESPONSE
+
+
+
+NO_RULES = "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: loops\nrules: []\n"
+LOOP_RULE = (
+    "apiVersion: agent-watchdog/v1\nkind: RulePack\nname: loops\nrules:\n"
+    "  - name: repeats\n    when: run.repeated_tool_call >= 4\n    action: wind_down\n"
+    "    message: stop\n    terminal_state: loop_detected\n")
+
+
+@pytest.mark.parametrize(("before", "after", "state"), [
+    (NO_RULES, LOOP_RULE, TerminalState.NO_RESPONSE),  # added by the reload
+    (LOOP_RULE, LOOP_RULE.replace("stop", "stop now"), TerminalState.NO_RESPONSE),  # changed
+    (LOOP_RULE, LOOP_RULE, TerminalState.LOOP_DETECTED),  # kept as it was
+], ids=["added", "changed", "kept"])
+def test_a_rule_a_reload_brought_after_the_run_ended_never_classifies_it(
+        tmp_path: Path, before: str, after: str, state: TerminalState) -> None:
+    """A rule loaded after the run ended (or changed since) never read it live: a late span
+    that makes it hold leaves the run as it ended; a rule a reload kept as it was classifies
+    it as before the reload."""
+    pack = tmp_path / "loops.yaml"
+    pack.write_text(before, encoding="utf-8")
+    engine = RuleEngine(load_rules([str(pack)], False))
+    watchdog = Core(RunTracker(run_end_timeout=60.0), SessionBook(lambda _id: None), engine)
+    root = span(10, SpanKind.AGENT, None)
+    watchdog.apply([root], T0 + 10)  # it ended (no answer) at T0 + 10
+    pack.write_text(after, encoding="utf-8")
+    engine.replace(load_rules([str(pack)], False), T0 + 10.5)
+    calls = []
+    for index in range(4):
+        call = span(index + 1, SpanKind.TOOL, root.span_id)
+        call.tool_name, call.args_hash = "shell", 7
+        calls.append(call)
+    watchdog.apply(calls, T0 + 11)
+    run = watchdog.tracker.get(KEY)
+    assert run is not None and run.ended and run.tool_calls == 4
+    assert run.terminal_state is state

@@ -193,13 +193,16 @@ def filling(sidecar: RunningServer, native: NativeEndpoint | None, fill: int | N
     def full(*args: object, **kwargs: object) -> None:
         raise StoreWriteError("database or disk is full")
 
-    def refuse() -> None:
+    async def refuse() -> None:
         assert service is not None
         if behind:  # (told at the core's next step, as when the activity waiting grows)
             monkeypatch.setattr(persist, "MAX_PENDING_ACTIVITY", 0)
             return
         monkeypatch.setattr(service.state.store, "write", full)
         monkeypatch.setattr(service.state.store, "save_sessions", full)
+        # told once the store's writes under way are done, as a write that fails is: a
+        # flush's write begun before, done after, would say the state is writable again
+        await service.state.in_lane(lambda: None)
         service.state.failed(StoreWriteError("database or disk is full"))
 
     def between() -> None:
@@ -207,7 +210,7 @@ def filling(sidecar: RunningServer, native: NativeEndpoint | None, fill: int | N
             wait_until(lambda: sidecar.call(lambda: not native.pending and not native.ended),
                        "booked")
         if next(sent) == fill:
-            sidecar.call(refuse)
+            asyncio.run_coroutine_threadsafe(refuse(), sidecar.loop).result(timeout=30)
 
     return between
 

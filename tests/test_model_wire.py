@@ -1413,6 +1413,16 @@ def test_a_sub_agent_whose_task_a_tool_call_handed_over_is_a_child_run(handed: b
         {"role": "system", "content": "You are a sub-agent."},
         {"role": "user", "content": asked}]}), Caller(session="bb"), "a", lambda _key: False)
     assert sub is not caller and sub.parent == (caller.key if handed else None)
+    if handed:  # one child a call: its conversation begun again is, another conversation not
+        assert book.identify("chat", wire.read_request({"model": "m", "tools": tools,
+            "messages": [{"role": "system", "content": "You are a sub-agent."},
+                         {"role": "user", "content": asked}]}), Caller(session="bb"), "a",
+            lambda _key: False).parent == caller.key
+        second = book.identify("chat", wire.read_request({"model": "m", "tools": tools,
+            "messages": [{"role": "system", "content": "You are a reviewer."},
+                         {"role": "user", "content": asked}]}), Caller(session="dd"), "a",
+            lambda _key: False)
+        assert second not in (sub, caller) and second.parent is None
     # (answered, the caller's call has its result: a later run with that task is no child)
     [call_id] = caller.pending
     done = wire.read_request({"model": "m", "tools": tools, "messages": [

@@ -270,7 +270,7 @@ def test_a_reload_keeps_the_grace_a_wind_down_announced() -> None:
     agent.tool(1, args={"q": 1})
     (wind_down,) = agent.tool(2, args={"q": 1})
     assert wind_down.grace is not None and wind_down.grace["ends_at_tool_calls"] == 4
-    engine.replace(rules(LOOP_PACK.replace("tool_calls: 2", "tool_calls: 5")))
+    engine.replace(rules(LOOP_PACK.replace("tool_calls: 2", "tool_calls: 5")), 0.0)
     assert agent.tool(3) == [] and agent.tool(4) == []
     (abort,) = agent.tool(5)
     assert abort.escalation and "(grace: 2 tool calls / 60 s)" in abort.message
@@ -287,7 +287,7 @@ def test_a_grace_announced_before_its_rule_was_removed_still_escalates() -> None
     agent = Agent(engine)
     agent.tool(1, args={"q": 1})
     agent.tool(2, args={"q": 1})
-    engine.replace(rules("rules: []\n"))
+    engine.replace(rules("rules: []\n"), 0.0)
     assert agent.tool(3) == [] and agent.tool(4) == []
     (abort,) = agent.tool(5)
     assert (abort.rule, abort.action, abort.terminal_state, abort.escalation) == (
@@ -299,7 +299,7 @@ def test_a_grace_announced_before_its_rule_was_removed_still_escalates() -> None
     waiting = Agent(timed)
     waiting.tool(1, args={"q": 1})
     waiting.tool(2, args={"q": 1})
-    timed.replace(rules("rules: []\n"))
+    timed.replace(rules("rules: []\n"), 0.0)
     assert waiting.tick(61) == []
     (abort,) = waiting.tick(63)
     assert abort.escalation and abort.terminal_state is TerminalState.LOOP_DETECTED
@@ -552,9 +552,9 @@ rules:
 rules:
   - {name: slow, when: run.tool_calls >= 1, for: 60s, action: notify, message: "slow v2"}
   - {name: once, when: run.tool_calls >= 1, action: notify, message: "once v2"}
-"""))
+"""), 0.0)
     assert fired(agent.tick(60)) == [("slow", "slow v2")]  # pending since 0 was kept
-    engine.replace(first)
+    engine.replace(first, 0.0)
     assert agent.tick(61) == []  # `gone` starts pending again; `once` already fired
     assert fired(agent.tick(121)) == [("gone", "gone")]
 

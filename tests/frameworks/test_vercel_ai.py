@@ -59,6 +59,10 @@ EXPECTED: dict[str, tuple[Expect, str | None]] = {
     # stopWhen: stepCountIs(5): five model calls, each asking for a tool, each tool run; the
     # call ends after the fifth step's tool without asking the model again
     "limit": (Expect(AGENT, 5, 5, 0, "tool_limit_reached", False, "stop_when", None), None),
+    # the same in a span of the application's, which then asks for a summary in a call of
+    # its own (no tools, its own prompt): still stopped at the limit, the summary its answer
+    "limit_summary": (Expect(AGENT, 6, 5, 0, "tool_limit_reached", True, "stop_when", None),
+                      scenarios.SUMMARY),
     # the tool throws: its span ends ERROR, the SDK hands the error to the model, which answers
     "tool_error": (Expect(AGENT, 2, 1, 1, "completed", True, None, None),
                    scenarios.ERROR_ANSWER),
@@ -114,7 +118,8 @@ def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
         ["broken"] if scenario == "tool_error" else ["a", "b", "c"]
     assert said["ran"] == ran
     if limited:  # the SDK's own step limit stopped the loop
-        assert len(llm.requests(f"{DRIVER}-{scenario}")) == 5
+        assert len(llm.requests(f"{DRIVER}-{scenario}")) == (
+            6 if scenario == "limit_summary" else 5)
 
 
 @pytest.mark.parametrize("scenario", list(EXPECTED))

@@ -144,7 +144,8 @@ class Core(CoreReads):
         the rule its reason. Nothing is decided for it (it is over: no directive, nothing
         fired), and a rule that aborts (``aborted``, its own or an abort's default) never
         stopped it. (A run that ended in the batch that made a rule hold, before the rule
-        could see it, keeps how it ended, as it does when nothing comes after.)"""
+        could see it, keeps how it ended, as it does when nothing comes after; so does one
+        that ended before a reload brought the rule, or changed it: it never read the run.)"""
         engine = self.engine
         assert engine is not None
         done = {run.key for run in finished}
@@ -168,7 +169,8 @@ class Core(CoreReads):
                 step.failures.append(Failure("rules", run.key, exc))
                 continue
             for decision in decisions:
-                if decision.terminal_state not in (None, TerminalState.ABORTED):
+                if decision.terminal_state not in (None, TerminalState.ABORTED) \
+                        and engine.loaded_before(decision.rule, run.ended_at):
                     run.terminal_state, run.terminal_reason = decision.terminal_state, \
                         decision.rule
                     break

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from watchdog.core.rules.engine import RuleEngine
@@ -25,11 +26,14 @@ class RuleManager:
     """``paths``: the rule packs (files or directories) to load, with the shipped default pack
     first when ``include_default``. ``reloaded`` hears the outcome of every load (the
     ``watchdog_rules_reload_success`` gauge); ``applied`` is awaited after new rules replaced
-    the running ones."""
+    the running ones; ``clock`` says when (the runs' clock: a run that ended before a rule was
+    loaded is not classified again by it)."""
 
     def __init__(self, paths: Sequence[str], include_default: bool = True,
                  reloaded: Callable[[bool], None] = lambda ok: None,
-                 applied: Callable[[], Awaitable[None]] | None = None) -> None:
+                 applied: Callable[[], Awaitable[None]] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock  # when a reload's rules were loaded (the runs' clock)
         self.paths = tuple(paths)
         self.include_default = include_default
         self.reloaded = reloaded
@@ -77,7 +81,7 @@ class RuleManager:
                            f"{type(exc).__name__}: {exc}")
                 log.exception("%s", message)
                 return False, message
-            self.engine.replace(ruleset)
+            self.engine.replace(ruleset, self.clock())
             self._sources = ruleset.sources
             self.reloaded(True)
             if self.applied is not None:

@@ -134,7 +134,8 @@ class Server:
         self.metrics = metrics = Metrics(version=__version__)
         self.rules = rules = RuleManager(config.rules, config.default_rules,
                                          reloaded=self._rules_reloaded,
-                                         applied=self._rules_applied)
+                                         applied=self._rules_applied,
+                                         clock=self.clock.now)
         try:
             self.engine = await rules.start()  # a bad pack refuses to start
         except RulePackError as exc:

@@ -4,13 +4,16 @@
 // before exit (tests/frameworks/test_vercel_ai.py). The model is FAKE_LLM_MODEL on the scripted
 // server at FAKE_LLM_BASE_URL; argv[2] is the scenario (tests/frameworks/scenarios.py):
 // `three_tools`, `three_tools_stream` (streamText), `limit` (the step limit: stopWhen
-// stepCountIs(5)), `tool_error` (the tool throws for "broken"); `_nocontent` after a scenario's
+// stepCountIs(5)), `limit_summary` (the same in a span of the application's, which then asks
+// for a summary in a call of its own), `tool_error` (the tool throws for "broken");
+// `_nocontent` after a scenario's
 // name records no inputs or outputs (`recordInputs`/`recordOutputs` false); `subagent`: the
 // agent's tool `research` runs another generateText (functionId `vercel_sub`, on the model
 // FAKE_LLM_MODEL-sub) with `lookup`. With RECORD_SPANS set to a
 // path, every span is also appended there as one OTLP/JSON export request per line.
 // It prints one JSON line last: {"ran": [the keys its tool ran with], "output": the text}.
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { trace } from "@opentelemetry/api";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { NodeTracerProvider, type ReadableSpan } from "@opentelemetry/sdk-trace-node";
 import { generateText, stepCountIs, streamText, tool } from "ai";
@@ -87,6 +90,24 @@ async function main(scenario: string): Promise<string> {
   if (scenario.endsWith("_stream")) {
     const result = streamText(settings);
     return await result.text;
+  }
+  if (scenario === "limit_summary") {
+    // the application's task (one span, so one trace): the call, and when the step limit
+    // stopped it, a request of the application's own for a summary (no step of the loop)
+    return await trace.getTracer("app").startActiveSpan("task", async (span) => {
+      try {
+        const result = await generateText(settings);
+        if (result.finishReason !== "tool-calls") return result.text;
+        return (await generateText({
+          model: settings.model,
+          system: settings.system,
+          prompt: "Summarise what you found so far.",
+          experimental_telemetry: settings.experimental_telemetry,
+        })).text;
+      } finally {
+        span.end();
+      }
+    });
   }
   return (await generateText(settings)).text;
 }

@@ -305,6 +305,9 @@ class ModelBook:
         # a text argument of a tool call handed over (its agent's and its digest) -> its run,
         # the key the call waits under there and its arguments' digest (MAX_RESPONSE_IDS)
         self._handed_tasks: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
+        # such a call (its run's key and the key it waits under) -> the session of the child
+        # run it handed its task to: one a call (MAX_RESPONSE_IDS)
+        self._handed_to: OrderedDict[str, str] = OrderedDict()
         # session a client names -> the runs its latest requests naming no sub-agent were of,
         # latest last, at most MAX_CALLERS_PER_SESSION (the callers of its sub-agents)
         self._callers: OrderedDict[str, tuple[str, ...]] = OrderedDict()
@@ -388,7 +391,9 @@ class ModelBook:
         """The run that handed ``request``'s conversation its task, or None: its first
         request, offering tools, begins with a text argument of a tool call that another run
         handed over and still waits for (a sub-agent its tool started, whose requests name
-        nothing of its caller's: Crush's, a session of its own). A child run of that run."""
+        nothing of its caller's: Crush's, a session of its own). A child run of that run; one
+        a call: another session's conversation beginning so while the call waits is a run of
+        its own (the same session's, begun again, is that child again)."""
         if request.results or request.last_answer is not None or not request.has_tools \
                 or state.handed or state.pending \
                 or len(request.anchor_text) < MIN_HANDED_TASK_CHARS:
@@ -403,6 +408,14 @@ class ModelBook:
                 or _said_digest(call.arguments) != arguments \
                 or caller.conversation == state.conversation:
             return None  # (that call answered; the caller's own task run again at once)
+        handing = f"{key}\0{waiting}"
+        child = self._handed_to.get(handing)
+        if child is not None and child != (state.session or ""):
+            return None  # (that call's sub-agent began: another session's is not it)
+        self._handed_to[handing] = state.session or ""
+        self._handed_to.move_to_end(handing)
+        while len(self._handed_to) > MAX_RESPONSE_IDS:
+            self._handed_to.popitem(last=False)
         return caller.key
 
     def _handing(self, state: EndpointRun, call: ToolCall, waiting: str) -> None:

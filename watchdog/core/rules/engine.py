@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
@@ -179,6 +180,9 @@ class RuleEngine:
         # a template's message rendered by CEL, by the values it reads (_rendered)
         self._rendered: dict[tuple[Any, ...], tuple[str, list[str]]] = {}
         self._install(ruleset)
+        # rule name -> when its definition as it is now was loaded (:meth:`replace`'s ``now``;
+        # the first set's: -inf), so a run that ended before is not read by it (loaded_before)
+        self._since: dict[str, float] = dict.fromkeys(self._by_name, -math.inf)
 
     # -- rule set -----------------------------------------------------------------------------
 
@@ -200,15 +204,26 @@ class RuleEngine:
             rule.timed or (rule.grace is not None and rule.grace.seconds is not None)
             for rule in ruleset.rules)
 
-    def replace(self, ruleset: RuleSet) -> None:
-        """Hot reload: per-run state of rules whose name still exists is kept (what fired is
-        always kept, so a rule that comes back does not fire again); an announced grace is kept
-        even when its rule is gone, and still escalates."""
+    def replace(self, ruleset: RuleSet, now: float) -> None:
+        """Hot reload at ``now``: per-run state of rules whose name still exists is kept (what
+        fired is always kept, so a rule that comes back does not fire again); an announced grace
+        is kept even when its rule is gone, and still escalates. A rule new or changed is
+        loaded at ``now`` (:meth:`loaded_before`); one as it was keeps its time."""
+        old, since = self._by_name, self._since
         self._install(ruleset)
+        self._since = {
+            name: since[name] if (was := old.get(name)) is not None
+            and _definition(was) == _definition(rule) else now
+            for name, rule in self._by_name.items()}
         names = self._by_name
         for state in (*self._runs.values(), *self._ended.values()):
             for name in [n for n in state.pending if n not in names]:
                 del state.pending[name]
+
+    def loaded_before(self, rule: str, at: float) -> bool:
+        """Whether the rule named ``rule``, as it is now, was loaded before ``at`` (a run that
+        ended at ``at`` was read by it live)."""
+        return self._since.get(rule, math.inf) < at
 
     def _view(self, agent: str) -> _AgentView:
         view = self._agents.get(agent)
@@ -522,6 +537,13 @@ class RuleEngine:
             return Decision(run.key, name, Action.ABORT, Severity.CRITICAL, message,
                             announced.terminal_state, dedup_key, escalation=True)
         return None
+
+
+def _definition(rule: Rule) -> dict[str, Any]:
+    """What a rule does (:meth:`Rule.describe` but where it is written)."""
+    described = rule.describe()
+    del described["source"]
+    return described
 
 
 def _activation(run: RunState, now: float, budget: dict[str, float], session: Session,

@@ -222,14 +222,21 @@ class RunCounts(RunFields):
             self._count_model_call(record)
             if record.end_ns > self._llm_end_ns:
                 self._llm_start_ns, self._llm_end_ns = record.start_ns, record.end_ns
-                self._llm_parent = record.parent_span_id
+                self._llm_parent, self._llm_messages = record.parent_span_id, record.messages
                 if self._cap_request is not None and self.limit_stop is None \
                         and record.parent_span_id == self._cap_request[1]:
                     self.limit_stop = self._cap_request[0]  # (its agent span told the cap)
             if self._step_stop_ns and record.start_ns > self._step_stop_ns:
                 # a model call after the loop's call that told a limit: its application went
-                # on with the loop (a call a step), so that limit stopped no run
-                self.limit_stop, self._step_stop_ns = None, 0
+                # on with the loop (a call a step: its input the capped step's, then that
+                # step's calls and their results), so that limit stopped no run; one whose
+                # input does not go on so (a request of the application's own after the
+                # stop: "summarise what you have") leaves it (its input not seen: taken back)
+                stop_messages = self._step_stop_messages
+                if not record.messages or not stop_messages \
+                        or record.messages >= stop_messages + 2:
+                    self.limit_stop = None
+                self._step_stop_ns = self._step_stop_messages = 0
             self._read_model_content(record)
         elif kind is TOOL:
             self._apply_tool(record)
@@ -259,6 +266,7 @@ class RunCounts(RunFields):
                 # (one call of a loop its application runs itself: no model call came after it
                 # yet; one that comes takes the limit back)
                 self.limit_stop, self._step_stop_ns = record.limit_stop, record.end_ns
+                self._step_stop_messages = self._llm_messages  # (its last step's input)
 
         if record.error and (record.ends_run or kind is AGENT):
             # The span that closes the run failed, whatever its kind (a pydantic-ai agent span,

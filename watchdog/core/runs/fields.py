@@ -61,11 +61,12 @@ class RunFields:
         "_agent_step_ns", "_answered", "_asked", "_call_counts", "_cap_request", "_cycle_runs",
         "_delta_messages",
         "_error_counts", "_failures", "_final_end_ns", "_input_start_ns", "_llm_end_ns",
-        "_llm_final", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns", "_llm_start_ns",
+        "_llm_final", "_llm_messages", "_llm_parent", "_llm_said_ns", "_llm_said_start_ns",
+        "_llm_start_ns",
         "_loop_cap", "_loop_capped", "_loop_ended", "_models", "_named", "_plumbing_service",
         "_recent_calls",
         "_reported_calls",
-        "_result_counts", "_step_stop_ns", "_tool_end_ns",
+        "_result_counts", "_step_stop_messages", "_step_stop_ns", "_tool_end_ns",
         "_tool_error_streak", "_tool_ids", "_tool_spans", "_tool_start_ns",
         "activity_seq",
         "agent", "agent_spans", "budget", "budget_used", "clock_lags", "consecutive_errors",
@@ -151,6 +152,7 @@ class RunFields:
         # the end of the call of a loop its application runs itself (SpanRecord.loop_call) that
         # told limit_stop (0: none did): a model call that starts after it takes the limit back
         self._step_stop_ns = 0
+        self._step_stop_messages = 0  # the conversation's length then (a step going on is longer)
         self.last_error: str | None = None
         self._error_counts: dict[int, int] = {}
         self.repeated_error = 0
@@ -177,6 +179,7 @@ class RunFields:
         self._tool_start_ns = self._tool_end_ns = 0  # the last tool call to end: its span
         self._llm_start_ns = self._llm_end_ns = 0  # the last model call to end: its span
         self._llm_parent: str | None = None  # ... and the span it hangs from
+        self._llm_messages = 0  # ... and its conversation's length (0: not seen)
         # (The rings below are lists updated in place, never handed out: to_dict and copy copy
         # them, to_row's row shares them and is encoded at once; an empty one is the empty
         # tuple, no list for a run that never fills it. A tuple rebuilt on every span was new

@@ -571,8 +571,10 @@ VERCEL_AI = Convention(
     limit_states=(("ai.response.finishReason", r"tool-calls$", "stop_when"),),
     notes="the agent is the call's `functionId` (else `service.name`); a call that ends on "
           "`tool-calls` was stopped by its `stopWhen` condition (`tool_limit_reached`) unless a "
-          "model call of its run comes after it (an application that runs the loop itself, a "
-          "call a step: calls of one agent side by side are one run), and so reads one whose "
+          "model call of its run comes after it whose input goes on from that step's (an "
+          "application that runs the loop itself, a call a step: calls of one agent side by "
+          "side are one run; a request of its own after the stop, a summary, is not; with "
+          "`recordInputs` off any model call after it is), and so reads one whose "
           "last tool has no `execute` (the application runs it: a known gap); "
           "a tool that throws fails its span and the SDK hands the error to the model; with "
           "`recordInputs`/`recordOutputs` off no span carries text, arguments or results (no "
