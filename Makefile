@@ -224,6 +224,16 @@ $(OPENCODE_AGENT): tests/frameworks/opencode/package.json tests/frameworks/openc
 	cd tests/frameworks/opencode && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+## the Continue CLI (tests/frameworks/continue_cli: @continuedev/cli, `cn`, a TypeScript coding
+## agent bundled on npm), exactly as locked, from the npm registry, without its optional native
+## packages (sharp's image builds: cn -p reads no image). Cold npm cache: about 4 s, a 19 MB
+## download, 65 MB on disk
+CONTINUE_CLI_AGENT := tests/frameworks/continue_cli/node_modules/.installed
+$(CONTINUE_CLI_AGENT): tests/frameworks/continue_cli/package.json \
+		tests/frameworks/continue_cli/package-lock.json
+	cd tests/frameworks/continue_cli && npm ci --omit=optional --no-audit --no-fund --loglevel=error
+	touch $@
+
 ## the Go agents of the model endpoint's tests (tests/frameworks/go: openai-go and
 ## anthropic-sdk-go, as its go.mod and go.sum pin them, from the Go module proxy), built into the
 ## user's cache (AGENT_WATCHDOG_CACHE/goagent/<hash of its sources>/, as Go's module and build
@@ -488,7 +498,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_ADK) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(GEMINI_CLI_AGENT) $(CODEX_AGENT) $(OPENCODE_AGENT) $(GO_AGENT) $(GENKIT_GO) $(FANTASY_AGENT) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_ADK) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(GEMINI_CLI_AGENT) $(CODEX_AGENT) $(OPENCODE_AGENT) $(CONTINUE_CLI_AGENT) $(GO_AGENT) $(GENKIT_GO) $(FANTASY_AGENT) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
@@ -531,4 +541,4 @@ clean:
 		tests/frameworks/ts/mastra/node_modules tests/frameworks/ts/voltagent/node_modules \
 		tests/frameworks/ts/claude_code/node_modules tests/frameworks/qwen_code/node_modules \
 		tests/frameworks/codex/node_modules tests/frameworks/gemini_cli/node_modules \
-		tests/frameworks/opencode/node_modules
+		tests/frameworks/opencode/node_modules tests/frameworks/continue_cli/node_modules
