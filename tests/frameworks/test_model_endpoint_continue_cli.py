@@ -1,0 +1,211 @@
+"""The Continue CLI (``cn``, a TypeScript coding agent bundled on npm) steered through the
+sidecar's model endpoint with no code in it (DESIGN §12), on both relays.
+
+``make test`` installs it with ``npm ci`` from ``continue_cli/package-lock.json``
+(``@continuedev/cli`` 1.5.47, without its optional image packages). Each test runs ``cn -p``
+(headless: it prints the run's last answer and exits) once in a temp dir of its own, its
+``HOME`` there, pointed at a real sidecar by its ``config.yaml`` alone (:func:`config`, passed
+with ``--config``: a model of ``provider: openai``, its ``apiBase`` the endpoint, its key a
+secret it reads from the environment), every tool allowed unasked (``--auto``). No login, no
+hub: a config file given by path is read as it is. One request leaves for the network all the
+same, and nothing turns it off: at start it asks ``api.continue.dev/cn/info`` for its latest
+version (naming the machine by a hash); offline it fails at once and the run goes on. Its
+OpenTelemetry (metrics only, off unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+``OTEL_METRICS_EXPORTER`` is set, or with ``CONTINUE_METRICS_ENABLED=0``) is left off.
+
+It speaks Chat Completions, streamed, and sends the whole conversation on every request: its
+system prompt, the task, each tool call with its result; no header names its session. It offers
+11 tools; its shell tool is ``Bash`` (``{"command": ...}``, really run in the temp dir: each
+appends its term to ``ran.txt``), its file tool ``Read`` (``{"filepath": ...}``). ``cn -p``
+sends no side request: its title for the session is asked only after the first answer of an
+interactive session, and its history is compacted only near the model's context length (a
+summary: :func:`test_a_compacting_cn_is_one_run_its_summary_no_step`). Behind the sidecar is
+the scripted upstream (:mod:`tests.frameworks.fakellm`), whose recorded request bodies are what
+the model read.
+
+Steered: a budget counts down and ends in the report; a tool cycle is wound down, then its final
+request; a rule's abort is answered by the endpoint. Each invocation is one run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
+from tests.frameworks.steering import CYCLE_LOOP
+from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
+    BUDGET,
+    GRACE_LEFT,
+    KEY,
+    LEFT,
+    REPORT,
+    budgeted,
+    check_no_control_text_in_user_messages,
+    instructions,
+    plain,
+    run_ids,
+    the_new_run,
+)
+from tests.frameworks.test_model_endpoint_stop import NOTE, stopping  # noqa: F401
+from tests.harness import RunningServer
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+
+CONTINUE_DIR = Path(__file__).resolve().parent / "continue_cli"
+CN = CONTINUE_DIR / "node_modules" / ".bin" / "cn"
+TOOL = "Bash"  # its shell tool: {"command": "..."}
+TASK = "Find the file."
+
+
+def cn() -> Path:
+    target = CONTINUE_DIR.relative_to(CONTINUE_DIR.parents[2]) / "node_modules/.installed"
+    assert CN.exists(), f"{CN} is missing: `make {target}` installs it (make test does)"
+    return CN
+
+
+def config(base_url: str, model: str) -> str:
+    """Its ``config.yaml``: one model, ``provider: openai`` at ``base_url`` (the endpoint, with
+    its ``/v1``), its key the secret ``OPENAI_API_KEY``, which it reads from the environment;
+    the model's role ``chat``, the one ``cn`` runs its agent on."""
+    return (f"name: watchdog\nversion: 0.0.1\nschema: v1\nmodels:\n"
+            f"  - name: watchdog\n    provider: openai\n    model: {model}\n"
+            f"    apiBase: {base_url}\n"
+            "    apiKey: ${{ secrets.OPENAI_API_KEY }}\n    roles:\n      - chat\n")
+
+
+def run_cn(base_url: str, model: str, tmp: Path, extra: str = "") -> tuple[list[str], str]:
+    """``cn -p`` once in ``tmp`` against the OpenAI-compatible ``base_url``, every tool
+    allowed (``--auto``): the terms its shell commands appended to ``ran.txt``, and the answer
+    it printed. ``extra``: more of its model's entry in ``config.yaml``."""
+    work, home = tmp / "work", tmp / "home"
+    work.mkdir(exist_ok=True)
+    home.mkdir()
+    (tmp / "config.yaml").write_text(config(base_url, model) + extra)
+    env = {**clean_environ("CONTINUE_", "OTEL_"), "HOME": str(home), "OPENAI_API_KEY": KEY,
+           "CONTINUE_METRICS_ENABLED": "0"}
+    result = subprocess.run([str(cn()), "-p", "--auto", "--config", str(tmp / "config.yaml"),
+                             TASK], env=env, capture_output=True, text=True,
+                            timeout=DRIVER_TIMEOUT, cwd=work, stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-6000:])
+        raise AssertionError(f"cn -p exited {result.returncode}:\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    ran = work / "ran.txt"
+    terms = ran.read_text().splitlines() if ran.exists() else []
+    return terms, result.stdout.strip()
+
+
+@dataclass(frozen=True)
+class Invocation:
+    ran: list[str]  # the terms its shell commands wrote
+    printed: str  # its answer
+    requests: list[dict[str, Any]]  # what the upstream read
+    run: dict[str, Any]  # the sidecar's one run of it, ended
+    after: int  # the requests the upstream had got once the run had ended
+
+
+def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Path,
+           extra: str = "") -> Invocation:
+    """``cn -p`` once through ``sidecar``'s model endpoint, its model ``script``."""
+    model = llm.script(f"cn-{tmp.name}", script)
+    before = run_ids(sidecar)
+    ran, printed = run_cn(sidecar.url("model") + "/v1", model, tmp, extra)
+    requests = llm.requests(model)
+    run = the_new_run(sidecar, before)
+    return Invocation(ran, printed, requests, run, len(llm.requests(model)))
+
+
+def shell(term: str) -> dict[str, Any]:
+    return {"command": f"echo '{term}' >> ran.txt"}
+
+
+def searching() -> fakellm.Script:
+    return fakellm.looping(TOOL, lambda i: shell(f"term {i}"), REPORT)
+
+
+def check_its_requests(requests: list[dict[str, Any]]) -> None:
+    """As ``cn`` sends each: streamed, its system prompt and the task first, the whole
+    conversation so far after them (a call and its result per step)."""
+    assert all(body.get("stream") is True for body in requests)
+    assert all(body["messages"][0]["role"] == "system"
+               and body["messages"][1] == {"role": "user", "content": TASK} for body in requests)
+    assert [len(body["messages"]) for body in requests] == [
+        2 + 2 * step for step in range(len(requests))]
+
+
+def test_cn_budget_counts_down_then_the_report_is_its_answer(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    it = invoke(budgeted, llm, searching(), tmp_path)
+    requests = it.requests
+    assert it.ran == ["term 0", "term 1", "term 2"]  # never past the budget
+    assert len(requests) == BUDGET + 1
+    check_its_requests(requests)
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * BUDGET + [False]
+    assert f"all {BUDGET} tool calls used" in instructions(requests[-1])
+    check_no_control_text_in_user_messages(requests)
+    assert it.printed == REPORT  # the last upstream answer is what cn -p prints
+    # one run: its 4 requests, 3 tool calls
+    assert (it.run["iterations"], it.run["tool_calls"], it.run["terminal_state"],
+            it.run["has_final_answer"]) == (BUDGET + 1, BUDGET, "tool_limit_reached", True)
+    assert it.run["final_output"] == REPORT, it.run
+    assert it.after == BUDGET + 1  # and nothing more reached the upstream
+
+
+def cycling(work: Path) -> fakellm.Script:
+    """Its shell tool, then its file tool, with the same arguments round and round (a tool
+    cycle; the report when no tools are offered)."""
+    (work / "notes.txt").write_text("searched\n")
+
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if not fakellm.offers_tools(body):
+            return fakellm.answer(REPORT)
+        if index % 2 == 0:
+            return fakellm.call(TOOL, **shell("the file"))
+        return fakellm.call("Read", filepath=str(work / "notes.txt"))
+    return pick
+
+
+def test_a_looping_cn_is_wound_down_then_stopped(
+        plain: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """tool-cycle fires at the 8th call (the pair 4 times), the next request winds down with a
+    grace of 2, the 11th is the final request: no tools, its answer what ``cn -p`` prints; the
+    upstream gets nothing after it."""
+    (tmp_path / "work").mkdir()
+    it = invoke(plain, llm, cycling(tmp_path / "work"), tmp_path)
+    requests = it.requests
+    assert len(requests) == 11
+    check_its_requests(requests)
+    assert [CYCLE_LOOP in instructions(body) for body in requests] == [False] * 8 + [True] * 3
+    assert [GRACE_LEFT.findall(instructions(body)) for body in requests] == [[]] * 8 + [
+        ["2"], ["1"], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * 10 + [False]
+    assert "Tools are withdrawn" in instructions(requests[-1])
+    assert it.ran == ["the file"] * 5  # the shell's half of the 10 calls, really run
+    # the file tool's half, really run: each result the file's line
+    reads = [message["content"] for message in requests[-1]["messages"]
+             if message["role"] == "tool" and "searched" in str(message["content"])]
+    assert len(reads) == 5, requests[-1]["messages"]
+    check_no_control_text_in_user_messages(requests)
+    assert it.printed == REPORT
+    assert (it.run["iterations"], it.run["tool_calls"], it.run["terminal_state"],
+            it.run["has_final_answer"]) == (11, 10, "loop_detected", True), it.run
+    assert it.after == 11  # the upstream got nothing after the final request
+
+
+def test_a_stopped_cn_prints_the_stop_and_the_upstream_gets_nothing_more(
+        stopping: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """A rule's abort at two tool calls: the endpoint answers cn's next request itself, a
+    well-formed streamed answer carrying the stop note, which ``cn -p`` prints; the upstream
+    got the run's calls before the stop and nothing after."""
+    it = invoke(stopping, llm, searching(), tmp_path)
+    assert it.ran == ["term 0", "term 1"]
+    assert NOTE in it.printed, it.printed
+    assert len(it.requests) == it.after == 2
+    assert (it.run["tool_calls"], it.run["terminal_state"]) == (2, "loop_detected"), it.run
