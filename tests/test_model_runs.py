@@ -978,6 +978,44 @@ def test_a_context_compacted_to_the_runs_summary_keeps_its_budget(
         check_one_run_counted_down(sidecar, llm, model)
 
 
+def test_a_context_compacted_to_the_models_summary_keeps_its_budget(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    """An agent that compacts its context as the Continue CLI does: midway it asks for a
+    summary with its tools still offered (its history and a user message asking for it), whose
+    answer ends the run, then replaces its history by that summary sent as the model's own
+    message, no user message before it (a conversation with no first user message), and later
+    a user message of its own ("continue"): each of these conversations opens with the answer
+    the run gave, so each goes on in the run — one run, the true countdown, never a tool call
+    past the budget (before: three runs, a budget of 3 each)."""
+    summary = "Searched the config directories twice; nothing found yet."
+    with aside_sidecar(tmp_path, llm) as sidecar:
+        model = llm.script("compacting-as-model", looping(
+            "search", lambda i: {"q": str(i)}, answer_without_tools="REPORT"))
+        summarised = llm.script("summary", steps(answer(summary)))
+        client = chat(sidecar, **{"x-watchdog-agent": "aside-agent"})
+
+        def compacted(step: int, messages: list[Any]) -> list[Any]:
+            if step == 0:
+                compact = [*messages, {"role": "user", "content": "Summarise the work."}]
+                said = client.chat.completions.create(model=summarised, messages=compact,
+                                                      tools=TOOLS)
+                assert said.choices[0].message.content == summary
+                wait_until(lambda: ended_runs(sidecar, "aside-agent"), "the summary ends it")
+                return [messages[0], {"role": "assistant", "content": summary}]
+            if step == 1:
+                return [*messages, {"role": "user", "content": "continue"}]
+            return messages
+
+        assert budget_loop(client, model, compacted) == ("REPORT", 3)
+        said = [LEFT.findall(body["messages"][0]["content"]) for body in llm.requests(model)]
+        assert said == [[("3", "3")], [("2", "3")], [("1", "3")], []], said
+        runs = wait_until(lambda: (runs := sidecar.get_json(
+            "/v1/runs?agent=aside-agent")["runs"]) and all(
+                run["state"] == "ended" for run in runs) and runs, "the run ends")
+        assert [(run["tool_calls"], run["iterations"], run["terminal_state"])
+                for run in runs] == [(3, 5, "tool_limit_reached")], runs
+
+
 def test_a_summarised_conversation_named_by_its_run_header_keeps_its_budget(
         sidecar: RunningServer, llm: FakeLLM) -> None:
     """The remedy the known limits give for an agent that collapses its history into

@@ -17,14 +17,15 @@ It speaks Chat Completions, streamed, and sends the whole conversation on every 
 system prompt, the task, each tool call with its result; no header names its session. It offers
 11 tools; its shell tool is ``Bash`` (``{"command": ...}``, really run in the temp dir: each
 appends its term to ``ran.txt``), its file tool ``Read`` (``{"filepath": ...}``). ``cn -p``
-sends no side request: its title for the session is asked only after the first answer of an
-interactive session, and its history is compacted only near the model's context length (a
-summary: :func:`test_a_compacting_cn_is_one_run_its_summary_no_step`). Behind the sidecar is
+asks no title for its session (in 1.5.47 its headless loop never does), and compacts its
+history only near the model's context length (:func:`test_a_compacting_cn_is_one_run_and_
+keeps_its_budget`). Behind the sidecar is
 the scripted upstream (:mod:`tests.frameworks.fakellm`), whose recorded request bodies are what
 the model read.
 
 Steered: a budget counts down and ends in the report; a tool cycle is wound down, then its final
-request; a rule's abort is answered by the endpoint. Each invocation is one run.
+request; a rule's abort is answered by the endpoint; a compacted history goes on in its run.
+Each invocation is one run.
 """
 
 from __future__ import annotations
@@ -209,3 +210,52 @@ def test_a_stopped_cn_prints_the_stop_and_the_upstream_gets_nothing_more(
     assert NOTE in it.printed, it.printed
     assert len(it.requests) == it.after == 2
     assert (it.run["tool_calls"], it.run["terminal_state"]) == (2, "loop_detected"), it.run
+
+
+SUMMARY = "Ran seq 1 1000 in the directory; the file is not found yet."
+COMPACTING = ("    defaultCompletionOptions:\n      contextLength: 4000\n      maxTokens: 500\n")
+
+
+def compacting() -> fakellm.Script:
+    """Its shell tool once, its output long enough to bring the conversation near the context
+    length :data:`COMPACTING` gives it; asked for a summary, :data:`SUMMARY`; then, on the
+    summary alone, the report."""
+    def pick(_index: int, body: dict[str, Any]) -> fakellm.Step:
+        messages = body["messages"]
+        if "concise summary" in str(messages[-1].get("content")):
+            return fakellm.answer(SUMMARY)
+        if any(message.get("content") == SUMMARY for message in messages):
+            return fakellm.answer(REPORT)
+        return fakellm.call(TOOL, command="seq 1 1000")
+    return pick
+
+
+def test_a_compacting_cn_is_one_run_and_keeps_its_budget(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """Near its model's context length (:data:`COMPACTING`) ``cn`` compacts its history before
+    its next request: it asks for a summary (its history and a user message asking for one,
+    its tools offered), then goes on from that summary alone, sent as the model's own message
+    (no user message before it), and, once that answer came, from a user message of its own,
+    ``continue``. Each conversation opens with the answer the run gave, so each is that run's:
+    one run, its budget counted down across the compaction (2 left after its one call). A
+    gap, named (docs/steering.md): the summary request, which offers tools and reads as the
+    run's next turn, is counted as a model call of the run and carries its note."""
+    it = invoke(budgeted, llm, compacting(), tmp_path, COMPACTING)
+    requests = it.requests
+    assert len(requests) == 4
+    asked = requests[1]["messages"][-1]
+    assert asked["role"] == "user" and "concise summary" in asked["content"]
+    assert requests[2]["messages"][1:] == [{"role": "assistant", "content": SUMMARY}]
+    assert requests[3]["messages"][1:] == [{"role": "assistant", "content": SUMMARY},
+                                           {"role": "assistant", "content": REPORT},
+                                           {"role": "user", "content": "continue"}]
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * 4
+    # the true countdown throughout (the summary request's note: the gap)
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("2", "3")], [("2", "3")]]
+    check_no_control_text_in_user_messages(requests)
+    assert it.printed == REPORT
+    assert (it.run["iterations"], it.run["tool_calls"], it.run["terminal_state"],
+            it.run["has_final_answer"], it.run["final_output"]) == (
+        4, 1, "completed", True, REPORT), it.run
+    assert it.run["budget"] == {"max_tool_calls": 3, "remaining_tool_calls": 2}, it.run

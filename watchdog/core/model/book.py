@@ -14,7 +14,8 @@ carries a new user message (its last message is the user's) in a conversation wh
 ended, or that is shorter than the conversation was (the agent started over; not when its tool
 results answer calls its run handed over: the agent goes on from its history after a request
 aside, a summary it asked the model for on that history), starts the conversation's next
-run, in the conversation's session — unless it is the agent's own reply at once rejecting the
+run (a conversation that opens with the model's answer to a new user message of a run, before
+any user message, is that run's history compacted to that summary: it goes on in the run), in the conversation's session — unless it is the agent's own reply at once rejecting the
 answer that ended the run at its budget or a stop (:func:`follows_at_once`): that is still the
 run's, answered with its stop (a conversation the server keeps sends only its new items:
 its length is not read). So does a conversation's first
@@ -319,6 +320,10 @@ class ModelBook:
         # (EndpointRun.quote), at most MAX_ACTING_PER_AGENT, latest last: the runs its side
         # requests quote (:meth:`_quoted`; two invocations of it at once, each its own)
         self._acting: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        # the digest of a text answer to a new user message (a summary an agent may compact its
+        # history to) -> its run (MAX_RESPONSE_IDS): a conversation that opens with it as the
+        # model's is that run's (:meth:`_compacted`)
+        self._summaries: OrderedDict[str, str] = OrderedDict()
         # told the key of each run let go (its bound), or whose conversation was: a request of
         # it is then read as new
         self.let_go: Callable[[str], None] | None = None
@@ -544,7 +549,17 @@ class ModelBook:
         # session has runs of several conversations at once, a sub-agent's beside its caller's,
         # so a conversation the book does not know is not taken for its active run)
         session = client_session or "model:" + digest[:24]
-        key = self._conversations.get(digest)
+        compacted = self._compacted(request, agent)
+        if compacted is not None and compacted.conversation != digest:
+            # its history compacted to the summary it asked the model for: the run goes on in
+            # this conversation (taken back if that answer ended it), whatever its length
+            compacted.conversation = digest
+            compacted.first = compacted.messages = request.messages
+            self._conversations[digest] = compacted.key
+            self._conversations.move_to_end(digest)
+            self._going_on = True
+            return self._touch(compacted)
+        key = compacted.key if compacted is not None else self._conversations.get(digest)
         if key is None and resume is not None and client_session is None \
                 and (request.results or not request.last_is_user):
             # a conversation going on that the book does not know: the session's active run
@@ -663,6 +678,22 @@ class ModelBook:
         self._conversations.move_to_end(digest)
         self._going_on = True  # (its answer, the title, ended it: it goes on)
         return self._touch(state)
+
+    def _compacted(self, request: Request, agent: str | None) -> EndpointRun | None:
+        """The run whose history ``request``'s conversation was compacted to: the one that
+        conversation opens with the answer of, as the model's and before any user message
+        (:attr:`Request.opening`), an answer to a new user message of the run's (the summary
+        the agent asked for, its tools offered or not: the Continue CLI sends its history's
+        summary so, then a user message "continue"); the same agent's, not over by its final
+        request or a stop. No conversation a person starts opens with the model's answer."""
+        if request.opening is None or request.kept:
+            return None
+        summary = answer_digest(request.opening)
+        key = self._summaries.get(summary) if summary is not None else None
+        state = self._runs.get(key) if key is not None else None
+        if state is None or state.agent != agent or state.final_used or state.stop is not None:
+            return None
+        return state
 
     def _act(self, state: EndpointRun) -> None:
         """``state``, acting in text, has an answer its side requests may quote: its agent's
@@ -914,6 +945,13 @@ class ModelBook:
             words = " ".join(seen.text.split())
             if not request.has_tools and not acted and len(words) >= MIN_ASIDE_CHARS:
                 state.aside = words[:MAX_ASIDE_CHARS]  # an aside's answer (it offered no tools)
+            if request.last_is_user and not acted and len(words) >= MIN_ASIDE_CHARS:
+                summary = answer_digest(words)
+                if summary is not None:  # (an answer a history may be compacted to)
+                    self._summaries[summary] = state.key
+                    self._summaries.move_to_end(summary)
+                    while len(self._summaries) > MAX_RESPONSE_IDS:
+                        self._summaries.popitem(last=False)
         waiting = state.begun if broke else state.pending
         for call in work:
             waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS else None

@@ -70,6 +70,7 @@ class ChatWire:
         anchor = anchor_text = ""
         last_answer = -1
         answers: list[int] = []
+        opening: object = None
         for index, message in enumerate(messages):
             if not isinstance(message, dict):
                 continue
@@ -80,6 +81,8 @@ class ChatWire:
                 anchor = anchor_of(message.get("content"))
                 anchor_text = text_of(message.get("content"))
             elif role == "assistant":
+                if not answers and not anchor:  # (the model's, before any user message)
+                    opening = message.get("content")
                 last_answer = index
                 answers.append(index)
         results: list[ToolResult] = []
@@ -114,7 +117,8 @@ class ChatWire:
             answer_format=json_format(body.get("response_format")),
             last_answer=messages[last_answer].get("content") if last_answer >= 0 else None,
             answers=tuple(messages[index].get("content")
-                          for index in answers[-MAX_ANSWERS_SEEN:]))
+                          for index in answers[-MAX_ANSWERS_SEEN:]),
+            opening=opening)
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         messages = body.get("messages")

@@ -82,6 +82,10 @@ class Request:
     # the content of the conversation's latest model answers, at most MAX_ANSWERS_SEEN, latest
     # last: a request that goes on in a run whose agent acts in text carries its latest answer
     answers: tuple[object, ...] = ()
+    # the content of the conversation's first message when it is the model's, before any user
+    # message (None: none such): a history compacted to the summary the model wrote, which its
+    # agent sends as the model's (:meth:`~watchdog.core.model.book.ModelBook._compacted`)
+    opening: object = None
     # Responses: the ``instructions`` as the client sent them (None: none), which an answer of
     # the endpoint's own echoes, as the API's do
     given_instructions: object = None
