@@ -97,6 +97,11 @@ failing on a changed block. The kinds:
     (``tests/frameworks/test_model_endpoint_aider.py``'s ``command``), the sidecar's default
     model endpoint with ``/agent/aider/`` in place of the test's, its models ``gpt-4.1`` and
     ``gpt-4.1-mini``.
+``continue-config``
+    The Continue CLI's ``config.yaml``, as YAML text: exactly what its tests run it with
+    (``tests/frameworks/test_model_endpoint_continue_cli.py``'s ``config``), the sidecar's
+    default model endpoint (``http://127.0.0.1:9478/v1``) in place of the test's, its model
+    ``gpt-4.1``.
 ``codex-config``
     The OpenAI Codex CLI's ``config.toml`` (TOML): a model provider it selects must be the
     sidecar's model endpoint (``base_url`` ``http://127.0.0.1:9478/v1``) on the Responses API
@@ -149,7 +154,7 @@ FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
-         "crush-config"}
+         "crush-config", "continue-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -794,6 +799,13 @@ def check_crush_config(block: Block, stack: Stack, state: DocState) -> None:
                                             "gpt-4.1-mini"), block.where
 
 
+def check_continue_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_continue_cli import config
+
+    assert block.text.strip() == config(f"http://{MODEL_ENDPOINT_DEFAULT}/v1",
+                                        "gpt-4.1").strip(), block.where
+
+
 def check_promql(block: Block, stack: Stack, state: DocState) -> None:
     from tests.test_prometheus import ENDED_BY_STATE
 
@@ -860,6 +872,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "codex-config": check_codex_config, "promql": check_promql,
     "opencode-config": check_opencode_config,
     "crush-config": check_crush_config,
+    "continue-config": check_continue_config,
     "aider-command": check_aider_command,
 }
 assert set(CHECKS) == KINDS
@@ -965,6 +978,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "opencode-config": (DOCS / "steering.md", "9478/v1", "9478/v2"),
     "crush-config": (DOCS / "steering.md", '"type": "openai"', '"type": "openai-compat"'),
     "aider-command": (DOCS / "steering.md", "/agent/aider/v1", "/agent/aider/v2"),
+    "continue-config": (DOCS / "steering.md", "provider: openai", "provider: openai-compat"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

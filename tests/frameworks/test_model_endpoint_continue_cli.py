@@ -30,9 +30,12 @@ Each invocation is one run.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +57,7 @@ from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its
     the_new_run,
 )
 from tests.frameworks.test_model_endpoint_stop import NOTE, stopping  # noqa: F401
-from tests.harness import RunningServer
+from tests.harness import RunningServer, http_served
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 CONTINUE_DIR = Path(__file__).resolve().parent / "continue_cli"
@@ -79,18 +82,27 @@ def config(base_url: str, model: str) -> str:
             "    apiKey: ${{ secrets.OPENAI_API_KEY }}\n    roles:\n      - chat\n")
 
 
-def run_cn(base_url: str, model: str, tmp: Path, extra: str = "") -> tuple[list[str], str]:
+def telemetry(endpoint: str) -> dict[str, str]:
+    """Its OpenTelemetry on, exported to ``endpoint`` (OTLP/JSON over HTTP): metrics alone,
+    the only signal it has, sent at its exit (and every 20 s before)."""
+    return {"CONTINUE_METRICS_ENABLED": "1", "OTEL_METRICS_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+
+
+def run_cn(base_url: str, model: str, tmp: Path, extra: str = "", otel: str | None = None,
+           task: str = TASK) -> tuple[list[str], str]:
     """``cn -p`` once in ``tmp`` against the OpenAI-compatible ``base_url``, every tool
     allowed (``--auto``): the terms its shell commands appended to ``ran.txt``, and the answer
-    it printed. ``extra``: more of its model's entry in ``config.yaml``."""
+    it printed. ``extra``: more of its model's entry in ``config.yaml``; ``otel``: its own
+    OpenTelemetry on (:func:`telemetry`), exported there."""
     work, home = tmp / "work", tmp / "home"
     work.mkdir(exist_ok=True)
     home.mkdir()
     (tmp / "config.yaml").write_text(config(base_url, model) + extra)
     env = {**clean_environ("CONTINUE_", "OTEL_"), "HOME": str(home), "OPENAI_API_KEY": KEY,
-           "CONTINUE_METRICS_ENABLED": "0"}
+           **(telemetry(otel) if otel is not None else {"CONTINUE_METRICS_ENABLED": "0"})}
     result = subprocess.run([str(cn()), "-p", "--auto", "--config", str(tmp / "config.yaml"),
-                             TASK], env=env, capture_output=True, text=True,
+                             task], env=env, capture_output=True, text=True,
                             timeout=DRIVER_TIMEOUT, cwd=work, stdin=subprocess.DEVNULL)
     if result.returncode != 0:
         sys.stderr.write(result.stderr[-6000:])
@@ -111,11 +123,11 @@ class Invocation:
 
 
 def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Path,
-           extra: str = "") -> Invocation:
+           extra: str = "", otel: str | None = None, task: str = TASK) -> Invocation:
     """``cn -p`` once through ``sidecar``'s model endpoint, its model ``script``."""
     model = llm.script(f"cn-{tmp.name}", script)
     before = run_ids(sidecar)
-    ran, printed = run_cn(sidecar.url("model") + "/v1", model, tmp, extra)
+    ran, printed = run_cn(sidecar.url("model") + "/v1", model, tmp, extra, otel, task)
     requests = llm.requests(model)
     run = the_new_run(sidecar, before)
     return Invocation(ran, printed, requests, run, len(llm.requests(model)))
@@ -259,3 +271,70 @@ def test_a_compacting_cn_is_one_run_and_keeps_its_budget(
             it.run["has_final_answer"], it.run["final_output"]) == (
         4, 1, "completed", True, REPORT), it.run
     assert it.run["budget"] == {"max_tool_calls": 3, "remaining_tool_calls": 2}, it.run
+
+
+RECORDINGS = Path(__file__).resolve().parent / "recordings" / "continue_cli"
+
+
+class Exports:
+    """An OTLP/HTTP receiver: each export it gets kept (its path, its OTLP/JSON body), each
+    answered 200."""
+
+    def __init__(self) -> None:
+        self.kept: list[tuple[str, dict[str, Any]]] = []
+        exports = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                exports.kept.append((self.path, json.loads(self.body())))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def body(self) -> bytes:
+                """Its body, sent chunked (as its exporter sends it) or with a length."""
+                if self.headers.get("Transfer-Encoding", "").lower() != "chunked":
+                    return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                chunks = []
+                while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                    chunks.append(self.rfile.read(size))
+                    self.rfile.readline()
+                self.rfile.readline()
+                return b"".join(chunks)
+
+        self.handler = Handler
+
+
+def metric_names(export: dict[str, Any]) -> set[str]:
+    return {metric["name"] for resource in export.get("resourceMetrics", [])
+            for scope in resource.get("scopeMetrics", []) for metric in scope.get("metrics", [])}
+
+
+def test_cn_exports_metrics_alone_so_it_is_steered_not_watched(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """Its OpenTelemetry on: at its exit it exports metrics (OTLP/JSON, ``/v1/metrics``:
+    sessions, tokens, cost, counters of its own), and no span or log record, so nothing of a run
+    can be watched from it; steered, it is the endpoint's one run as before. With
+    ``RECORD_SPANS`` set, its export is written to ``recordings/continue_cli/``."""
+    exports = Exports()
+    with http_served(exports.handler) as url:
+        # (a task of its own: a third run of the same task in a row in this sidecar would be
+        # a loop across runs, agent-ping-pong)
+        it = invoke(budgeted, llm, searching(), tmp_path, otel=url, task="Find the file again.")
+    assert (it.ran, it.printed) == (["term 0", "term 1", "term 2"], REPORT)
+    assert [LEFT.findall(instructions(body)) for body in it.requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert (it.run["iterations"], it.run["tool_calls"], it.run["terminal_state"]) == (
+        BUDGET + 1, BUDGET, "tool_limit_reached"), it.run
+    assert exports.kept and {path for path, _ in exports.kept} == {"/v1/metrics"}, exports.kept
+    names = set().union(*(metric_names(export) for _, export in exports.kept))
+    assert "continue_cli_session_count" in names, names
+    if os.environ.get("RECORD_SPANS"):
+        RECORDINGS.mkdir(parents=True, exist_ok=True)
+        (RECORDINGS / "budget.metrics.ndjson").write_text("".join(
+            json.dumps(export, separators=(",", ":")) + "\n" for _, export in exports.kept))

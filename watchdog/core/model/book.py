@@ -14,8 +14,7 @@ carries a new user message (its last message is the user's) in a conversation wh
 ended, or that is shorter than the conversation was (the agent started over; not when its tool
 results answer calls its run handed over: the agent goes on from its history after a request
 aside, a summary it asked the model for on that history), starts the conversation's next
-run (a conversation that opens with the model's answer to a new user message of a run, before
-any user message, is that run's history compacted to that summary: it goes on in the run), in the conversation's session — unless it is the agent's own reply at once rejecting the
+run, in the conversation's session — unless it is the agent's own reply at once rejecting the
 answer that ended the run at its budget or a stop (:func:`follows_at_once`): that is still the
 run's, answered with its stop (a conversation the server keeps sends only its new items:
 its length is not read). So does a conversation's first
@@ -25,13 +24,15 @@ the same first message (two agents started at the same moment), not the same one
 its first request again only once it has failed. A request that carries tool results goes to
 the run that handed those calls over (call ids are unique to a response), so such twins stay
 apart for their whole conversation; a continuation without tool results (a new user message)
-goes to the conversation's latest run. A conversation the book does not know (lost in a
-restart, or let go) whose request goes on with it (tool results, or no new user message) joins
-its session's active run, when the sidecar has one (it restored it); the tool calls handed over
-before are not known, so their results count no tool call. In a session its client names, a
-conversation's first request that offers no tools and quotes a user message of another
-conversation's first request of the session, as a message of its own or on lines of their own
-within its prompt (a side request: the title an agent asks its small model for) is a model call
+goes to the conversation's latest run. A conversation that opens with the model's answer to a
+new user message of a run, before any user message, is that run's history compacted to that
+summary: it goes on in the run (:meth:`ModelBook._compacted`). A conversation the book does not
+know (lost in a restart, or let go) whose request goes on with it (tool results, or no new user
+message) joins its session's active run, when the sidecar has one (it restored it); the tool
+calls handed over before are not known, so their results count no tool call. In a session its
+client names, a conversation's first request that offers no tools and quotes a user message of
+another conversation's first request of the session, as a message of its own or on lines of
+their own within its prompt (a side request: the title an agent asks its small model for) is a model call
 of that conversation's run, not its answer: of the run while it goes, when it comes after its
 first request; when it comes first, the run it starts is the one that conversation's first
 request goes on in. A conversation whose first request begins with a text argument of a tool
