@@ -32,8 +32,8 @@ message) joins its session's active run, when the sidecar has one (it restored i
 calls handed over before are not known, so their results count no tool call. In a session its
 client names, a conversation's first request that offers no tools and quotes a user message of
 another conversation's first request of the session, as a message of its own or on lines of
-their own within its prompt (a side request: the title an agent asks its small model for) is a model call
-of that conversation's run, not its answer: of the run while it goes, when it comes after its
+their own within its prompt (a side request: the title an agent asks its small model for) is a
+model call of that conversation's run, not its answer: of the run while it goes, when it comes after its
 first request; when it comes first, the run it starts is the one that conversation's first
 request goes on in. A conversation whose first request begins with a text argument of a tool
 call another run handed over and still waits for (a sub-agent its tool started, naming nothing
