@@ -33,12 +33,12 @@ calls handed over before are not known, so their results count no tool call. In 
 client names, a conversation's first request that offers no tools and quotes a user message of
 another conversation's first request of the session, as a message of its own or on lines of
 their own within its prompt (a side request: the title an agent asks its small model for) is a
-model call of that conversation's run, not its answer: of the run while it goes, when it comes after its
-first request; when it comes first, the run it starts is the one that conversation's first
-request goes on in. A conversation whose first request begins with a text argument of a tool
-call another run handed over and still waits for (a sub-agent its tool started, naming nothing
-of its caller's) is a child run of that run. A run whose agent acts in text (each answer an
-action, the run held open for the next request) goes on only in a request that carries its
+model call of that conversation's run, not its answer: of the run while it goes, when it comes
+after its first request; when it comes first, the run it starts is the one that conversation's
+first request goes on in. A conversation whose first request begins with a text argument of a
+tool call another run handed over and still waits for (a sub-agent its tool started, naming
+nothing of its caller's) is a child run of that run. A run whose agent acts in text (each answer
+an action, the run held open for the next request) goes on only in a request that carries its
 latest answer (:func:`carries_answer`): an invocation whose requests begin as the run's did is
 the next run; and a conversation's first request that quotes that answer (a commit message the
 agent asks a model for, for the action it just ran) is a side request of the run
