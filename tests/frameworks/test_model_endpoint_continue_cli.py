@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -41,7 +39,7 @@ from typing import Any
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
+from tests.frameworks.harness import clean_environ, run_coding_agent
 from tests.frameworks.steering import CYCLE_LOOP
 from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
     BUDGET,
@@ -101,16 +99,8 @@ def run_cn(base_url: str, model: str, tmp: Path, extra: str = "", otel: str | No
     (tmp / "config.yaml").write_text(config(base_url, model) + extra)
     env = {**clean_environ("CONTINUE_", "OTEL_"), "HOME": str(home), "OPENAI_API_KEY": KEY,
            **(telemetry(otel) if otel is not None else {"CONTINUE_METRICS_ENABLED": "0"})}
-    result = subprocess.run([str(cn()), "-p", "--auto", "--config", str(tmp / "config.yaml"),
-                             task], env=env, capture_output=True, text=True,
-                            timeout=DRIVER_TIMEOUT, cwd=work, stdin=subprocess.DEVNULL)
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr[-6000:])
-        raise AssertionError(f"cn -p exited {result.returncode}:\n"
-                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    ran = work / "ran.txt"
-    terms = ran.read_text().splitlines() if ran.exists() else []
-    return terms, result.stdout.strip()
+    return run_coding_agent([str(cn()), "-p", "--auto", "--config", str(tmp / "config.yaml"),
+                             task], env, work)
 
 
 @dataclass(frozen=True)
