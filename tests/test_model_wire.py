@@ -27,6 +27,7 @@ from watchdog.core.directives.prompt import bare_prompt
 from watchdog.core.model.book import (
     MAX_QUOTE_CHARS,
     Caller,
+    EndpointRun,
     ModelBook,
     Unbooked,
     is_side,
@@ -56,6 +57,7 @@ from watchdog.core.model.wire import (
     abort_text,
     read_stream,
     sse,
+    text_of,
 )
 from watchdog.core.model.wire import ToolCall as Call
 from watchdog.core.runs.book import TRACED_ANSWER_WAIT
@@ -312,6 +314,27 @@ CLIENT_CALLS = [
     {"type": "apply_patch_call", "call_id": "c6",
      "operation": {"type": "update_file", "path": "a.py", "diff": "-x\n+y"}},
     {"type": "mcp_call", "id": "mcp_1", "name": "remote", "arguments": "{}"}]
+
+
+def test_a_conversation_opening_with_the_models_message_reads_it() -> None:
+    """A history compacted to the model's summary (the Continue CLI's: the summary as the
+    model's message, before any user message) is read as its opening, on Chat Completions and
+    the Responses API; a conversation whose first message is the user's has none (one the
+    server keeps sends only its new items: the book does not read its opening)."""
+    summary = "Searched the config directories twice; nothing found yet."
+    chat = ChatWire().read_request({"model": "m", "messages": [
+        {"role": "system", "content": "S"}, {"role": "assistant", "content": summary},
+        {"role": "assistant", "content": "REPORT"}, {"role": "user", "content": "continue"}]})
+    assert (chat.opening, chat.anchor) == (summary, "continue")
+    responses = ResponsesWire().read_request({"model": "m", "input": [
+        {"role": "developer", "content": "S"},
+        {"type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": summary}]}]})
+    assert text_of(responses.opening) == summary
+    told = [{"role": "user", "content": "Find the file."},
+            {"role": "assistant", "content": summary}]
+    assert ChatWire().read_request({"model": "m", "messages": told}).opening is None
+    assert ResponsesWire().read_request({"model": "m", "input": told}).opening is None
 
 
 def test_responses_count_every_call_the_agent_carries_out() -> None:
@@ -693,6 +716,46 @@ def test_the_decision_counts_what_was_handed_over() -> None:
 def chat_request(*messages: dict[str, Any]) -> Any:
     return ChatWire().read_request({"model": "m", "tools": [1], "messages": [
         {"role": "system", "content": "sys"}, {"role": "user", "content": "task"}, *messages]})
+
+
+def test_a_history_compacted_to_a_runs_answer_goes_on_in_that_run() -> None:
+    """A conversation that opens with the model's answer to a new user message of a run (its
+    summary, 40 characters or more), before any user message, is that run's: of the same
+    agent, while the run is not over by its final request or a stop. A short answer, another
+    agent's conversation, or one after the run's final request starts a run of its own."""
+    summary = "Searched the config directories twice; nothing found yet."
+
+    def answered(book: ModelBook, request: Request, text: str) -> EndpointRun:
+        state = book.identify("chat", request, Caller(), "a", lambda _key: False)
+        book.call_record(state, request, Observation(finish_reason="stop", text=text,
+                                                     complete=True), [], 1, 2)
+        return state
+
+    def compacted(opening: str) -> Request:
+        return ChatWire().read_request({"model": "m", "tools": [1], "messages": [
+            {"role": "system", "content": "sys"}, {"role": "assistant", "content": opening}]})
+
+    asked = chat_request({"role": "user", "content": "Summarise the work."})
+    book = ModelBook()
+    run = answered(book, asked, summary)
+    assert book.identify("chat", compacted(summary), Caller(), "a",
+                         lambda _key: False) is run
+    # (and later requests of it: a user message of its own, a new first user message)
+    later = ChatWire().read_request({"model": "m", "tools": [1], "messages": [
+        {"role": "system", "content": "sys"}, {"role": "assistant", "content": summary},
+        {"role": "assistant", "content": "REPORT"}, {"role": "user", "content": "continue"}]})
+    assert book.identify("chat", later, Caller(), "a", lambda _key: False) is run
+    assert book.identify("chat", compacted(summary), Caller(), "b",
+                         lambda _key: False) is not run  # another agent's
+    short = ModelBook()
+    alone = answered(short, asked, "Nothing yet.")
+    assert short.identify("chat", compacted("Nothing yet."), Caller(), "a",
+                          lambda _key: False) is not alone
+    over = ModelBook()
+    ended = answered(over, asked, summary)
+    ended.final_used = True  # (its final request went upstream: the run is over)
+    assert over.identify("chat", compacted(summary), Caller(), "a",
+                         lambda _key: False) is not ended
 
 
 def test_a_request_that_may_continue_a_run_is_told_apart_from_a_new_one() -> None:

@@ -101,6 +101,7 @@ class ResponsesWire:
         count, last_is_user = 1, isinstance(items, str)
         last_answer: object = None
         answers: list[object] = []
+        opening: object = None  # (the model's message before any user message: Request)
         if isinstance(items, list):
             count = len(items)
             for item in items:
@@ -116,6 +117,8 @@ class ResponsesWire:
                     results, said = [], []
                     last_answer = item.get("content") if role == "assistant" else None
                     if role == "assistant":
+                        if not answers and not anchor:
+                            opening = last_answer
                         answers.append(last_answer)
                 elif role == "user" and len(said) < MAX_TOOL_CALLS_SEEN:
                     said.append(text_of(item.get("content")))
@@ -149,6 +152,7 @@ class ResponsesWire:
             input_hash=request_hash(items if isinstance(items, (str, list)) else None),
             last_answer=last_answer,
             answers=tuple(answers[-MAX_ANSWERS_SEEN:]),
+            opening=opening,
             given_instructions=body.get("instructions"))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
