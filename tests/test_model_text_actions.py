@@ -280,3 +280,48 @@ def test_a_side_request_goes_to_the_run_whose_answer_it_quotes_of_two_of_one_age
         book.call_record(state, first, said(f"{answers[0]} {index}"), [], 1, 2)
     assert len(book._acting["aider"]) == MAX_ACTING_PER_AGENT
     assert book._acting["aider"][-1] == state.key
+
+
+REACT = ("Answer the question. Use the format: Thought: / Action: / Action Input: / "
+         "Observation: / Final Answer:\n\nBegin!\n\nQuestion: add 100 to 0 and 1.\n")
+STEP = "Thought: I add 0 to 100 first.\nAction: calculator\nAction Input: 0 + 100"
+
+
+def prompt_request(text: str) -> Request:
+    """A request of an agent that sends its history within one prompt (LangChainGo's and
+    LangChain's ReAct agents): one user message, no model answer in it."""
+    return ChatWire().read_request({"model": "m", "stop": ["\nObservation:"],
+                                    "messages": [{"role": "user", "content": text}]})
+
+
+def test_a_prompt_grown_by_the_latest_answer_and_its_observation_goes_on_in_the_run() -> None:
+    """A ReAct agent's next request is a conversation's first (one user message): its prompt
+    is the one before with the answer and its action's ``Observation:`` appended (the
+    scratchpad). It goes on in the run, the observation the action's result; a request that
+    begins with the same prompt without that answer (another invocation of the same task), or
+    whose prompt differs before it, is the next run; after the final request, even once the
+    run has ended, the grown prompt is still the run's (it gets the stop)."""
+    book = ModelBook()
+    first = prompt_request(REACT)
+    state = book.identify("chat", first, Caller(), "react", not_ended)
+    state.acts_in_text = True
+    book.call_record(state, first, said(STEP), [], 1, 2)
+    grown = prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n")
+    assert book.identify("chat", grown, Caller(), "react", not_ended) is state
+    [tool] = book.tool_records(state, grown, 3)
+    assert (tool.tool_name, tool.result_brief, tool.error) == (
+        TEXT_ACTION, "Observation: 100", False)
+    step = STEP.replace("0 + 100", "1 + 100")
+    book.call_record(state, grown, said(step), [], 4, 5)
+    again = prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n")  # (not this answer)
+    assert book.identify("chat", again, Caller(), "react", not_ended) is not state
+    other = prompt_request(f"{REACT.replace('and 1', 'and 2')}\n{step}\nObservation: 101\n")
+    assert book.identify("chat", other, Caller(), "react", not_ended) is not state
+    state.final_used = True
+    last = prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n\n{step}\nObservation: 101\n")
+    assert book.identify("chat", last, Caller(), "react", ended) is state
+    # an agent not declared to act in text: each step a run of its own, as before
+    book = ModelBook()
+    state = book.identify("chat", first, Caller(), "react", not_ended)
+    book.call_record(state, first, said(STEP), [], 1, 2)
+    assert book.identify("chat", grown, Caller(), "react", not_ended) is not state

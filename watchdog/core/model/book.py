@@ -269,6 +269,12 @@ class EndpointRun:
     # (:func:`_said_digest`): a request with the same instructions is the agent's own next
     # task, which may quote that answer whole (a plan handed on), not a side request of it
     prompt: str | None = None
+    # ... when the request that answer came to carried no model answer, its history within
+    # its one prompt (a ReAct agent's scratchpad: each answer and what its action gave, after
+    # the task): that prompt's length and digest, and the answer's words (at most
+    # MAX_ACTION_CHARS) and their length. A conversation's first request whose prompt begins
+    # with that prompt and goes on with the answer goes on in the run (:func:`grows_from`)
+    grown: tuple[int, str, str, int] | None = None
     # the run of the caller whose sub-agent this run is (its requests name a sub-agent of
     # their session; the caller's name none): a child run of it (``parent_run``)
     parent: str | None = None
@@ -592,6 +598,8 @@ class ModelBook:
         # (a conversation's first request: no answer of the model in it yet; a side request's
         # prompt is the same one every time, a conversation the book may know already)
         first = not request.results and request.last_answer is None
+        if first and (grown := self._grown(agent, request, digest, ended)) is not None:
+            return grown
         if first and (quoted := self._quoted(agent, request, ended)) is not None:
             return quoted
         if client_session is not None and first:
@@ -673,6 +681,29 @@ class ModelBook:
         self._acting.move_to_end(agent)
         while len(self._acting) > MAX_CONVERSATIONS:
             self._acting.popitem(last=False)
+
+    def _grown(self, agent: str | None, request: Request, digest: str,
+               ended: Callable[[str], bool]) -> EndpointRun | None:
+        """The run of ``agent`` acting in text whose history ``request``, a conversation's
+        first, carries within its one prompt (:func:`grows_from`): the request goes on in it,
+        its conversation now this prompt's, and what its prompt says after the run's latest
+        answer is that answer's result (what the action gave: the ReAct ``Observation:``). A
+        run over (its final request went upstream, or a stop) takes it too: it gets the stop.
+        None for any other request."""
+        for key in reversed(self._acting.get(agent or "", ())):
+            state = self._runs.get(key)
+            if state is None or (ended(key) and not state.final_used and state.stop is None):
+                continue
+            after = grows_from(state, request)
+            if after is not None:
+                request.said = [after] if after else []
+                state.conversation = digest
+                self._conversations[digest] = state.key
+                self._conversations.move_to_end(digest)
+                while len(self._conversations) > MAX_CONVERSATIONS:
+                    self._conversations.popitem(last=False)
+                return self._touch(state)
+        return None
 
     def _quoted(self, agent: str | None, request: Request,
                 ended: Callable[[str], bool]) -> EndpointRun | None:
@@ -889,7 +920,10 @@ class ModelBook:
             words = " ".join(seen.text.split())
             state.quote = words[:MAX_ASIDE_CHARS] if len(words) >= MIN_ASIDE_CHARS else None
             state.prompt = _said_digest(request.instructions)
-            if state.quote is not None:
+            state.grown = (len(request.anchor_text), _prompt_digest(request.anchor_text),
+                           words[:MAX_ACTION_CHARS], len(words)) \
+                if request.last_answer is None and request.anchor_text and words else None
+            if state.quote is not None or state.grown is not None:
                 self._act(state)
         if acted is not None:  # (its text is the action the agent runs: a tool call of it)
             work, record.acted_on = [acted], True
@@ -1076,6 +1110,34 @@ def carries_answer(state: EndpointRun, request: Request) -> bool:
     if state.quote is None or request.kept:
         return True
     return any(state.quote in " ".join(text_of(content).split()) for content in request.answers)
+
+
+def grows_from(state: EndpointRun, request: Request) -> str | None:
+    """What ``request`` says after the latest answer of ``state``'s run, whose agent sends
+    its history within one prompt (:attr:`EndpointRun.grown`; spacing aside, "" for nothing),
+    or None when it does not go on so: a conversation's first request whose prompt (its first
+    user message) begins with that answer's prompt, exactly, and goes on with the answer
+    (spacing aside). A ReAct agent's next step sends just that: its prompt, the scratchpad
+    at its end grown by the answer and the ``Observation:`` of its action. Another invocation
+    with the same task begins with that prompt too, but without the answer after it."""
+    grown = state.grown
+    if grown is None or request.last_answer is not None or request.results \
+            or request.kept or not request.last_is_user:
+        return None
+    size, digest, answer, length = grown
+    prompt = request.anchor_text
+    if len(prompt) <= size or _prompt_digest(prompt[:size]) != digest:
+        return None
+    rest = " ".join(prompt[size:].split())
+    at = rest.find(answer)
+    if at < 0:
+        return None
+    return rest[at + length:].strip()
+
+
+def _prompt_digest(text: str) -> str:
+    """A prompt's digest, exactly as sent (:attr:`EndpointRun.grown`)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def at_once(state: EndpointRun, request: Request, now_ns: int,
