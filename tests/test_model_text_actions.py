@@ -320,8 +320,44 @@ def test_a_prompt_grown_by_the_latest_answer_and_its_observation_goes_on_in_the_
     state.final_used = True
     last = prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n\n{step}\nObservation: 101\n")
     assert book.identify("chat", last, Caller(), "react", ended) is state
+    # the cue on the prompt's last line written anew after the observation (LangChainGo's
+    # conversational agent: "Observation: 100\nThought:", then "Observation: 100Thought: ...")
+    book = ModelBook()
+    cued = prompt_request(f"{REACT}Thought:")
+    state = book.identify("chat", cued, Caller(), "react", not_ended)
+    state.acts_in_text = True
+    book.call_record(state, cued, said(STEP), [], 1, 2)
+    grown = prompt_request(f"{REACT}Thought:{STEP}\nObservation: 100\nThought:")
+    assert book.identify("chat", grown, Caller(), "react", not_ended) is state
+    assert len(book.tool_records(state, grown, 3)) == 1
+    book.call_record(state, grown, said(step), [], 3, 4)
+    again = prompt_request(f"{REACT}Thought:{STEP}\nObservation: 100{step}\nObservation: 101"
+                           "\nThought:")
+    assert book.identify("chat", again, Caller(), "react", not_ended) is state
+    [tool] = book.tool_records(state, again, 5)
+    assert tool.result_brief == "Observation: 101 Thought:"
     # an agent not declared to act in text: each step a run of its own, as before
     book = ModelBook()
     state = book.identify("chat", first, Caller(), "react", not_ended)
     book.call_record(state, first, said(STEP), [], 1, 2)
+    grown = prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n")
     assert book.identify("chat", grown, Caller(), "react", not_ended) is not state
+
+
+def test_the_same_action_and_output_again_in_a_grown_prompt_is_one_more_action() -> None:
+    """A ReAct agent that loops sends the same observation after the same action at each
+    step, one user message each time: each request is a step of its own (its prompt grown),
+    not the one before sent again, so each action counts (the loop rules see them)."""
+    book = ModelBook()
+    text = REACT
+    state = book.identify("chat", prompt_request(text), Caller(), "react", not_ended)
+    state.acts_in_text = True
+    counted = []
+    for index in range(4):
+        asked = prompt_request(text)
+        if index:
+            assert book.identify("chat", asked, Caller(), "react", not_ended) is state
+        counted += book.tool_records(state, asked, 2 * index)
+        book.call_record(state, asked, said(STEP), [], 2 * index, 2 * index + 1)
+        text = f"{text}\n{STEP}\nObservation: 100\n"
+    assert len(counted) == 3 and len({record.args_hash for record in counted}) == 1

@@ -218,3 +218,140 @@ def test_an_executor_call_is_one_run_each_answer_an_action(
     [run] = runs
     assert (run["iterations"], run["tool_calls"]) == (4, 3), run
     assert run["signals"]["tools"] == {"text_action": 3}, run["signals"]
+
+
+def test_two_executor_calls_are_two_runs(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """One executor, two calls (the conversational agent, its memory the executor's: the
+    second prompt carries the first call's exchange in its history): a run each."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "lcg-two", sums_then_answer(1, finish="AI:"), tmp_path,
+                tasks=("Add 100 to 0.", "And again?"), kind="conversational")
+    assert [outcome["error"] for outcome in it.outcomes] == ["", ""]
+    assert len(it.requests) == 3 and "Human: Add 100 to 0." in prompt(it.requests[-1])
+    runs = new_runs(sidecar, before, lambda runs: sum(run["iterations"] for run in runs) == 3)
+    assert sorted((run["iterations"], run["tool_calls"]) for run in runs) == [
+        (1, 0), (2, 1)], json.dumps(runs)
+
+
+# -- a budget -------------------------------------------------------------------------------------
+
+def test_a_budget_counts_actions_down_and_ends_with_the_agents_own_finish(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "lcg-budget", sums_then_answer(10), tmp_path)
+    assert it.ran == ["calculator 0 + 100", "calculator 1 + 100", "calculator 2 + 100"]
+    # the model's report is the output the user gets: the agent parsed its Final Answer
+    assert it.outcomes == [{"output": REPORT, "error": ""}]
+    assert len(it.requests) == 4
+    # the true count left at each request, in a system message before the ReAct prompt
+    assert [LEFT.findall(notes(body)) for body in it.requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert [[message["role"] for message in body["messages"]] for body in it.requests] == [
+        ["system", "user"]] * 4
+    assert all("[budget:" not in prompt(body) for body in it.requests)
+    assert [final_asked(body) for body in it.requests] == [False, False, False, True]
+    assert "all 3 tool calls used" in notes(it.requests[-1])
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "tool_limit_reached"), run
+
+
+def test_an_action_past_the_budget_runs_and_the_next_request_gets_the_stop_answer(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """The model does not take the final instruction: its answer is one more action, which
+    the agent runs (the endpoint cannot take it out of the text); its next request is the
+    run's, answered with the stop answer (the pack's ``Final Answer: ${note}``): the user gets
+    the stop note as the agent's output, and the upstream nothing more."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "lcg-budget", sums_then_answer(10, obeys=False), tmp_path)
+    assert len(it.ran) == 4 and len(it.requests) == 4 and final_asked(it.requests[-1])
+    [outcome] = it.outcomes
+    assert outcome["error"] == "" and STOPPED in outcome["output"], outcome
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "tool_limit_reached"), run
+    assert len(llm.requests(str(it.requests[0]["model"]))) == 4
+
+
+def test_the_conversational_agent_finishes_in_its_own_form(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """The conversational ReAct agent ends on ``AI:``: its pack entry's ``stop_answer`` says
+    so, and its final request's answer in that form is the user's output."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "lcg-chat", sums_then_answer(10, finish="AI:"), tmp_path,
+                kind="conversational")
+    assert len(it.ran) == 3 and len(it.requests) == 4 and final_asked(it.requests[-1])
+    assert [outcome["output"].strip() for outcome in it.outcomes] == [REPORT]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (3, "tool_limit_reached"), run
+
+
+def test_the_agents_own_limit_first_ends_the_call_with_its_error(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """``WithMaxIterations(2)`` under a budget of 3: the executor stops after 2 actions, with
+    no request more: the user gets LangChainGo's ``agent not finished before max
+    iterations`` and no output. Nothing tells the endpoint: the run, 2 of 3 tool calls used,
+    is held open for the action it last handed over (``loose_run_gap``), not the budget's."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "lcg-budget", sums_then_answer(10), tmp_path, iterations=2)
+    assert it.outcomes == [{"output": "",
+                            "error": "agent not finished before max iterations"}]
+    assert len(it.ran) == 2 and len(it.requests) == 2
+    assert not any(final_asked(body) for body in it.requests)
+    [run] = new_runs(sidecar, before, lambda runs: runs[0]["tool_calls"] == 1)
+    assert (run["state"], run["iterations"], run["signals"]["in_flight"]) == (
+        "active", 2, 1), run
+
+
+# -- loops and aborts -----------------------------------------------------------------------------
+
+def test_a_looping_agent_is_wound_down_then_stopped(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "lcg", looping, tmp_path, iterations=20)
+    told = [LOOP_NOTE in notes(body) for body in it.requests]
+    # tool-cycle fires at the 4th identical action: the next 2 requests are wound down, with
+    # the rule's grace of 2 counted down; the 7th is final
+    assert len(it.requests) == 7 and told[:6] == [False] * 4 + [True] * 2, told
+    assert final_asked(it.requests[-1])
+    # the model loops on: its 7th action runs too, then the stop answer ends the agent, its
+    # note (the run is over) the output the user gets
+    assert it.ran == ["read_file notes.txt"] * 7
+    [outcome] = it.outcomes
+    assert outcome["error"] == "" and STOPPED in outcome["output"], outcome
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (6, "loop_detected"), run
+
+
+def test_an_abort_is_answered_in_the_agents_own_finish(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "lcg-abort", sums_then_answer(10), tmp_path)
+    assert len(it.ran) == 2 and len(it.requests) == 2  # the 3rd got the stop, not upstream
+    [outcome] = it.outcomes
+    assert outcome["error"] == "" and "Stopped by the test's rule after 2 actions" in \
+        outcome["output"], outcome
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+# -- the API's tool calls -------------------------------------------------------------------------
+
+def test_the_functions_agent_acts_by_tool_calls_under_the_same_budget(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """``NewOpenAIFunctionsAgent`` offers its tools: the budget's countdown, its calls trimmed
+    to the calls left, the final request with the tools withdrawn, whose answer is the user's
+    output."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if not fakellm.offers_tools(body) or body.get("tool_choice") == "none":
+            return fakellm.answer(REPORT)
+        return fakellm.call("calculator", __arg1=f"{index} + 100")
+
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "lcg-functions", pick, tmp_path, kind="functions")
+    assert it.outcomes == [{"output": REPORT, "error": ""}]
+    assert it.ran == ["calculator 0 + 100", "calculator 1 + 100", "calculator 2 + 100"]
+    assert len(it.requests) == 4 and it.requests[-1].get("tool_choice") == "none"
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (3, "tool_limit_reached"), run

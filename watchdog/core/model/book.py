@@ -271,9 +271,10 @@ class EndpointRun:
     prompt: str | None = None
     # ... when the request that answer came to carried no model answer, its history within
     # its one prompt (a ReAct agent's scratchpad: each answer and what its action gave, after
-    # the task): that prompt's length and digest, and the answer's words (at most
-    # MAX_ACTION_CHARS) and their length. A conversation's first request whose prompt begins
-    # with that prompt and goes on with the answer goes on in the run (:func:`grows_from`)
+    # the task): that prompt's length up to its last line break and that part's digest, and
+    # the answer's words (at most MAX_ACTION_CHARS) and their length. A conversation's first
+    # request whose prompt begins with that part and goes on with the answer goes on in the
+    # run (:func:`grows_from`)
     grown: tuple[int, str, str, int] | None = None
     # the run of the caller whose sub-agent this run is (its requests name a sub-agent of
     # their session; the caller's name none): a child run of it (``parent_run``)
@@ -501,7 +502,9 @@ class ModelBook:
         conversation, the response it continues and the tool calls its results answer (a call
         the relay has not read yet may be any of these); for a conversation's first request
         that may be a sub-agent's, every call of its agent that handed tool calls over (one
-        may have handed it its task: :meth:`_handed_task`)."""
+        may have handed it its task: :meth:`_handed_task`); for one that offers no tools,
+        every call of its agent's runs acting in text (its prompt may carry one's answer:
+        :meth:`_grown`)."""
         if not calls:
             return []
         trace = parse_traceparent(caller.traceparent)
@@ -514,12 +517,14 @@ class ModelBook:
         handed = caller.subagent is None and request.has_tools and not request.results \
             and request.last_answer is None \
             and len(request.anchor_text) >= MIN_HANDED_TASK_CHARS
+        grows = not request.has_tools and not request.results and request.last_answer is None
         return [index for index, call in enumerate(calls)
                 if call.run.conversation == digest
                 or (previous is not None and call.response_id in (previous, None))
                 or (answered and (call.call_ids is None
                                   or not answered.isdisjoint(call.call_ids)))
-                or (handed and call.call_ids != frozenset() and call.run.agent == agent)]
+                or (handed and call.call_ids != frozenset() and call.run.agent == agent)
+                or (grows and call.run.acts_in_text and call.run.agent == agent)]
 
     def _answers_calls_of(self, state: EndpointRun, request: Request) -> bool:
         """Whether ``request`` goes on from calls ``state``'s run handed over (its results
@@ -920,8 +925,7 @@ class ModelBook:
             words = " ".join(seen.text.split())
             state.quote = words[:MAX_ASIDE_CHARS] if len(words) >= MIN_ASIDE_CHARS else None
             state.prompt = _said_digest(request.instructions)
-            state.grown = (len(request.anchor_text), _prompt_digest(request.anchor_text),
-                           words[:MAX_ACTION_CHARS], len(words)) \
+            state.grown = _grown_from(request.anchor_text, words) \
                 if request.last_answer is None and request.anchor_text and words else None
             if state.quote is not None or state.grown is not None:
                 self._act(state)
@@ -1029,9 +1033,12 @@ def text_action(state: EndpointRun, seen: Observation) -> ToolCall | None:
 def _asked(request: Request) -> tuple[object, ...]:
     """What a request carries past the model's last answer, as far as it tells one request
     sent again from the next: its length, the response it continues, the calls its results
-    answer and what else it says there."""
+    answer and what else it says there; and its first user message (an agent that sends its
+    history within one prompt grows it at each step, the same output after the same action
+    again and again: :func:`grows_from`)."""
     return (request.messages, request.previous_response_id,
-            tuple(result.call_id for result in request.results), hash(tuple(request.said)))
+            tuple(result.call_id for result in request.results), hash(tuple(request.said)),
+            hash(request.anchor))
 
 
 def _sent_again(state: EndpointRun, request: Request) -> bool:
@@ -1116,10 +1123,12 @@ def grows_from(state: EndpointRun, request: Request) -> str | None:
     """What ``request`` says after the latest answer of ``state``'s run, whose agent sends
     its history within one prompt (:attr:`EndpointRun.grown`; spacing aside, "" for nothing),
     or None when it does not go on so: a conversation's first request whose prompt (its first
-    user message) begins with that answer's prompt, exactly, and goes on with the answer
-    (spacing aside). A ReAct agent's next step sends just that: its prompt, the scratchpad
-    at its end grown by the answer and the ``Observation:`` of its action. Another invocation
-    with the same task begins with that prompt too, but without the answer after it."""
+    user message) begins with that answer's prompt up to its last line break, exactly, and
+    goes on with the answer (spacing aside). A ReAct agent's next step sends just that: its
+    prompt, the scratchpad at its end grown by the answer and the ``Observation:`` of its
+    action (the cue on the prompt's last line, ``Thought:``, may be written anew after it).
+    Another invocation with the same task begins with that prompt too, but without the
+    answer after it."""
     grown = state.grown
     if grown is None or request.last_answer is not None or request.results \
             or request.kept or not request.last_is_user:
@@ -1133,6 +1142,14 @@ def grows_from(state: EndpointRun, request: Request) -> str | None:
     if at < 0:
         return None
     return rest[at + length:].strip()
+
+
+def _grown_from(prompt: str, words: str) -> tuple[int, str, str, int]:
+    """:attr:`EndpointRun.grown` of an answer (its words) to ``prompt``: the prompt up to its
+    last line break (the whole of one that has none)."""
+    size = prompt.rfind("\n")
+    size = size if size > 0 else len(prompt)
+    return size, _prompt_digest(prompt[:size]), words[:MAX_ACTION_CHARS], len(words)
 
 
 def _prompt_digest(text: str) -> str:
