@@ -17,6 +17,7 @@ from watchdog.core.model.book import (
     Caller,
     EndpointRun,
     ModelBook,
+    Unbooked,
     is_side,
     quotes_answer,
     text_action,
@@ -71,6 +72,25 @@ def test_the_action_is_the_answers_fenced_blocks_else_its_text() -> None:
     assert text_action(state, said("  ")) is None
     state.final_used = True
     assert text_action(state, said("```bash\nls\n```")) is None
+
+
+def test_the_packs_action_pattern_picks_the_action_out_and_an_answer_without_one_ends() -> None:
+    """A pack's ``action_pattern`` (a ReAct agent's ``Action:`` / ``Action Input:``): the
+    action is what it matches (its groups), the thought before it aside; an answer it does
+    not match holds no action: the run's answer, which ends it."""
+    state = acting_run()
+    state.action_pattern = r"(?s)Action:\s*(.*?)\s*Action Input:\s*(.*)"
+    one = text_action(state, said("Thought: first try.\nAction: read_file\nAction Input: a"))
+    other = text_action(state, said("Thought: once more.\nAction: read_file\nAction Input: a"))
+    assert one is not None and other is not None
+    assert one.arguments == other.arguments == json.dumps({"action": "read_file a"})
+    assert text_action(state, said("Thought: done.\nFinal Answer: 42")) is None
+    book = ModelBook()
+    first = prompt_request(REACT)
+    run = book.identify("chat", first, Caller(), "react", not_ended)
+    run.acts_in_text, run.action_pattern = True, state.action_pattern
+    record = book.call_record(run, first, said("Thought: done.\nFinal Answer: 42"), [], 1, 2)
+    assert (record.final_answer, record.acted_on, record.ends_run) == (True, False, True)
 
 
 def test_each_answer_hands_one_action_over_and_the_next_request_goes_on_in_the_run() -> None:
@@ -361,3 +381,19 @@ def test_the_same_action_and_output_again_in_a_grown_prompt_is_one_more_action()
         book.call_record(state, asked, said(STEP), [], 2 * index, 2 * index + 1)
         text = f"{text}\n{STEP}\nObservation: 100\n"
     assert len(counted) == 3 and len({record.args_hash for record in counted}) == 1
+
+
+def test_a_prompt_that_may_grow_from_an_unbooked_answer_waits_for_its_booking() -> None:
+    """The native relay books ended calls in batches: a conversation's first request that
+    offers no tools, of an agent with runs acting in text, may carry the answer of one not
+    booked yet (a ReAct step sent at once): those calls are booked before it is identified,
+    else it would find no answer to grow from and start a run of its own."""
+    book = ModelBook()
+    first = prompt_request(REACT)
+    state = book.identify("chat", first, Caller(), "react", not_ended)
+    state.acts_in_text = True
+    grown = prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n")
+    other = EndpointRun("model:" + "b" * 32, KeySource.WATCHDOG, "b" * 32, None, agent="react")
+    calls = [Unbooked(other), Unbooked(state)]
+    assert book.unbooked_of("chat", grown, Caller(), "react", calls) == [1]
+    assert book.unbooked_of("chat", grown, Caller(), "another", calls) == []

@@ -55,7 +55,10 @@ from tests.model_relays import model_relay  # noqa: F401 (each test on both rela
 AGENT_DIR = Path(__file__).resolve().parent / "go" / "langchaingo"
 KEY = "sk-langchaingo-0123456789abcdefSECRET"
 REPORT = "REPORT: 3 sums done; the rest remains."
-PACK = """\
+# its actions: "Action:" and "Action Input:" (the Thought before them aside); an answer with
+# none is its Final Answer (the conversational agent's "AI:")
+ACTION = r"(?s)Action:\s*(.*?)\s*Action Input:\s*(.*)"
+PACK = f"""\
 apiVersion: agent-watchdog/v1
 kind: RulePack
 name: langchaingo
@@ -63,16 +66,21 @@ budgets:
   - agents: ["lcg-budget"]
     max_tool_calls: 3
     actions: text
-    stop_answer: "Final Answer: ${note}"
+    action_pattern: {json.dumps(ACTION)}
+    stop_answer: "Final Answer: ${{note}}"
   - agents: ["lcg-chat"]
     max_tool_calls: 3
     actions: text
-    stop_answer: "AI: ${note}"
+    action_pattern: {json.dumps(ACTION)}
+    stop_answer: "AI: ${{note}}"
   - agents: ["lcg-functions"]
     max_tool_calls: 3
+  - agents: ["lcg-any"]
+    actions: text
   - agents: ["lcg*"]
     actions: text
-    stop_answer: "Final Answer: ${note}"
+    action_pattern: {json.dumps(ACTION)}
+    stop_answer: "Final Answer: ${{note}}"
 rules:
   - name: two-actions-then-abort
     agents: ["lcg-abort"]
@@ -144,9 +152,10 @@ def sums_then_answer(count: int, obeys: bool = True, finish: str = "Final Answer
     return pick
 
 
-def looping(_index: int, _body: dict[str, Any]) -> fakellm.Step:
-    """The same action, whatever the model is told."""
-    return act("I should read the notes file to find the answer.", "read_file", "notes.txt")
+def looping(index: int, _body: dict[str, Any]) -> fakellm.Step:
+    """The same action, whatever the model is told, under other thoughts each time."""
+    return act(f"Attempt {index}: I should read the notes file to find the answer.",
+               "read_file", "notes.txt")
 
 
 # -- the agent ----------------------------------------------------------------------------------
@@ -213,11 +222,25 @@ def test_an_executor_call_is_one_run_each_answer_an_action(
     assert all([message["role"] for message in body["messages"]] == ["user"]
                for body in it.requests)
     assert "Observation: 102" in prompt(it.requests[-1])
-    runs = new_runs(sidecar, before, lambda runs: sum(run["tool_calls"] for run in runs) >= 3)
-    assert len(runs) == 1, json.dumps(runs)
-    [run] = runs
-    assert (run["iterations"], run["tool_calls"]) == (4, 3), run
+    # its Final Answer holds no action (the pack's action_pattern): the run's answer, which
+    # ends it at once
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "completed"), run
     assert run["signals"]["tools"] == {"text_action": 3}, run["signals"]
+    assert run["final_output"].endswith("Final Answer: all done"), run
+
+
+def test_without_a_pattern_every_answer_is_an_action_and_the_run_is_held_open(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """An entry with ``actions: text`` and no ``action_pattern``: the Final Answer is one
+    more action (its whole text), the run held open for its result until ``loose_run_gap``."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "lcg-any", sums_then_answer(3), tmp_path)
+    assert it.outcomes == [{"output": "all done", "error": ""}]
+    [run] = new_runs(sidecar, before, lambda runs: runs[0]["tool_calls"] == 3)
+    assert (run["state"], run["iterations"], run["signals"]["in_flight"]) == (
+        "active", 4, 1), run
 
 
 def test_two_executor_calls_are_two_runs(

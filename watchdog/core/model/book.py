@@ -70,7 +70,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from watchdog.core.bounds import MAX_STOP_ANSWERS
@@ -262,6 +262,9 @@ class EndpointRun:
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
+    # ... the regular expression its actions match (a rule pack's ``action_pattern``): an
+    # answer it does not match holds no action, the run's answer (None: every answer is one)
+    action_pattern: str | None = None
     # ... the words of its latest answer, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS):
     # a conversation's first request that quotes them is a side request of it (:func:`is_side`)
     quote: str | None = None
@@ -1017,17 +1020,38 @@ def text_action(state: EndpointRun, seen: Observation) -> ToolCall | None:
     """The action a text answer hands over, for a run whose agent acts on its answers' text
     (:attr:`EndpointRun.acts_in_text`): a call of :data:`TEXT_ACTION` whose arguments are the
     answer's fenced code blocks (```` ``` ````), else its whole text, spacing aside (so the same
-    command under other reasoning is the same call: the loop rules see it repeat). Its result
-    is what the agent's next request says after the answer (its output). None for another
-    run, an answer with no text or one cut short, and for the run's final request or stop:
-    that answer is its last."""
+    command under other reasoning is the same call: the loop rules see it repeat) — or, when
+    its rule pack gives the actions' pattern (:attr:`EndpointRun.action_pattern`, searched in
+    the answer's first MAX_ACTION_CHARS), what it matches: its groups, else the match (a
+    ReAct agent's ``Action:`` and ``Action Input:``, its ``Thought:`` aside); an answer it does
+    not match holds no action (the agent's ``Final Answer:``). Its result is what the agent's
+    next request says after the answer (its output). None for another run, an answer with no
+    text or one cut short, and for the run's final request or stop: that answer is its
+    last."""
     if not state.acts_in_text or state.final_used or state.stop is not None \
             or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
         return None
-    blocks = _FENCED.findall(seen.text)
-    action = " ".join(" ".join(blocks if blocks else [seen.text]).split())
+    pattern = _action_regex(state.action_pattern) if state.action_pattern else None
+    if pattern is not None:
+        found = pattern.search(seen.text[:MAX_ACTION_CHARS])
+        if found is None:
+            return None
+        parts = [part for part in found.groups() if part] or [found.group(0)]
+    else:
+        parts = _FENCED.findall(seen.text) or [seen.text]
+    action = " ".join(" ".join(parts).split())
     return ToolCall(TEXT_ACTION_ID + _random_hex(64), TEXT_ACTION,
                     json.dumps({"action": action[:MAX_ACTION_CHARS]}))
+
+
+@lru_cache(maxsize=64)
+def _action_regex(pattern: str) -> re.Pattern[str] | None:
+    """A rule pack's ``action_pattern``, compiled (None: not a regular expression; the pack's
+    reader refused it)."""
+    try:
+        return re.compile(pattern)
+    except re.error:
+        return None
 
 
 def _asked(request: Request) -> tuple[object, ...]:
