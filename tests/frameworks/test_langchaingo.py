@@ -160,6 +160,12 @@ def looping(index: int, _body: dict[str, Any]) -> fakellm.Step:
 
 # -- the agent ----------------------------------------------------------------------------------
 
+def pointed(endpoint: str, agent: str) -> dict[str, str]:
+    """What points the agent at the sidecar's model endpoint ``endpoint`` and names it
+    ``agent``: one variable, which ``openai.New()`` reads (docs/steering.md shows it)."""
+    return {"OPENAI_BASE_URL": f"{endpoint}/agent/{agent}/v1"}
+
+
 @dataclass(frozen=True)
 class Invocation:
     outcomes: list[dict[str, str]]  # per Executor call: the output the user got, the error
@@ -174,8 +180,8 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
     (its limit ``iterations``), its model scripted by ``script``."""
     model = llm.script(f"{agent}-{next(_CASES)}", script)
     (tmp / "notes.txt").write_text("nothing here yet\n")
-    env = {**clean_environ(), "OPENAI_BASE_URL": f"{sidecar.url('model')}/agent/{agent}/v1",
-           "OPENAI_API_KEY": KEY, "OPENAI_MODEL": model, "AGENT_KIND": kind,
+    env = {**clean_environ(), **pointed(sidecar.url("model"), agent), "OPENAI_API_KEY": KEY,
+           "OPENAI_MODEL": model, "AGENT_KIND": kind,
            "AGENT_TASKS": json.dumps(tasks), "AGENT_MAX_ITERATIONS": str(iterations)}
     result = subprocess.run([str(agent_binary())], env=env, cwd=tmp, capture_output=True,
                             text=True, timeout=DRIVER_TIMEOUT, stdin=subprocess.DEVNULL)
