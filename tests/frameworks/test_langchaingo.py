@@ -23,7 +23,8 @@ request bodies are what the model read. Nothing waits for a directive.
   ReAct prompt (which the agent's parser never reads: it parses the answer), the tools run 3
   times, the 4th request is final and asks for the agent's own finish, which the model gives
   (``Final Answer:`` the report: the user's output), or does not (its 4th action runs, and the
-  next request gets the stop answer, the agent's finish with the stop note);
+  next request gets the stop answer, the agent's finish with the stop note; or a plain report,
+  which the agent cannot parse: its caller gets the parse error with the report in it);
 * the agent's own limit first (``WithMaxIterations(2)`` under a budget of 3): the user gets
   ``agent not finished before max iterations`` and no output; the run is not the budget's;
 * a loop: the same action every time, wound down by ``tool-cycle`` and stopped by the stop
@@ -301,6 +302,24 @@ def test_an_action_past_the_budget_runs_and_the_next_request_gets_the_stop_answe
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         4, 3, "tool_limit_reached"), run
     assert len(llm.requests(str(it.requests[0]["model"]))) == 4
+
+
+def test_a_report_not_in_the_agents_form_reaches_the_user_as_its_parse_error(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """The model answers the final request with a plain report (no ``Final Answer:``): the
+    pack's ``action_pattern`` finds no action in it, so it is the run's answer and ends the
+    run; LangChainGo cannot parse it, and its caller gets ``unable to parse agent output``
+    with the report in it (no output): the upstream gets nothing more."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        return fakellm.answer(REPORT) if final_asked(body) else sums_then_answer(10)(index, body)
+
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "lcg-budget", pick, tmp_path)
+    assert len(it.ran) == 3 and len(it.requests) == 4
+    assert it.outcomes == [{"output": "", "error": f"unable to parse agent output: {REPORT}"}]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"], run["final_output"]) == (
+        3, "tool_limit_reached", REPORT), run
 
 
 def test_the_conversational_agent_finishes_in_its_own_form(
