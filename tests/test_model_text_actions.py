@@ -337,6 +337,10 @@ def test_a_prompt_grown_by_the_latest_answer_and_its_observation_goes_on_in_the_
     assert book.identify("chat", again, Caller(), "react", not_ended) is not state
     other = prompt_request(f"{REACT.replace('and 1', 'and 2')}\n{step}\nObservation: 101\n")
     assert book.identify("chat", other, Caller(), "react", not_ended) is not state
+    # another invocation of the same task, come as far as a prompt the run has grown past:
+    # the next run, not this one (the same prompt sent again, the latest, is this run's)
+    assert book.identify("chat", prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n"),
+                         Caller(), "react", not_ended) is not state
     state.final_used = True
     last = prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n\n{step}\nObservation: 101\n")
     assert book.identify("chat", last, Caller(), "react", ended) is state

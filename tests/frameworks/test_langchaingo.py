@@ -40,7 +40,7 @@ import itertools
 import json
 import re
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,8 @@ import pytest
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
-from tests.harness import RunningServer, endpoint_with_pack, wait_until
+from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
+from tests.harness import RunningServer, endpoint_with_pack
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 AGENT_DIR = Path(__file__).resolve().parent / "go" / "langchaingo"
@@ -175,11 +176,15 @@ class Invocation:
 
 
 def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
-           tmp: Path, tasks: tuple[str, ...] = ("Add 100 to 0, 1 and 2 in turn.",),
-           kind: str = "oneshot", iterations: int = 10) -> Invocation:
+           tmp: Path, tasks: tuple[str, ...] = (), kind: str = "oneshot",
+           iterations: int = 10) -> Invocation:
     """The agent once, in ``tmp``, named ``agent`` by its base URL: one Executor call per task
-    (its limit ``iterations``), its model scripted by ``script``."""
-    model = llm.script(f"{agent}-{next(_CASES)}", script)
+    (by default one, a task of its own: the same input run after run is a loop the default
+    pack's ``agent-ping-pong`` winds down), its limit ``iterations``, its model scripted by
+    ``script``."""
+    case = next(_CASES)
+    tasks = tasks or (f"Add 100 to 0, 1 and 2 in turn (case {case}).",)
+    model = llm.script(f"{agent}-{case}", script)
     (tmp / "notes.txt").write_text("nothing here yet\n")
     env = {**clean_environ(), **pointed(sidecar.url("model"), agent), "OPENAI_API_KEY": KEY,
            "OPENAI_MODEL": model, "AGENT_KIND": kind,
@@ -191,29 +196,6 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
     ran = tmp / "ran.log"
     return Invocation(outcomes, ran.read_text().splitlines() if ran.exists() else [],
                       llm.requests(model))
-
-
-def run_ids(sidecar: RunningServer) -> set[str]:
-    return {run["id"] for run in sidecar.get_json("/v1/runs?limit=1000")["runs"]}
-
-
-def new_runs(sidecar: RunningServer, before: set[str],
-             done: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
-    """The runs the invocation made, once ``done`` holds for them (their details)."""
-    def made() -> list[dict[str, Any]] | None:
-        runs = [sidecar.get_json(f"/v1/runs/{run['id']}")
-                for run in sidecar.get_json("/v1/runs?limit=1000")["runs"]
-                if run["id"] not in before]
-        return runs if runs and done(runs) else None
-
-    found: list[dict[str, Any]] = wait_until(made, what="the invocation's runs")
-    return found
-
-
-def the_ended_run(sidecar: RunningServer, before: set[str]) -> dict[str, Any]:
-    runs = new_runs(sidecar, before, lambda runs: all(run["state"] == "ended" for run in runs))
-    assert len(runs) == 1, f"one run per Executor call, the sidecar has {json.dumps(runs)}"
-    return runs[0]
 
 
 # -- one run per Executor call --------------------------------------------------------------------

@@ -559,6 +559,11 @@ class ModelBook:
         # so a conversation the book does not know is not taken for its active run)
         session = client_session or "model:" + digest[:24]
         key = self._conversations.get(digest)
+        known = self._runs.get(key) if key is not None else None
+        if known is not None and known.grown is not None and known.conversation != digest:
+            # a prompt the run has grown past (:meth:`_grown`): another invocation's, of the
+            # same task, that has come as far (a request sent again is of the latest prompt)
+            key = None
         if key is None and resume is not None and client_session is None \
                 and (request.results or not request.last_is_user):
             # a conversation going on that the book does not know: the session's active run
