@@ -401,3 +401,21 @@ def test_a_prompt_that_may_grow_from_an_unbooked_answer_waits_for_its_booking() 
     calls = [Unbooked(other), Unbooked(state)]
     assert book.unbooked_of("chat", grown, Caller(), "react", calls) == [1]
     assert book.unbooked_of("chat", grown, Caller(), "another", calls) == []
+
+
+def test_a_long_answer_goes_on_only_when_the_prompt_carries_it_whole() -> None:
+    """Of a long answer the run keeps its start and its digest: a prompt that carries its
+    start with another end (another invocation's answer, the same reasoning at first) is not
+    the run's; one that carries it whole is, what follows it the action's result."""
+    book = ModelBook()
+    first = prompt_request(REACT)
+    state = book.identify("chat", first, Caller(), "react", not_ended)
+    state.acts_in_text = True
+    answer = "Thought: " + "think more. " * 60 + "\nAction: calculator\nAction Input: 1 + 1"
+    book.call_record(state, first, said(answer), [], 1, 2)
+    other = prompt_request(f"{REACT}\n{answer.replace('1 + 1', '2 + 2')}\nObservation: 4\n")
+    assert book.identify("chat", other, Caller(), "react", not_ended) is not state
+    grown = prompt_request(f"{REACT}\n{answer}\nObservation: 2\n")
+    assert book.identify("chat", grown, Caller(), "react", not_ended) is state
+    [tool] = book.tool_records(state, grown, 3)
+    assert tool.result_brief == "Observation: 2"

@@ -275,10 +275,10 @@ class EndpointRun:
     # ... when the request that answer came to carried no model answer, its history within
     # its one prompt (a ReAct agent's scratchpad: each answer and what its action gave, after
     # the task): that prompt's length up to its last line break and that part's digest, and
-    # the answer's words (at most MAX_ACTION_CHARS) and their length. A conversation's first
-    # request whose prompt begins with that part and goes on with the answer goes on in the
-    # run (:func:`grows_from`)
-    grown: tuple[int, str, str, int] | None = None
+    # the answer's words: the first MAX_ASIDE_CHARS, their length and their digest. A
+    # conversation's first request whose prompt begins with that part and goes on with the
+    # answer goes on in the run (:func:`grows_from`)
+    grown: tuple[int, str, str, int, str] | None = None
     # the run of the caller whose sub-agent this run is (its requests name a sub-agent of
     # their session; the caller's name none): a child run of it (``parent_run``)
     parent: str | None = None
@@ -1162,23 +1162,27 @@ def grows_from(state: EndpointRun, request: Request) -> str | None:
     if grown is None or request.last_answer is not None or request.results \
             or request.kept or not request.last_is_user:
         return None
-    size, digest, answer, length = grown
+    size, digest, start, length, answer = grown
     prompt = request.anchor_text
     if len(prompt) <= size or _prompt_digest(prompt[:size]) != digest:
         return None
     rest = " ".join(prompt[size:].split())
-    at = rest.find(answer)
-    if at < 0:
-        return None
-    return rest[at + length:].strip()
+    at, tries = rest.find(start), MAX_SIDE_SAID  # (bounded: a start repeated)
+    while at >= 0 and tries:
+        tries -= 1
+        if _prompt_digest(rest[at:at + length]) == answer:
+            return rest[at + length:].strip()
+        at = rest.find(start, at + 1)
+    return None
 
 
-def _grown_from(prompt: str, words: str) -> tuple[int, str, str, int]:
+def _grown_from(prompt: str, words: str) -> tuple[int, str, str, int, str]:
     """:attr:`EndpointRun.grown` of an answer (its words) to ``prompt``: the prompt up to its
     last line break (the whole of one that has none)."""
     size = prompt.rfind("\n")
     size = size if size > 0 else len(prompt)
-    return size, _prompt_digest(prompt[:size]), words[:MAX_ACTION_CHARS], len(words)
+    return (size, _prompt_digest(prompt[:size]), words[:MAX_ASIDE_CHARS], len(words),
+            _prompt_digest(words))
 
 
 def _prompt_digest(text: str) -> str:
