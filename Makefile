@@ -295,7 +295,7 @@ fantasy-agent: $(FANTASY_AGENT)
 ## the LangChainGo agent of tests/frameworks/test_langchaingo.py (tests/frameworks/go/langchaingo,
 ## a module of its own: github.com/tmc/langchaingo's ReAct and OpenAI-functions agents, as its
 ## go.mod and go.sum pin them), built the same way into AGENT_WATCHDOG_CACHE/langchaingo-agent/
-## <hash of its sources>/. About 45 CPU seconds with its modules in Go's cache, a 18 MB binary
+## <hash of its sources>/. About 45 CPU seconds with its modules in Go's cache, an 18 MB binary
 LANGCHAINGO_AGENT_SOURCES := tests/frameworks/go/langchaingo/main.go \
 	tests/frameworks/go/langchaingo/go.mod tests/frameworks/go/langchaingo/go.sum
 LANGCHAINGO_AGENT_HASH    := $(shell cat $(LANGCHAINGO_AGENT_SOURCES) | sha256sum | cut -c1-16)
