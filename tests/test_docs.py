@@ -102,6 +102,10 @@ failing on a changed block. The kinds:
     (``tests/frameworks/test_model_endpoint_continue_cli.py``'s ``config``), the sidecar's
     default model endpoint (``http://127.0.0.1:9478/v1``) in place of the test's, its model
     ``gpt-4.1``.
+``langchaingo-env``
+    What points LangChainGo at the sidecar, ``NAME=VALUE`` lines: exactly what its tests set
+    (``tests/frameworks/test_langchaingo.py``'s ``pointed``), the sidecar's default model
+    endpoint in place of the test's, the agent ``langchaingo``.
 ``codex-config``
     The OpenAI Codex CLI's ``config.toml`` (TOML): a model provider it selects must be the
     sidecar's model endpoint (``base_url`` ``http://127.0.0.1:9478/v1``) on the Responses API
@@ -154,7 +158,8 @@ FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
-         "crush-config", "continue-config"}
+         "crush-config", "continue-config",
+         "langchaingo-env"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -792,6 +797,13 @@ def check_aider_command(block: Block, stack: Stack, state: DocState) -> None:
         block.where
 
 
+def check_langchaingo_env(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_langchaingo import pointed
+
+    shown = dict(line.split("=", 1) for line in block.text.split("\n") if line.strip())
+    assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "langchaingo"), block.where
+
+
 def check_crush_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_crush import config
 
@@ -873,6 +885,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "opencode-config": check_opencode_config,
     "crush-config": check_crush_config,
     "continue-config": check_continue_config,
+    "langchaingo-env": check_langchaingo_env,
     "aider-command": check_aider_command,
 }
 assert set(CHECKS) == KINDS
@@ -979,6 +992,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "crush-config": (DOCS / "steering.md", '"type": "openai"', '"type": "openai-compat"'),
     "aider-command": (DOCS / "steering.md", "/agent/aider/v1", "/agent/aider/v2"),
     "continue-config": (DOCS / "steering.md", "provider: openai", "provider: openai-compat"),
+    "langchaingo-env": (DOCS / "steering.md", "/agent/langchaingo/v1", "/agent/langchain/v1"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

@@ -17,6 +17,7 @@ from watchdog.core.model.book import (
     Caller,
     EndpointRun,
     ModelBook,
+    Unbooked,
     is_side,
     quotes_answer,
     text_action,
@@ -71,6 +72,25 @@ def test_the_action_is_the_answers_fenced_blocks_else_its_text() -> None:
     assert text_action(state, said("  ")) is None
     state.final_used = True
     assert text_action(state, said("```bash\nls\n```")) is None
+
+
+def test_the_packs_action_pattern_picks_the_action_out_and_an_answer_without_one_ends() -> None:
+    """A pack's ``action_pattern`` (a ReAct agent's ``Action:`` / ``Action Input:``): the
+    action is what it matches (its groups), the thought before it aside; an answer it does
+    not match holds no action: the run's answer, which ends it."""
+    state = acting_run()
+    state.action_pattern = r"(?s)Action:\s*(.*?)\s*Action Input:\s*(.*)"
+    one = text_action(state, said("Thought: first try.\nAction: read_file\nAction Input: a"))
+    other = text_action(state, said("Thought: once more.\nAction: read_file\nAction Input: a"))
+    assert one is not None and other is not None
+    assert one.arguments == other.arguments == json.dumps({"action": "read_file a"})
+    assert text_action(state, said("Thought: done.\nFinal Answer: 42")) is None
+    book = ModelBook()
+    first = prompt_request(REACT)
+    run = book.identify("chat", first, Caller(), "react", not_ended)
+    run.acts_in_text, run.action_pattern = True, state.action_pattern
+    record = book.call_record(run, first, said("Thought: done.\nFinal Answer: 42"), [], 1, 2)
+    assert (record.final_answer, record.acted_on, record.ends_run) == (True, False, True)
 
 
 def test_each_answer_hands_one_action_over_and_the_next_request_goes_on_in_the_run() -> None:
@@ -280,3 +300,122 @@ def test_a_side_request_goes_to_the_run_whose_answer_it_quotes_of_two_of_one_age
         book.call_record(state, first, said(f"{answers[0]} {index}"), [], 1, 2)
     assert len(book._acting["aider"]) == MAX_ACTING_PER_AGENT
     assert book._acting["aider"][-1] == state.key
+
+
+REACT = ("Answer the question. Use the format: Thought: / Action: / Action Input: / "
+         "Observation: / Final Answer:\n\nBegin!\n\nQuestion: add 100 to 0 and 1.\n")
+STEP = "Thought: I add 0 to 100 first.\nAction: calculator\nAction Input: 0 + 100"
+
+
+def prompt_request(text: str) -> Request:
+    """A request of an agent that sends its history within one prompt (LangChainGo's and
+    LangChain's ReAct agents): one user message, no model answer in it."""
+    return ChatWire().read_request({"model": "m", "stop": ["\nObservation:"],
+                                    "messages": [{"role": "user", "content": text}]})
+
+
+def test_a_prompt_grown_by_the_latest_answer_and_its_observation_goes_on_in_the_run() -> None:
+    """A ReAct agent's next request is a conversation's first (one user message): its prompt
+    is the one before with the answer and its action's ``Observation:`` appended (the
+    scratchpad). It goes on in the run, the observation the action's result; a request that
+    begins with the same prompt without that answer (another invocation of the same task), or
+    whose prompt differs before it, is the next run; after the final request, even once the
+    run has ended, the grown prompt is still the run's (it gets the stop)."""
+    book = ModelBook()
+    first = prompt_request(REACT)
+    state = book.identify("chat", first, Caller(), "react", not_ended)
+    state.acts_in_text = True
+    book.call_record(state, first, said(STEP), [], 1, 2)
+    grown = prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n")
+    assert book.identify("chat", grown, Caller(), "react", not_ended) is state
+    [tool] = book.tool_records(state, grown, 3)
+    assert (tool.tool_name, tool.result_brief, tool.error) == (
+        TEXT_ACTION, "Observation: 100", False)
+    step = STEP.replace("0 + 100", "1 + 100")
+    book.call_record(state, grown, said(step), [], 4, 5)
+    again = prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n")  # (not this answer)
+    assert book.identify("chat", again, Caller(), "react", not_ended) is not state
+    other = prompt_request(f"{REACT.replace('and 1', 'and 2')}\n{step}\nObservation: 101\n")
+    assert book.identify("chat", other, Caller(), "react", not_ended) is not state
+    # another invocation of the same task, come as far as a prompt the run has grown past:
+    # the next run, not this one (the same prompt sent again, the latest, is this run's)
+    assert book.identify("chat", prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n"),
+                         Caller(), "react", not_ended) is not state
+    state.final_used = True
+    last = prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n\n{step}\nObservation: 101\n")
+    assert book.identify("chat", last, Caller(), "react", ended) is state
+    # the cue on the prompt's last line written anew after the observation (LangChainGo's
+    # conversational agent: "Observation: 100\nThought:", then "Observation: 100Thought: ...")
+    book = ModelBook()
+    cued = prompt_request(f"{REACT}Thought:")
+    state = book.identify("chat", cued, Caller(), "react", not_ended)
+    state.acts_in_text = True
+    book.call_record(state, cued, said(STEP), [], 1, 2)
+    grown = prompt_request(f"{REACT}Thought:{STEP}\nObservation: 100\nThought:")
+    assert book.identify("chat", grown, Caller(), "react", not_ended) is state
+    assert len(book.tool_records(state, grown, 3)) == 1
+    book.call_record(state, grown, said(step), [], 3, 4)
+    again = prompt_request(f"{REACT}Thought:{STEP}\nObservation: 100{step}\nObservation: 101"
+                           "\nThought:")
+    assert book.identify("chat", again, Caller(), "react", not_ended) is state
+    [tool] = book.tool_records(state, again, 5)
+    assert tool.result_brief == "Observation: 101 Thought:"
+    # an agent not declared to act in text: each step a run of its own, as before
+    book = ModelBook()
+    state = book.identify("chat", first, Caller(), "react", not_ended)
+    book.call_record(state, first, said(STEP), [], 1, 2)
+    grown = prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n")
+    assert book.identify("chat", grown, Caller(), "react", not_ended) is not state
+
+
+def test_the_same_action_and_output_again_in_a_grown_prompt_is_one_more_action() -> None:
+    """A ReAct agent that loops sends the same observation after the same action at each
+    step, one user message each time: each request is a step of its own (its prompt grown),
+    not the one before sent again, so each action counts (the loop rules see them)."""
+    book = ModelBook()
+    text = REACT
+    state = book.identify("chat", prompt_request(text), Caller(), "react", not_ended)
+    state.acts_in_text = True
+    counted = []
+    for index in range(4):
+        asked = prompt_request(text)
+        if index:
+            assert book.identify("chat", asked, Caller(), "react", not_ended) is state
+        counted += book.tool_records(state, asked, 2 * index)
+        book.call_record(state, asked, said(STEP), [], 2 * index, 2 * index + 1)
+        text = f"{text}\n{STEP}\nObservation: 100\n"
+    assert len(counted) == 3 and len({record.args_hash for record in counted}) == 1
+
+
+def test_a_prompt_that_may_grow_from_an_unbooked_answer_waits_for_its_booking() -> None:
+    """The native relay books ended calls in batches: a conversation's first request that
+    offers no tools, of an agent with runs acting in text, may carry the answer of one not
+    booked yet (a ReAct step sent at once): those calls are booked before it is identified,
+    else it would find no answer to grow from and start a run of its own."""
+    book = ModelBook()
+    first = prompt_request(REACT)
+    state = book.identify("chat", first, Caller(), "react", not_ended)
+    state.acts_in_text = True
+    grown = prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n")
+    other = EndpointRun("model:" + "b" * 32, KeySource.WATCHDOG, "b" * 32, None, agent="react")
+    calls = [Unbooked(other), Unbooked(state)]
+    assert book.unbooked_of("chat", grown, Caller(), "react", calls) == [1]
+    assert book.unbooked_of("chat", grown, Caller(), "another", calls) == []
+
+
+def test_a_long_answer_goes_on_only_when_the_prompt_carries_it_whole() -> None:
+    """Of a long answer the run keeps its start and its digest: a prompt that carries its
+    start with another end (another invocation's answer, the same reasoning at first) is not
+    the run's; one that carries it whole is, what follows it the action's result."""
+    book = ModelBook()
+    first = prompt_request(REACT)
+    state = book.identify("chat", first, Caller(), "react", not_ended)
+    state.acts_in_text = True
+    answer = "Thought: " + "think more. " * 60 + "\nAction: calculator\nAction Input: 1 + 1"
+    book.call_record(state, first, said(answer), [], 1, 2)
+    other = prompt_request(f"{REACT}\n{answer.replace('1 + 1', '2 + 2')}\nObservation: 4\n")
+    assert book.identify("chat", other, Caller(), "react", not_ended) is not state
+    grown = prompt_request(f"{REACT}\n{answer}\nObservation: 2\n")
+    assert book.identify("chat", grown, Caller(), "react", not_ended) is state
+    [tool] = book.tool_records(state, grown, 3)
+    assert tool.result_brief == "Observation: 2"

@@ -577,6 +577,27 @@ def test_budget_problems(tmp_path: Path) -> None:
     ]
 
 
+def test_action_pattern_problems(tmp_path: Path) -> None:
+    path = write(tmp_path / "b.yaml", """\
+        budgets:
+          - agents: ["a"]
+            max_tool_calls: 2
+            action_pattern: "Action: (.*)"
+          - agents: ["a"]
+            actions: text
+            action_pattern: "Action: (.*"
+          - agents: ["a"]
+            actions: text
+            action_pattern: "%s"
+    """ % ("x" * 501))
+    found = problems(path)
+    assert found[0] == (f"{path}:7: budgets: action_pattern: only for agents that act in "
+                        "text (actions: text)")
+    assert found[1].startswith(f"{path}:10: budgets: action_pattern: not a regular expression "
+                               "(missing ), unterminated subpattern")
+    assert found[2:] == [f"{path}:13: budgets: action_pattern: 1 to 500 characters"]
+
+
 def test_an_entry_may_say_its_agents_act_in_text(tmp_path: Path) -> None:
     """``actions: text`` needs no limit; its ``stop_answer`` is kept as written; the first
     matching entry says how an agent acts, as it says its budget."""
@@ -585,12 +606,14 @@ budgets:
   - agents: ["mini*"]
     actions: text
     stop_answer: "${note}\\n```sh\\nsubmit\\n```"
+    action_pattern: "```sh\\n(.*?)```"
   - agents: ["*"]
     max_tool_calls: 5
     actions: tools
 """)
     entry = ruleset.acts_in_text("mini-swe-agent")
     assert entry is not None and entry.stop_answer == "${note}\n```sh\nsubmit\n```"
+    assert entry.action_pattern == "```sh\n(.*?)```"
     assert ruleset.budget_for("mini-swe-agent") == {}
     assert ruleset.acts_in_text("other") is None and ruleset.budget_for("other") == {
         "max_tool_calls": 5.0}

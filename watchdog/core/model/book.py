@@ -72,7 +72,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from watchdog.core.bounds import MAX_STOP_ANSWERS
@@ -264,6 +264,9 @@ class EndpointRun:
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
+    # ... the regular expression its actions match (a rule pack's ``action_pattern``): an
+    # answer it does not match holds no action, the run's answer (None: every answer is one)
+    action_pattern: str | None = None
     # ... the words of its latest answer, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS):
     # a conversation's first request that quotes them is a side request of it (:func:`is_side`)
     quote: str | None = None
@@ -271,6 +274,13 @@ class EndpointRun:
     # (:func:`_said_digest`): a request with the same instructions is the agent's own next
     # task, which may quote that answer whole (a plan handed on), not a side request of it
     prompt: str | None = None
+    # ... when the request that answer came to carried no model answer, its history within
+    # its one prompt (a ReAct agent's scratchpad: each answer and what its action gave, after
+    # the task): that prompt's length up to its last line break and that part's digest, and
+    # the answer's words: the first MAX_ASIDE_CHARS, their length and their digest. A
+    # conversation's first request whose prompt begins with that part and goes on with the
+    # answer goes on in the run (:func:`grows_from`)
+    grown: tuple[int, str, str, int, str] | None = None
     # the run of the caller whose sub-agent this run is (its requests name a sub-agent of
     # their session; the caller's name none): a child run of it (``parent_run``)
     parent: str | None = None
@@ -501,7 +511,9 @@ class ModelBook:
         conversation, the response it continues and the tool calls its results answer (a call
         the relay has not read yet may be any of these); for a conversation's first request
         that may be a sub-agent's, every call of its agent that handed tool calls over (one
-        may have handed it its task: :meth:`_handed_task`)."""
+        may have handed it its task: :meth:`_handed_task`); for one that offers no tools,
+        every call of its agent's runs acting in text (its prompt may carry one's answer:
+        :meth:`_grown`)."""
         if not calls:
             return []
         trace = parse_traceparent(caller.traceparent)
@@ -514,12 +526,14 @@ class ModelBook:
         handed = caller.subagent is None and request.has_tools and not request.results \
             and request.last_answer is None \
             and len(request.anchor_text) >= MIN_HANDED_TASK_CHARS
+        grows = not request.has_tools and not request.results and request.last_answer is None
         return [index for index, call in enumerate(calls)
                 if call.run.conversation == digest
                 or (previous is not None and call.response_id in (previous, None))
                 or (answered and (call.call_ids is None
                                   or not answered.isdisjoint(call.call_ids)))
-                or (handed and call.call_ids != frozenset() and call.run.agent == agent)]
+                or (handed and call.call_ids != frozenset() and call.run.agent == agent)
+                or (grows and call.run.acts_in_text and call.run.agent == agent)]
 
     def _answers_calls_of(self, state: EndpointRun, request: Request) -> bool:
         """Whether ``request`` goes on from calls ``state``'s run handed over (its results
@@ -561,6 +575,11 @@ class ModelBook:
             self._going_on = True
             return self._touch(compacted)
         key = compacted.key if compacted is not None else self._conversations.get(digest)
+        known = self._runs.get(key) if key is not None else None
+        if known is not None and known.grown is not None and known.conversation != digest:
+            # a prompt the run has grown past (:meth:`_grown`): another invocation's, of the
+            # same task, that has come as far (a request sent again is of the latest prompt)
+            key = None
         if key is None and resume is not None and client_session is None \
                 and (request.results or not request.last_is_user):
             # a conversation going on that the book does not know: the session's active run
@@ -608,6 +627,8 @@ class ModelBook:
         # (a conversation's first request: no answer of the model in it yet; a side request's
         # prompt is the same one every time, a conversation the book may know already)
         first = not request.results and request.last_answer is None
+        if first and (grown := self._grown(agent, request, digest, ended)) is not None:
+            return grown
         if first and (quoted := self._quoted(agent, request, ended)) is not None:
             return quoted
         if client_session is not None and first:
@@ -705,6 +726,29 @@ class ModelBook:
         self._acting.move_to_end(agent)
         while len(self._acting) > MAX_CONVERSATIONS:
             self._acting.popitem(last=False)
+
+    def _grown(self, agent: str | None, request: Request, digest: str,
+               ended: Callable[[str], bool]) -> EndpointRun | None:
+        """The run of ``agent`` acting in text whose history ``request``, a conversation's
+        first, carries within its one prompt (:func:`grows_from`): the request goes on in it,
+        its conversation now this prompt's, and what its prompt says after the run's latest
+        answer is that answer's result (what the action gave: the ReAct ``Observation:``). A
+        run over (its final request went upstream, or a stop) takes it too: it gets the stop.
+        None for any other request."""
+        for key in reversed(self._acting.get(agent or "", ())):
+            state = self._runs.get(key)
+            if state is None or (ended(key) and not state.final_used and state.stop is None):
+                continue
+            after = grows_from(state, request)
+            if after is not None:
+                request.said = [after] if after else []
+                state.conversation = digest
+                self._conversations[digest] = state.key
+                self._conversations.move_to_end(digest)
+                while len(self._conversations) > MAX_CONVERSATIONS:
+                    self._conversations.popitem(last=False)
+                return self._touch(state)
+        return None
 
     def _quoted(self, agent: str | None, request: Request,
                 ended: Callable[[str], bool]) -> EndpointRun | None:
@@ -921,7 +965,9 @@ class ModelBook:
             words = " ".join(seen.text.split())
             state.quote = words[:MAX_ASIDE_CHARS] if len(words) >= MIN_ASIDE_CHARS else None
             state.prompt = _said_digest(request.instructions)
-            if state.quote is not None:
+            state.grown = _grown_from(request.anchor_text, words) \
+                if request.last_answer is None and request.anchor_text and words else None
+            if state.quote is not None or state.grown is not None:
                 self._act(state)
         if acted is not None:  # (its text is the action the agent runs: a tool call of it)
             work, record.acted_on = [acted], True
@@ -1018,25 +1064,49 @@ def text_action(state: EndpointRun, seen: Observation) -> ToolCall | None:
     """The action a text answer hands over, for a run whose agent acts on its answers' text
     (:attr:`EndpointRun.acts_in_text`): a call of :data:`TEXT_ACTION` whose arguments are the
     answer's fenced code blocks (```` ``` ````), else its whole text, spacing aside (so the same
-    command under other reasoning is the same call: the loop rules see it repeat). Its result
-    is what the agent's next request says after the answer (its output). None for another
-    run, an answer with no text or one cut short, and for the run's final request or stop:
-    that answer is its last."""
+    command under other reasoning is the same call: the loop rules see it repeat) — or, when
+    its rule pack gives the actions' pattern (:attr:`EndpointRun.action_pattern`, searched in
+    the answer's first MAX_ACTION_CHARS), what it matches: its groups, else the match (a
+    ReAct agent's ``Action:`` and ``Action Input:``, its ``Thought:`` aside); an answer it does
+    not match holds no action (the agent's ``Final Answer:``). Its result is what the agent's
+    next request says after the answer (its output). None for another run, an answer with no
+    text or one cut short, and for the run's final request or stop: that answer is its
+    last."""
     if not state.acts_in_text or state.final_used or state.stop is not None \
             or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
         return None
-    blocks = _FENCED.findall(seen.text)
-    action = " ".join(" ".join(blocks if blocks else [seen.text]).split())
+    pattern = _action_regex(state.action_pattern) if state.action_pattern else None
+    if pattern is not None:
+        found = pattern.search(seen.text[:MAX_ACTION_CHARS])
+        if found is None:
+            return None
+        parts = [part for part in found.groups() if part] or [found.group(0)]
+    else:
+        parts = _FENCED.findall(seen.text) or [seen.text]
+    action = " ".join(" ".join(parts).split())
     return ToolCall(TEXT_ACTION_ID + _random_hex(64), TEXT_ACTION,
                     json.dumps({"action": action[:MAX_ACTION_CHARS]}))
+
+
+@lru_cache(maxsize=64)
+def _action_regex(pattern: str) -> re.Pattern[str] | None:
+    """A rule pack's ``action_pattern``, compiled (None: not a regular expression; the pack's
+    reader refused it)."""
+    try:
+        return re.compile(pattern)
+    except re.error:
+        return None
 
 
 def _asked(request: Request) -> tuple[object, ...]:
     """What a request carries past the model's last answer, as far as it tells one request
     sent again from the next: its length, the response it continues, the calls its results
-    answer and what else it says there."""
+    answer and what else it says there; and its first user message (an agent that sends its
+    history within one prompt grows it at each step, the same output after the same action
+    again and again: :func:`grows_from`)."""
     return (request.messages, request.previous_response_id,
-            tuple(result.call_id for result in request.results), hash(tuple(request.said)))
+            tuple(result.call_id for result in request.results), hash(tuple(request.said)),
+            hash(request.anchor))
 
 
 def _sent_again(state: EndpointRun, request: Request) -> bool:
@@ -1115,6 +1185,48 @@ def carries_answer(state: EndpointRun, request: Request) -> bool:
     if state.quote is None or request.kept:
         return True
     return any(state.quote in " ".join(text_of(content).split()) for content in request.answers)
+
+
+def grows_from(state: EndpointRun, request: Request) -> str | None:
+    """What ``request`` says after the latest answer of ``state``'s run, whose agent sends
+    its history within one prompt (:attr:`EndpointRun.grown`; spacing aside, "" for nothing),
+    or None when it does not go on so: a conversation's first request whose prompt (its first
+    user message) begins with that answer's prompt up to its last line break, exactly, and
+    goes on with the answer (spacing aside). A ReAct agent's next step sends just that: its
+    prompt, the scratchpad at its end grown by the answer and the ``Observation:`` of its
+    action (the cue on the prompt's last line, ``Thought:``, may be written anew after it).
+    Another invocation with the same task begins with that prompt too, but without the
+    answer after it."""
+    grown = state.grown
+    if grown is None or request.last_answer is not None or request.results \
+            or request.kept or not request.last_is_user:
+        return None
+    size, digest, start, length, answer = grown
+    prompt = request.anchor_text
+    if len(prompt) <= size or _prompt_digest(prompt[:size]) != digest:
+        return None
+    rest = " ".join(prompt[size:].split())
+    at, tries = rest.find(start), MAX_SIDE_SAID  # (bounded: a start repeated)
+    while at >= 0 and tries:
+        tries -= 1
+        if _prompt_digest(rest[at:at + length]) == answer:
+            return rest[at + length:].strip()
+        at = rest.find(start, at + 1)
+    return None
+
+
+def _grown_from(prompt: str, words: str) -> tuple[int, str, str, int, str]:
+    """:attr:`EndpointRun.grown` of an answer (its words) to ``prompt``: the prompt up to its
+    last line break (the whole of one that has none)."""
+    size = prompt.rfind("\n")
+    size = size if size > 0 else len(prompt)
+    return (size, _prompt_digest(prompt[:size]), words[:MAX_ASIDE_CHARS], len(words),
+            _prompt_digest(words))
+
+
+def _prompt_digest(text: str) -> str:
+    """A prompt's digest, exactly as sent (:attr:`EndpointRun.grown`)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def at_once(state: EndpointRun, request: Request, now_ns: int,

@@ -22,6 +22,7 @@ MAX_CACHED_AGENTS = 4096  # distinct agent names whose budget is remembered; the
 ACTIONS_TOOLS, ACTIONS_TEXT = "tools", "text"
 STOP_NOTE_MARK = "${note}"  # where a ``stop_answer:`` puts the stop note
 MAX_STOP_ANSWER_CHARS = 4096
+MAX_ACTION_PATTERN_CHARS = 500  # a budgets entry's action_pattern (a regular expression)
 # where a ``finish:`` call's arguments put the report: as it is, or quoted for a POSIX shell
 REPORT_MARK, REPORT_SHELL_MARK = "${report}", "${report_shell}"
 MAX_FINISH_ARGUMENTS = 16  # a finish call's arguments, each at most MAX_STOP_ANSWER_CHARS
@@ -152,6 +153,10 @@ class Budget:
     # ACTIONS_TEXT: the answer an abort gives them, in the form that ends their task, the
     # stop note where it says STOP_NOTE_MARK (None: the stop note alone)
     stop_answer: str | None = None
+    # ACTIONS_TEXT: the regular expression an answer's action matches (its groups, else the
+    # match, are the action; an answer it does not match holds none: the agent's answer).
+    # None: every answer is an action, its fenced blocks else its whole text
+    action_pattern: str | None = None
     # ACTIONS_TOOLS: the tool call that ends their task (None: a text answer ends it)
     finish: Finish | None = None
 

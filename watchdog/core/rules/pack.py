@@ -35,6 +35,7 @@ from watchdog.core.rules.expr import Expr, ExprError, Template, compile_expr, co
 from watchdog.core.rules.model import (
     ACTIONS_TEXT,
     ACTIONS_TOOLS,
+    MAX_ACTION_PATTERN_CHARS,
     MAX_FINISH_ARGUMENTS,
     MAX_STOP_ANSWER_CHARS,
     Budget,
@@ -80,7 +81,8 @@ RULE_KEY_SYNONYMS = {"expr": "when", "expression": "when", "condition": "when", 
                      "alert": "name"}
 GRACE_KEYS = ("tool_calls", "seconds")
 NO_COUNTDOWN = "none"  # ``countdown: none``: not a countdown (nor one a replaced rule had)
-BUDGET_ENTRY_KEYS = ("agents", *BUDGET_KEYS, "actions", "stop_answer", "finish")
+BUDGET_ENTRY_KEYS = ("agents", *BUDGET_KEYS, "actions", "stop_answer", "action_pattern",
+                     "finish")
 INTEGER_BUDGETS = WHOLE_BUDGET_KEYS
 
 
@@ -210,6 +212,7 @@ def ahead_form(packs: Sequence[_Pack], digest: str) -> dict[str, Any]:
             "countdown": r.countdown, "enabled": r.enabled} for r in pack.rules],
         "budgets": [{"agents": list(b.agents), "limits": b.limits, "line": b.line,
                      "actions": b.actions, "stop_answer": b.stop_answer,
+                     **({"action_pattern": b.action_pattern} if b.action_pattern else {}),
                      "finish": b.finish.describe() if b.finish else None}
                     for b in pack.budgets],
         "disable": [[name, line] for name, line in pack.disable],
@@ -234,7 +237,8 @@ def read_ahead(file: str) -> _Pack | None:
         return _Pack(file, str(form["name"]), [_ahead_rule(file, rule) for rule in form["rules"]],
                      [Budget(tuple(b["agents"]), {k: float(v) for k, v in b["limits"].items()},
                              file, int(b["line"]), str(b.get("actions", ACTIONS_TOOLS)),
-                             b.get("stop_answer"), _ahead_finish(b.get("finish")))
+                             b.get("stop_answer"), b.get("action_pattern"),
+                             _ahead_finish(b.get("finish")))
                       for b in form["budgets"]],
                      [(str(name), int(line)) for name, line in form["disable"]],
                      [(str(name), int(line)) for name, line in form.get("switch_off", ())])
@@ -395,6 +399,25 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
             reader.problem(fields["stop_answer"], None, f"budgets: stop_answer: at most "
                                                         f"{MAX_STOP_ANSWER_CHARS} characters")
             ok = False
+    action_pattern = None
+    if "action_pattern" in fields:
+        action_pattern = reader.string(fields["action_pattern"], None,
+                                       "budgets: action_pattern")
+        problem = None
+        if action_pattern is None:
+            ok = False
+        elif actions != ACTIONS_TEXT:
+            problem = f"only for agents that act in text (actions: {ACTIONS_TEXT})"
+        elif not action_pattern or len(action_pattern) > MAX_ACTION_PATTERN_CHARS:
+            problem = f"1 to {MAX_ACTION_PATTERN_CHARS} characters"
+        else:
+            try:
+                re.compile(action_pattern)
+            except re.error as exc:
+                problem = f"not a regular expression ({exc})"
+        if problem is not None:
+            reader.problem(fields["action_pattern"], None, f"budgets: action_pattern: {problem}")
+            ok = False
     finish = None
     if "finish" in fields:
         finish = _finish(reader, fields["finish"])
@@ -411,7 +434,8 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
         ok = False
     if not ok or agents is None:
         return None
-    return Budget(agents, limits, reader.file, reader.line(node), actions, stop_answer, finish)
+    return Budget(agents, limits, reader.file, reader.line(node), actions, stop_answer,
+                  action_pattern, finish)
 
 
 def _finish(reader: Reader, node: Node) -> Finish | None:

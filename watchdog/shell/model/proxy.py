@@ -560,8 +560,9 @@ class ModelProxy:
             state.tool_limit = run.budget.get("max_tool_calls")
             # (an agent whose requests offer tools acts by the API's tool calls, whatever a
             # pack's glob declares for it: its text answer is its answer, not an action)
-            state.acts_in_text = not parsed.has_tools \
-                and service.acts_in_text(run.agent) is not None
+            acting = service.acts_in_text(run.agent)
+            state.acts_in_text = not parsed.has_tools and acting is not None
+            state.action_pattern = acting.action_pattern if acting is not None else None
             return state, decide(counts, service.board(run.key), parsed.instructions,
                                  parsed.has_tools, parsed.structured, state.acts_in_text,
                                  quotes_answer(state, parsed)), \
