@@ -557,7 +557,7 @@ def test_budget_problems(tmp_path: Path) -> None:
           - agents: ["[x"]
             max_tokens: 100
           - agents: ["a"]
-            actions: code
+            actions: bash
           - agents: ["a"]
             max_tool_calls: 2
             stop_answer: "done"
@@ -571,8 +571,9 @@ def test_budget_problems(tmp_path: Path) -> None:
         f"{path}:6: budgets: max_seconds: must be more than 0",
         f"{path}:7: budgets: max_tool_calls: expected an integer >= 1, got 2.5",
         f"{path}:8: budgets: agents: bad glob '[x': unclosed '['",
-        f"{path}:11: budgets: actions: 'code' is not tools or text",
-        f"{path}:14: budgets: stop_answer: only for agents that act in text (actions: text)",
+        f"{path}:11: budgets: actions: 'bash' is not tools, text or code",
+        f"{path}:14: budgets: stop_answer: only for agents that act in text (actions: text or "
+        f"code)",
         f"{path}:17: budgets: stop_answer: expected a non-empty string, got ''",
     ]
 

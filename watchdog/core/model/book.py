@@ -262,6 +262,9 @@ class EndpointRun:
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
+    # ... by the code blocks in them (``actions: code``): an answer with none is its answer,
+    # which ends the run, as a text answer ends a run whose agent calls tools
+    acts_in_code: bool = False
     # ... the words of its latest answer, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS):
     # a conversation's first request that quotes them is a side request of it (:func:`is_side`)
     quote: str | None = None
@@ -982,11 +985,14 @@ def text_action(state: EndpointRun, seen: Observation) -> ToolCall | None:
     command under other reasoning is the same call: the loop rules see it repeat). Its result
     is what the agent's next request says after the answer (its output). None for another
     run, an answer with no text or one cut short, and for the run's final request or stop:
-    that answer is its last."""
+    that answer is its last; and, for a run whose agent acts by the code blocks in its
+    answers (:attr:`EndpointRun.acts_in_code`), an answer with none: its answer."""
     if not state.acts_in_text or state.final_used or state.stop is not None \
             or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
         return None
     blocks = _FENCED.findall(seen.text)
+    if state.acts_in_code and not blocks:
+        return None
     action = " ".join(" ".join(blocks if blocks else [seen.text]).split())
     return ToolCall(TEXT_ACTION_ID + _random_hex(64), TEXT_ACTION,
                     json.dumps({"action": action[:MAX_ACTION_CHARS]}))

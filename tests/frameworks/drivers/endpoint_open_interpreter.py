@@ -1,0 +1,55 @@
+"""Open Interpreter's Python API (``from interpreter import interpreter``), set up as its docs
+set it up for a local model and run unattended: ``offline``, ``auto_run``, its model
+``openai/<model>`` at ``llm.api_base`` (LiteLLM's OpenAI provider beneath it, always
+streamed), from the directory ``OI_WORKDIR``, where the code it writes really runs (Python in
+its Jupyter kernel, shell in a shell). Mode (argv[1]): ``text``, the model's code in its
+answers' code blocks (``llm.supports_functions = False``, as for any model LiteLLM does not
+know to call functions), or ``tools``, the model's code by its ``execute`` tool call.
+
+Settings: ``OI_MODEL``, ``OI_API_BASE``, ``OI_API_KEY``; ``OI_CHATS``, a JSON list of the
+user's messages, each one ``interpreter.chat(message)`` in turn in the same process (the
+conversation going on); ``OI_OTEL`` set: LiteLLM's own OpenTelemetry callback
+(``litellm.callbacks = ["otel"]``), its spans exported to ``OTEL_EXPORTER_OTLP_ENDPOINT`` as
+LiteLLM's docs set it up. Prints one JSON line: what each ``chat`` returned (its new messages)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main(mode: str) -> int:
+    os.chdir(os.environ["OI_WORKDIR"])
+    import litellm
+    from interpreter import interpreter
+
+    if os.environ.get("OI_OTEL"):
+        litellm.callbacks = ["otel"]
+    interpreter.offline = True
+    interpreter.auto_run = True
+    interpreter.llm.model = "openai/" + os.environ["OI_MODEL"]
+    interpreter.llm.api_base = os.environ["OI_API_BASE"]
+    interpreter.llm.api_key = os.environ["OI_API_KEY"]
+    interpreter.llm.supports_functions = mode == "tools"
+    interpreter.llm.supports_vision = False
+    interpreter.llm.context_window = 16000
+    interpreter.llm.max_tokens = 1000
+    said = []
+    try:
+        for message in json.loads(os.environ["OI_CHATS"]):
+            said.append(interpreter.chat(message, display=False))
+    finally:
+        interpreter.computer.terminate()  # (its Jupyter kernel, its shell)
+    print(json.dumps(said))
+    if os.environ.get("OI_OTEL"):
+        from opentelemetry import trace
+
+        provider = trace.get_tracer_provider()
+        if hasattr(provider, "force_flush"):
+            provider.force_flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
