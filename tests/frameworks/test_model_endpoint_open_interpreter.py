@@ -98,10 +98,13 @@ def run_oi(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
            tmp_path: Path, mode: str, chats: tuple[str, ...] = ("Count the steps.",)
            ) -> tuple[list[list[dict[str, Any]]], list[str], list[dict[str, Any]]]:
     """Open Interpreter once, in a temp dir of its own, on a model scripted by ``script``,
-    named ``agent`` by its base URL, each of ``chats`` a ``chat`` of it in turn. Returns what
-    each ``chat`` returned, the commands it really ran (ran.log) and the requests the
-    upstream got."""
-    model = llm.script(f"oi-{agent}-{next(_CASES)}", script)
+    named ``agent`` by its base URL, each of ``chats`` a ``chat`` of it in turn (the first
+    with the case's number: each test's task its own, as the model's). Returns what each
+    ``chat`` returned, the commands it really ran (ran.log) and the requests the upstream
+    got."""
+    case = next(_CASES)
+    model = llm.script(f"oi-{agent}-{case}", script)
+    chats = (f"{chats[0]} (case {case})", *chats[1:])
     work = tmp_path / "work"
     work.mkdir()
     env = {

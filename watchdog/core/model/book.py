@@ -265,6 +265,10 @@ class EndpointRun:
     # ... by the code blocks in them (``actions: code``): an answer with none is its answer,
     # which ends the run, as a text answer ends a run whose agent calls tools
     acts_in_code: bool = False
+    # its latest answer ended it (a loose run's answer, no tool call, no action in it): a new
+    # user message is the next run's even before the tracker ends it (an evaluation interval
+    # later), as a script's next ``chat`` at once is
+    answered_last: bool = False
     # ... the words of its latest answer, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS):
     # a conversation's first request that quotes them is a side request of it (:func:`is_side`)
     quote: str | None = None
@@ -917,6 +921,8 @@ class ModelBook:
             words = " ".join(seen.text.split())
             if not request.has_tools and not acted and len(words) >= MIN_ASIDE_CHARS:
                 state.aside = words[:MAX_ASIDE_CHARS]  # an aside's answer (it offered no tools)
+        if not side:
+            state.answered_last = record.loose and record.final_answer and not record.acted_on
         waiting = state.begun if broke else state.pending
         for call in work:
             waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS else None
@@ -1155,8 +1161,9 @@ def goes_on_from_aside(state: EndpointRun, request: Request) -> bool:
 
 def _over(state: EndpointRun, ended: Callable[[str], bool]) -> bool:
     """Whether a run is over for a new user message: its final request went upstream, the
-    endpoint answered it with a stop, or it has ended."""
-    return state.final_used or state.stop is not None or ended(state.key)
+    endpoint answered it with a stop, its latest answer ended it, or it has ended."""
+    return state.final_used or state.stop is not None or state.answered_last \
+        or ended(state.key)
 
 
 @cache
