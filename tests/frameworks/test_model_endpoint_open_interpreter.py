@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +32,14 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVERS, clean_environ, drive_command
+from tests.frameworks.harness import (
+    DRIVERS,
+    RECORDINGS,
+    clean_environ,
+    drive_command,
+    recorded_spans,
+    replay,
+)
 from tests.frameworks.test_model_endpoint_text_actions import (
     LEFT,
     LOOP_NOTE,
@@ -40,7 +48,13 @@ from tests.frameworks.test_model_endpoint_text_actions import (
     run_ids,
     the_ended_run,
 )
-from tests.harness import RunningServer, endpoint_with_pack
+from tests.harness import (
+    RunningServer,
+    endpoint_with_pack,
+    running_server,
+    sidecar_config,
+    wait_until,
+)
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 KEY = "sk-open-interpreter-0123456789SECRET"
@@ -95,13 +109,17 @@ def steps_then_answer(count: int, mode: str, obeys: bool = True) -> fakellm.Scri
 
 
 def run_oi(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
-           tmp_path: Path, mode: str, chats: tuple[str, ...] = ("Count the steps.",)
+           tmp_path: Path, mode: str, chats: tuple[str, ...] = ("Count the steps.",),
+           traced: str | None = None, direct: bool = False
            ) -> tuple[list[list[dict[str, Any]]], list[str], list[dict[str, Any]]]:
     """Open Interpreter once, in a temp dir of its own, on a model scripted by ``script``,
     named ``agent`` by its base URL, each of ``chats`` a ``chat`` of it in turn (the first
     with the case's number: each test's task its own, as the model's). Returns what each
     ``chat`` returned, the commands it really ran (ran.log) and the requests the upstream
-    got."""
+    got. ``traced``: LiteLLM's OpenTelemetry callback on, its spans to the sidecar's OTLP
+    receiver (with ``RECORD_SPANS`` set, recorded as ``recordings/endpoint_open_interpreter/
+    TRACED.jsonl``); ``direct``: the model is the upstream's, not the sidecar's (watched
+    only)."""
     case = next(_CASES)
     model = llm.script(f"oi-{agent}-{case}", script)
     chats = (f"{chats[0]} (case {case})", *chats[1:])
@@ -113,10 +131,18 @@ def run_oi(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
         "PYTHONPATH": str(DRIVERS),
         "OI_WORKDIR": str(work),
         "OI_MODEL": model,
-        "OI_API_BASE": f"{sidecar.url('model')}/agent/{agent}/v1",
+        "OI_API_BASE": llm.base_url if direct else f"{sidecar.url('model')}/agent/{agent}/v1",
         "OI_API_KEY": KEY,
         "OI_CHATS": json.dumps(chats),
     }
+    if traced is not None:  # (as LiteLLM's docs set its exporter up; the agent's name)
+        env.update(OI_OTEL="1", OTEL_EXPORTER_OTLP_ENDPOINT=sidecar.otlp_http,
+                   OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_SERVICE_NAME=agent)
+        if os.environ.get("RECORD_SPANS"):
+            recording = RECORDINGS / "endpoint_open_interpreter" / f"{traced}.jsonl"
+            recording.parent.mkdir(exist_ok=True)
+            recording.unlink(missing_ok=True)
+            env["RECORD_SPANS"] = str(recording)
     result = drive_command("open_interpreter", "endpoint_open_interpreter", mode,
                            {**clean_environ(), "PYTHONPATH": str(DRIVERS)}, env)
     said: list[list[dict[str, Any]]] = json.loads(result.stdout.strip().splitlines()[-1])
@@ -272,3 +298,66 @@ def test_an_abort_is_answered_with_the_stop_note_which_ends_its_task(
     assert "Stopped by the test's rule after 2 actions" in last_text(said[0])
     run = the_ended_run(sidecar, before)
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+# -- watched: LiteLLM's OpenTelemetry callback ----------------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_watched_and_steered_it_is_one_run_counted_once(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    """Traced by LiteLLM's callback as well: its spans (a trace per model call, no parent)
+    pair with the endpoint's calls by their response ids: one run, each call and code run
+    counted once."""
+    before = run_ids(sidecar)
+    _, ran, _ = run_oi(sidecar, llm, "oi-traced", steps_then_answer(3, mode), tmp_path,
+                       mode, traced=f"steered_{mode}")
+    assert ran == ["step0", "step1", "step2"]
+    run = the_ended_run(sidecar, before)
+    # its 4 calls, once each; its 3 code runs; LiteLLM's 8 spans joined to the endpoint's 7
+    run = wait_until(lambda: (found := sidecar.get_json(f"/v1/runs/{run['id']}"))["spans"] == 15
+                     and found, what="LiteLLM's spans joined to the run")
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "completed"), run
+    assert run["signals"]["tools"] == {TOOLS[mode]: 3}
+    assert run["total_tokens"] > 0  # (LiteLLM's usage: the upstream streams none)
+
+
+def watched_alone(sidecar: RunningServer, before: set[str], mode: str) -> None:
+    """What LiteLLM's spans alone tell: its model calls, each a trace of its own with no
+    parent; nothing of the code it runs. With tool calls, the calls that ask for one keep the
+    agent's run of loose calls open: one run of 4 calls, ended by the answer, no tool call
+    counted (none traced). With code blocks, each answer looks final: a run per model call
+    (known gap: nothing in LiteLLM's spans tells an action from an answer)."""
+    runs_of = 1 if mode == "tools" else 4
+
+    def done(runs: list[dict[str, Any]]) -> bool:
+        return len(ours := [run for run in runs if run["agent"] == "oi-watched"]) == runs_of \
+            and all(run["state"] == "ended" for run in ours)
+
+    runs = [run for run in new_runs(sidecar, before, done) if run["agent"] == "oi-watched"]
+    runs.sort(key=lambda run: run["started_at"])
+    calls = 4 // runs_of
+    assert [(run["iterations"], run["tool_calls"], run["terminal_state"]) for run in runs] \
+        == [(calls, 0, "completed")] * runs_of, runs
+    assert runs[-1]["final_output"] == "All 3 steps are done."
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_watched_alone_each_model_call_is_a_run(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    before = run_ids(sidecar)
+    _, ran, requests = run_oi(sidecar, llm, "oi-watched", steps_then_answer(3, mode), tmp_path,
+                              mode, traced=f"watched_{mode}", direct=True)
+    assert ran == ["step0", "step1", "step2"] and len(requests) == 4
+    watched_alone(sidecar, before, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_watched_alone_from_its_recording(tmp_path: Path, mode: str) -> None:
+    recording = RECORDINGS / "endpoint_open_interpreter" / f"watched_{mode}.jsonl"
+    names = {span["name"] for span in recorded_spans(recording)}
+    assert names == {"litellm_request", "raw_gen_ai_request"}, names
+    # (a sidecar of its own: the live test's runs of the agent would take its calls, late)
+    with running_server(sidecar_config(tmp_path / "state", eval_interval=0.2)) as sidecar:
+        replay(sidecar, recording)
+        watched_alone(sidecar, set(), mode)

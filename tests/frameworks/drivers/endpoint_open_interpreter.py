@@ -9,8 +9,9 @@ know to call functions), or ``tools``, the model's code by its ``execute`` tool 
 Settings: ``OI_MODEL``, ``OI_API_BASE``, ``OI_API_KEY``; ``OI_CHATS``, a JSON list of the
 user's messages, each one ``interpreter.chat(message)`` in turn in the same process (the
 conversation going on); ``OI_OTEL`` set: LiteLLM's own OpenTelemetry callback
-(``litellm.callbacks = ["otel"]``), its spans exported to ``OTEL_EXPORTER_OTLP_ENDPOINT`` as
-LiteLLM's docs set it up. Prints one JSON line: what each ``chat`` returned (its new messages)."""
+(``litellm.callbacks = ["otel"]``), its spans exported by the standard ``OTEL_EXPORTER_OTLP_*``
+variables, as LiteLLM's docs set it up (``RECORD_SPANS``: each export request recorded).
+Prints one JSON line: what each ``chat`` returned (its new messages)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,12 @@ import sys
 
 def main(mode: str) -> int:
     os.chdir(os.environ["OI_WORKDIR"])
+    if os.environ.get("OI_OTEL"):
+        # with RECORD_SPANS, the export requests recorded on their way (before LiteLLM reads
+        # the endpoint)
+        from _handwritten_loop import recording_relay
+
+        recording_relay()
     import litellm
     from interpreter import interpreter
 
