@@ -597,6 +597,27 @@ budgets:
         "max_tool_calls": 5.0}
 
 
+def test_an_entry_may_say_its_agents_act_by_the_code_blocks_in_their_answers() -> None:
+    """``actions: code`` acts in text too (its stop_answer allowed, no finish call)."""
+    ruleset = load_text(HEADER + """\
+budgets:
+  - agents: ["open-interpreter"]
+    max_tool_calls: 10
+    actions: code
+""")
+    entry = ruleset.acts_in_text("open-interpreter")
+    assert entry is not None and entry.actions == "code" and entry.stop_answer is None
+    assert ruleset.budget_for("open-interpreter") == {"max_tool_calls": 10.0}
+    with pytest.raises(RulePackError, match="finish: only for agents that act by tool calls "
+                                            r"\(for actions: code, stop_answer\)"):
+        load_text(HEADER + """\
+budgets:
+  - agents: ["a"]
+    actions: code
+    finish: {tool: bash, arguments: {command: "done"}}
+""")
+
+
 @pytest.mark.parametrize(("glob", "problem"), [
     ("explorer-*", None), ("[!a]*", None), ("[]]x", None), ("a[bc]", None), ("*", None),
     ("x[", "unclosed '['"), ("[!", "unclosed '['"), (" x", "leading or trailing whitespace"),
