@@ -97,6 +97,12 @@ failing on a changed block. The kinds:
     (``tests/frameworks/test_model_endpoint_aider.py``'s ``command``), the sidecar's default
     model endpoint with ``/agent/aider/`` in place of the test's, its models ``gpt-4.1`` and
     ``gpt-4.1-mini``.
+``open-interpreter-settings``
+    Open Interpreter's settings in Python, ``from interpreter import interpreter`` then
+    ``interpreter.NAME = VALUE`` lines: exactly what its tests set
+    (``tests/frameworks/test_model_endpoint_open_interpreter.py``'s ``settings``), the
+    sidecar's default model endpoint with ``/agent/open-interpreter/`` in place of the test's,
+    its model ``gpt-4.1``.
 ``codex-config``
     The OpenAI Codex CLI's ``config.toml`` (TOML): a model provider it selects must be the
     sidecar's model endpoint (``base_url`` ``http://127.0.0.1:9478/v1``) on the Responses API
@@ -109,6 +115,7 @@ failing on a changed block. The kinds:
 
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
 import io
@@ -149,7 +156,7 @@ FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
-         "crush-config"}
+         "crush-config", "open-interpreter-settings"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -787,6 +794,21 @@ def check_aider_command(block: Block, stack: Stack, state: DocState) -> None:
         block.where
 
 
+def check_open_interpreter_settings(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_open_interpreter import settings
+
+    first, *lines = ast.parse(block.text).body
+    assert ast.unparse(first) == "from interpreter import interpreter", block.where
+    shown: dict[str, object] = {}
+    for line in lines:
+        assert isinstance(line, ast.Assign) and len(line.targets) == 1, block.where
+        name = ast.unparse(line.targets[0])
+        assert name.startswith("interpreter."), block.where
+        shown[name.removeprefix("interpreter.")] = ast.literal_eval(line.value)
+    assert shown == settings(f"http://{MODEL_ENDPOINT_DEFAULT}/agent/open-interpreter/v1",
+                             "gpt-4.1"), block.where
+
+
 def check_crush_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_crush import config
 
@@ -861,6 +883,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "opencode-config": check_opencode_config,
     "crush-config": check_crush_config,
     "aider-command": check_aider_command,
+    "open-interpreter-settings": check_open_interpreter_settings,
 }
 assert set(CHECKS) == KINDS
 
@@ -965,6 +988,8 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "opencode-config": (DOCS / "steering.md", "9478/v1", "9478/v2"),
     "crush-config": (DOCS / "steering.md", '"type": "openai"', '"type": "openai-compat"'),
     "aider-command": (DOCS / "steering.md", "/agent/aider/v1", "/agent/aider/v2"),
+    "open-interpreter-settings": (DOCS / "steering.md", "interpreter.auto_run = True",
+                                  "interpreter.auto_run = False"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

@@ -88,6 +88,14 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
         yield server
 
 
+def settings(api_base: str, model: str) -> dict[str, object]:
+    """What a user sets on ``interpreter`` to run it unattended on a model at ``api_base``
+    (its key from ``OPENAI_API_KEY``, which LiteLLM reads): the tests run it so, and
+    docs/steering.md shows it (``open-interpreter-settings``, checked in tests/test_docs.py)."""
+    return {"offline": True, "auto_run": True, "llm.model": f"openai/{model}",
+            "llm.api_base": api_base}
+
+
 def act(command: str, mode: str) -> fakellm.Step:
     """One action: ``command`` in a shell, as a code block in the answer's text or as an
     ``execute`` tool call."""
@@ -130,9 +138,9 @@ def run_oi(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
         "HOME": str(tmp_path),  # (its profiles and conversations: none kept between tests)
         "PYTHONPATH": str(DRIVERS),
         "OI_WORKDIR": str(work),
-        "OI_MODEL": model,
-        "OI_API_BASE": llm.base_url if direct else f"{sidecar.url('model')}/agent/{agent}/v1",
-        "OI_API_KEY": KEY,
+        "OI_SETTINGS": json.dumps(settings(
+            llm.base_url if direct else f"{sidecar.url('model')}/agent/{agent}/v1", model)),
+        "OPENAI_API_KEY": KEY,
         "OI_CHATS": json.dumps(chats),
     }
     if traced is not None:  # (as LiteLLM's docs set its exporter up; the agent's name)

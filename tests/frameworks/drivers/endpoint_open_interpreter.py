@@ -1,12 +1,14 @@
 """Open Interpreter's Python API (``from interpreter import interpreter``), set up as its docs
-set it up for a local model and run unattended: ``offline``, ``auto_run``, its model
-``openai/<model>`` at ``llm.api_base`` (LiteLLM's OpenAI provider beneath it, always
-streamed), from the directory ``OI_WORKDIR``, where the code it writes really runs (Python in
-its Jupyter kernel, shell in a shell). Mode (argv[1]): ``text``, the model's code in its
+set it up for a local model and run unattended: ``OI_SETTINGS``, a JSON object of its
+settings by their dotted names (``offline``, ``auto_run``, its model ``openai/<model>`` at
+``llm.api_base``: LiteLLM's OpenAI provider beneath it, always streamed, its key from
+``OPENAI_API_KEY``), from the directory ``OI_WORKDIR``, where the code it writes really runs
+(Python in its Jupyter kernel, shell in a shell). Mode (argv[1]): ``text``, the model's code in its
 answers' code blocks (``llm.supports_functions = False``, as for any model LiteLLM does not
-know to call functions), or ``tools``, the model's code by its ``execute`` tool call.
+know to call functions), or ``tools``, the model's code by its ``execute`` tool call (and,
+for the scripted model's name LiteLLM does not know, its context window and answer length).
 
-Settings: ``OI_MODEL``, ``OI_API_BASE``, ``OI_API_KEY``; ``OI_CHATS``, a JSON list of the
+``OI_CHATS``, a JSON list of the
 user's messages, each one ``interpreter.chat(message)`` in turn in the same process (the
 conversation going on); ``OI_OTEL`` set: LiteLLM's own OpenTelemetry callback
 (``litellm.callbacks = ["otel"]``), its spans exported by the standard ``OTEL_EXPORTER_OTLP_*``
@@ -33,11 +35,12 @@ def main(mode: str) -> int:
 
     if os.environ.get("OI_OTEL"):
         litellm.callbacks = ["otel"]
-    interpreter.offline = True
-    interpreter.auto_run = True
-    interpreter.llm.model = "openai/" + os.environ["OI_MODEL"]
-    interpreter.llm.api_base = os.environ["OI_API_BASE"]
-    interpreter.llm.api_key = os.environ["OI_API_KEY"]
+    for name, value in json.loads(os.environ["OI_SETTINGS"]).items():
+        *path, last = name.split(".")
+        owner = interpreter
+        for part in path:
+            owner = getattr(owner, part)
+        setattr(owner, last, value)
     interpreter.llm.supports_functions = mode == "tools"
     interpreter.llm.supports_vision = False
     interpreter.llm.context_window = 16000
