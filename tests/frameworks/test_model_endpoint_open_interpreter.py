@@ -96,23 +96,29 @@ def settings(api_base: str, model: str) -> dict[str, object]:
             "llm.api_base": api_base}
 
 
-def act(command: str, mode: str) -> fakellm.Step:
-    """One action: ``command`` in a shell, as a code block in the answer's text or as an
+def act(command: str, mode: str, language: str = "shell") -> fakellm.Step:
+    """One action: ``command`` in ``language``, as a code block in the answer's text or as an
     ``execute`` tool call."""
     if mode == "tools":
-        return fakellm.call("execute", language="shell", code=command)
-    return fakellm.Step(text=f"Next, I run this.\n\n```shell\n{command}\n```", lines_apart=True)
+        return fakellm.call("execute", language=language, code=command)
+    return fakellm.Step(text=f"Next, I run this.\n\n```{language}\n{command}\n```",
+                        lines_apart=True)
 
 
-def steps_then_answer(count: int, mode: str, obeys: bool = True) -> fakellm.Script:
-    """``count`` commands (step 0, 1, ...: each appends to ran.log), then the answer; a final
-    request's instruction is obeyed (the report, no code) when ``obeys``."""
+def steps_then_answer(count: int, mode: str, obeys: bool = True,
+                      language: str = "shell") -> fakellm.Script:
+    """``count`` commands (step 0, 1, ...: each appends to ran.log; in Python, in its Jupyter
+    kernel, with ``language="python"``), then the answer; a final request's instruction is
+    obeyed (the report, no code) when ``obeys``."""
     def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
         if obeys and (final_asked(body) or body.get("tool_choice") == "none"):
             return fakellm.answer(REPORT)
-        if index < count:
-            return act(f"echo step{index} >> ran.log && echo done {index}", mode)
-        return fakellm.answer(f"All {count} steps are done.")
+        if index >= count:
+            return fakellm.answer(f"All {count} steps are done.")
+        if language == "python":
+            return act(f"open('ran.log', 'a').write('step{index}\\n')\nprint('done {index}')",
+                       mode, language)
+        return act(f"echo step{index} >> ran.log && echo done {index}", mode)
     return pick
 
 
@@ -181,9 +187,12 @@ def looping(mode: str) -> fakellm.Script:
 def test_one_chat_is_one_run_each_code_it_runs_an_action(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
     """Its answer with no code ends the run at once, ``completed`` with that answer (it is
-    no action held open until ``loose_run_gap``)."""
+    no action held open until ``loose_run_gap``). Its code here is Python, run in its
+    Jupyter kernel."""
     before = run_ids(sidecar)
-    said, ran, requests = run_oi(sidecar, llm, "oi", steps_then_answer(3, mode), tmp_path, mode)
+    said, ran, requests = run_oi(sidecar, llm, "oi", steps_then_answer(3, mode,
+                                                                      language="python"),
+                                 tmp_path, mode)
     assert ran == ["step0", "step1", "step2"]
     assert last_text(said[0]) == "All 3 steps are done."
     assert len(requests) == 4
