@@ -583,7 +583,7 @@ class ModelBook:
             # its history compacted to the aside's answer: the run goes on (taken back if
             # that answer ended it), whatever the request's length
             self._conversations.move_to_end(digest)
-            self._going_on = True
+            self._going_on, state.answered_last = True, False
             return self._touch(state)
         if state is not None and not (
                 (request.last_is_user and _over(state, ended))
@@ -668,7 +668,8 @@ class ModelBook:
         self._tasked(session, state, request)
         self._conversations[digest] = state.key
         self._conversations.move_to_end(digest)
-        self._going_on = True  # (its answer, the title, ended it: it goes on)
+        # (its answer, the title, ended it: it goes on)
+        self._going_on, state.answered_last = True, False
         return self._touch(state)
 
     def _act(self, state: EndpointRun) -> None:
