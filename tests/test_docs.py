@@ -106,6 +106,12 @@ failing on a changed block. The kinds:
     What points LangChainGo at the sidecar, ``NAME=VALUE`` lines: exactly what its tests set
     (``tests/frameworks/test_langchaingo.py``'s ``pointed``), the sidecar's default model
     endpoint in place of the test's, the agent ``langchaingo``.
+``open-interpreter-settings``
+    Open Interpreter's settings in Python, ``from interpreter import interpreter`` then
+    ``interpreter.NAME = VALUE`` lines: exactly what its tests set
+    (``tests/frameworks/test_model_endpoint_open_interpreter.py``'s ``settings``), the
+    sidecar's default model endpoint with ``/agent/open-interpreter/`` in place of the test's,
+    its model ``gpt-4.1``.
 ``codex-config``
     The OpenAI Codex CLI's ``config.toml`` (TOML): a model provider it selects must be the
     sidecar's model endpoint (``base_url`` ``http://127.0.0.1:9478/v1``) on the Responses API
@@ -118,6 +124,7 @@ failing on a changed block. The kinds:
 
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
 import io
@@ -159,7 +166,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
          "crush-config", "continue-config",
-         "langchaingo-env"}
+         "langchaingo-env", "open-interpreter-settings"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -804,6 +811,21 @@ def check_langchaingo_env(block: Block, stack: Stack, state: DocState) -> None:
     assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "langchaingo"), block.where
 
 
+def check_open_interpreter_settings(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_open_interpreter import settings
+
+    first, *lines = ast.parse(block.text).body
+    assert ast.unparse(first) == "from interpreter import interpreter", block.where
+    shown: dict[str, object] = {}
+    for line in lines:
+        assert isinstance(line, ast.Assign) and len(line.targets) == 1, block.where
+        name = ast.unparse(line.targets[0])
+        assert name.startswith("interpreter."), block.where
+        shown[name.removeprefix("interpreter.")] = ast.literal_eval(line.value)
+    assert shown == settings(f"http://{MODEL_ENDPOINT_DEFAULT}/agent/open-interpreter/v1",
+                             "gpt-4.1"), block.where
+
+
 def check_crush_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_crush import config
 
@@ -887,6 +909,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "continue-config": check_continue_config,
     "langchaingo-env": check_langchaingo_env,
     "aider-command": check_aider_command,
+    "open-interpreter-settings": check_open_interpreter_settings,
 }
 assert set(CHECKS) == KINDS
 
@@ -993,6 +1016,8 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "aider-command": (DOCS / "steering.md", "/agent/aider/v1", "/agent/aider/v2"),
     "continue-config": (DOCS / "steering.md", "provider: openai", "provider: openai-compat"),
     "langchaingo-env": (DOCS / "steering.md", "/agent/langchaingo/v1", "/agent/langchain/v1"),
+    "open-interpreter-settings": (DOCS / "steering.md", "interpreter.auto_run = True",
+                                  "interpreter.auto_run = False"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

@@ -29,7 +29,7 @@ from watchdog.core.model.wire import Observation, Request
 from watchdog.core.rules.decision import COUNTDOWN_TOOL_CALLS
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import RunTracker
-from watchdog.core.spans.record import KeySource
+from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
 
 SYSTEM = {"role": "system", "content": "Answer with one ```bash``` block."}
 TASK = {"role": "user", "content": "Count the files."}
@@ -111,6 +111,56 @@ def test_each_answer_hands_one_action_over_and_the_next_request_goes_on_in_the_r
     [tool] = book.tool_records(state, after, 3)
     assert (tool.tool_name, tool.args_brief, tool.result_brief, tool.error) == (
         TEXT_ACTION, '{"action":"cat missing.txt"}', output, True)
+
+
+def test_an_agent_acting_by_code_blocks_ends_its_run_with_an_answer_holding_none() -> None:
+    """``actions: code`` (Open Interpreter): an answer's code block is an action, held open
+    for the next request; an answer with none is the run's answer, which ends it at once; the
+    agent's next message (a script's next ``chat``, at once) is the next run, before the
+    tracker has ended the run."""
+    book = ModelBook()
+    first = request()
+    state = book.identify("chat", first, Caller(), "oi", not_ended)
+    state.acts_in_text = state.acts_in_code = True
+    code = "I look.\n\n```shell\nls\n```"
+    record = book.call_record(state, first, said(code), [], 1, 2)
+    assert (record.acted_on, record.ends_run) == (True, False)
+    after = request({"role": "assistant", "content": code}, {"role": "user", "content": "a b"})
+    assert book.identify("chat", after, Caller(), "oi", not_ended) is state
+    book.tool_records(state, after, 3)
+    record = book.call_record(state, after, said("There are 2 files."), [], 3, 4)
+    assert (record.acted_on, record.final_answer, record.ends_run) == (False, True, True)
+    assert text_action(state, said("There are 2 files.")) is None
+    again = request({"role": "assistant", "content": code}, {"role": "user", "content": "a b"},
+                    {"role": "assistant", "content": "There are 2 files."},
+                    {"role": "user", "content": "And the folders?"})
+    assert book.identify("chat", again, Caller(), "oi", not_ended) is not state
+    # (actions: text: the same answer is one more action, the run held open)
+    state.acts_in_code = False
+    assert text_action(state, said("There are 2 files.")) is not None
+
+
+def test_an_agents_span_of_a_call_whose_answer_it_acts_on_does_not_end_the_run() -> None:
+    """The agent's own span of the call (LiteLLM's callback's: a trace of its own, no parent)
+    comes after the endpoint's record of it, which said the agent acts on that answer: the
+    two are one call, and the run goes on."""
+    book, tracker = ModelBook(), RunTracker()
+    first = request()
+    state = book.identify("chat", first, Caller(), "oi", not_ended)
+    state.acts_in_text = state.acts_in_code = True
+    tracker.open(state.key, state.key_source, state.trace_id, 0.5)  # (as the endpoint does)
+    code = "I look.\n\n```shell\nls\n```"
+    record = book.call_record(state, first, Observation(text=code, finish_reason="stop",
+                                                        response_id="chatcmpl-1"), [], 1, 2)
+    tracker.apply([record], 1.0)
+    span = SpanRecord(run_key="trace:" + "b" * 32, key_source=KeySource.TRACE,
+                      trace_id="b" * 32, span_id="c" * 16, parent_span_id=None,
+                      name="litellm_request", kind=SpanKind.LLM, start_ns=1, end_ns=2,
+                      agent="oi", final_answer=True, final_output=code,
+                      response_id="chatcmpl-1", scope="litellm")
+    tracker.apply([span], 2.0)
+    run = tracker.get(state.key)
+    assert run is not None and not run.ended and run.iterations == 1
 
 
 def test_a_request_after_the_final_one_is_the_runs_not_the_next_runs() -> None:

@@ -557,7 +557,7 @@ def test_budget_problems(tmp_path: Path) -> None:
           - agents: ["[x"]
             max_tokens: 100
           - agents: ["a"]
-            actions: code
+            actions: bash
           - agents: ["a"]
             max_tool_calls: 2
             stop_answer: "done"
@@ -571,8 +571,9 @@ def test_budget_problems(tmp_path: Path) -> None:
         f"{path}:6: budgets: max_seconds: must be more than 0",
         f"{path}:7: budgets: max_tool_calls: expected an integer >= 1, got 2.5",
         f"{path}:8: budgets: agents: bad glob '[x': unclosed '['",
-        f"{path}:11: budgets: actions: 'code' is not tools or text",
-        f"{path}:14: budgets: stop_answer: only for agents that act in text (actions: text)",
+        f"{path}:11: budgets: actions: 'bash' is not tools, text or code",
+        f"{path}:14: budgets: stop_answer: only for agents that act in text (actions: text or "
+        f"code)",
         f"{path}:17: budgets: stop_answer: expected a non-empty string, got ''",
     ]
 
@@ -617,6 +618,27 @@ budgets:
     assert ruleset.budget_for("mini-swe-agent") == {}
     assert ruleset.acts_in_text("other") is None and ruleset.budget_for("other") == {
         "max_tool_calls": 5.0}
+
+
+def test_an_entry_may_say_its_agents_act_by_the_code_blocks_in_their_answers() -> None:
+    """``actions: code`` acts in text too (its stop_answer allowed, no finish call)."""
+    ruleset = load_text(HEADER + """\
+budgets:
+  - agents: ["open-interpreter"]
+    max_tool_calls: 10
+    actions: code
+""")
+    entry = ruleset.acts_in_text("open-interpreter")
+    assert entry is not None and entry.actions == "code" and entry.stop_answer is None
+    assert ruleset.budget_for("open-interpreter") == {"max_tool_calls": 10.0}
+    with pytest.raises(RulePackError, match="finish: only for agents that act by tool calls "
+                                            r"\(for actions: code, stop_answer\)"):
+        load_text(HEADER + """\
+budgets:
+  - agents: ["a"]
+    actions: code
+    finish: {tool: bash, arguments: {command: "done"}}
+""")
 
 
 @pytest.mark.parametrize(("glob", "problem"), [

@@ -52,6 +52,9 @@ class Step:
     finish_reason: str | None = None  # default: "tool_calls" with calls, else "stop"
     reasoning: str | None = None  # the model's reasoning first (Responses: a reasoning item)
     tokens: int | None = None  # the total tokens its usage reports (default: an estimate)
+    # streamed: each newline a chunk of its own besides each word, as a model's tokens come
+    # (an agent that parses code fences as they stream, Open Interpreter's, reads them so)
+    lines_apart: bool = False
 
     @property
     def finish(self) -> str:
@@ -278,8 +281,11 @@ def chunks(model: str, response_id: str, step: Step, usage: dict[str, int] | Non
     yield chunk({"role": "assistant", "content": ""})
     if step.text:
         words = step.text.split(" ")
-        for i, word in enumerate(words):
-            yield chunk({"content": word if i == len(words) - 1 else word + " "})
+        pieces = [word if i == len(words) - 1 else word + " " for i, word in enumerate(words)]
+        if step.lines_apart:
+            pieces = [part for piece in pieces for part in re.split(r"(\n)", piece) if part]
+        for piece in pieces:
+            yield chunk({"content": piece})
     call_ids = [f"call_{response_id[-6:]}_{i}" for i in range(len(step.tool_calls))]
     for index, (call_id, tool) in enumerate(zip(call_ids, step.tool_calls, strict=True)):
         arguments = json.dumps(tool.arguments)

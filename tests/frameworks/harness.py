@@ -141,6 +141,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "langchain": (*_LANGCHAIN, "opentelemetry.instrumentation.langchain"),
     # (minisweagent reads its settings from the environment at import: the driver imports it)
     "mini_swe_agent": (*_LITELLM, *_OPENAI),
+    "open_interpreter": (*_OTEL, *_LITELLM, *_OPENAI, "interpreter"),
     "langchain_openlit": (*_LANGCHAIN, "openlit"),
     "langfuse": (*_LANGCHAIN, "langfuse", "langfuse.langchain"),
     "litellm_logfire": (*_OTEL, *_LITELLM, *_OPENAI),

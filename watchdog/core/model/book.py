@@ -267,6 +267,13 @@ class EndpointRun:
     # ... the regular expression its actions match (a rule pack's ``action_pattern``): an
     # answer it does not match holds no action, the run's answer (None: every answer is one)
     action_pattern: str | None = None
+    # ... by the code blocks in them (``actions: code``): an answer with none is its answer,
+    # which ends the run, as a text answer ends a run whose agent calls tools
+    acts_in_code: bool = False
+    # its latest answer ended it (a loose run's answer, no tool call, no action in it): a new
+    # user message is the next run's even before the tracker ends it (an evaluation interval
+    # later), as a script's next ``chat`` at once is
+    answered_last: bool = False
     # ... the words of its latest answer, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS):
     # a conversation's first request that quotes them is a side request of it (:func:`is_side`)
     quote: str | None = None
@@ -611,7 +618,7 @@ class ModelBook:
             # its history compacted to the aside's answer: the run goes on (taken back if
             # that answer ended it), whatever the request's length
             self._conversations.move_to_end(digest)
-            self._going_on = True
+            self._going_on, state.answered_last = True, False
             return self._touch(state)
         if state is not None and not (
                 (request.last_is_user and _over(state, ended))
@@ -698,7 +705,8 @@ class ModelBook:
         self._tasked(session, state, request)
         self._conversations[digest] = state.key
         self._conversations.move_to_end(digest)
-        self._going_on = True  # (its answer, the title, ended it: it goes on)
+        # (its answer, the title, ended it: it goes on)
+        self._going_on, state.answered_last = True, False
         return self._touch(state)
 
     def _compacted(self, request: Request, agent: str | None) -> EndpointRun | None:
@@ -999,6 +1007,8 @@ class ModelBook:
                     self._summaries.move_to_end(summary)
                     while len(self._summaries) > MAX_RESPONSE_IDS:
                         self._summaries.popitem(last=False)
+        if not side:
+            state.answered_last = record.loose and record.final_answer and not record.acted_on
         waiting = state.begun if broke else state.pending
         for call in work:
             waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS else None
@@ -1071,7 +1081,8 @@ def text_action(state: EndpointRun, seen: Observation) -> ToolCall | None:
     not match holds no action (the agent's ``Final Answer:``). Its result is what the agent's
     next request says after the answer (its output). None for another run, an answer with no
     text or one cut short, and for the run's final request or stop: that answer is its
-    last."""
+    last; and, for a run whose agent acts by the code blocks in its answers
+    (:attr:`EndpointRun.acts_in_code`), an answer with none: its answer."""
     if not state.acts_in_text or state.final_used or state.stop is not None \
             or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
         return None
@@ -1082,7 +1093,10 @@ def text_action(state: EndpointRun, seen: Observation) -> ToolCall | None:
             return None
         parts = [part for part in found.groups() if part] or [found.group(0)]
     else:
-        parts = _FENCED.findall(seen.text) or [seen.text]
+        blocks = _FENCED.findall(seen.text)
+        if state.acts_in_code and not blocks:
+            return None
+        parts = blocks or [seen.text]
     action = " ".join(" ".join(parts).split())
     return ToolCall(TEXT_ACTION_ID + _random_hex(64), TEXT_ACTION,
                     json.dumps({"action": action[:MAX_ACTION_CHARS]}))
@@ -1300,8 +1314,9 @@ def goes_on_from_aside(state: EndpointRun, request: Request) -> bool:
 
 def _over(state: EndpointRun, ended: Callable[[str], bool]) -> bool:
     """Whether a run is over for a new user message: its final request went upstream, the
-    endpoint answered it with a stop, or it has ended."""
-    return state.final_used or state.stop is not None or ended(state.key)
+    endpoint answered it with a stop, its latest answer ended it, or it has ended."""
+    return state.final_used or state.stop is not None or state.answered_last \
+        or ended(state.key)
 
 
 @cache

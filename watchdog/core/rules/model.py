@@ -18,8 +18,11 @@ from watchdog.core.shown import readable_path
 
 MAX_CACHED_AGENTS = 4096  # distinct agent names whose budget is remembered; then start over
 # How a budgets entry's agents act (its ``actions:``): by the API's tool calls, or in the text
-# of their answers (a command or code block the agent parses out and runs: mini-swe-agent)
-ACTIONS_TOOLS, ACTIONS_TEXT = "tools", "text"
+# of their answers (a command or code block the agent parses out and runs: mini-swe-agent),
+# or by the code blocks in their answers' text, an answer with none their task's end (Open
+# Interpreter's)
+ACTIONS_TOOLS, ACTIONS_TEXT, ACTIONS_CODE = "tools", "text", "code"
+ACTS_IN_TEXT = (ACTIONS_TEXT, ACTIONS_CODE)
 STOP_NOTE_MARK = "${note}"  # where a ``stop_answer:`` puts the stop note
 MAX_STOP_ANSWER_CHARS = 4096
 MAX_ACTION_PATTERN_CHARS = 500  # a budgets entry's action_pattern (a regular expression)
@@ -147,10 +150,11 @@ class Budget:
     limits: dict[str, float]
     file: str = ""
     line: int = 0
-    # how the agents act: ACTIONS_TOOLS (the API's tool calls) or ACTIONS_TEXT (each answer's
-    # text is the action the agent runs: the model endpoint books it as a tool call)
+    # how the agents act: ACTIONS_TOOLS (the API's tool calls), ACTIONS_TEXT (each answer's
+    # text is the action the agent runs: the model endpoint books it as a tool call) or
+    # ACTIONS_CODE (an answer's code blocks are: an answer with none is the agent's answer)
     actions: str = ACTIONS_TOOLS
-    # ACTIONS_TEXT: the answer an abort gives them, in the form that ends their task, the
+    # ACTS_IN_TEXT: the answer an abort gives them, in the form that ends their task, the
     # stop note where it says STOP_NOTE_MARK (None: the stop note alone)
     stop_answer: str | None = None
     # ACTIONS_TEXT: the regular expression an answer's action matches (its groups, else the
@@ -210,10 +214,10 @@ class RuleSet:
         return dict(cached)
 
     def acts_in_text(self, agent: str) -> Budget | None:
-        """``agent``'s budgets entry (the first matching) when it says ``actions: text``
-        (read at each model request: remembered per agent, as its budget is)."""
+        """``agent``'s budgets entry (the first matching) when it says ``actions: text`` or
+        ``code`` (read at each model request: remembered per agent, as its budget is)."""
         entry = self._entry(agent)
-        return entry if entry is not None and entry.actions == ACTIONS_TEXT else None
+        return entry if entry is not None and entry.actions in ACTS_IN_TEXT else None
 
     def finish_of(self, agent: str) -> Finish | None:
         """The tool call that ends ``agent``'s task, as its budgets entry (the first matching)

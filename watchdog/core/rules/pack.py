@@ -33,8 +33,10 @@ from watchdog.core.bounds import MAX_BUDGET
 from watchdog.core.rules.decision import COUNTDOWN_BUDGETS, Action, Severity
 from watchdog.core.rules.expr import Expr, ExprError, Template, compile_expr, compile_template
 from watchdog.core.rules.model import (
+    ACTIONS_CODE,
     ACTIONS_TEXT,
     ACTIONS_TOOLS,
+    ACTS_IN_TEXT,
     MAX_ACTION_PATTERN_CHARS,
     MAX_FINISH_ARGUMENTS,
     MAX_STOP_ANSWER_CHARS,
@@ -378,11 +380,12 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
     actions, stop_answer = ACTIONS_TOOLS, None
     if "actions" in fields:
         value_text = reader.string(fields["actions"], None, "budgets: actions")
-        if value_text in (ACTIONS_TOOLS, ACTIONS_TEXT):
+        if value_text in (ACTIONS_TOOLS, *ACTS_IN_TEXT):
             actions = value_text
         elif value_text is not None:
             reader.problem(fields["actions"], None, f"budgets: actions: {value_text!r} is not "
-                                                    f"{ACTIONS_TOOLS} or {ACTIONS_TEXT}")
+                                                    f"{ACTIONS_TOOLS}, {ACTIONS_TEXT} or "
+                                                    f"{ACTIONS_CODE}")
             ok = False
         else:
             ok = False
@@ -390,10 +393,10 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
         stop_answer = reader.string(fields["stop_answer"], None, "budgets: stop_answer")
         if stop_answer is None:
             ok = False
-        elif actions != ACTIONS_TEXT:
+        elif actions not in ACTS_IN_TEXT:
             reader.problem(fields["stop_answer"], None,
                            "budgets: stop_answer: only for agents that act in text "
-                           f"(actions: {ACTIONS_TEXT})")
+                           f"(actions: {ACTIONS_TEXT} or {ACTIONS_CODE})")
             ok = False
         elif len(stop_answer) > MAX_STOP_ANSWER_CHARS:
             reader.problem(fields["stop_answer"], None, f"budgets: stop_answer: at most "
@@ -423,9 +426,9 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
         finish = _finish(reader, fields["finish"])
         if finish is None:
             ok = False
-        elif actions == ACTIONS_TEXT:
+        elif actions in ACTS_IN_TEXT:
             reader.problem(fields["finish"], None, "budgets: finish: only for agents that act "
-                           f"by tool calls (for actions: {ACTIONS_TEXT}, stop_answer)")
+                           f"by tool calls (for actions: {actions}, stop_answer)")
             ok = False
     if not limits and ok and actions == ACTIONS_TOOLS and finish is None:
         reader.problem(node, None, "budgets: an entry sets no limit (use one of "

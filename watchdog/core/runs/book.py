@@ -132,6 +132,9 @@ class RunBook:
         # runs whose last answer their agent acts on (SpanRecord.acted_on): ended loose_run_gap
         # after their last call unless another comes
         self._acted_answers: OrderedDict[str, None] = OrderedDict()
+        # ... and the response ids of such answers (at most MAX_TRACED_ANSWERS): a span of the
+        # same call (the agent's own tracing of it, LiteLLM's callback's) is no answer either
+        self._acted_responses: OrderedDict[str, None] = OrderedDict()
 
     # -- reads ----------------------------------------------------------------------------------
 

@@ -785,7 +785,11 @@ class RunTracker(RunBook):
             run.uncapped(cap)  # (its loop ended by its loop-end tool, come after its cap)
         ends = record.ends_run and (
             not run.framed or record.run_frame or record.ends_its_run
-            or record.parent_span_id is None)
+            or record.parent_span_id is None) and not (
+            # (the agent's span of a call whose answer it acts on, the model endpoint's record
+            # of it come first: the run goes on, as that record says)
+            kind is LLM and record.scope != ENDPOINT_SCOPE and record.response_id is not None
+            and record.response_id in self._acted_responses)
         if late:
             if ends and not run.has_final_answer and run.end_error_type is None:
                 self._outcome_from_children(run)
@@ -813,6 +817,11 @@ class RunTracker(RunBook):
             acted.move_to_end(run.key)
             while len(acted) > MAX_TRACED_ANSWERS:
                 acted.popitem(last=False)
+            if record.response_id:
+                responses = self._acted_responses
+                responses[record.response_id] = None
+                while len(responses) > MAX_TRACED_ANSWERS:
+                    responses.popitem(last=False)
         elif record.scope == ENDPOINT_SCOPE and record.final_answer and not run.ended \
                 and run.key_source is KEY_TRACE and not run.agent_spans:
             # answered, seen by the model endpoint, and no span of the agent's has come: it

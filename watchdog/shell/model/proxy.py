@@ -83,6 +83,7 @@ from watchdog.core.model.wire import (
     read_stream,
     unjudged,
 )
+from watchdog.core.rules.model import ACTIONS_CODE
 from watchdog.core.runs.view import OpenedRun
 from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, BodyTooLarge, inflate
 from watchdog.core.spans.record import KeySource, SpanRecord
@@ -560,8 +561,9 @@ class ModelProxy:
             state.tool_limit = run.budget.get("max_tool_calls")
             # (an agent whose requests offer tools acts by the API's tool calls, whatever a
             # pack's glob declares for it: its text answer is its answer, not an action)
-            acting = service.acts_in_text(run.agent)
-            state.acts_in_text = not parsed.has_tools and acting is not None
+            acting = service.acts_in_text(run.agent) if not parsed.has_tools else None
+            state.acts_in_text = acting is not None
+            state.acts_in_code = acting is not None and acting.actions == ACTIONS_CODE
             state.action_pattern = acting.action_pattern if acting is not None else None
             return state, decide(counts, service.board(run.key), parsed.instructions,
                                  parsed.has_tools, parsed.structured, state.acts_in_text,
