@@ -223,12 +223,17 @@ def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
 @pytest.mark.parametrize("answer", [
     b"\x00\xffNOT HTTP AT ALL\r\n\r\n",  # not HTTP
     b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * (1 << 20) + b"\r\n\r\n",  # a head past any bound
-], ids=["not-http", "head-too-long"])
+    # a body framed two ways (RFC 9112 §6.3): the compiled relay passed the length on, 5
+    # bytes of the answer read by the agent and the rest left in its connection
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(COMPLETION), COMPLETION),
+], ids=["not-http", "head-too-long", "two-framings"])
 @pytest.mark.parametrize("budget", [None, "3"], ids=["free", "bound"])
 def test_an_upstream_that_answers_no_http_response_is_a_502_saying_so(
         relay: str, tmp_path: Path, answer: bytes, budget: str | None) -> None:
     """An upstream that answers with bytes no HTTP client can read as a response (a server
-    that speaks another protocol on the port, a head past the relay's bound): the agent gets
+    that speaks another protocol on the port, a head past the relay's bound, a body framed both
+    by Transfer-Encoding and Content-Length): the agent gets
     502 ``upstream_unreachable`` saying the upstream gave no HTTP response, counted as such,
     on both relays (the aiohttp relay answered 500 ``internal_error``, which only a bug may
     be, and logged the upstream's bytes as a bad request from the agent)."""
