@@ -40,7 +40,7 @@ from watchdog.core.model.chat import usage_only
 from watchdog.core.model.responses import restore_echo, restored_event
 from watchdog.core.model.steer import Act, kept_calls
 from watchdog.core.model.wire import SSEReader, ToolCall, Unjudged, dumps, judged
-from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, inflate
+from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, BodyTooLarge, inflate
 from watchdog.shell.model.headers import response_headers
 from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Exchange
 
@@ -129,12 +129,16 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
     coding = coding_of(upstream.headers)
     text: bytes | None = data
     if coding not in IDENTITY:
-        text = None
+        text, why = None, f"a Content-Encoding it cannot read ({coding[:32]!r})"
         if coding in SUPPORTED:
-            with contextlib.suppress(ValueError):  # (not of its coding, or inflated too long)
+            try:
                 text = inflate(data, coding, MAX_RESPONSE_BYTES)
+            except BodyTooLarge:
+                why = "too long once inflated"
+            except ValueError:
+                why = f"not of its Content-Encoding ({coding!r})"
         if text is None and strict:
-            raise Unjudged(f"a Content-Encoding it cannot read ({coding[:32]!r})")
+            raise Unjudged(why)
     body: object = None
     if text is None:
         pass
