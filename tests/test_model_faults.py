@@ -256,6 +256,62 @@ def test_an_upstream_that_answers_no_http_response_is_a_502_saying_so(
         raw.close()
 
 
+def test_a_compressed_stream_bomb_passed_on_is_inflated_no_further_than_its_event_bound(
+        relay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gzip stream with no bound to check that inflates to 2 GiB of one event that never ends
+    (2 MiB sent, a gzip member per MiB) passes on as it came, and is read up to the event bound
+    only (4 MiB): past it, it is passed on unread. The aiohttp relay inflated all of it on the
+    event loop (seconds in which every other run's request and the API waited); here the
+    other request, sent while the bomb flows, is answered."""
+    from watchdog.core.model.wire import MAX_SSE_EVENT_BYTES
+    from watchdog.shell.model import streams
+    inflated = [0]
+    feed = streams.Inflater.feed
+
+    def counted(self: streams.Inflater, data: bytes) -> Iterator[bytes]:
+        for piece in feed(self, data):
+            inflated[0] += len(piece)
+            yield piece
+
+    monkeypatch.setattr(streams.Inflater, "feed", counted)
+    member = gzip.compress(b"\0" * (1 << 20), 9)
+    bomb = member * 2048
+    started = threading.Event()
+
+    def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if b'"bomb"' not in seen.body:
+            completion_reply(handler, seen)
+            return
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Content-Encoding", "gzip")
+        handler.send_header("Content-Length", str(len(bomb)))
+        handler.end_headers()
+        handler.wfile.write(bomb)
+        handler.wfile.flush()
+        started.set()
+
+    raw = RawUpstream(reply)
+    got: list[tuple[int, bytes]] = []
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            bombed = threading.Thread(target=lambda: got.append(post(
+                sidecar, "/v1/chat/completions", json.dumps({
+                    "model": "bomb", "stream": True,
+                    "messages": [{"role": "user", "content": "x"}]}).encode(),
+                {"x-watchdog-agent": "bomber"})))
+            bombed.start()
+            assert started.wait(30)
+            status, answer = first_request(sidecar, "bystander", None)
+            assert status == 200 and json.loads(answer)["choices"], answer
+            bombed.join(60)
+            assert got and got[0] == (200, bomb), [(s, len(b)) for s, b in got]
+            if relay == "python":
+                assert 0 < inflated[0] <= MAX_SSE_EVENT_BYTES + 2 * streams.PIECE, inflated
+    finally:
+        raw.close()
+
+
 @pytest.mark.parametrize("framing", ["length", "chunked"])
 def test_a_whole_response_too_long_to_read_that_breaks_off_is_the_upstreams_failure(
         relay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

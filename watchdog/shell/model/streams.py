@@ -234,6 +234,11 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
                         for piece in ((chunk,) if inflater is None else inflater.feed(chunk)):
                             for event in reader.feed(piece):
                                 accumulator.feed(event)
+                            if reader.broken:  # an event past its bound: unread from here,
+                                readable = False  # not inflated on (a bomb's gigabytes)
+                                break
+                            if inflater is not None:  # the other requests' turn between
+                                await asyncio.sleep(0)  # a bomb's pieces
                     except BadCoding:  # not of its coding: passed on unread from here
                         readable = False
                 if accumulator.observation.complete:
@@ -245,6 +250,8 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
                 continue
             try:
                 for piece in ((chunk,) if inflater is None else inflater.feed(chunk)):
+                    if inflater is not None:  # the other requests' turn between a bomb's
+                        await asyncio.sleep(0)  # pieces
                     events = reader.feed(piece)
                     for event in events:
                         accumulator.feed(event)
