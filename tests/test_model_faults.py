@@ -256,6 +256,34 @@ def test_an_upstream_that_answers_no_http_response_is_a_502_saying_so(
         raw.close()
 
 
+@pytest.mark.parametrize("status", [301, 307, 308])
+def test_an_upstream_redirect_passes_on_as_it_came_and_is_never_followed(
+        relay: str, tmp_path: Path, status: int) -> None:
+    """An upstream that answers a redirect to another host: the agent gets it as it came (its
+    status and ``Location``), as an upstream error passes, and the endpoint never follows it:
+    the other host sees no request, so neither the agent's key nor its conversation goes
+    anywhere but the configured upstream."""
+    elsewhere = RawUpstream(completion_reply)
+    moved = f"{elsewhere.base}/v1/chat/completions"
+    raw = RawUpstream(lambda handler, seen: send(handler, status, b"", {"Location": moved}))
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            connection = http.client.HTTPConnection(
+                "127.0.0.1", sidecar.server.addresses["model"][1], timeout=10)
+            connection.request("POST", "/v1/chat/completions", json.dumps({
+                "model": "m", "messages": [{"role": "user", "content": "x"}]}),
+                {"Content-Type": "application/json", "Authorization": "Bearer sk-secret",
+                 "x-watchdog-agent": "moved"})
+            answer = connection.getresponse()
+            answer.read()
+            connection.close()
+            assert (answer.status, answer.getheader("Location")) == (status, moved)
+            assert len(raw.seen) == 1 and elsewhere.seen == []
+    finally:
+        raw.close()
+        elsewhere.close()
+
+
 def test_a_compressed_stream_bomb_passed_on_is_inflated_no_further_than_its_event_bound(
         relay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A gzip stream with no bound to check that inflates to 2 GiB of one event that never ends
