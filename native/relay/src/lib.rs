@@ -1365,6 +1365,17 @@ async fn relayed(
     hold: bool,
     echo: &Option<serde_json::Value>,
 ) -> Result<Response<RelayBody>, Failure> {
+    // a body framed two ways (RFC 9112 §6.3: smuggling or splitting): refused, as aiohttp
+    // refuses it, never passed on with a length its body does not have
+    if upstream.headers().contains_key("transfer-encoding")
+        && upstream.headers().contains_key("content-length")
+    {
+        return Err((
+            ticket,
+            "unreachable",
+            "Transfer-Encoding and Content-Length both".to_owned(),
+        ));
+    }
     let status = upstream.status();
     ticket.status = status.as_u16();
     if observe {
