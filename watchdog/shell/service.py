@@ -20,7 +20,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog.core.directives.model import Directive
@@ -704,6 +704,11 @@ class WatchdogService:
         text (``actions: text``), else None."""
         engine = self.core.engine
         return engine.ruleset.acts_in_text(agent) if engine is not None and agent else None
+
+    def pack_budget(self, agent: str | None) -> Mapping[str, float]:
+        """The rule packs' budget for ``agent`` (empty: none), read only."""
+        engine = self.core.engine
+        return engine.agent_budget(agent) if engine is not None and agent else {}
 
     def finish_of(self, agent: str | None) -> Finish | None:
         """The tool call that ends ``agent``'s task, as the rule packs declare it
