@@ -388,16 +388,9 @@ def difference(topology: Topology) -> str:
 
 # -- the tests ------------------------------------------------------------------------------
 
-# GAP (pinned): ADK for TypeScript's sub-agent (a child run split from its trace's run by the
-# records the tracker keeps of the trace) read, once in several loaded runs, as a run of the
-# service with the agent its child when the Collector delivered the trace's spans in other
-# batches (docs/scale-out.md); left out until that reads alike.
-ARRIVAL_SPLIT = frozenset({("google_adk_ts", "subagent")})
-
 # Each recording goes through once: the even ones in the first test, the odd ones, with a
 # replica's crash amid them, in the second (a run sent twice would be one run continued).
-EVEN, ODD = ([r for r in ALL if r not in ARRIVAL_SPLIT][start::2]
-             for start in (0, 1))
+EVEN, ODD = (ALL[start::2] for start in (0, 1))
 
 
 def prepared(topology: Topology, recordings: list[tuple[str, str]]) -> list[list[ScopedSpan]]:

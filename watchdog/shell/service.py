@@ -499,9 +499,10 @@ class WatchdogService:
         """:meth:`export` for the receivers
         (:class:`~watchdog.shell.receivers.consumer.TraceConsumer`): the request is parsed at its
         turn — a sync on its way goes first, not after a whole body's parse (~1 ms for 128
-        spans) — and applied ``INGEST_SLICE`` spans at a time with the event loop served in
-        between, so a small request (a sync, a heartbeat, an SSE write) never waits for a whole
-        512-span batch."""
+        spans) — and applied ``INGEST_SLICE`` spans at a time (on to the end of the trace they
+        end in, up to ``MAX_TRACE_SLICE``: a trace is read in one step) with the event loop
+        served in between, so a small request (a sync, a heartbeat, an SSE write) never waits
+        for a whole 512-span batch."""
         await self._pipeline_loaded()
         from watchdog.core.spans.pipeline import Decoded, slices_of
 
