@@ -254,11 +254,22 @@ def test_a_run_never_recorded_is_stopped_at_its_packs_budget(
     service = sidecar.server.service
     assert service is not None
     native = native_of(sidecar) if model_relay == "native" else None
-    model = llm.script(f"never-recorded-{fill}", looping(
-        "search", lambda i: {"q": f"page {i}"}, answer_without_tools="REPORT"))
     unrecorded = unrecorded_count(sidecar)
+    counted_down_unrecorded(sidecar, llm, f"never-recorded-{fill}", native, fill, monkeypatch)
+    assert unrecorded_count(sidecar) - unrecorded == 9 - fill
+
+
+def counted_down_unrecorded(sidecar: RunningServer, llm: FakeLLM, name: str,
+                            native: NativeEndpoint | None, fill: int,
+                            monkeypatch: pytest.MonkeyPatch, behind: bool = False,
+                            latency: float = 0.0) -> None:
+    """The agent ``counted`` (8 tool calls) in a loop whose state cannot be written (or is
+    behind) from its request ``fill`` on: 8 tool calls, the count told from 3 left (the rules
+    never saw the calls), then the final request (tools withdrawn)."""
+    model = llm.script(name, looping("search", lambda i: {"q": f"page {i}"},
+                                     answer_without_tools="REPORT"), delay=latency)
+    between = filling(sidecar, native, fill, monkeypatch, behind)
     try:
-        between = filling(sidecar, native, fill, monkeypatch)
         ran = agent_loop(sidecar, model, "counted", between)
     finally:
         writable_again(sidecar, monkeypatch)
@@ -266,7 +277,6 @@ def test_a_run_never_recorded_is_stopped_at_its_packs_budget(
     seen, requests = notes(llm, model)
     assert seen == [None] * 5 + ["3 of 8", "2 of 8", "1 of 8", None], seen
     assert [request.get("tool_choice") for request in requests] == [None] * 8 + ["none"]
-    assert unrecorded_count(sidecar) - unrecorded == 9 - fill
 
 
 @pytest.mark.parametrize("behind", [False, True])
@@ -287,17 +297,8 @@ def test_a_run_whose_state_cannot_be_written_still_counts_down(
     native = native_of(sidecar) if model_relay == "native" else None
 
     for paced in (False, True):
-        model = llm.script(f"unwritable-{paced}-{behind}", looping(
-            "search", lambda i: {"q": f"page {i}"}, answer_without_tools="REPORT"), delay=latency)
-        between = filling(sidecar, native if paced else None, 2, monkeypatch, behind)
-        try:
-            ran = agent_loop(sidecar, model, "counted", between)
-        finally:
-            writable_again(sidecar, monkeypatch)
-        assert ran == 8
-        seen, requests = notes(llm, model)
-        assert seen == [None] * 5 + ["3 of 8", "2 of 8", "1 of 8", None], seen
-        assert [request.get("tool_choice") for request in requests] == [None] * 8 + ["none"]
+        counted_down_unrecorded(sidecar, llm, f"unwritable-{paced}-{behind}",
+                                native if paced else None, 2, monkeypatch, behind, latency)
     if native is not None:
         assert sidecar.call(lambda: native.missed) == 0
 
