@@ -340,7 +340,17 @@ def relay_floor_proxy(upstream_url: str, connections: int) -> Iterator[tuple[str
         process.wait(30)
 
 
-PIN: dict[str, str] = {}  # --pin: "load" (client, upstream) and "proxy" (every side's) CPUs
+PIN: dict[str, str] = {}  # --pin: "load" (client, upstream) and "proxy" (every side's) CPUs;
+# --pin-loop: "loop", the sidecars' event loop's
+
+
+def parse_cpus(cpus: str) -> set[int]:
+    """A taskset-style CPU list ("0", "0,1", "0-3") as a set."""
+    chosen: set[int] = set()
+    for part in cpus.split(","):
+        low, _, high = part.partition("-")
+        chosen.update(range(int(low), int(high or low) + 1))
+    return chosen
 
 
 def pinned(role: str, *command: str) -> list[str]:
@@ -403,6 +413,8 @@ def sidecar(state_dir: str, upstream_url: str, relay: str,
         wait_ready(f"http://127.0.0.1:{ports['metrics']}/readyz", process, "the sidecar", timeout)
         wait_ready(f"http://127.0.0.1:{ports['model']}/v1/models", process, "its endpoint",
                    timeout)
+        if "loop" in PIN:  # its main thread alone: the event loop's (the relay's are started)
+            os.sched_setaffinity(process.pid, parse_cpus(PIN["loop"]))
         yield f"http://127.0.0.1:{ports['model']}/v1", process.pid
         if pack and callgrind is None:  # (which requests went on ahead, the countdowns' too)
             with urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/metrics",
@@ -839,6 +851,10 @@ def main() -> None:
     parser.add_argument("--pin", metavar="LOAD:PROXY",
                         help="CPU affinities (taskset -c lists): the client and upstream on "
                              "LOAD, every proxy and sidecar on PROXY, e.g. 0:1")
+    parser.add_argument("--pin-loop", metavar="CPUS",
+                        help="the sidecars' event loop (the main thread, once the relay's "
+                             "threads are started) on these CPUs, e.g. 0 with --pin 0:1: the "
+                             "relay's threads then have the proxies' CPUs to themselves")
     parser.add_argument("--build-loadgen", action="store_true",
                         help="only build bench/loadgen (the Go client and upstream) and say "
                              "where it is")
@@ -872,6 +888,12 @@ def main() -> None:
         if not load or not proxy:
             parser.error("--pin LOAD:PROXY, each a CPU list for taskset -c (e.g. 0:1)")
         PIN.update(load=load, proxy=proxy)
+    if args.pin_loop is not None:
+        try:
+            parse_cpus(args.pin_loop)
+        except ValueError:
+            parser.error("--pin-loop CPUS: a CPU list for taskset -c (e.g. 0)")
+        PIN["loop"] = args.pin_loop
     if args.unpacked and args.budget_pack is None:
         parser.error("--unpacked: with --budget-pack")
     relays = list(dict.fromkeys(relay.strip() for relay in args.relay.split(",")))
