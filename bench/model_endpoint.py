@@ -416,13 +416,14 @@ def sidecar(state_dir: str, upstream_url: str, relay: str,
         if "loop" in PIN:  # its main thread alone: the event loop's (the relay's are started)
             os.sched_setaffinity(process.pid, parse_cpus(PIN["loop"]))
         yield f"http://127.0.0.1:{ports['model']}/v1", process.pid
-        if pack and callgrind is None:  # (which requests went on ahead, the countdowns' too)
+        if relay == "native" and callgrind is None:  # (which requests went on ahead)
             with urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/metrics",
                                         timeout=10) as response:
                 counted = [line for line in response.read().decode().splitlines()
                            if line.startswith(("agent_watchdog_model_ahead_total",
                                                "agent_watchdog_model_steered_total"))]
-            print(f"relay {relay} ({tree}): " + "; ".join(counted), file=sys.stderr)
+            print(f"relay {relay}{'' if pack else ' without the pack'} ({tree}): "
+                  + "; ".join(counted), file=sys.stderr)
     finally:
         process.terminate()
         process.wait(30)
@@ -440,6 +441,7 @@ class Timings:
     # event (the sidecar holds the answer until it ends), kept out of the figures above
     finals: list[float] = field(default_factory=list)
     continuing: list[float] = field(default_factory=list)  # ttfb of a conversation's later turns
+    firsts: list[float] = field(default_factory=list)  # and of its first (with --turns)
     cpu: float = 0.0  # the sidecar's CPU seconds over its phases
     cpu_relay: float = 0.0  # of which its relay's threads' (the native relay's)
     wall: float = 0.0  # the phase's seconds
@@ -452,6 +454,7 @@ class Timings:
         self.chunks += other.chunks
         self.finals += other.finals
         self.continuing += other.continuing
+        self.firsts += other.firsts
         self.cpu += other.cpu
         self.cpu_relay += other.cpu_relay
         self.wall += other.wall
@@ -533,8 +536,7 @@ async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int,
         timings.finals.append(arrivals[-1] - start)
         return
     timings.ttfb.append(arrivals[0] - start)
-    if turn > 1:
-        timings.continuing.append(arrivals[0] - start)
+    (timings.continuing if turn > 1 else timings.firsts).append(arrivals[0] - start)
     timings.gaps += [b - a for a, b in itertools.pairwise(arrivals)]
     timings.streams.append(arrivals[-1] - arrivals[0])
 
@@ -631,8 +633,8 @@ class GoClient:
                 timings.finals.append(one["ttfb"] + one["stream"])
                 continue
             timings.ttfb.append(one["ttfb"])
-            if one.get("turn", 1) > 1:
-                timings.continuing.append(one["ttfb"])
+            (timings.continuing if one.get("turn", 1) > 1 else timings.firsts).append(
+                one["ttfb"])
             timings.gaps += one["gaps"]
             timings.streams.append(one["stream"])
         assert process.stderr is not None
@@ -684,10 +686,11 @@ def report(label: str, relay: str, direct: Timings, proxied: Timings) -> list[st
             d, p = pct(getattr(direct, values), q), pct(getattr(proxied, values), q)
             rows.append(f"  {name + f' p{round(q * 100)}':26} {ms(d):>10} {ms(p):>10} "
                         f"{ms(p - d):>10} {p / d if d else float('nan'):7.2f}")
-    for q in (0.5, 0.99) if direct.continuing and proxied.continuing else ():
-        d, p = pct(direct.continuing, q), pct(proxied.continuing, q)
-        rows.append(f"  {f'  of them continuing p{round(q * 100)}':26} {ms(d):>10} {ms(p):>10} "
-                    f"{ms(p - d):>10} {p / d if d else float('nan'):7.2f}")
+    for name, values in (("first", "firsts"), ("continuing", "continuing")):
+        for q in (0.5, 0.99) if direct.continuing and proxied.continuing else ():
+            d, p = pct(getattr(direct, values), q), pct(getattr(proxied, values), q)
+            rows.append(f"  {f'  of them {name} p{round(q * 100)}':26} {ms(d):>10} {ms(p):>10} "
+                        f"{ms(p - d):>10} {p / d if d else float('nan'):7.2f}")
     for q in (0.5, 0.99) if direct.finals and proxied.finals else ():
         d, p = pct(direct.finals, q), pct(proxied.finals, q)
         rows.append(f"  {f'final, to its end p{round(q * 100)}':26} {ms(d):>10} {ms(p):>10} "
