@@ -2018,11 +2018,14 @@ impl Relay {
         }));
     }
 
-    /// A new run of ``agent`` gets the bound ``keep`` (-1: none) and nothing else: its new
-    /// conversations' first requests go on at once.
-    fn admit_agent(&self, agent: String, keep: i64) {
+    /// A new run of ``agent`` gets the bound ``keep`` (-1: none) and nothing else but, with
+    /// ``note``, that note (its rule pack's countdown, started at a new run) when it offers
+    /// tools: its new conversations' first requests go on at once (with a note: those of Chat
+    /// Completions that offer tools, the note written into them as ``splice_note`` writes it).
+    #[pyo3(signature = (agent, keep, note=None))]
+    fn admit_agent(&self, agent: String, keep: i64, note: Option<String>) {
         if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
-            admission.learn(agent, keep);
+            admission.learn(agent, keep, note);
         }
     }
 
