@@ -340,8 +340,7 @@ def relay_floor_proxy(upstream_url: str, connections: int) -> Iterator[tuple[str
         process.wait(30)
 
 
-PIN: dict[str, str] = {}  # --pin: "load" (client, upstream) and "proxy" (every side's) CPUs;
-# --pin-loop: "loop", the sidecars' event loop's
+PIN: dict[str, str] = {}  # --pin: "load" (client, upstream) and "proxy" (every side's) CPUs
 
 
 def parse_cpus(cpus: str) -> set[int]:
@@ -384,10 +383,12 @@ def cpu_seconds(pid: int) -> float:
 @contextmanager
 def sidecar(state_dir: str, upstream_url: str, relay: str,
             callgrind: str | None = None, tree: Path = ROOT,
-            pack: bool = True) -> Iterator[tuple[str, int]]:
+            pack: bool = True, loop: str | None = None) -> Iterator[tuple[str, int]]:
     """A sidecar with the model endpoint in front of ``upstream_url``: its endpoint's URL and
     pid; with ``callgrind`` (a file name) it runs under valgrind's callgrind; ``tree`` the
-    source tree it runs from; ``pack``: with ``--budget-pack``'s rule pack."""
+    source tree it runs from; ``pack``: with ``--budget-pack``'s rule pack; ``loop``: the CPUs
+    of its main thread, the event loop's (taskset's list), once the relay's threads are
+    started (they keep theirs)."""
     ports = {name: free_port() for name in ("otlp_http", "otlp_grpc", "api", "metrics",
                                             "model")}
     env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
@@ -413,8 +414,8 @@ def sidecar(state_dir: str, upstream_url: str, relay: str,
         wait_ready(f"http://127.0.0.1:{ports['metrics']}/readyz", process, "the sidecar", timeout)
         wait_ready(f"http://127.0.0.1:{ports['model']}/v1/models", process, "its endpoint",
                    timeout)
-        if "loop" in PIN:  # its main thread alone: the event loop's (the relay's are started)
-            os.sched_setaffinity(process.pid, parse_cpus(PIN["loop"]))
+        if loop is not None:  # its main thread alone (threads it starts from now inherit it)
+            os.sched_setaffinity(process.pid, parse_cpus(loop))
         yield f"http://127.0.0.1:{ports['model']}/v1", process.pid
         if relay == "native" and callgrind is None:  # (which requests went on ahead)
             with urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/metrics",
@@ -855,9 +856,10 @@ def main() -> None:
                         help="CPU affinities (taskset -c lists): the client and upstream on "
                              "LOAD, every proxy and sidecar on PROXY, e.g. 0:1")
     parser.add_argument("--pin-loop", metavar="CPUS",
-                        help="the sidecars' event loop (the main thread, once the relay's "
-                             "threads are started) on these CPUs, e.g. 0 with --pin 0:1: the "
-                             "relay's threads then have the proxies' CPUs to themselves")
+                        help="also each relay with its sidecar's event loop (the main thread, "
+                             "once the relay's threads are started) on these CPUs, reported as "
+                             "RELAY@loop: e.g. 0 with --pin 0:1, the relay's threads then have "
+                             "the proxies' CPU to themselves")
     parser.add_argument("--build-loadgen", action="store_true",
                         help="only build bench/loadgen (the Go client and upstream) and say "
                              "where it is")
@@ -896,7 +898,6 @@ def main() -> None:
             parse_cpus(args.pin_loop)
         except ValueError:
             parser.error("--pin-loop CPUS: a CPU list for taskset -c (e.g. 0)")
-        PIN["loop"] = args.pin_loop
     if args.unpacked and args.budget_pack is None:
         parser.error("--unpacked: with --budget-pack")
     relays = list(dict.fromkeys(relay.strip() for relay in args.relay.split(",")))
@@ -910,6 +911,8 @@ def main() -> None:
             (relay + "@base", args.baseline.resolve()), (relay, ROOT))}
     if args.unpacked:
         trees.update({relay + "@nopack": ROOT for relay in relays})
+    if args.pin_loop is not None:
+        trees.update({relay + "@loop": ROOT for relay in relays})
     stream_seconds = args.chunks * args.chunk_ms / 1000
     if args.callgrind:
         width = max(args.callgrind_width, 1)
@@ -935,7 +938,9 @@ def main() -> None:
             sidecars["floor-rust"] = stack.enter_context(relay_floor_proxy(up, args.concurrency))
         sidecars.update({name: stack.enter_context(sidecar(
             f"{state}/{name}", up, name.split("@")[0], tree=tree,
-            pack=not name.endswith("@nopack"))) for name, tree in trees.items()})
+            pack=not name.endswith("@nopack"),
+            loop=args.pin_loop if name.endswith("@loop") else None))
+            for name, tree in trees.items()})
         lines = measure(client, up, sidecars, args.streams, args.concurrency, stream_seconds)
     budget = f", each run a budget of {args.budget} tool calls" if args.budget else ""
     if args.budget_pack:
