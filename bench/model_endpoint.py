@@ -4,6 +4,7 @@ upstream and through the sidecar's model endpoint (DESIGN §12), in one run.
     .venv/bin/python bench/model_endpoint.py [--streams 200] [--concurrency 50]
         [--relay python,native] [--budget N] [--budget-pack N] [--turns N]
         [--client go|python] [--upstream go|python] [--baseline TREE]
+        [--relay-floor] [--unpacked] [--pin LOAD:PROXY] [--pin-loop CPUS]
 
 The upstream is a scripted model API in a process of its own (HTTP/1.1 keep-alive, each event
 one chunk of a chunked ``text/event-stream``, as hosted APIs serve them), streaming a chat
@@ -41,7 +42,16 @@ the upstream calls the tool all the same, so the sidecar sends the stop note in 
 side named ``floor``: a bare proxy (Go's ``net/http``, bench/loadgen: each read of the
 upstream written and flushed at once) in front of the same upstream, measured like a relay. It
 decides nothing, so what it adds is what any HTTP proxy in the agent's path adds on this
-machine: the floor to read the sidecar's figures against.
+machine: the floor to read the sidecar's figures against. ``--relay-floor`` adds another,
+``floor-rust``: a bare proxy on the relay's own HTTP stack (bench/relayfloor: tokio with the
+relay's two threads, hyper's HTTP/1.1 server and reqwest's pool as native/relay sets them up,
+built with cargo, offline, into ``$AGENT_WATCHDOG_CACHE/relayfloor/``), deciding nothing and
+telling no event loop: what the native relay would add with no Python behind it.
+``--unpacked`` (with ``--budget-pack``) adds each relay without the rule pack
+(``RELAY@nopack``); ``--pin LOAD:PROXY`` runs the client and upstream on the CPUs LOAD and every
+proxy on PROXY (``taskset -c`` lists); ``--pin-loop CPUS`` adds each relay with its sidecar's
+event loop moved onto CPUS (``RELAY@loop``; its relay's threads stay where ``--pin`` put them):
+whether the loop's CPU is what the relay's threads wait for.
 
 Phases, in the order direct, each relay, each relay again in reverse, direct (so drift hits
 every side alike): one stream at a time; ``--concurrency`` streams at a time starting together
@@ -57,7 +67,10 @@ Reported per phase and relay against the direct side, pooled per side:
   relay), and what the sidecar adds;
 * stream time (first event to [DONE]) p50 and p99: chunk timing changed or not, end to end;
 * the sidecar's CPU per stream and per relayed event (net of its idle rate), and the share of
-  the phase's wall time it was busy: near 100 % it, not the relay's latency, is the bound.
+  the phase's wall time it was busy: near 100 % it, not the relay's latency, is the bound; for
+  the native relay, its relay's threads' part and the rest (the event loop's thread);
+* with ``--turns``, the time to first byte of conversations' first requests and of the
+  requests that continue them apart.
 
 Figures are milliseconds and ratios to the direct baseline measured in the same run, since
 absolute numbers depend on the machine. The goal on loopback: at most 1 ms added at p99.
