@@ -721,7 +721,7 @@ def report(label: str, relay: str, direct: Timings, proxied: Timings) -> list[st
     threads = (f"; its relay's threads {proxied.cpu_relay / proxied.count * 1000:.2f} ms a "
                f"stream, the rest (the event loop's thread) "
                f"{(busy - proxied.cpu_relay) / proxied.count * 1000:.2f}"
-               if proxied.cpu_relay else "")
+               if relay.split("@")[0] == "native" else "")
     rows.append(f"  sidecar CPU per stream: {busy / proxied.count * 1000:.2f} ms, per "
                 f"event {busy / proxied.chunks * 1e6:.0f} µs, busy "
                 f"{busy / proxied.wall * 100 if proxied.wall else 0:.0f} % of the wall time "
