@@ -232,16 +232,22 @@ LOADGEN = ROOT / "bench" / "loadgen"
 LOADGEN_KEPT_DAYS = 7  # a build of other sources unused this long goes when another is made
 
 
-def loadgen() -> Path:
-    """The Go client and upstream, built once per content of ``bench/loadgen/`` into the
-    user's cache (``$AGENT_WATCHDOG_CACHE/loadgen/HASH/``, as the Makefile keeps its builds)."""
-    sources = sorted(path for path in LOADGEN.iterdir()
-                     if path.suffix == ".go" or path.name == "go.mod")
+def cached(name: str, sources: list[Path]) -> Path:
+    """Where the build of ``sources`` named ``name`` is kept in the user's cache:
+    ``$AGENT_WATCHDOG_CACHE/NAME/HASH/NAME``, HASH that of the sources' names and contents (as
+    the Makefile keeps its builds)."""
     digest = hashlib.sha256(b"".join(path.name.encode() + b"\0" + path.read_bytes() + b"\0"
-                                     for path in sources)).hexdigest()[:16]
+                                     for path in sorted(sources))).hexdigest()[:16]
     cache = Path(os.environ.get("AGENT_WATCHDOG_CACHE") or Path(
         os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agent-watchdog")
-    binary = cache / "loadgen" / digest / "loadgen"
+    return cache / name / digest / name
+
+
+def loadgen() -> Path:
+    """The Go client and upstream, built once per content of ``bench/loadgen/`` into the
+    user's cache (``$AGENT_WATCHDOG_CACHE/loadgen/HASH/``)."""
+    binary = cached("loadgen", [path for path in LOADGEN.iterdir()
+                                if path.suffix == ".go" or path.name == "go.mod"])
     if binary.is_file():
         return binary
     go = shutil.which("go")
@@ -309,20 +315,16 @@ def relayfloor() -> Path:
     settings of native/relay), built with cargo once per content of its sources into the
     user's cache (``$AGENT_WATCHDOG_CACHE/relayfloor/HASH/``), offline: the crates are those
     native/ already uses."""
-    sources = sorted(path for path in [*RELAYFLOOR.iterdir(), *(RELAYFLOOR / "src").iterdir()]
-                     if path.is_file())
-    digest = hashlib.sha256(b"".join(path.name.encode() + b"\0" + path.read_bytes() + b"\0"
-                                     for path in sources)).hexdigest()[:16]
-    cache = Path(os.environ.get("AGENT_WATCHDOG_CACHE") or Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agent-watchdog")
-    binary = cache / "relayfloor" / digest / "relayfloor"
+    binary = cached("relayfloor", [path for path in [*RELAYFLOOR.iterdir(),
+                                                     *(RELAYFLOOR / "src").iterdir()]
+                                   if path.is_file()])
     if binary.is_file():
         return binary
     cargo = shutil.which("cargo")
     if cargo is None:
         raise SystemExit("bench/model_endpoint.py: --relay-floor builds bench/relayfloor with "
                          "cargo, which is not installed")
-    target = cache / "relayfloor" / "target"
+    target = binary.parent.parent / "target"
     built = subprocess.run([cargo, "build", "--release", "--offline", "--target-dir",
                             str(target)], cwd=RELAYFLOOR, capture_output=True, text=True,
                            timeout=1800)

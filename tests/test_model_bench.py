@@ -51,20 +51,26 @@ def test_the_bench_measures_both_relays_in_one_run() -> None:
                 assert row in section, (header, row, section)
 
 
+def passes_the_stream_as_it_comes(url: str) -> None:
+    """A proxy at ``url`` in front of the bench upstream (6 events 40 ms apart) carries its
+    stream event by event (not at its end), its status and body."""
+    request = urllib.request.Request(url + "/chat/completions", method="POST", data=b"{}")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        start, arrivals, data = time.perf_counter(), [], b""
+        while chunk := response.read1(65536):
+            data += chunk
+            arrivals.append(time.perf_counter() - start)
+    assert data.count(b"\n\n") == 6 and data.endswith(b"data: [DONE]\n\n")
+    assert len(arrivals) >= 4 and arrivals[-1] - arrivals[0] > 0.1  # 40 ms apart, as sent
+
+
 def test_the_floor_is_a_proxy_that_passes_the_stream_as_it_comes(tmp_path: Path) -> None:
     """``--floor``: the bare proxy carries the upstream's stream event by event (not at its
     end), its status and body, so its figures are a proxy's, not a buffer's."""
     with model_endpoint.upstream(6, 40.0) as up, model_endpoint.floor_proxy(up, 2) as (url, _):
-        request = urllib.request.Request(url + "/chat/completions", method="POST", data=b"{}")
-        with urllib.request.urlopen(request, timeout=10) as response:
-            assert response.status == 200
-            assert response.headers["Content-Type"].startswith("text/event-stream")
-            start, arrivals, data = time.perf_counter(), [], b""
-            while chunk := response.read1(65536):
-                data += chunk
-                arrivals.append(time.perf_counter() - start)
-    assert data.count(b"\n\n") == 6 and data.endswith(b"data: [DONE]\n\n")
-    assert len(arrivals) >= 4 and arrivals[-1] - arrivals[0] > 0.1  # 40 ms apart, as sent
+        passes_the_stream_as_it_comes(url)
 
 
 def test_the_relay_floor_is_a_proxy_on_the_relays_stack_that_passes_the_stream_as_it_comes(
@@ -74,18 +80,9 @@ def test_the_relay_floor_is_a_proxy_on_the_relays_stack_that_passes_the_stream_a
     so its figures are a proxy's, not a buffer's."""
     with model_endpoint.upstream(6, 40.0) as up, \
             model_endpoint.relay_floor_proxy(up, 2) as (url, _):
-        request = urllib.request.Request(url + "/chat/completions", method="POST", data=b"{}")
-        with urllib.request.urlopen(request, timeout=10) as response:
-            assert response.status == 200
-            assert response.headers["Content-Type"].startswith("text/event-stream")
-            start, arrivals, data = time.perf_counter(), [], b""
-            while chunk := response.read1(65536):
-                data += chunk
-                arrivals.append(time.perf_counter() - start)
+        passes_the_stream_as_it_comes(url)
         with urllib.request.urlopen(url + "/models", timeout=10) as response:
             assert response.status == 200 and response.read() == b"{}"  # not a POST: {}
-    assert data.count(b"\n\n") == 6 and data.endswith(b"data: [DONE]\n\n")
-    assert len(arrivals) >= 4 and arrivals[-1] - arrivals[0] > 0.1  # 40 ms apart, as sent
 
 
 def test_the_bench_runs_a_relay_unpacked_pinned_and_its_loop_apart_in_the_same_run() -> None:
