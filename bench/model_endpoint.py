@@ -295,12 +295,21 @@ def upstream(chunks: int, chunk_ms: float, kind: str = "go") -> Iterator[str]:
 def floor_proxy(upstream_url: str, connections: int) -> Iterator[tuple[str, int]]:
     """A bare proxy (Go's ``net/http``, bench/loadgen) in front of the upstream: what
     any HTTP proxy in the agent's path adds on this machine. Its URL and pid."""
+    with bare_proxy([str(loadgen()), "proxy"], upstream_url, connections,
+                    "the floor proxy") as proxy:
+        yield proxy
+
+
+@contextmanager
+def bare_proxy(command: list[str], upstream_url: str, connections: int,
+               what: str) -> Iterator[tuple[str, int]]:
+    """The bare proxy ``command`` (taking -port, -upstream, -connections) on a free port, run
+    until the block ends: its URL and pid."""
     port = free_port()
-    process = subprocess.Popen(pinned("proxy", str(loadgen()), "proxy", "-port", str(port),
-                                      "-upstream", upstream_url, "-connections",
-                                      str(max(connections, 1))))
+    process = subprocess.Popen(pinned("proxy", *command, "-port", str(port), "-upstream",
+                                      upstream_url, "-connections", str(max(connections, 1))))
     try:
-        wait_ready(f"http://127.0.0.1:{port}/models", process, "the floor proxy")
+        wait_ready(f"http://127.0.0.1:{port}/models", process, what)
         yield f"http://127.0.0.1:{port}", process.pid
     finally:
         process.terminate()
@@ -343,16 +352,9 @@ def relay_floor_proxy(upstream_url: str, connections: int) -> Iterator[tuple[str
     """``--relay-floor``: the bare proxy on the relay's own HTTP stack (bench/relayfloor: its
     runtime of two threads, as the relay's, hyper's server, reqwest's pool) in front of the
     upstream, deciding nothing and telling no event loop. Its URL and pid."""
-    port = free_port()
-    process = subprocess.Popen(pinned("proxy", str(relayfloor()), "-port", str(port),
-                                      "-upstream", upstream_url, "-connections",
-                                      str(max(connections, 1))))
-    try:
-        wait_ready(f"http://127.0.0.1:{port}/models", process, "the relay floor proxy")
-        yield f"http://127.0.0.1:{port}", process.pid
-    finally:
-        process.terminate()
-        process.wait(30)
+    with bare_proxy([str(relayfloor())], upstream_url, connections,
+                    "the relay floor proxy") as proxy:
+        yield proxy
 
 
 PIN: dict[str, str] = {}  # --pin: "load" (client, upstream) and "proxy" (every side's) CPUs
