@@ -314,12 +314,18 @@ impl Admission {
         Some(next)
     }
 
-    /// Forgets what the next request of `digest` (all, for None) gets.
-    pub fn next_clear(&mut self, digest: Option<Digest>) {
+    /// Forgets what the next request of `digest` (all, for None) gets; with `booked`, Python
+    /// booked the call `digest`'s next request waits for (`asked`) and says nothing of what
+    /// that request gets: it waits no more. Without, Python takes back what it said: a call of
+    /// the conversation in flight still holds its next request until it is booked (Python
+    /// says then, or that it does not).
+    pub fn next_clear(&mut self, digest: Option<Digest>, booked: bool) {
         match digest {
             Some(digest) => {
                 self.take(&digest);
-                self.booking.remove(&digest);
+                if booked {
+                    self.booking.remove(&digest);
+                }
             }
             None => {
                 self.next.clear();
@@ -1324,6 +1330,22 @@ mod tests {
                             "messages":[{"role":"user","content":"task"}]}"#;
         let request = read(&settings(), "POST", "/v1/messages", &headers, messages).unwrap();
         assert!(matches!(admission.judge(request, &headers), Verdict::No));
+    }
+
+    #[test]
+    fn taking_back_what_was_told_leaves_a_call_in_flight_holding_the_next_request() {
+        let mut admission = Admission::new(settings());
+        let digest = read_chat(&body("")).unwrap().digest;
+        admission.admit_next(digest, 3, None, 2, "bot".into(), HOLD, None);
+        admission.asked(digest); // (a call of it goes upstream: what was told is used)
+        assert!(admission.booking(&digest));
+        admission.next_clear(Some(digest), false); // taken back: the call still holds it
+        assert!(admission.booking(&digest));
+        admission.next_clear(Some(digest), true); // booked, nothing said: it waits no more
+        assert!(!admission.booking(&digest));
+        admission.asked(digest);
+        admission.next_clear(None, false); // every conversation forgotten
+        assert!(!admission.booking(&digest));
     }
 
     #[test]

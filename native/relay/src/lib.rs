@@ -2067,8 +2067,11 @@ impl Relay {
     }
 
     /// Forgets what the next request of ``session`` (of every conversation, for None) gets.
-    #[pyo3(signature = (session=None))]
-    fn admit_next_clear(&self, session: Option<&str>) -> PyResult<()> {
+    /// ``booked``: the call its next request waits for is booked and this is Python's word on
+    /// it (that request waits no more); else Python takes back what it said, and a call of
+    /// the conversation in flight still holds its next request until it is booked.
+    #[pyo3(signature = (session=None, booked=false))]
+    fn admit_next_clear(&self, session: Option<&str>, booked: bool) -> PyResult<()> {
         let digest = match session {
             Some(session) => Some(admit::parse_digest(session).ok_or_else(|| {
                 PyValueError::new_err(format!("not a session digest: {session:?}"))
@@ -2076,7 +2079,7 @@ impl Relay {
             None => None,
         };
         if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
-            admission.next_clear(digest);
+            admission.next_clear(digest, booked);
         }
         self.shared.told.notify_waiters();
         Ok(())

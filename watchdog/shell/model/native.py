@@ -121,7 +121,10 @@ the call before it then); this process takes it back when the run's directives o
 (a step of the core that decided on it, ended, merged or resumed it, or the tracker let it go)
 or it takes a budget or a frame (an announcement), when a checkpoint changes its session
 (``Service.session_changed``), when the rules or the fleet change, and
-when the book lets the run or its conversation go. A continuing request it sent on is read here
+when the book lets the run or its conversation go; taking it back leaves the mark of a call of
+the conversation in flight (the request the relay sent on with it, whose decision, read here, is
+such a step), so the next request still waits for that call's booking rather than for this
+loop. A continuing request it sent on is read here
 as the others (``continued`` counts them; ``answered`` those with the results of the calls
 handed over), and one decided otherwise once read (a change from outside the run meanwhile: a
 reload, the fleet) is logged as a miss, as above.
@@ -595,7 +598,8 @@ class NativeEndpoint:
         proved = self._proved_next(plan, answered)
         if proved is None:
             self.next_of.pop(state.key, None)
-            relay.admit_next_clear(session)  # (the relay holds its next request no more)
+            # (the relay holds its next request no more)
+            relay.admit_next_clear(session, booked=True)
             return
         calls, seen, keep, note = proved
         self.next_of[state.key] = session
