@@ -548,9 +548,12 @@ dist-image: system-deps $(DIST_VENV)/.installed dist-python  # (it installs dist
 dist-chart: $(DIST_VENV)/.installed
 	$(DIST_PY) tools/dist.py chart
 
+## lint: ruff and mypy on the Python, rustfmt on every Rust crate (each its own workspace)
+RUST_CRATES := native bench/relayfloor tests/frameworks/rust tests/frameworks/rust/rig
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check watchdog client tests bench tools fuzz
 	MYPY_CACHE_DIR=$(AGENT_WATCHDOG_CACHE)/mypy $(VENV)/bin/mypy
+	for crate in $(RUST_CRATES); do (cd $$crate && cargo fmt --check) || exit 1; done
 
 bench: $(VENV)/.installed-test loadgen
 	$(PY) bench/ingest.py

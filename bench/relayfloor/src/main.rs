@@ -67,7 +67,10 @@ async fn handle(
     for name in HOP_BY_HOP {
         head.headers.remove(name);
     }
-    Ok(Response::from_parts(head, body.map_err(|e| e.into()).boxed()))
+    Ok(Response::from_parts(
+        head,
+        body.map_err(|e| e.into()).boxed(),
+    ))
 }
 
 fn main() {
@@ -83,7 +86,10 @@ fn main() {
             _ => panic!("usage: relayfloor -port P -upstream URL [-threads N] [-connections N]"),
         }
     }
-    assert!(upstream.starts_with("http://"), "-upstream http://HOST:PORT[/PATH]");
+    assert!(
+        upstream.starts_with("http://"),
+        "-upstream http://HOST:PORT[/PATH]"
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .thread_name("relayfloor")

@@ -1081,7 +1081,13 @@ mod tests {
         for name in SESSION_HEADERS.iter().chain(&SUBAGENT_HEADERS) {
             let mut headers = HeaderMap::new();
             headers.insert(*name, "a-session".parse().unwrap());
-            let first = read(&settings(), "POST", "/v1/chat/completions", &headers, &body(""));
+            let first = read(
+                &settings(),
+                "POST",
+                "/v1/chat/completions",
+                &headers,
+                &body(""),
+            );
             assert!(first.is_none(), "{name}");
         }
     }

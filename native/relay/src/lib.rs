@@ -1403,9 +1403,8 @@ async fn relayed(
     }; // (an error's body is not read)
        // (a whole response is trimmed only with a bound, or its echo set back: its usage
        // came unasked; what it passes must be read, so one it cannot read is not passed on)
-    let trim = trim.filter(|trim| {
-        status.is_success() && (stream || trim.keep.is_some() || echo.is_some())
-    });
+    let trim = trim
+        .filter(|trim| status.is_success() && (stream || trim.keep.is_some() || echo.is_some()));
     let mut body = RelayBody {
         whole: None,
         upstream: None,

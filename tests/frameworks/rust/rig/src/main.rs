@@ -52,7 +52,10 @@ impl SpanExporter for Recorder {
             resource_spans: group_spans_by_resource_and_scope(batch, &self.resource),
         };
         let line = serde_json::to_string(&request).expect("an OTLP/JSON request");
-        let mut file = OpenOptions::new().create(true).append(true).open(&self.path)
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
             .expect("the recording");
         writeln!(file, "{line}").expect("the recording written");
         Ok(())
@@ -108,7 +111,11 @@ impl Tool for Search {
     async fn call(&self, args: Self::Args) -> Result<Self::Output, Self::Error> {
         let mut ran = self.0.lock().expect("the terms");
         ran.push(args.q.clone());
-        Ok(format!("search #{}: no file matches '{}'", ran.len(), args.q))
+        Ok(format!(
+            "search #{}: no file matches '{}'",
+            ran.len(),
+            args.q
+        ))
     }
 }
 
@@ -153,7 +160,10 @@ impl Tool for Lookup {
 
     async fn call(&self, args: Self::Args) -> Result<Self::Output, Self::Error> {
         if args.key == "broken" {
-            return Err(BackendError(format!("backend unavailable for {}", args.key)));
+            return Err(BackendError(format!(
+                "backend unavailable for {}",
+                args.key
+            )));
         }
         Ok(format!("value of {}", args.key))
     }
@@ -161,7 +171,9 @@ impl Tool for Lookup {
 
 #[tokio::main]
 async fn main() {
-    let argument = std::env::args().nth(1).unwrap_or_else(|| "three_tools".to_string());
+    let argument = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "three_tools".to_string());
     if argument == "endpoint" {
         return endpoint().await;
     }
@@ -184,7 +196,7 @@ async fn main() {
         });
     }
     let provider = builder.build();
-    tracing_subscriber::registry()  // INFO and above, as rig's example filters
+    tracing_subscriber::registry() // INFO and above, as rig's example filters
         .with(tracing_subscriber::filter::LevelFilter::INFO)
         .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("rig-agent")))
         .init();
@@ -206,7 +218,11 @@ async fn main() {
         "repeat" => "Look up a until it changes.",
         _ => "Look up a, b and c.",
     };
-    let turns = if scenario == "limit" || scenario == "repeat" { 3 } else { 10 };
+    let turns = if scenario == "limit" || scenario == "repeat" {
+        3
+    } else {
+        10
+    };
     let request = agent.prompt(task).max_turns(turns).into_future();
     let outcome = if bare {
         request.await
@@ -225,7 +241,8 @@ async fn main() {
             otel.status_message = tracing::field::Empty,
         );
         let outcome = request.instrument(span.clone()).await;
-        if let Err(error) = &outcome {  // the application records the failure on its span
+        if let Err(error) = &outcome {
+            // the application records the failure on its span
             span.record("otel.status_code", "ERROR");
             span.record("otel.status_message", error.to_string());
         }
