@@ -601,20 +601,40 @@ impl RelayBody {
         Ok(Some(out))
     }
 
+    /// Whether anything still reads the body's bytes: its trim, its last event's watch, the
+    /// copy observed of it (each gone once its bound is passed, or the bytes are unreadable).
+    fn read_on(&self) -> bool {
+        self.trim.is_some()
+            || self.watch.is_some()
+            || self
+                .ticket
+                .as_ref()
+                .is_some_and(|ticket| matches!(ticket.observed, Some(Observed::Passing(_))))
+    }
+
     /// A frame of a compressed body, read in its inflated pieces (`read`); with a trim, the
     /// trim's bytes for them (at most the observe limit a frame: past that it is unjudged).
     /// Bytes not of their coding: a trim's answer is unjudged; else the body passes unread
-    /// from there.
+    /// from there. Once nothing reads it (`read_on`: an event past its bound, a copy past the
+    /// observe limit), it passes unread from there too, inflated no further: a bomb's
+    /// gigabytes cost what its bounds read, as in the Python relay.
     fn read_inflated(&mut self, data: &[u8]) -> Result<Option<Vec<u8>>, trim::Unjudged> {
         let Some(mut inflater) = self.inflate.take() else {
             return self.read(data);
         };
+        if !self.read_on() {
+            return Ok(None);
+        }
         inflater.push(data);
         let mut trimmed = self.trim.is_some().then(Vec::new);
         loop {
             match inflater.next() {
                 Ok(Some(piece)) => {
-                    if let (Some(out), Some(into)) = (self.read(&piece)?, trimmed.as_mut()) {
+                    let out = self.read(&piece)?;
+                    if !self.read_on() {
+                        return Ok(None); // (no trim) passed on unread, the inflater dropped
+                    }
+                    if let (Some(out), Some(into)) = (out, trimmed.as_mut()) {
                         into.extend_from_slice(&out);
                         if self
                             .ticket
@@ -2374,6 +2394,66 @@ mod tests {
         assert_eq!(seen.len(), read.len());
         assert!(whole_observed(&read, Coding::Other, 1 << 21).is_none());
         assert!(whole_observed(&read, Coding::Gzip, 1 << 21).is_none()); // not gzip data
+    }
+
+    /// A stream's body as the relay reads it when nothing bounds its tool calls: its last
+    /// event watched, gzip inflated to be read.
+    fn watched_gzip_stream() -> RelayBody {
+        RelayBody {
+            whole: None,
+            upstream: None,
+            ticket: None,
+            trim: None,
+            watch: Some(LastEvent::new(trim::Api::Chat)),
+            inflate: Some(Inflater::new(Coding::Gzip)),
+            failed: false,
+            paused: false,
+            hold: None,
+        }
+    }
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gzip.write_all(data).unwrap();
+        gzip.finish().unwrap()
+    }
+
+    #[test]
+    fn a_compressed_stream_bomb_passed_on_is_inflated_no_further_than_its_event_bound() {
+        // one event of zeros that never ends, a gzip member a MiB: past the event bound
+        // (4 MiB) nothing reads it, so what comes after passes on unread, not inflated (a
+        // 16 GiB bomb cost seconds of a core)
+        let member = gzip(&vec![0u8; 1 << 20]);
+        let mut body = watched_gzip_stream();
+        let mut read = 0;
+        while body.inflate.is_some() && read < 64 {
+            assert!(matches!(body.read_inflated(&member), Ok(None))); // passed on as it came
+            read += 1;
+        }
+        assert!(body.watch.is_none(), "the event outgrew its bound");
+        assert_eq!(
+            read,
+            trim::MAX_SSE_EVENT_BYTES / (1 << 20) + 1,
+            "inflated no further"
+        );
+        assert!(matches!(body.read_inflated(&member), Ok(None)));
+        assert!(body.inflate.is_none());
+    }
+
+    #[test]
+    fn a_compressed_stream_is_inflated_while_its_last_event_is_watched() {
+        // a long stream of readable events goes on being inflated until its last one
+        let mut body = watched_gzip_stream();
+        let events = b"data: {\"choices\":[]}\n\n".repeat(1 << 16);
+        for _ in 0..8 {
+            assert!(matches!(body.read_inflated(&gzip(&events)), Ok(None)));
+            assert!(body.inflate.is_some() && body.watch.is_some());
+        }
+        assert!(matches!(
+            body.read_inflated(&gzip(b"data: [DONE]\n\n")),
+            Ok(None)
+        ));
+        assert!(body.watch.is_none(), "its last event told");
     }
 
     #[test]
