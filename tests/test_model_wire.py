@@ -456,6 +456,11 @@ def test_the_decision() -> None:
     assert "Tools are withdrawn" in final.text and "## Key Findings" in final.text
     assert decide(Counts(used=5, handed=5, budget=budget, final_used=True), board, "",
                   False).act is Act.ABORT
+    # a request after the final one is stopped saying why: what made that request final
+    after = decide(Counts(used=5, handed=5, budget=budget, final_used=True,
+                          final_rule="budget-exhausted"), board, "", False)
+    assert after == Turn(Act.ABORT, "the agent went on after its final request instead of "
+                         "ending (budget-exhausted)", 0, "after_final")
     board = Board()
     board.post(directive("wind_down", "tool-cycle", "Loop", grace={"tool_calls": 2,
                                                                    "ends_at_tool_calls": 6}))

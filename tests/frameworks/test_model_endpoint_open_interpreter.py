@@ -271,6 +271,8 @@ def test_code_past_the_budget_is_run_and_then_stopped(
     assert ran == ["step0", "step1", "step2", "step3"]
     assert len(requests) == 4 and final_asked(requests[-1])
     assert STOPPED in last_text(said[0]) and "```" not in last_text(said[0])
+    assert "went on after its final request instead of ending (budget-exhausted)" in last_text(
+        said[0]), last_text(said[0])  # saying why, as in tools mode
     run = the_ended_run(sidecar, before)
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         4, 3, "tool_limit_reached"), run
@@ -295,8 +297,11 @@ def test_a_loop_is_wound_down_then_stopped(
     assert (run["tool_calls"], run["terminal_state"]) == (6, "loop_detected"), run
     assert len(llm.requests(str(requests[0]["model"]))) == 7  # nothing after the final
     if mode == "text":
-        # the model loops on: its 7th answer's code runs too, then the stop answer ends it
+        # the model loops on: its 7th answer's code runs too, then the stop answer ends it,
+        # saying why
         assert ran == ["tried"] * 7
+        assert "went on after its final request instead of ending (tool-cycle)" in last_text(
+            said[0]), last_text(said[0])
     else:
         # the call past the grace is taken out of the final answer: 6 run, the user gets
         # the stop note, saying why

@@ -271,6 +271,9 @@ def test_an_answer_past_the_budget_gets_the_stop_answer_which_ends_the_agent(
     assert len(requests) == 4 and final_asked(requests[-1])
     assert (info["exit_status"], info["submission"]) == ("Submitted", "")
     assert "The agent-watchdog stopped this run" in info["last_answer"]
+    # saying why, as it does when a model asks for tools past its final request
+    assert "went on after its final request instead of ending (budget-exhausted)" in info[
+        "last_answer"], info["last_answer"]
     run = the_ended_run(sidecar, before)
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         4, 3, "tool_limit_reached"), run

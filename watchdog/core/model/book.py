@@ -217,6 +217,7 @@ class EndpointRun:
     messages: int = 0  # the conversation's length at its last request
     last_end_ns: int = 0  # when its last response ended
     final_used: bool = False  # the final (no tools) request went upstream
+    final_rule: str = ""  # what made it final (its turn's rule: the stop note says why)
     report: str | None = None  # its answer
     stop: str | None = None  # the stop note of an abort answered by the endpoint
     # the digests of the answers it gave at the stop (:func:`answer_digest`; a text, a JSON

@@ -311,6 +311,7 @@ class Counts:
     handed: int  # tool calls handed to the agent so far
     budget: dict[str, float]  # the run's budget view (rule-pack defaults included)
     final_used: bool = False
+    final_rule: str = ""  # what made its final request final (a rule's name, max_tool_calls)
     stop: str | None = None  # the endpoint already answered an abort with this note
     reserved: int = 0  # tool calls the run's requests still with the model may hand over
     per_call_usd: float = 0.0  # the run's model calls' average cost so far (0: none priced)
@@ -353,7 +354,10 @@ def _decide(counts: Counts, board: Board | None, instructions: str, has_tools: b
     if counts.final_used:
         if sdk and REPORT_HEADER in instructions:  # the SDK's own final request
             return Turn(Act.PASS, keep=0)
-        return Turn(Act.ABORT, "", 0, "after_final")
+        # (why, as the stop note of a final answer trimmed empty says it: the agent acting
+        # on its final answer's text, or sending its report's request again, is told so too)
+        return Turn(Act.ABORT, f"the agent went on after its final request instead of ending "
+                    f"({counts.final_rule})" if counts.final_rule else "", 0, "after_final")
     board = board or Board()
     abort = board.abort
     if abort is not None and not (is_budget(abort) or (abort.escalation and board.grace)):

@@ -459,7 +459,8 @@ class ModelProxy:
             own = body  # (as its client sent it: what follows writes the changes anew)
             if turn.act in (Act.FINAL, Act.WITHDRAW):
                 body = wire.withdraw_tools(body, turn.text)
-                state.final_used = state.final_used or turn.act is Act.FINAL
+                if turn.act is Act.FINAL:
+                    state.final_used, state.final_rule = True, turn.rule
             elif turn.act is Act.NOTE:
                 body = wire.add_note(body, turn.text)
             # (to price the call, unless the upstream refused that before)
@@ -551,7 +552,8 @@ class ModelProxy:
             calls = max(run.iterations, 1)
             counts = Counts(used=max(run.tool_calls, state.results), handed=state.handed,
                             budget=dict(run.budget), final_used=state.final_used,
-                            stop=state.stop, reserved=state.reserved,
+                            final_rule=state.final_rule, stop=state.stop,
+                            reserved=state.reserved,
                             per_call_usd=run.cost_usd / calls,
                             per_call_tokens=run.total_tokens / calls,
                             # (a run whose spans count its tools: the rules may lag behind)
@@ -619,7 +621,8 @@ class ModelProxy:
             return None
         counts = Counts(used=max(state.used, state.results), handed=state.handed,
                         budget={} if limit is None else {"max_tool_calls": limit},
-                        final_used=state.final_used, stop=state.stop, reserved=state.reserved,
+                        final_used=state.final_used, final_rule=state.final_rule,
+                        stop=state.stop, reserved=state.reserved,
                         # (the rules saw the calls recorded, no more: from COUNTDOWN_FROM left)
                         ruled=state.used)
         return state, decide(counts, board, parsed.instructions, parsed.has_tools,
