@@ -510,6 +510,7 @@ def test_the_schema_bounds_the_integer_keys_as_the_sidecar_does(source: ChartSou
     def walk(node: Any) -> None:
         if isinstance(node, dict):
             for name, child in node.get("properties", {}).items():
+                name = {"maxEndedRuns": "state_max_ended_runs"}.get(name, name)  # (state.)
                 if name in INT_MAXIMUMS and isinstance(child, dict):
                     found[name] = child.get("maximum")
             for child in node.values():
@@ -717,7 +718,7 @@ SET_BY_THE_CHART = {"otlp_grpc_address", "otlp_http_address", "api_address", "me
                     "model_address", "state_dir", "rules", "default_rules",
                     "rules_watch_interval", "api_token", "webhooks", "forward_endpoint",
                     "forward_headers", "model_upstream", "model_upstream_anthropic",
-                    "model_agent_name", "insecure"}
+                    "model_agent_name", "insecure", "state_max_ended_runs"}
 CONFIG_VALUES: dict[str, tuple[Any, Any]] = {  # key: (the value under config:, as read)
     "run_end_timeout": ("30m", 1800.0), "loose_run_gap": ("3m", 180.0),
     "max_runs": (500, 500), "max_request_bytes": (1073741824, 1073741824),
@@ -822,6 +823,39 @@ def test_a_zero_size_limit_is_no_limit_for_both_volumes(chart: helm.Chart, zero:
         "sizeLimit": "0.5Gi", "tmpSizeLimit": 1}}), "Deployment"))["volumes"]
     assert [volume.get("emptyDir") for volume in volumes[:2]] == [
         {"sizeLimit": "0.5Gi"}, {"sizeLimit": 1}]
+
+
+# What one ended run of 100 calls takes in the store, its activity log full (docs/limits.md:
+# Disk, measured); the store's file grows to its high-water mark and never shrinks.
+STORED_LONG_RUN_BYTES = 36_000
+QUANTITY_UNITS = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+
+
+def test_the_state_volume_holds_the_ended_runs_the_chart_keeps(chart: helm.Chart) -> None:
+    """The watchdog keeps its newest ``state.maxEndedRuns`` ended runs: the chart's default
+    volume (``state.sizeLimit``) holds that many long runs with a quarter of it to spare (for
+    directives, sessions and SQLite's journal). The watchdog's own default, 100,000, some
+    3.6 GB of such runs, outgrew the 1Gi and the kubelet evicted the pod. ``0`` leaves the
+    watchdog's default; ``config:`` does not take the key (one place to set it)."""
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())["state"]
+    size = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti)", defaults["sizeLimit"])
+    assert size, defaults["sizeLimit"]
+    volume = int(size.group(1)) * QUANTITY_UNITS[size.group(2)]
+    secrets = {"api-token": "gateway-token-0123456789"}
+
+    def kept(values: dict[str, Any]) -> int:
+        container = watchdog_containers(render(chart, {**MODES["gateway"], **values}))[0]
+        return load(env=rendered_env(container, secrets)).state_max_ended_runs
+
+    assert kept({}) == defaults["maxEndedRuns"] == 20_000
+    assert kept({}) * STORED_LONG_RUN_BYTES <= 0.75 * volume
+    assert Config().state_max_ended_runs * STORED_LONG_RUN_BYTES > volume  # (why it is set)
+    assert kept({"state": {"maxEndedRuns": 0}}) == Config().state_max_ended_runs
+    assert kept({"state": {"maxEndedRuns": 1_000_000}}) == 1_000_000  # (not 1e+06)
+    for refused in ({"state": {"maxEndedRuns": -1}}, {"state": {"maxEndedRuns": 10**8}},
+                    {"config": {"state_max_ended_runs": 5}}):
+        with pytest.raises(helm.HelmValuesError):  # (the schema's)
+            render(chart, {**MODES["gateway"], **refused})
 
 
 def test_every_configuration_key_the_chart_does_not_set_goes_under_config(

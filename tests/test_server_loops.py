@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
 
+from watchdog.core.runs.run import RunState
+from watchdog.core.spans.record import KeySource
 from watchdog.shell.config import Config
 from watchdog.shell.metrics import Metrics
 from watchdog.shell.server import Server
+from watchdog.shell.service import WatchdogService
+from watchdog.shell.state.store import Store
 
 
 def passes(metrics: Metrics, task: str, outcome: str) -> float:
@@ -54,3 +59,22 @@ def test_a_failing_pass_is_counted_logged_and_the_loop_runs_on(
     exposition = generate_latest(metrics.registry).decode()
     assert ('agent_watchdog_background_passes_total{outcome="failed",task="state_flush"} 1.0'
             in exposition)
+
+
+def test_the_prune_keeps_as_many_ended_runs_as_state_max_ended_runs_says(tmp_path: Path) -> None:
+    """The store keeps the newest ``state_max_ended_runs`` ended runs, with their activity
+    logs, and every active run: a volume sized for fewer runs than the default (the chart's
+    emptyDir) is not outgrown."""
+    store = Store(str(tmp_path))
+    runs = [RunState(f"ended-{i}", KeySource.WATCHDOG, "", 1000.0 + i) for i in range(5)]
+    for i, run in enumerate(runs):
+        run.end(1100.0 + i)
+    active = RunState("active", KeySource.WATCHDOG, "", 900.0)
+    store.save([run.to_dict() for run in (*runs, active)], [])
+    service = WatchdogService(Config(state_dir=str(tmp_path), state_max_ended_runs=2), store)
+    asyncio.run(service.prune_store())  # (the prune loop's pass, every 10 minutes)
+    kept = [row["key"] for row in store.load_runs(False, 100)]
+    assert kept == ["ended-4", "ended-3"]  # the newest two
+    assert [row["key"] for row in store.load_runs(True, 100)] == ["active"]
+    service.state._lane.close()
+    store.close()

@@ -60,6 +60,9 @@ SECONDS_MAXIMUMS = {"log_content_wait": MAX_LOG_CONTENT_WAIT,
                     "model_shutdown_grace": 3600.0,
                     "model_reply_window": MAX_MODEL_REPLY_WINDOW}
 DEFAULT_FLEET_WINDOW = 300.0  # seconds a tool's failures count towards fleet.failing_tools
+# ended runs kept in the store, each with its activity log: some 4.6 KB a short run, 36 KB one
+# of 100 calls (docs/limits.md: Disk)
+DEFAULT_STATE_MAX_ENDED_RUNS = 100_000
 DEFAULT_EVAL_INTERVAL = 1.0  # seconds between evaluations of time-based rules (idle, elapsed)
 DEFAULT_RULES_WATCH_INTERVAL = 2.0  # seconds between checks of the rule files for changes
 DEFAULT_MAX_FORWARD_QUEUE_REQUESTS = 1000  # export requests; the Collector's queue_size default
@@ -99,6 +102,7 @@ INT_MAXIMUMS = {
     "model_max_body_bytes": 1 << 30,
     "model_max_concurrent": 10_000,
     "model_max_inflight_bytes": 1 << 40,
+    "state_max_ended_runs": 10_000_000,  # stored, not held: the disk bounds it (docs/limits.md)
 }
 ENV_PREFIX = "WATCHDOG_"
 MEMORY_STATE_DIR = ":memory:"
@@ -113,6 +117,8 @@ class Config:
     rules: tuple[str, ...] = ()  # files or directories, loaded after the shipped default pack
     default_rules: bool = True  # load the shipped default pack first
     state_dir: str = DEFAULT_STATE_DIR  # ":memory:" keeps nothing across restarts
+    # the ended runs the store keeps, the newest (older ones pruned every 10 minutes)
+    state_max_ended_runs: int = DEFAULT_STATE_MAX_ENDED_RUNS
     api_token: str | None = field(default=None, repr=False)
     webhooks: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)  # holds secrets
     run_end_timeout: float = DEFAULT_RUN_END_TIMEOUT

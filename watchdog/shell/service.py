@@ -834,4 +834,4 @@ class WatchdogService:
 
     async def prune_store(self) -> None:
         """Drop what the store keeps beyond its bounds (on the store lane)."""
-        await self.state.in_lane(self.store.prune)
+        await self.state.in_lane(self.store.prune, self.config.state_max_ended_runs)

@@ -34,6 +34,10 @@ The metrics port always listens on 0.0.0.0: Prometheus and the probes reach it.
       value: "0.0.0.0:{{ $v.ports.metrics }}"
     - name: WATCHDOG_STATE_DIR
       value: /var/lib/watchdog
+    {{- if $v.state.maxEndedRuns }}
+    - name: WATCHDOG_STATE_MAX_ENDED_RUNS
+      value: {{ include "agent-watchdog.envValue" $v.state.maxEndedRuns | quote }}
+    {{- end }}
     - name: WATCHDOG_RULES
       value: /etc/watchdog/rules
     - name: WATCHDOG_DEFAULT_RULES

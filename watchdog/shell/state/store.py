@@ -46,7 +46,7 @@ SCHEMA_VERSION = 9
 DB_FILE = "watchdog.sqlite3"
 HELD = "runs, activity and sessions"  # what the file holds (to say what moving it aside drops)
 OWNER_FILE = "watchdog.lock"  # held (flock) by the one sidecar that uses the state dir
-MAX_ENDED_RUNS_STORED = 100_000  # oldest ended runs beyond this are pruned
+MAX_ENDED_RUNS_STORED = 100_000  # oldest ended runs beyond this are pruned (state_max_ended_runs)
 MAX_SESSIONS_STORED = 100_000  # least recently updated sessions beyond this are pruned
 # chunks of span ids applied kept (one a flush), however few ids each holds: a redelivery
 # comes within minutes of its first copy, not this many flushes (17 minutes at one a second)
