@@ -826,17 +826,20 @@ def test_a_zero_size_limit_is_no_limit_for_both_volumes(chart: helm.Chart, zero:
 
 
 # What one ended run of 100 calls takes in the store, its activity log full (docs/limits.md:
-# Disk, measured); the store's file grows to its high-water mark and never shrinks.
+# Disk, measured), and a directive at most (its report prompt: up to 8 KiB of the log); the
+# store's files grow to their high-water mark and never shrink.
 STORED_LONG_RUN_BYTES = 36_000
+STORED_DIRECTIVE_BYTES = 12_400
 QUANTITY_UNITS = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
 
 
 def test_the_state_volume_holds_the_ended_runs_the_chart_keeps(chart: helm.Chart) -> None:
-    """The watchdog keeps its newest ``state.maxEndedRuns`` ended runs: the chart's default
-    volume (``state.sizeLimit``) holds that many long runs with a quarter of it to spare (for
-    directives, sessions and SQLite's journal). The watchdog's own default, 100,000, some
-    3.6 GB of such runs, outgrew the 1Gi and the kubelet evicted the pod. ``0`` leaves the
-    watchdog's default; ``config:`` does not take the key (one place to set it)."""
+    """The watchdog keeps its newest ``state.maxEndedRuns`` ended runs, and as many
+    directives of ended runs: the chart's default volume (``state.sizeLimit``) holds that many
+    long runs and directives with a quarter of it to spare (for sessions and SQLite's journal).
+    The watchdog's own default, 100,000, some 3.6 GB of such runs, outgrew the 1Gi and the
+    kubelet evicted the pod. ``0`` leaves the watchdog's default; ``config:`` does not take
+    the key (one place to set it)."""
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())["state"]
     size = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti)", defaults["sizeLimit"])
     assert size, defaults["sizeLimit"]
@@ -847,8 +850,8 @@ def test_the_state_volume_holds_the_ended_runs_the_chart_keeps(chart: helm.Chart
         container = watchdog_containers(render(chart, {**MODES["gateway"], **values}))[0]
         return load(env=rendered_env(container, secrets)).state_max_ended_runs
 
-    assert kept({}) == defaults["maxEndedRuns"] == 20_000
-    assert kept({}) * STORED_LONG_RUN_BYTES <= 0.75 * volume
+    assert kept({}) == defaults["maxEndedRuns"] == 15_000
+    assert kept({}) * (STORED_LONG_RUN_BYTES + STORED_DIRECTIVE_BYTES) <= 0.75 * volume
     assert Config().state_max_ended_runs * STORED_LONG_RUN_BYTES > volume  # (why it is set)
     assert kept({"state": {"maxEndedRuns": 0}}) == Config().state_max_ended_runs
     assert kept({"state": {"maxEndedRuns": 1_000_000}}) == 1_000_000  # (not 1e+06)

@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
+from tests.test_directives_store import directive
 from watchdog.core.runs.run import RunState
 from watchdog.core.spans.record import KeySource
 from watchdog.shell.config import Config
+from watchdog.shell.directives.outbox import Outbox
+from watchdog.shell.directives.store import DirectiveStore
 from watchdog.shell.metrics import Metrics
 from watchdog.shell.server import Server
 from watchdog.shell.service import WatchdogService
@@ -61,20 +64,31 @@ def test_a_failing_pass_is_counted_logged_and_the_loop_runs_on(
             in exposition)
 
 
-def test_the_prune_keeps_as_many_ended_runs_as_state_max_ended_runs_says(tmp_path: Path) -> None:
-    """The store keeps the newest ``state_max_ended_runs`` ended runs, with their activity
-    logs, and every active run: a volume sized for fewer runs than the default (the chart's
-    emptyDir) is not outgrown."""
+def test_the_prune_keeps_as_many_ended_runs_and_directives_as_state_max_ended_runs_says(
+        tmp_path: Path) -> None:
+    """The prune loop's pass keeps the newest ``state_max_ended_runs`` ended runs, with their
+    activity logs, and as many directives of ended runs, and every active run and its
+    directives: a volume sized for fewer runs than the default (the chart's emptyDir) is not
+    outgrown."""
     store = Store(str(tmp_path))
     runs = [RunState(f"ended-{i}", KeySource.WATCHDOG, "", 1000.0 + i) for i in range(5)]
     for i, run in enumerate(runs):
         run.end(1100.0 + i)
     active = RunState("active", KeySource.WATCHDOG, "", 900.0)
     store.save([run.to_dict() for run in (*runs, active)], [])
-    service = WatchdogService(Config(state_dir=str(tmp_path), state_max_ended_runs=2), store)
-    asyncio.run(service.prune_store())  # (the prune loop's pass, every 10 minutes)
-    kept = [row["key"] for row in store.load_runs(False, 100)]
-    assert kept == ["ended-4", "ended-3"]  # the newest two
+    directives = DirectiveStore(str(tmp_path))
+    for g, run in enumerate((active, *runs), 1):
+        directives.add(directive(1, g, run_key=run.key), [])
+    config = Config(state_dir=str(tmp_path), state_max_ended_runs=2)
+    server = Server(config)
+    server.service = service = WatchdogService(config, store)
+    server.service.tracker.restore([active])
+    server.outbox = outbox = Outbox(directives)
+
+    asyncio.run(server._prune())  # (the loop's pass, every 10 minutes)
+    assert [row["key"] for row in store.load_runs(False, 100)] == ["ended-4", "ended-3"]
     assert [row["key"] for row in store.load_runs(True, 100)] == ["active"]
+    assert [d.run_id for d in directives.list_after(0, 100)] == ["active", "ended-3", "ended-4"]
+    asyncio.run(outbox.stop())
     service.state._lane.close()
     store.close()

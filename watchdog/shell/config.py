@@ -117,7 +117,7 @@ class Config:
     rules: tuple[str, ...] = ()  # files or directories, loaded after the shipped default pack
     default_rules: bool = True  # load the shipped default pack first
     state_dir: str = DEFAULT_STATE_DIR  # ":memory:" keeps nothing across restarts
-    # the ended runs the store keeps, the newest (older ones pruned every 10 minutes)
+    # the ended runs the store keeps, the newest, and as many directives of ended runs
     state_max_ended_runs: int = DEFAULT_STATE_MAX_ENDED_RUNS
     api_token: str | None = field(default=None, repr=False)
     webhooks: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)  # holds secrets

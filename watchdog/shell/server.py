@@ -357,7 +357,9 @@ class Server:
 
     async def _prune(self) -> None:
         assert self.service is not None and self.outbox is not None
-        await self.outbox.prune(self.service.active_keys())
+        # (the ended runs kept, and as many directives of ended runs: a directive with its
+        # report prompt takes up to some 12 KB, so the state's disk is bounded by the one key)
+        await self.outbox.prune(self.service.active_keys(), self.config.state_max_ended_runs)
         await self.service.prune_store()
 
     async def reload_rules(self) -> tuple[bool, str]:

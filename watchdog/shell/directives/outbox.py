@@ -41,7 +41,7 @@ from watchdog.core.rules.engine import FiredRecord
 from watchdog.core.shown import shown
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.directives.hub import DeliveryMetrics, Hub, NullMetrics
-from watchdog.shell.directives.store import AddResult, DirectiveStore
+from watchdog.shell.directives.store import MAX_DIRECTIVES_STORED, AddResult, DirectiveStore
 from watchdog.shell.errors import BadRequest
 from watchdog.shell.state.lanes import Lane
 
@@ -365,10 +365,12 @@ class Outbox:
             self._snapshots_kept = False
         await self._lane.run(self.store.forget_snapshots, up_to)
 
-    async def prune(self, active_runs: Iterable[str]) -> int:
-        """Bound the store (call now and then with the active runs' ids)."""
+    async def prune(self, active_runs: Iterable[str],
+                    max_directives: int = MAX_DIRECTIVES_STORED) -> int:
+        """Bound the store to ``max_directives`` of ended runs (call now and then with the
+        active runs' ids)."""
         keep = list(active_runs)
-        pruned, emptied = await self._lane.run(self.store.prune, keep)
+        pruned, emptied = await self._lane.run(self.store.prune, keep, max_directives)
         waiting = self._storing | {directive.run_id for directive, _row in self._pending}
         for run_id in emptied:
             if run_id not in waiting:

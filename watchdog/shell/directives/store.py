@@ -72,7 +72,8 @@ SCHEMA_VERSION = 4
 DB_FILE = "directives.sqlite3"
 HELD = "directives, acks and webhook deliveries"  # what the file holds
 MEMORY = ":memory:"
-MAX_DIRECTIVES_STORED = 100_000  # oldest directives of ended runs beyond this are pruned
+MAX_DIRECTIVES_STORED = 100_000  # oldest directives of ended runs beyond this are pruned (the
+# default; the sidecar prunes to state_max_ended_runs)
 MAX_ERROR_CHARS = 500  # last_error kept per delivery
 _IN_CHUNK = 500  # run ids per "IN (...)" query (SQLite's variable limit is 32766; stay small)
 # the writer's page cache (SQLite's default is 2 MiB): the two unique indexes take a directive
