@@ -549,7 +549,7 @@ dist-chart: $(DIST_VENV)/.installed
 	$(DIST_PY) tools/dist.py chart
 
 ## lint: ruff and mypy on the Python, rustfmt on every Rust crate (each its own workspace)
-RUST_CRATES := native bench/relayfloor tests/frameworks/rust tests/frameworks/rust/rig
+RUST_CRATES := native native/otlp/fuzz bench/relayfloor tests/frameworks/rust tests/frameworks/rust/rig
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check watchdog client tests bench tools fuzz
 	MYPY_CACHE_DIR=$(AGENT_WATCHDOG_CACHE)/mypy $(VENV)/bin/mypy
