@@ -377,7 +377,9 @@ def test_a_prompt_grown_by_the_latest_answer_and_its_observation_goes_on_in_the_
     state.acts_in_text = True
     book.call_record(state, first, said(STEP), [], 1, 2)
     grown = prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n")
+    parsed = list(grown.said)
     assert book.identify("chat", grown, Caller(), "react", not_ended) is state
+    assert grown.said == parsed  # (the book reads the request the shell parsed, never writes it)
     [tool] = book.tool_records(state, grown, 3)
     assert (tool.tool_name, tool.result_brief, tool.error) == (
         TEXT_ACTION, "Observation: 100", False)

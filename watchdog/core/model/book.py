@@ -288,6 +288,10 @@ class EndpointRun:
     # conversation's first request whose prompt begins with that part and goes on with the
     # answer goes on in the run (:func:`grows_from`)
     grown: tuple[int, str, str, int, str] | None = None
+    # ... what the request that went on so (:meth:`ModelBook._grown`) says after that answer
+    # (its action's result), read from its prompt: with that prompt's hash, the request it is
+    # of (:func:`said_of`; the parsed request is the shell's, never written)
+    heard: tuple[int, tuple[str, ...]] | None = None
     # the run of the caller whose sub-agent this run is (its requests name a sub-agent of
     # their session; the caller's name none): a child run of it (``parent_run``)
     parent: str | None = None
@@ -749,7 +753,7 @@ class ModelBook:
                 continue
             after = grows_from(state, request)
             if after is not None:
-                request.said = [after] if after else []
+                state.heard = (hash(request.anchor_text), (after,) if after else ())
                 state.conversation = digest
                 self._conversations[digest] = state.key
                 self._conversations.move_to_end(digest)
@@ -854,7 +858,8 @@ class ModelBook:
                 or _answered(state.begun, result.call_id)
             if call is not None:
                 answered.append((call, result))
-        asked, state.asked = state.asked, _asked(request)
+        said = said_of(state, request)
+        asked, state.asked = state.asked, _asked(request, said)
         retried: list[ToolCall] = []
         if state.pending and not answered and asked == state.asked and state.asking <= 1:
             # the request before, sent again (none other of the run with the model): the
@@ -867,10 +872,10 @@ class ModelBook:
         unanswered = list(state.pending.values())
         state.pending.clear()
         for call in unanswered:
-            answered.append((call, _said_result(call, request.said, len(unanswered))))
+            answered.append((call, _said_result(call, said, len(unanswered))))
         for call in state.begun.values():  # (a request sent again answers none of them)
-            if (said := _said_result(call, request.said, 0)) is not None:
-                answered.append((call, said))
+            if (heard := _said_result(call, said, 0)) is not None:
+                answered.append((call, heard))
         state.begun.clear()
         for call in retried:
             _wait(state.begun, call)
@@ -1112,14 +1117,14 @@ def _action_regex(pattern: str) -> re.Pattern[str] | None:
         return None
 
 
-def _asked(request: Request) -> tuple[object, ...]:
+def _asked(request: Request, said: Sequence[str]) -> tuple[object, ...]:
     """What a request carries past the model's last answer, as far as it tells one request
     sent again from the next: its length, the response it continues, the calls its results
     answer and what else it says there; and its first user message (an agent that sends its
     history within one prompt grows it at each step, the same output after the same action
     again and again: :func:`grows_from`)."""
     return (request.messages, request.previous_response_id,
-            tuple(result.call_id for result in request.results), hash(tuple(request.said)),
+            tuple(result.call_id for result in request.results), hash(tuple(said)),
             hash(request.anchor))
 
 
@@ -1131,7 +1136,7 @@ def _sent_again(state: EndpointRun, request: Request) -> bool:
     twin's (:meth:`ModelBook.tool_records` takes its calls back). Equal content alone is no
     evidence: a second invocation with the same first request is the next run."""
     return state.unread and state.asking == 0 and bool(state.pending) \
-        and state.asked == _asked(request)
+        and state.asked == _asked(request, said_of(state, request))
 
 
 def _wait(waiting: dict[str, ToolCall], call: ToolCall) -> str:
@@ -1346,7 +1351,17 @@ def quotes_answer(state: EndpointRun, request: Request) -> bool:
     return state.quote is not None and not request.has_tools and not request.results \
         and request.last_answer is None \
         and _said_digest(request.instructions) != state.prompt \
-        and state.quote in " ".join(" ".join(request.said[:MAX_SIDE_SAID]).split())
+        and state.quote in " ".join(" ".join(said_of(state, request)[:MAX_SIDE_SAID]).split())
+
+
+def said_of(state: EndpointRun, request: Request) -> Sequence[str]:
+    """What ``request`` says after the model's last answer, as ``state``'s run reads it: for a
+    prompt grown by the run's latest answer (:attr:`EndpointRun.heard`), what follows that
+    answer in it; else what the request says after its last answer (:attr:`Request.said`)."""
+    heard = state.heard
+    if heard is not None and heard[0] == hash(request.anchor_text):
+        return heard[1]
+    return request.said
 
 
 def _remember(index: OrderedDict[str, str], session: str, key: str) -> None:
@@ -1437,7 +1452,7 @@ def _digest(api: str, agent: str | None, anchor: str) -> str:
         "utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def _said_result(call: ToolCall, said: list[str], calls: int) -> ToolResult | None:
+def _said_result(call: ToolCall, said: Sequence[str], calls: int) -> ToolResult | None:
     """A call's result as an agent replays it in plain text: the text after the last answer
     that names the call's id, else all of that text when this was the only call handed over;
     None when the request carries none."""
