@@ -274,6 +274,9 @@ class EndpointRun:
     # user message is the next run's even before the tracker ends it (an evaluation interval
     # later), as a script's next ``chat`` at once is
     answered_last: bool = False
+    # ... the digest of its latest answer to a new user message, when a history may be
+    # compacted to it (a text answer, at least MIN_ASIDE_CHARS): :meth:`ModelBook._compacted`
+    summary: str | None = None
     # ... the words of its latest answer, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS):
     # a conversation's first request that quotes them is a side request of it (:func:`is_side`)
     quote: str | None = None
@@ -575,7 +578,7 @@ class ModelBook:
         # session has runs of several conversations at once, a sub-agent's beside its caller's,
         # so a conversation the book does not know is not taken for its active run)
         session = client_session or "model:" + digest[:24]
-        compacted = self._compacted(request, agent)
+        compacted = self._compacted(request, agent, ended)
         if compacted is not None and compacted.conversation != digest:
             # its history compacted to the summary it asked the model for: the run goes on in
             # this conversation (taken back if that answer ended it), whatever its length
@@ -713,19 +716,31 @@ class ModelBook:
         self._going_on, state.answered_last = True, False
         return self._touch(state)
 
-    def _compacted(self, request: Request, agent: str | None) -> EndpointRun | None:
+    def _compacted(self, request: Request, agent: str | None,
+                   ended: Callable[[str], bool]) -> EndpointRun | None:
         """The run whose history ``request``'s conversation was compacted to: the one that
         conversation opens with the answer of, as the model's and before any user message
         (:attr:`Request.opening`), an answer to a new user message of the run's (the summary
         the agent asked for, its tools offered or not: the Continue CLI sends its history's
         summary so, then a user message "continue"); the same agent's, not over by its final
-        request or a stop. No conversation a person starts opens with the model's answer."""
+        request or a stop, nor followed by its conversation's next run; that answer its latest
+        to a new user message, and, when it ended the run, come just before (``at_once_ns``):
+        an agent compacts its history and goes on at once. A conversation seeded with the
+        model's message by design (a greeting, a transcript replayed) that an earlier run
+        happened to answer with, or another invocation whose answers are the same, is not
+        that run's."""
         if request.opening is None or request.kept:
             return None
         summary = answer_digest(request.opening)
         key = self._summaries.get(summary) if summary is not None else None
         state = self._runs.get(key) if key is not None else None
-        if state is None or state.agent != agent or state.final_used or state.stop is not None:
+        if state is None or state.agent != agent or state.final_used or state.stop is not None \
+                or state.summary != summary \
+                or self._conversations.get(state.conversation) != state.key:
+            return None
+        if (state.answered_last or ended(state.key)) and not (
+                self._now_ns is not None
+                and 0 <= self._now_ns - state.last_end_ns < self.at_once_ns):
             return None
         return state
 
@@ -989,6 +1004,8 @@ class ModelBook:
                                        for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
         answer = answer_of(handed)
+        if request.last_is_user and not side:
+            state.summary = None  # (its latest answer to a new user message: this one's)
         if broke:
             # the response broke off before its end (the upstream closed it or sent an error
             # event mid-stream, or the agent went away): a failed call, no answer; what it
@@ -1006,7 +1023,7 @@ class ModelBook:
             if not request.has_tools and not acted and len(words) >= MIN_ASIDE_CHARS:
                 state.aside = words[:MAX_ASIDE_CHARS]  # an aside's answer (it offered no tools)
             if request.last_is_user and not acted and len(words) >= MIN_ASIDE_CHARS:
-                summary = answer_digest(words)
+                summary = state.summary = answer_digest(words)
                 if summary is not None:  # (an answer a history may be compacted to)
                     self._summaries[summary] = state.key
                     self._summaries.move_to_end(summary)
