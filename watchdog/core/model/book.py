@@ -736,7 +736,7 @@ class ModelBook:
         state = self._runs.get(key) if key is not None else None
         if state is None or state.agent != agent or state.final_used or state.stop is not None \
                 or state.summary != summary \
-                or self._conversations.get(state.conversation) != state.key:
+                or self._conversations.get(state.conversation or "") != state.key:
             return None
         if (state.answered_last or ended(state.key)) and not (
                 self._now_ns is not None
