@@ -73,7 +73,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
-from typing import Any
+from typing import Any, cast
 
 from watchdog.core.bounds import MAX_STOP_ANSWERS
 from watchdog.core.model.failure import looks_failed, refusal_of
@@ -1108,12 +1108,12 @@ def text_action(state: EndpointRun, seen: Observation) -> ToolCall | None:
     if not state.acts_in_text or state.final_used or state.stop is not None \
             or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
         return None
-    pattern = _action_regex(state.action_pattern) if state.action_pattern else None
-    if pattern is not None:
-        found = pattern.search(seen.text[:MAX_ACTION_CHARS])
+    search = _action_search(state.action_pattern) if state.action_pattern else None
+    if search is not None:
+        found = search(seen.text[:MAX_ACTION_CHARS])
         if found is None:
             return None
-        parts = [part for part in found.groups() if part] or [found.group(0)]
+        parts = [part for part in found[1:] if part] or [found[0] or ""]
     else:
         blocks = _FENCED.findall(seen.text)
         if state.acts_in_code and not blocks:
@@ -1125,13 +1125,28 @@ def text_action(state: EndpointRun, seen: Observation) -> ToolCall | None:
 
 
 @lru_cache(maxsize=64)
-def _action_regex(pattern: str) -> re.Pattern[str] | None:
-    """A rule pack's ``action_pattern``, compiled (None: not a regular expression; the pack's
-    reader refused it)."""
+def _action_search(pattern: str) -> Callable[[str], Sequence[str | None] | None] | None:
+    """A rule pack's ``action_pattern``, compiled: what it finds in a text, the match then
+    each group's (None: nothing found); searched in time linear in the text where the
+    compiled module is built (:func:`~watchdog.core.spans.native.searcher`: a model's answer
+    cannot hold the endpoint up), else by Python's ``re``. None: not a regular expression
+    (the pack's reader refused it)."""
+    from watchdog.core.spans.native import searcher
+
     try:
-        return re.compile(pattern)
-    except re.error:
+        compiled = searcher(pattern)
+        python = re.compile(pattern) if compiled is None else None
+    except (ValueError, re.error):
         return None
+    if compiled is not None:
+        return cast(Callable[[str], Sequence[str | None] | None], compiled.search)
+    assert python is not None
+
+    def search(text: str) -> Sequence[str | None] | None:
+        found = python.search(text)
+        return None if found is None else (found.group(0), *found.groups())
+
+    return search
 
 
 def _asked(request: Request, said: Sequence[str]) -> tuple[object, ...]:
