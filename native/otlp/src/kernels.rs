@@ -125,7 +125,10 @@ impl Searcher {
     /// no part); None when nothing matches.
     fn search(&self, text: &str) -> Option<Vec<Option<String>>> {
         self.regex.captures(text).map(|found| {
-            found.iter().map(|part| part.map(|part| part.as_str().to_owned())).collect()
+            found
+                .iter()
+                .map(|part| part.map(|part| part.as_str().to_owned()))
+                .collect()
         })
     }
 }
