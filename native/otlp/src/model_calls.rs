@@ -710,7 +710,8 @@ fn read<'py>(
                 return Ok(Err(Unsure));
             };
             // (``ASKED_TOOL_MARKERS``)
-            (plain.contains("\"tool_call") || plain.contains("\"functionCall\"")).then_some(text)
+            (plain.contains("\"tool_call") || plain.contains("\"functionCall\""))
+                .then_some(text)
         };
         asked = Some(match text {
             Some(text) => match json.asked(py, text)? {
