@@ -4,6 +4,7 @@ upstream and through the sidecar's model endpoint (DESIGN §12), in one run.
     .venv/bin/python bench/model_endpoint.py [--streams 200] [--concurrency 50]
         [--relay python,native] [--budget N] [--budget-pack N] [--turns N]
         [--client go|python] [--upstream go|python] [--baseline TREE]
+        [--relay-floor] [--unpacked] [--pin LOAD:PROXY] [--pin-loop CPUS]
 
 The upstream is a scripted model API in a process of its own (HTTP/1.1 keep-alive, each event
 one chunk of a chunked ``text/event-stream``, as hosted APIs serve them), streaming a chat
@@ -41,7 +42,16 @@ the upstream calls the tool all the same, so the sidecar sends the stop note in 
 side named ``floor``: a bare proxy (Go's ``net/http``, bench/loadgen: each read of the
 upstream written and flushed at once) in front of the same upstream, measured like a relay. It
 decides nothing, so what it adds is what any HTTP proxy in the agent's path adds on this
-machine: the floor to read the sidecar's figures against.
+machine: the floor to read the sidecar's figures against. ``--relay-floor`` adds another,
+``floor-rust``: a bare proxy on the relay's own HTTP stack (bench/relayfloor: tokio with the
+relay's two threads, hyper's HTTP/1.1 server and reqwest's pool as native/relay sets them up,
+built with cargo, offline, into ``$AGENT_WATCHDOG_CACHE/relayfloor/``), deciding nothing and
+telling no event loop: what the native relay would add with no Python behind it.
+``--unpacked`` (with ``--budget-pack``) adds each relay without the rule pack
+(``RELAY@nopack``); ``--pin LOAD:PROXY`` runs the client and upstream on the CPUs LOAD and every
+proxy on PROXY (``taskset -c`` lists); ``--pin-loop CPUS`` adds each relay with its sidecar's
+event loop moved onto CPUS (``RELAY@loop``; its relay's threads stay where ``--pin`` put them):
+whether the loop's CPU is what the relay's threads wait for.
 
 Phases, in the order direct, each relay, each relay again in reverse, direct (so drift hits
 every side alike): one stream at a time; ``--concurrency`` streams at a time starting together
@@ -57,7 +67,10 @@ Reported per phase and relay against the direct side, pooled per side:
   relay), and what the sidecar adds;
 * stream time (first event to [DONE]) p50 and p99: chunk timing changed or not, end to end;
 * the sidecar's CPU per stream and per relayed event (net of its idle rate), and the share of
-  the phase's wall time it was busy: near 100 % it, not the relay's latency, is the bound.
+  the phase's wall time it was busy: near 100 % it, not the relay's latency, is the bound; for
+  the native relay, its relay's threads' part and the rest (the event loop's thread);
+* with ``--turns``, the time to first byte of conversations' first requests and of the
+  requests that continue them apart.
 
 Figures are milliseconds and ratios to the direct baseline measured in the same run, since
 absolute numbers depend on the machine. The goal on loopback: at most 1 ms added at p99.
@@ -219,16 +232,22 @@ LOADGEN = ROOT / "bench" / "loadgen"
 LOADGEN_KEPT_DAYS = 7  # a build of other sources unused this long goes when another is made
 
 
-def loadgen() -> Path:
-    """The Go client and upstream, built once per content of ``bench/loadgen/`` into the
-    user's cache (``$AGENT_WATCHDOG_CACHE/loadgen/HASH/``, as the Makefile keeps its builds)."""
-    sources = sorted(path for path in LOADGEN.iterdir()
-                     if path.suffix == ".go" or path.name == "go.mod")
+def cached(name: str, sources: list[Path]) -> Path:
+    """Where the build of ``sources`` named ``name`` is kept in the user's cache:
+    ``$AGENT_WATCHDOG_CACHE/NAME/HASH/NAME``, HASH that of the sources' names and contents (as
+    the Makefile keeps its builds)."""
     digest = hashlib.sha256(b"".join(path.name.encode() + b"\0" + path.read_bytes() + b"\0"
-                                     for path in sources)).hexdigest()[:16]
+                                     for path in sorted(sources))).hexdigest()[:16]
     cache = Path(os.environ.get("AGENT_WATCHDOG_CACHE") or Path(
         os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agent-watchdog")
-    binary = cache / "loadgen" / digest / "loadgen"
+    return cache / name / digest / name
+
+
+def loadgen() -> Path:
+    """The Go client and upstream, built once per content of ``bench/loadgen/`` into the
+    user's cache (``$AGENT_WATCHDOG_CACHE/loadgen/HASH/``)."""
+    binary = cached("loadgen", [path for path in LOADGEN.iterdir()
+                                if path.suffix == ".go" or path.name == "go.mod"])
     if binary.is_file():
         return binary
     go = shutil.which("go")
@@ -259,10 +278,10 @@ def upstream(chunks: int, chunk_ms: float, kind: str = "go") -> Iterator[str]:
     """The scripted model API in a process of its own: ``kind`` go (bench/loadgen) or python
     (``serve_upstream``); the same responses either way."""
     port = free_port()
-    command = [str(loadgen()), "upstream", "-port", str(port), "-chunks", str(chunks),
-               "-chunk-ms", str(chunk_ms)] if kind == "go" else \
-        [sys.executable, __file__, "--serve-upstream", str(port), "--chunks", str(chunks),
-         "--chunk-ms", str(chunk_ms)]
+    command = pinned("load", str(loadgen()), "upstream", "-port", str(port), "-chunks",
+                     str(chunks), "-chunk-ms", str(chunk_ms)) if kind == "go" else \
+        pinned("load", sys.executable, __file__, "--serve-upstream", str(port), "--chunks",
+               str(chunks), "--chunk-ms", str(chunk_ms))
     process = subprocess.Popen(command)
     try:
         wait_ready(f"http://127.0.0.1:{port}/v1/models", process, "the upstream")
@@ -276,15 +295,100 @@ def upstream(chunks: int, chunk_ms: float, kind: str = "go") -> Iterator[str]:
 def floor_proxy(upstream_url: str, connections: int) -> Iterator[tuple[str, int]]:
     """A bare proxy (Go's ``net/http``, bench/loadgen) in front of the upstream: what
     any HTTP proxy in the agent's path adds on this machine. Its URL and pid."""
+    with bare_proxy([str(loadgen()), "proxy"], upstream_url, connections,
+                    "the floor proxy") as proxy:
+        yield proxy
+
+
+@contextmanager
+def bare_proxy(command: list[str], upstream_url: str, connections: int,
+               what: str) -> Iterator[tuple[str, int]]:
+    """The bare proxy ``command`` (taking -port, -upstream, -connections) on a free port, run
+    until the block ends: its URL and pid."""
     port = free_port()
-    process = subprocess.Popen([str(loadgen()), "proxy", "-port", str(port), "-upstream",
-                                upstream_url, "-connections", str(max(connections, 1))])
+    process = subprocess.Popen(pinned("proxy", *command, "-port", str(port), "-upstream",
+                                      upstream_url, "-connections", str(max(connections, 1))))
     try:
-        wait_ready(f"http://127.0.0.1:{port}/models", process, "the floor proxy")
+        wait_ready(f"http://127.0.0.1:{port}/models", process, what)
         yield f"http://127.0.0.1:{port}", process.pid
     finally:
         process.terminate()
         process.wait(30)
+
+
+RELAYFLOOR = ROOT / "bench" / "relayfloor"
+
+
+def relayfloor() -> Path:
+    """The bare proxy on the relay's own HTTP stack (bench/relayfloor, Rust: the crates and
+    settings of native/relay), built with cargo once per content of its sources into the
+    user's cache (``$AGENT_WATCHDOG_CACHE/relayfloor/HASH/``), offline: the crates are those
+    native/ already uses."""
+    binary = cached("relayfloor", [path for path in [*RELAYFLOOR.iterdir(),
+                                                     *(RELAYFLOOR / "src").iterdir()]
+                                   if path.is_file()])
+    if binary.is_file():
+        return binary
+    cargo = shutil.which("cargo")
+    if cargo is None:
+        raise SystemExit("bench/model_endpoint.py: --relay-floor builds bench/relayfloor with "
+                         "cargo, which is not installed")
+    target = binary.parent.parent / "target"
+    built = subprocess.run([cargo, "build", "--release", "--offline", "--target-dir",
+                            str(target)], cwd=RELAYFLOOR, capture_output=True, text=True,
+                           timeout=1800)
+    if built.returncode != 0:
+        raise SystemExit(f"bench/model_endpoint.py: cargo build of bench/relayfloor failed:\n"
+                         f"{built.stderr[-2000:]}")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    building = binary.with_name(f"relayfloor.{os.getpid()}")
+    shutil.copy2(target / "release" / "relayfloor", building)
+    os.replace(building, binary)
+    return binary
+
+
+@contextmanager
+def relay_floor_proxy(upstream_url: str, connections: int) -> Iterator[tuple[str, int]]:
+    """``--relay-floor``: the bare proxy on the relay's own HTTP stack (bench/relayfloor: its
+    runtime of two threads, as the relay's, hyper's server, reqwest's pool) in front of the
+    upstream, deciding nothing and telling no event loop. Its URL and pid."""
+    with bare_proxy([str(relayfloor())], upstream_url, connections,
+                    "the relay floor proxy") as proxy:
+        yield proxy
+
+
+PIN: dict[str, str] = {}  # --pin: "load" (client, upstream) and "proxy" (every side's) CPUs
+
+
+def parse_cpus(cpus: str) -> set[int]:
+    """A taskset-style CPU list ("0", "0,1", "0-3") as a set."""
+    chosen: set[int] = set()
+    for part in cpus.split(","):
+        low, _, high = part.partition("-")
+        chosen.update(range(int(low), int(high or low) + 1))
+    return chosen
+
+
+def pinned(role: str, *command: str) -> list[str]:
+    """``command``, run on the CPUs ``--pin`` gives ``role`` (taskset: every thread it starts
+    inherits them)."""
+    return ["taskset", "-c", PIN[role], *command] if role in PIN else list(command)
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """User + system CPU time of a process so far, and of its threads named watchdog-relay
+    (the native relay's runtime) among them (Linux /proc; a thread that ended is counted in
+    the whole only)."""
+    relay = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name, fields = task.joinpath("stat").read_text().rsplit(")", 1)
+        except OSError:
+            continue  # (ended meanwhile)
+        if name.split("(", 1)[1].startswith("watchdog-relay"):
+            numbers = fields.split()
+            relay += (int(numbers[11]) + int(numbers[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds(pid), relay
 
 
 def cpu_seconds(pid: int) -> float:
@@ -295,10 +399,13 @@ def cpu_seconds(pid: int) -> float:
 
 @contextmanager
 def sidecar(state_dir: str, upstream_url: str, relay: str,
-            callgrind: str | None = None, tree: Path = ROOT) -> Iterator[tuple[str, int]]:
+            callgrind: str | None = None, tree: Path = ROOT,
+            pack: bool = True, loop: str | None = None) -> Iterator[tuple[str, int]]:
     """A sidecar with the model endpoint in front of ``upstream_url``: its endpoint's URL and
     pid; with ``callgrind`` (a file name) it runs under valgrind's callgrind; ``tree`` the
-    source tree it runs from."""
+    source tree it runs from; ``pack``: with ``--budget-pack``'s rule pack; ``loop``: the CPUs
+    of its main thread, the event loop's (taskset's list), once the relay's threads are
+    started (they keep theirs)."""
     ports = {name: free_port() for name in ("otlp_http", "otlp_grpc", "api", "metrics",
                                             "model")}
     env = {key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_")}
@@ -311,9 +418,10 @@ def sidecar(state_dir: str, upstream_url: str, relay: str,
                WATCHDOG_MODEL_UPSTREAM=upstream_url, WATCHDOG_MODEL_AGENT_NAME="bench",
                WATCHDOG_MODEL_RELAY=relay,
                PYTHONPATH=f"{tree}{os.pathsep}{tree / 'client'}")
-    if PACK:
+    pack = bool(PACK) and pack
+    if pack:
         env["WATCHDOG_RULES"] = PACK["path"]
-    command = [sys.executable, "-m", "watchdog", "serve"]
+    command = pinned("proxy", sys.executable, "-m", "watchdog", "serve")
     if callgrind is not None:
         command = ["valgrind", "--tool=callgrind", "--quiet", f"--callgrind-out-file={callgrind}",
                    *command]
@@ -323,14 +431,17 @@ def sidecar(state_dir: str, upstream_url: str, relay: str,
         wait_ready(f"http://127.0.0.1:{ports['metrics']}/readyz", process, "the sidecar", timeout)
         wait_ready(f"http://127.0.0.1:{ports['model']}/v1/models", process, "its endpoint",
                    timeout)
+        if loop is not None:  # its main thread alone (threads it starts from now inherit it)
+            os.sched_setaffinity(process.pid, parse_cpus(loop))
         yield f"http://127.0.0.1:{ports['model']}/v1", process.pid
-        if PACK and callgrind is None:  # (which requests went on ahead, the countdowns' too)
+        if relay == "native" and callgrind is None:  # (which requests went on ahead)
             with urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/metrics",
                                         timeout=10) as response:
                 counted = [line for line in response.read().decode().splitlines()
                            if line.startswith(("agent_watchdog_model_ahead_total",
                                                "agent_watchdog_model_steered_total"))]
-            print(f"relay {relay} ({tree}): " + "; ".join(counted), file=sys.stderr)
+            print(f"relay {relay}{'' if pack else ' without the pack'} ({tree}): "
+                  + "; ".join(counted), file=sys.stderr)
     finally:
         process.terminate()
         process.wait(30)
@@ -347,7 +458,10 @@ class Timings:
     # a run's final requests (--turns past a budget): seconds from the request to its last
     # event (the sidecar holds the answer until it ends), kept out of the figures above
     finals: list[float] = field(default_factory=list)
+    continuing: list[float] = field(default_factory=list)  # ttfb of a conversation's later turns
+    firsts: list[float] = field(default_factory=list)  # and of its first (with --turns)
     cpu: float = 0.0  # the sidecar's CPU seconds over its phases
+    cpu_relay: float = 0.0  # of which its relay's threads' (the native relay's)
     wall: float = 0.0  # the phase's seconds
     idle: dict[str, float] = field(default_factory=dict)  # each sidecar's CPU, direct phases
 
@@ -357,7 +471,10 @@ class Timings:
         self.streams += other.streams
         self.chunks += other.chunks
         self.finals += other.finals
+        self.continuing += other.continuing
+        self.firsts += other.firsts
         self.cpu += other.cpu
+        self.cpu_relay += other.cpu_relay
         self.wall += other.wall
         for relay, cpu in other.idle.items():
             self.idle[relay] = self.idle.get(relay, 0.0) + cpu
@@ -437,6 +554,7 @@ async def one_stream(session: aiohttp.ClientSession, base_url: str, number: int,
         timings.finals.append(arrivals[-1] - start)
         return
     timings.ttfb.append(arrivals[0] - start)
+    (timings.continuing if turn > 1 else timings.firsts).append(arrivals[0] - start)
     timings.gaps += [b - a for a, b in itertools.pairwise(arrivals)]
     timings.streams.append(arrivals[-1] - arrivals[0])
 
@@ -512,10 +630,11 @@ class GoClient:
         process = self.processes.get(url)
         if process is None:
             process = self.processes[url] = subprocess.Popen(
-                [self.binary, "client", "-url", url, "-connections", str(self.connections),
-                 "-budget", BUDGET.get("x-watchdog-budget-tool-calls", "0"),
-                 "-turns", str(CONVERSATION["turns"]),
-                 *(["-final"] if CONVERSATION["final"] else [])],
+                pinned("load", self.binary, "client", "-url", url, "-connections",
+                       str(self.connections), "-budget",
+                       BUDGET.get("x-watchdog-budget-tool-calls", "0"),
+                       "-turns", str(CONVERSATION["turns"]),
+                       *(["-final"] if CONVERSATION["final"] else [])),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 text=True)
         assert process.stdin is not None and process.stdout is not None
@@ -532,6 +651,8 @@ class GoClient:
                 timings.finals.append(one["ttfb"] + one["stream"])
                 continue
             timings.ttfb.append(one["ttfb"])
+            (timings.continuing if one.get("turn", 1) > 1 else timings.firsts).append(
+                one["ttfb"])
             timings.gaps += one["gaps"]
             timings.streams.append(one["stream"])
         assert process.stderr is not None
@@ -583,6 +704,11 @@ def report(label: str, relay: str, direct: Timings, proxied: Timings) -> list[st
             d, p = pct(getattr(direct, values), q), pct(getattr(proxied, values), q)
             rows.append(f"  {name + f' p{round(q * 100)}':26} {ms(d):>10} {ms(p):>10} "
                         f"{ms(p - d):>10} {p / d if d else float('nan'):7.2f}")
+    for name, values in (("first", "firsts"), ("continuing", "continuing")):
+        for q in (0.5, 0.99) if direct.continuing and proxied.continuing else ():
+            d, p = pct(getattr(direct, values), q), pct(getattr(proxied, values), q)
+            rows.append(f"  {f'  of them {name} p{round(q * 100)}':26} {ms(d):>10} {ms(p):>10} "
+                        f"{ms(p - d):>10} {p / d if d else float('nan'):7.2f}")
     for q in (0.5, 0.99) if direct.finals and proxied.finals else ():
         d, p = pct(direct.finals, q), pct(proxied.finals, q)
         rows.append(f"  {f'final, to its end p{round(q * 100)}':26} {ms(d):>10} {ms(p):>10} "
@@ -596,11 +722,15 @@ def report(label: str, relay: str, direct: Timings, proxied: Timings) -> list[st
                 f"{together[1]} direct, {together[0]} through the sidecar")
     idle = direct.idle.get(relay, 0.0) / direct.wall if direct.wall else 0.0  # its own timers
     busy = max(proxied.cpu - idle * proxied.wall, 0.0)
+    threads = (f"; its relay's threads {proxied.cpu_relay / proxied.count * 1000:.2f} ms a "
+               f"stream, the rest (the event loop's thread) "
+               f"{(busy - proxied.cpu_relay) / proxied.count * 1000:.2f}"
+               if relay.split("@")[0] == "native" else "")
     rows.append(f"  sidecar CPU per stream: {busy / proxied.count * 1000:.2f} ms, per "
                 f"event {busy / proxied.chunks * 1e6:.0f} µs, busy "
                 f"{busy / proxied.wall * 100 if proxied.wall else 0:.0f} % of the wall time "
                 f"(its idle {idle * 1000:.1f} ms/s, measured while the direct side ran, "
-                f"taken off)")
+                f"taken off){threads}")
     return rows
 
 
@@ -622,14 +752,15 @@ def measure(client: Client, direct_url: str, sidecars: dict[str, tuple[str, int]
             client(url, warm, width, (2 + number) * 10**6 + counter, 0.0)
         for side in ("direct", *relays, *reversed(relays), "direct"):
             url = direct_url if side == "direct" else sidecars[side][0]
-            cpu = {relay: cpu_seconds(pid) for relay, (_url, pid) in sidecars.items()}
+            cpu = {relay: cpu_split(pid) for relay, (_url, pid) in sidecars.items()}
             timings = client(url, count // 2, width, counter, spread)
-            spent = {relay: cpu_seconds(pid) - cpu[relay]
+            spent = {relay: tuple(now - then for now, then in zip(cpu_split(pid), cpu[relay],
+                                                                  strict=True))
                      for relay, (_url, pid) in sidecars.items()}
             if side == "direct":
-                timings.idle = spent
+                timings.idle = {relay: both[0] for relay, both in spent.items()}
             else:
-                timings.cpu = spent[side]
+                timings.cpu, timings.cpu_relay = spent[side]
             sides[side].extend(timings)
             counter += count
         for relay in relays:
@@ -663,7 +794,7 @@ def count_instructions(client: Client, state: str, up: str, trees: dict[str, Pat
     for relay, tree in trees.items():
         out = f"{state}/callgrind-{relay.replace('@', '-')}.out"
         with sidecar(f"{state}/{relay}", up, relay.split("@")[0], callgrind=out,
-                     tree=tree) as (url, pid):
+                     tree=tree, pack=not relay.endswith("@nopack")) as (url, pid):
             client(url, max(width, 10), width, 0, 0.0)  # imports, the pools, the pricer
             subprocess.run(["callgrind_control", "--zero", str(pid)], check=True,
                            capture_output=True)
@@ -731,6 +862,21 @@ def main() -> None:
                              "front of the upstream, reported as relay floor: what any proxy "
                              "adds on this machine (default: on, unless neither the client "
                              "nor the upstream is Go)")
+    parser.add_argument("--relay-floor", action="store_true",
+                        help="also a bare proxy on the relay's own HTTP stack (bench/relayfloor, "
+                             "Rust: tokio, hyper, reqwest as native/relay has them, no event "
+                             "loop; built with cargo), reported as relay floor-rust")
+    parser.add_argument("--unpacked", action="store_true",
+                        help="with --budget-pack: each relay also without the rule pack, "
+                             "reported as RELAY@nopack, in the same run")
+    parser.add_argument("--pin", metavar="LOAD:PROXY",
+                        help="CPU affinities (taskset -c lists): the client and upstream on "
+                             "LOAD, every proxy and sidecar on PROXY, e.g. 0:1")
+    parser.add_argument("--pin-loop", metavar="CPUS",
+                        help="also each relay with its sidecar's event loop (the main thread, "
+                             "once the relay's threads are started) on these CPUs, reported as "
+                             "RELAY@loop: e.g. 0 with --pin 0:1, the relay's threads then have "
+                             "the proxies' CPU to themselves")
     parser.add_argument("--build-loadgen", action="store_true",
                         help="only build bench/loadgen (the Go client and upstream) and say "
                              "where it is")
@@ -759,6 +905,18 @@ def main() -> None:
     if limit is not None and args.turns > limit:  # (its budget spent: its final request)
         args.turns = limit + 1
         CONVERSATION.update(turns=args.turns, final=1)
+    if args.pin is not None:
+        load, _, proxy = args.pin.partition(":")
+        if not load or not proxy:
+            parser.error("--pin LOAD:PROXY, each a CPU list for taskset -c (e.g. 0:1)")
+        PIN.update(load=load, proxy=proxy)
+    if args.pin_loop is not None:
+        try:
+            parse_cpus(args.pin_loop)
+        except ValueError:
+            parser.error("--pin-loop CPUS: a CPU list for taskset -c (e.g. 0)")
+    if args.unpacked and args.budget_pack is None:
+        parser.error("--unpacked: with --budget-pack")
     relays = list(dict.fromkeys(relay.strip() for relay in args.relay.split(",")))
     if not relays or any(relay not in ("python", "native") for relay in relays):
         parser.error("--relay: python, native or both, comma-separated")
@@ -768,6 +926,10 @@ def main() -> None:
             parser.error(f"--baseline {args.baseline}: not a source tree of the sidecar")
         trees = {name: tree for relay in relays for name, tree in (
             (relay + "@base", args.baseline.resolve()), (relay, ROOT))}
+    if args.unpacked:
+        trees.update({relay + "@nopack": ROOT for relay in relays})
+    if args.pin_loop is not None:
+        trees.update({relay + "@loop": ROOT for relay in relays})
     stream_seconds = args.chunks * args.chunk_ms / 1000
     if args.callgrind:
         width = max(args.callgrind_width, 1)
@@ -789,9 +951,13 @@ def main() -> None:
         sidecars = {"floor": stack.enter_context(floor_proxy(up, args.concurrency))} \
             if args.floor or (args.floor is None and "go" in (args.client, args.upstream)) \
             else {}
-        sidecars.update({name: stack.enter_context(sidecar(f"{state}/{name}", up,
-                                                           name.split("@")[0], tree=tree))
-                         for name, tree in trees.items()})
+        if args.relay_floor:
+            sidecars["floor-rust"] = stack.enter_context(relay_floor_proxy(up, args.concurrency))
+        sidecars.update({name: stack.enter_context(sidecar(
+            f"{state}/{name}", up, name.split("@")[0], tree=tree,
+            pack=not name.endswith("@nopack"),
+            loop=args.pin_loop if name.endswith("@loop") else None))
+            for name, tree in trees.items()})
         lines = measure(client, up, sidecars, args.streams, args.concurrency, stream_seconds)
     budget = f", each run a budget of {args.budget} tool calls" if args.budget else ""
     if args.budget_pack:

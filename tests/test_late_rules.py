@@ -1,7 +1,8 @@
 """A run that ended on its own before the spans that show how it went came (Codex's tool
 arguments, in log events after its end) is classified as its rules would have ended it live
-(:meth:`Core._late_rules`), as the budget already is: pure core, no sidecar. The real
-recordings, in both orders: ``tests/frameworks/test_model_endpoint_codex.py``."""
+(:meth:`Core._late_rules`), as the budget already is; so is a run whose loop and end come in
+one batch (:meth:`Core._rules_at_end`): pure core, no sidecar. The real recordings, in both
+orders: ``tests/frameworks/test_model_endpoint_codex.py``, ``test_qwen_code_otel.py``."""
 
 from __future__ import annotations
 
@@ -65,6 +66,10 @@ def test_a_rule_that_only_aborts_never_stopped_a_run_that_ended_before_it_could(
     run = watchdog.tracker.get(KEY)
     assert run is not None and run.ended and run.tool_calls == 4
     assert run.terminal_state is TerminalState.NO_RESPONSE
+    # nor one whose loop and end came in one batch (looped_and_ended)
+    run = looped_and_ended(RuleEngine(load_rules([str(pack)], False)), False).tracker.get(KEY)
+    assert run is not None and run.ended and run.tool_calls == 4
+    assert run.terminal_state is TerminalState.NO_RESPONSE
 
 
 
@@ -102,3 +107,37 @@ def test_a_rule_a_reload_brought_after_the_run_ended_never_classifies_it(
     run = watchdog.tracker.get(KEY)
     assert run is not None and run.ended and run.tool_calls == 4
     assert run.terminal_state is state
+
+
+def looped_and_ended(engine: RuleEngine, per_span: bool, error: bool = False) -> Core:
+    """The same tool call 4 times, then the run's root (an error ``error``, else no answer):
+    in one batch, or each span in its own."""
+    watchdog = Core(RunTracker(run_end_timeout=60.0), SessionBook(lambda _id: None), engine)
+    root = span(10, SpanKind.AGENT, None)
+    root.error_type = "RuntimeError" if error else None
+    records = []
+    for index in range(4):
+        call = span(index + 1, SpanKind.TOOL, root.span_id)
+        call.tool_name, call.args_hash = "shell", 7
+        records.append(call)
+    records.append(root)
+    for part in ([record] for record in records) if per_span else [records]:
+        step = watchdog.apply(part, T0 + 11)
+        assert not step.failures
+    return watchdog
+
+
+@pytest.mark.parametrize("error", [False, True], ids=["no-answer", "error"])
+def test_a_loop_and_its_end_in_one_batch_end_as_when_they_come_span_by_span(
+        error: bool) -> None:
+    """A loop whose run ends in the batch that shows it (an agent that exports at its exit)
+    ends as a span-by-span watch ends it: ``tool-cycle``'s ``loop_detected``, over how its
+    spans end it (no answer, an error), and nothing is decided for it (it is over)."""
+    states = []
+    for per_span in (False, True):
+        watchdog = looped_and_ended(RuleEngine(load_rules([], True)), per_span, error)
+        run = watchdog.tracker.get(KEY)
+        assert run is not None and run.ended and run.tool_calls == 4
+        states.append((run.terminal_state, run.terminal_reason))
+    assert states == [(TerminalState.LOOP_DETECTED, "tool-cycle")] * 2
+

@@ -367,11 +367,14 @@ def test_only_plain_first_requests_of_new_conversations_go_on_without_the_loop(
     assert all(seen_with(upstream, name) for name in plain)
 
 
-def test_a_rule_pack_budget_bounds_what_goes_on_and_a_countdown_always_waits(
+def test_a_rule_pack_budget_bounds_what_goes_on_and_a_new_runs_countdown_goes_with_it(
         tmp_path: Path, upstream: RawUpstream) -> None:
     """A budget of 5: a new run gets a bound of 5, and the relay trims the answer to it by
-    itself. A budget of 3: a new run's first request carries the countdown, which only the
-    loop writes, so no request of that agent goes on without it."""
+    itself. A budget of 3: a new run's first request carries the countdown; once the loop has
+    decided one, the next new conversation's first request that offers tools goes on without
+    the loop, the note written into it byte for byte as the loop writes it (the same request
+    but for its task), and one that offers none waits for the loop (its countdown is the
+    loop's to say)."""
     pack = BUDGET_PACK.format(agent=AGENT, calls=5) + """\
   - agents: ["tight"]
     max_tool_calls: 3
@@ -387,14 +390,32 @@ def test_a_rule_pack_budget_bounds_what_goes_on_and_a_countdown_always_waits(
         assert [call["id"] for call in handed] == [f"call_{n}" for n in range(5)]
         tight = {"X-Watchdog-Agent": "tight"}
         assert post(server, PATHS["chat"], chat("tight one"), tight)[0] == 200
+        untooled = json.dumps({"model": "m", "messages": [
+            {"role": "system", "content": "Title this."},
+            {"role": "user", "content": "tight untooled"}]}).encode()
         with busy(server) as held:
-            answer = in_background(lambda: post(server, PATHS["chat"], chat("tight two"), tight))
+            assert post(server, PATHS["chat"], chat("tight two"), tight)[0] == 200
+            status, body = post(server, PATHS["chat"], chat("tight three",
+                                                            metadata={"calls": "7"}), tight)
+            answer = in_background(lambda: post(server, PATHS["chat"], untooled, tight))
             held.waiting(1)
-            assert not seen_with(upstream, "tight two")
+            assert not held.free.is_set()
+            assert not seen_with(upstream, "tight untooled")  # it waits for the loop
         assert answer()[0] == 200
-        (seen,) = seen_with(upstream, "tight two")
-        system = json.loads(seen.body)["messages"][0]["content"]
+        assert status == 200
+        handed = json.loads(body)["choices"][0]["message"]["tool_calls"]
+        assert [call["id"] for call in handed] == [f"call_{n}" for n in range(3)]
+        (decided,), (admitted,) = seen_with(upstream, "tight one"), seen_with(upstream,
+                                                                               "tight two")
+        assert admitted.body == decided.body.replace(b"tight one", b"tight two")
+        system = json.loads(admitted.body)["messages"][0]["content"]
         assert "[budget: 3 of 3 tool calls left" in system
+        (untooled_seen,) = seen_with(upstream, "tight untooled")
+        assert untooled_seen.body == untooled
+        native = server.server.native
+        assert native is not None
+        wait_until(lambda: native.admitted == 3, lambda: f"{native.admitted} admitted")
+        assert native.missed == 0 and native.noted == 2  # (the loop read each as it went)
 
 
 def test_a_request_that_offers_no_tools_gets_no_countdown_and_teaches_nothing(

@@ -51,20 +51,56 @@ def test_the_bench_measures_both_relays_in_one_run() -> None:
                 assert row in section, (header, row, section)
 
 
+def passes_the_stream_as_it_comes(url: str) -> None:
+    """A proxy at ``url`` in front of the bench upstream (6 events 40 ms apart) carries its
+    stream event by event (not at its end), its status and body."""
+    request = urllib.request.Request(url + "/chat/completions", method="POST", data=b"{}")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        start, arrivals, data = time.perf_counter(), [], b""
+        while chunk := response.read1(65536):
+            data += chunk
+            arrivals.append(time.perf_counter() - start)
+    assert data.count(b"\n\n") == 6 and data.endswith(b"data: [DONE]\n\n")
+    assert len(arrivals) >= 4 and arrivals[-1] - arrivals[0] > 0.1  # 40 ms apart, as sent
+
+
 def test_the_floor_is_a_proxy_that_passes_the_stream_as_it_comes(tmp_path: Path) -> None:
     """``--floor``: the bare proxy carries the upstream's stream event by event (not at its
     end), its status and body, so its figures are a proxy's, not a buffer's."""
     with model_endpoint.upstream(6, 40.0) as up, model_endpoint.floor_proxy(up, 2) as (url, _):
-        request = urllib.request.Request(url + "/chat/completions", method="POST", data=b"{}")
-        with urllib.request.urlopen(request, timeout=10) as response:
-            assert response.status == 200
-            assert response.headers["Content-Type"].startswith("text/event-stream")
-            start, arrivals, data = time.perf_counter(), [], b""
-            while chunk := response.read1(65536):
-                data += chunk
-                arrivals.append(time.perf_counter() - start)
-    assert data.count(b"\n\n") == 6 and data.endswith(b"data: [DONE]\n\n")
-    assert len(arrivals) >= 4 and arrivals[-1] - arrivals[0] > 0.1  # 40 ms apart, as sent
+        passes_the_stream_as_it_comes(url)
+
+
+def test_the_relay_floor_is_a_proxy_on_the_relays_stack_that_passes_the_stream_as_it_comes(
+        ) -> None:
+    """``--relay-floor``: the bare proxy on the relay's own HTTP stack (bench/relayfloor)
+    carries the upstream's stream event by event, its status, the request's body and path,
+    so its figures are a proxy's, not a buffer's."""
+    with model_endpoint.upstream(6, 40.0) as up, \
+            model_endpoint.relay_floor_proxy(up, 2) as (url, _):
+        passes_the_stream_as_it_comes(url)
+        with urllib.request.urlopen(url + "/models", timeout=10) as response:
+            assert response.status == 200 and response.read() == b"{}"  # not a POST: {}
+
+
+def test_the_bench_runs_a_relay_unpacked_pinned_and_its_loop_apart_in_the_same_run() -> None:
+    """``--relay-floor --unpacked --pin 0:0 --pin-loop 0`` with a pack: the relay floor, the
+    native relay with and without the pack and with its loop pinned, each reported with its
+    relay threads' CPU, and the first and continuing requests apart."""
+    result = run_bench(*SMALL, "--relay", "native", "--relay-floor", "--turns", "2",
+                       "--budget-pack", "5", "--unpacked", "--pin", "0:0", "--pin-loop", "0")
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    for relay in ("floor", "floor-rust", "native", "native@nopack", "native@loop"):
+        assert f"2 streams at a time, starts staggered, relay {relay}:" in out, out
+    section = out.split("relay native@nopack:", 1)[1].split(", relay ", 1)[0]
+    for row in ("  of them first p99", "  of them continuing p99", "its relay's threads"):
+        assert row in section, (row, section)
+    assert "without the pack" in result.stderr
+    refused = run_bench(*SMALL, "--unpacked")
+    assert refused.returncode == 2 and "--unpacked: with --budget-pack" in refused.stderr
 
 
 def test_the_bench_measures_a_baseline_tree_in_the_same_run() -> None:

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -194,6 +195,57 @@ def test_a_continuing_request_goes_on_once_per_call_booked(
             assert not held.free.is_set()
         wait_until(lambda: native.continued == 2, "read")
         assert native.missed == 0
+
+
+def test_a_countdown_request_read_by_the_loop_leaves_its_next_request_waiting_for_its_booking(
+        tmp_path: Path) -> None:
+    """A run with a rule pack's budget of three calls: every request carries the countdown, so
+    the loop's reading of a request the relay sent on ahead is a step that decides on the run,
+    which takes back what the relay was told of its next request (already used). That takes
+    back nothing of the call in flight: the next request, sent once the answer has ended while
+    the loop is busy, still waits for that call's booking (the relay holds it up to 50 ms), as
+    any continuing request does, rather than going to the loop at once."""
+    gate = threading.Event()
+
+    def gated(handler: Any, seen: Any) -> None:
+        if b"gated" in seen.body:
+            gate.wait(10)
+        reply(handler, seen)
+
+    raw = RawUpstream(gated)
+    try:
+        with sidecar(tmp_path, raw, BUDGET_PACK.format(agent=AGENT, calls=3)) as server:
+            native = native_of(server)
+            first = turn("counted down", metadata={"calls": "1"})
+            status, body = post(server, PATHS["chat"], first)  # (decided by the loop)
+            assert status == 200
+            answer = json.loads(body)["choices"][0]["message"]
+            after = [answer, {"role": "tool", "tool_call_id": answer["tool_calls"][0]["id"],
+                              "content": "found"}]
+            told(server, 1)
+            second = in_background(lambda: post(server, PATHS["chat"], turn(
+                "counted down", *after, metadata={"calls": "1", "gated": True})))
+            wait_until(lambda: native.continued == 1 and native.noted == 1,
+                       "the second request sent on ahead with its countdown, read by the loop")
+            with busy(server) as held:
+                gate.set()
+                status, body = second()
+                assert status == 200
+                answer = json.loads(body)["choices"][0]["message"]
+                after += [answer, {"role": "tool", "content": "found too",
+                                   "tool_call_id": answer["tool_calls"][0]["id"]}]
+                sent = time.monotonic()
+                third = in_background(lambda: post(server, PATHS["chat"], turn(
+                    "counted down", *after, metadata={"calls": "1"})))
+                held.waiting(1)
+                waited = time.monotonic() - sent
+                assert waited >= 0.045, f"it went to the loop after {waited * 1000:.1f} ms"
+            assert third()[0] == 200
+            wait_until(lambda: native.admitted >= 1 and not server.call(lambda: native.ended),
+                       "booked")
+            assert native.missed == 0
+    finally:
+        raw.close()
 
 
 def waits(server: RunningServer, upstream: RawUpstream, body: bytes, marker: str,

@@ -12,6 +12,7 @@ import random
 import re
 import sqlite3
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,14 @@ def notes(llm: FakeLLM, model: str) -> tuple[list[str | None], list[dict[str, An
             else None for request in requests], requests
 
 
+def unrecorded_count(sidecar: RunningServer) -> float:
+    """The model requests the endpoint took unrecorded so far (its metrics, as scraped)."""
+    name = 'agent_watchdog_model_unrecorded_total{stage="request"} '
+    with urllib.request.urlopen(sidecar.metrics + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(float(line[len(name):]) for line in text.splitlines() if line.startswith(name))
+
+
 def native_of(sidecar: RunningServer) -> NativeEndpoint:
     native = sidecar.server.native
     assert native is not None
@@ -212,7 +221,62 @@ def filling(sidecar: RunningServer, native: NativeEndpoint | None, fill: int | N
         if next(sent) == fill:
             asyncio.run_coroutine_threadsafe(refuse(), sidecar.loop).result(timeout=30)
 
+    if fill == 0:  # before the first request
+        asyncio.run_coroutine_threadsafe(refuse(), sidecar.loop).result(timeout=30)
     return between
+
+
+def writable_again(sidecar: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state's writes work again (:func:`filling`'s undone), told once the store's writes
+    under way are done: a flush's failing write begun before would, after, say the state is
+    unwritable again (the next run's requests unrecorded from its first on)."""
+    service = sidecar.server.service
+    assert service is not None
+
+    async def written() -> None:
+        assert service is not None
+        monkeypatch.undo()
+        await service.state.in_lane(lambda: None)
+        service.state._written()
+
+    asyncio.run_coroutine_threadsafe(written(), sidecar.loop).result(timeout=30)
+
+
+@pytest.mark.parametrize("fill", [0, 1])
+def test_a_run_never_recorded_is_stopped_at_its_packs_budget(
+        sidecar: RunningServer, llm: FakeLLM, model_relay: str,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch, fill: int) -> None:
+    """The state cannot be written from the run's first request on (``fill`` 0), or from its
+    second (1: the first was recorded): no request of the run is recorded, so the tracker
+    never read its budget; the endpoint steers it by the rule pack's budget for its agent
+    all the same, counts each request unrecorded, and stops it at 8 tool calls (the count
+    told from 3 left, then the final request)."""
+    service = sidecar.server.service
+    assert service is not None
+    native = native_of(sidecar) if model_relay == "native" else None
+    unrecorded = unrecorded_count(sidecar)
+    counted_down_unrecorded(sidecar, llm, f"never-recorded-{fill}", native, fill, monkeypatch)
+    assert unrecorded_count(sidecar) - unrecorded == 9 - fill
+
+
+def counted_down_unrecorded(sidecar: RunningServer, llm: FakeLLM, name: str,
+                            native: NativeEndpoint | None, fill: int,
+                            monkeypatch: pytest.MonkeyPatch, behind: bool = False,
+                            latency: float = 0.0) -> None:
+    """The agent ``counted`` (8 tool calls) in a loop whose state cannot be written (or is
+    behind) from its request ``fill`` on: 8 tool calls, the count told from 3 left (the rules
+    never saw the calls), then the final request (tools withdrawn)."""
+    model = llm.script(name, looping("search", lambda i: {"q": f"page {i}"},
+                                     answer_without_tools="REPORT"), delay=latency)
+    between = filling(sidecar, native, fill, monkeypatch, behind)
+    try:
+        ran = agent_loop(sidecar, model, "counted", between)
+    finally:
+        writable_again(sidecar, monkeypatch)
+    assert ran == 8
+    seen, requests = notes(llm, model)
+    assert seen == [None] * 5 + ["3 of 8", "2 of 8", "1 of 8", None], seen
+    assert [request.get("tool_choice") for request in requests] == [None] * 8 + ["none"]
 
 
 @pytest.mark.parametrize("behind", [False, True])
@@ -233,18 +297,8 @@ def test_a_run_whose_state_cannot_be_written_still_counts_down(
     native = native_of(sidecar) if model_relay == "native" else None
 
     for paced in (False, True):
-        model = llm.script(f"unwritable-{paced}-{behind}", looping(
-            "search", lambda i: {"q": f"page {i}"}, answer_without_tools="REPORT"), delay=latency)
-        between = filling(sidecar, native if paced else None, 2, monkeypatch, behind)
-        try:
-            ran = agent_loop(sidecar, model, "counted", between)
-        finally:
-            sidecar.call(monkeypatch.undo)
-            sidecar.call(service.state._written)
-        assert ran == 8
-        seen, requests = notes(llm, model)
-        assert seen == [None] * 5 + ["3 of 8", "2 of 8", "1 of 8", None], seen
-        assert [request.get("tool_choice") for request in requests] == [None] * 8 + ["none"]
+        counted_down_unrecorded(sidecar, llm, f"unwritable-{paced}-{behind}",
+                                native if paced else None, 2, monkeypatch, behind, latency)
     if native is not None:
         assert sidecar.call(lambda: native.missed) == 0
 
@@ -313,8 +367,7 @@ def test_the_ahead_proof_and_the_loops_decision_agree_over_generated_runs(
             try:
                 ran = agent_loop(server, model, agent, between)
             finally:
-                server.call(monkeypatch.undo)
-                server.call(service.state._written)
+                writable_again(server, monkeypatch)
             assert ran == budget, (agent, ran)
             seen, requests = notes(llm, model)
             expected: list[str | None] = []
@@ -580,8 +633,7 @@ def test_a_final_request_while_the_state_cannot_be_written_is_held_and_stopped(
                 client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
             assert failure.value.code == "watchdog_aborted"
         finally:
-            sidecar.call(monkeypatch.undo)
-            sidecar.call(service.state._written)
+            writable_again(sidecar, monkeypatch)
         seen, requests = notes(llm, model)
         assert seen == [None] * 5 + ["3 of 8", "2 of 8", "1 of 8", None], seen
         assert [request.get("tool_choice") for request in requests] == [None] * 8 + ["none"]

@@ -223,12 +223,17 @@ def test_a_whole_response_that_fails_mid_body_is_never_a_short_answer(
 @pytest.mark.parametrize("answer", [
     b"\x00\xffNOT HTTP AT ALL\r\n\r\n",  # not HTTP
     b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * (1 << 20) + b"\r\n\r\n",  # a head past any bound
-], ids=["not-http", "head-too-long"])
+    # a body framed two ways (RFC 9112 §6.3): the compiled relay passed the length on, 5
+    # bytes of the answer read by the agent and the rest left in its connection
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(COMPLETION), COMPLETION),
+], ids=["not-http", "head-too-long", "two-framings"])
 @pytest.mark.parametrize("budget", [None, "3"], ids=["free", "bound"])
 def test_an_upstream_that_answers_no_http_response_is_a_502_saying_so(
         relay: str, tmp_path: Path, answer: bytes, budget: str | None) -> None:
     """An upstream that answers with bytes no HTTP client can read as a response (a server
-    that speaks another protocol on the port, a head past the relay's bound): the agent gets
+    that speaks another protocol on the port, a head past the relay's bound, a body framed both
+    by Transfer-Encoding and Content-Length): the agent gets
     502 ``upstream_unreachable`` saying the upstream gave no HTTP response, counted as such,
     on both relays (the aiohttp relay answered 500 ``internal_error``, which only a bug may
     be, and logged the upstream's bytes as a bad request from the agent)."""
@@ -247,6 +252,90 @@ def test_an_upstream_that_answers_no_http_response_is_a_502_saying_so(
             assert "gave no HTTP response" in error["message"], error
             wait_until(lambda: outcomes(sidecar, "garbled") == {"upstream_unreachable": 1.0},
                        lambda: f"counted: {outcomes(sidecar, 'garbled')}")
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("status", [301, 307, 308])
+def test_an_upstream_redirect_passes_on_as_it_came_and_is_never_followed(
+        relay: str, tmp_path: Path, status: int) -> None:
+    """An upstream that answers a redirect to another host: the agent gets it as it came (its
+    status and ``Location``), as an upstream error passes, and the endpoint never follows it:
+    the other host sees no request, so neither the agent's key nor its conversation goes
+    anywhere but the configured upstream."""
+    elsewhere = RawUpstream(completion_reply)
+    moved = f"{elsewhere.base}/v1/chat/completions"
+    raw = RawUpstream(lambda handler, seen: send(handler, status, b"", {"Location": moved}))
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            connection = http.client.HTTPConnection(
+                "127.0.0.1", sidecar.server.addresses["model"][1], timeout=10)
+            connection.request("POST", "/v1/chat/completions", json.dumps({
+                "model": "m", "messages": [{"role": "user", "content": "x"}]}),
+                {"Content-Type": "application/json", "Authorization": "Bearer sk-secret",
+                 "x-watchdog-agent": "moved"})
+            answer = connection.getresponse()
+            answer.read()
+            connection.close()
+            assert (answer.status, answer.getheader("Location")) == (status, moved)
+            assert len(raw.seen) == 1 and elsewhere.seen == []
+    finally:
+        raw.close()
+        elsewhere.close()
+
+
+def test_a_compressed_stream_bomb_passed_on_is_inflated_no_further_than_its_event_bound(
+        relay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gzip stream with no bound to check that inflates to 2 GiB of one event that never ends
+    (2 MiB sent, a gzip member per MiB) passes on as it came, and is read up to the event bound
+    only (4 MiB): past it, it is passed on unread. The aiohttp relay inflated all of it on the
+    event loop (seconds in which every other run's request and the API waited); here the
+    other request, sent while the bomb flows, is answered."""
+    from watchdog.core.model.wire import MAX_SSE_EVENT_BYTES
+    from watchdog.shell.model import streams
+    inflated = [0]
+    feed = streams.Inflater.feed
+
+    def counted(self: streams.Inflater, data: bytes) -> Iterator[bytes]:
+        for piece in feed(self, data):
+            inflated[0] += len(piece)
+            yield piece
+
+    monkeypatch.setattr(streams.Inflater, "feed", counted)
+    member = gzip.compress(b"\0" * (1 << 20), 9)
+    bomb = member * 2048
+    started = threading.Event()
+
+    def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if b'"bomb"' not in seen.body:
+            completion_reply(handler, seen)
+            return
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Content-Encoding", "gzip")
+        handler.send_header("Content-Length", str(len(bomb)))
+        handler.end_headers()
+        handler.wfile.write(bomb)
+        handler.wfile.flush()
+        started.set()
+
+    raw = RawUpstream(reply)
+    got: list[tuple[int, bytes]] = []
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay) as sidecar:
+            bombed = threading.Thread(target=lambda: got.append(post(
+                sidecar, "/v1/chat/completions", json.dumps({
+                    "model": "bomb", "stream": True,
+                    "messages": [{"role": "user", "content": "x"}]}).encode(),
+                {"x-watchdog-agent": "bomber"})))
+            bombed.start()
+            assert started.wait(30)
+            status, answer = first_request(sidecar, "bystander", None)
+            assert status == 200 and json.loads(answer)["choices"], answer
+            bombed.join(60)
+            assert got and got[0] == (200, bomb), [(s, len(b)) for s, b in got]
+            if relay == "python":
+                assert 0 < inflated[0] <= MAX_SSE_EVENT_BYTES + 2 * streams.PIECE, inflated
     finally:
         raw.close()
 

@@ -40,9 +40,10 @@ from watchdog.core.runs.run import RunState
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.sessions import SessionBook
 from watchdog.core.spans.decode import ExportTraceServiceRequest, parse_json
-from watchdog.core.spans.pipeline import records_from
+from watchdog.core.spans.pipeline import records_from, slices_of
 from watchdog.core.spans.record import KEY_TRACE
 from watchdog.core.step import Core
+from watchdog.shell.service import INGEST_SLICE
 
 MAX_CUTS = 40  # cut points tried per recording (every one, for shorter recordings)
 ALL = sorted((path.parent.name, path.stem) for path in RECORDINGS.glob("*/*.jsonl"))
@@ -569,3 +570,38 @@ def test_both_normalisers_read_a_second_root_and_the_span_that_ends_its_run() ->
     assert (second.second_root, second.ends_its_run) == (True, False)
     assert (ends.second_root, ends.ends_its_run, ends.ends_run) == (False, True, True)
     assert ", second_root=True" in read[0][0] and ", ends_its_run=True" in read[1][0]
+
+
+def sliced_runs(request: ExportTraceServiceRequest, size: int | None) -> Runs:
+    """The runs a tracker makes of one request applied ``size`` records at a time, as the
+    sidecar applies a large request (``slices_of``, ``INGEST_SLICE``; None: at once)."""
+    tracker = RunTracker()
+    for part in slices_of(request, size):
+        tracker.apply(part.records, 1.0)
+    return runs_of(ended_after(tracker))
+
+
+@pytest.mark.parametrize("before", range(20, 32))
+def test_a_trace_in_a_large_request_is_applied_whole(before: int) -> None:
+    """A request of many traces is applied in slices (the event loop served in between), in
+    end order: ADK for TypeScript's sub-agent hangs below its caller's model call, which ends
+    after the caller's agent span. ``before`` one-span traces that ended earlier come first
+    in the request, so a slice of ``INGEST_SLICE`` records ends anywhere in the trace (between
+    that agent span and its model call, too): the trace is applied whole all the same, and its
+    runs read as in a request of their own (the sub-agent a child run of the caller)."""
+    spans = scoped_spans("google_adk_ts", "subagent")
+    resource, scope, lookup = spans[1]
+    others = []
+    for number in range(before):
+        other = type(lookup)()
+        other.CopyFrom(lookup)
+        other.trace_id, other.parent_span_id = (number + 1).to_bytes(16, "big"), b""
+        other.start_time_unix_nano -= 10**9
+        other.end_time_unix_nano -= 10**9
+        others.append((resource, scope, other))
+    alone = runs_read([request_of(spans)])
+    assert [run[0] for run in alone if run[6] is not None] == ["adk_sub"], alone
+    request = request_of(others + spans)
+    read = sliced_runs(request, INGEST_SLICE)
+    assert read == sliced_runs(request, None)
+    assert [run for run in read if run[0].startswith("adk_")] == alone

@@ -326,6 +326,33 @@ def test_a_pack_budget_past_the_bound_is_a_problem_and_the_default_rules_still_r
     assert code == 0 and "failed to evaluate" not in out, out
 
 
+def test_a_pack_time_or_grace_past_the_bound_is_a_problem_as_a_count_budget_is(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A pack's ``max_seconds``, a rule's ``for`` and its grace (tool calls, seconds) are bounded
+    by MAX_BUDGET (10^12) as its count budgets and an announced budget are: ``max_seconds:
+    1.0e+300`` and ``grace: {tool_calls: 10^23}`` were taken, the grace's end reaching the
+    directives' JSON (``ends_at_tool_calls``) as an integer no 64-bit client reads."""
+    pack = write(tmp_path / "huge.yaml", HEADER + "budgets:\n  - agents: ['x*']\n"
+                 "    max_seconds: 1.0e+300\nrules:\n  - name: slow\n"
+                 "    when: run.errors > 1\n    action: wind_down\n    message: m\n"
+                 "    for: 99999999y\n"
+                 "    grace: {tool_calls: 100000000000000000000000, seconds: 1000000000001}\n")
+    code, _, err = cli(capsys, "rules", "check", pack)
+    assert (code, err.splitlines()) == (1, [
+        f"{pack}:6: budgets: max_seconds: must be at most 1e+12 seconds",
+        f"{pack}:12: rule slow: for: must be at most 1e+12 seconds",
+        f"{pack}:13: rule slow: grace: tool_calls: must be at most 1e+12",
+        f"{pack}:13: rule slow: grace: seconds: must be at most 1e+12 seconds",
+        "4 problems found"]), err
+    write(tmp_path / "huge.yaml", HEADER + "budgets:\n  - agents: ['x*']\n"
+          "    max_seconds: 1000000000000\nrules:\n  - name: slow\n"
+          "    when: run.errors > 1\n    action: wind_down\n    message: m\n"
+          "    for: 1000000000000s\n"
+          "    grace: {tool_calls: 1000000000000, seconds: 1000000000000}\n")
+    code, out, err = cli(capsys, "rules", "check", pack)
+    assert code == 0, (out, err)
+
+
 def test_a_step_time_past_the_bound_is_a_problem_with_its_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A step's ``at`` and ``duration`` are seconds up to MAX_BUDGET (10^12, a budget's largest

@@ -497,6 +497,31 @@ def test_an_unasked_tool_call_with_no_model_call_inside_stays_a_tool_call() -> N
     assert run is not None and run.tools == {"lookup": 1, "research": 1}
 
 
+@pytest.mark.parametrize("split", [None, 1, 2], ids=["one-request", "calls-first", "call-first"])
+def test_a_run_id_on_the_root_alone_names_its_trace_however_it_is_exported(
+        split: int | None) -> None:
+    """``watchdog.run.id`` on the agent root span alone, its model and tool calls naming none:
+    one run of that id, whether the calls come in the root's request or in earlier ones (an
+    exporter sends children first): the run they opened under the trace's key is folded into
+    the named one when the root comes."""
+    maker = SpanMaker()
+    with maker.agent(attrs={"watchdog.run.id": "r1"}, end=T0 + 5) as run_span:
+        maker.span("chat m", chat_attrs(finish="tool_calls"), parent=run_span, start=T0)
+        maker.span("execute_tool lookup", tool_attrs("lookup", "{}", "x"), parent=run_span,
+                   start=T0 + 1)
+        maker.span("chat m", chat_attrs(finish="stop"), parent=run_span, start=T0 + 2)
+    records = records_of(maker.take())
+    assert [record.run_key for record in records][-1] == "r1"
+    tracker = RunTracker()
+    parts = [records] if split is None else [records[:split], records[split:-1], records[-1:]]
+    for now, part in enumerate(parts):
+        if part:
+            tracker.apply(part, T0 + 10 + now)
+    tracker.expire(1e12)
+    assert [(run.key, run.iterations, run.tool_calls, run.terminal_state)
+            for run in tracker.ended()] == [("r1", 2, 1, TerminalState.COMPLETED)]
+
+
 def test_call_ids_lost_below_an_unasked_root_still_one_run() -> None:
     # the tool calls' own ids do not matter: no model call ran inside them
     maker = SpanMaker()

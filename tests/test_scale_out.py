@@ -388,27 +388,9 @@ def difference(topology: Topology) -> str:
 
 # -- the tests ------------------------------------------------------------------------------
 
-# KNOWN GAP (pinned): the recordings whose runs a rule reads otherwise as their spans come in
-# other requests (a rule sees a run as a request leaves it: docs/rules.md, "When rules run"):
-# the Collector batches what it sends a replica as it likes, so through it they read as the
-# reference does only by chance. Their reading is their framework tests' (one request each);
-# a recording that joins this set fails the pin below until it is named here.
-BATCH_DECIDED = frozenset({("openai_agents_js_oi", "error_loop"), ("mastra", "error_loop"),
-                           ("openai_agents_logfire", "error_loop"), ("rig", "repeat"),
-                           ("spring_ai", "repeat"), ("ag2_native", "repeat"),
-                           ("claude_code", "loop"), ("gemini_cli", "loop"),
-                           ("google_adk_ts", "loop"), ("google_adk_ts", "poll")})
-
-# GAP (pinned): ADK for TypeScript's sub-agent (a child run split from its trace's run by the
-# records the tracker keeps of the trace) read, once in several loaded runs, as a run of the
-# service with the agent its child when the Collector delivered the trace's spans in other
-# batches (docs/scale-out.md); left out until that reads alike.
-ARRIVAL_SPLIT = frozenset({("google_adk_ts", "subagent")})
-
 # Each recording goes through once: the even ones in the first test, the odd ones, with a
 # replica's crash amid them, in the second (a run sent twice would be one run continued).
-EVEN, ODD = ([r for r in ALL if r not in BATCH_DECIDED | ARRIVAL_SPLIT][start::2]
-             for start in (0, 1))
+EVEN, ODD = (ALL[start::2] for start in (0, 1))
 
 
 def prepared(topology: Topology, recordings: list[tuple[str, str]]) -> list[list[ScopedSpan]]:
@@ -434,8 +416,8 @@ def test_every_recording_reads_through_three_replicas_as_through_one(
 
 def decided_by_batching(spans: list[ScopedSpan]) -> bool:
     """Whether the default rules read the recording's runs otherwise when the second half of its
-    spans comes one by one than in one request: a rule evaluated at a request's end sees a run
-    as that request leaves it (an error loop the agent answered after, caught mid-way or not)."""
+    spans comes one by one than in one request (a rule that holds on a run whose end comes in
+    the same request is read at that end: :meth:`Core._rules_at_end`)."""
     def reading(parts: list[list[ScopedSpan]]) -> list[tuple[str, str]]:
         core = Core(RunTracker(), SessionBook(lambda _id: None),
                     RuleEngine(load_rules([], True)))
@@ -450,15 +432,12 @@ def decided_by_batching(spans: list[ScopedSpan]) -> bool:
         [spans[:half], *([span] for span in spans[half:])])
 
 
-def test_the_recordings_a_rule_reads_by_their_batching_are_pinned() -> None:
-    assert {recording for recording in ALL
-            if decided_by_batching(scoped_spans(*recording))} == BATCH_DECIDED
-    said = re.search(r"(\w+) recordings are left out \(([^)]*)\)",
-                     " ".join(SCALE_OUT_DOC.read_text("utf-8").split()))
-    assert said, "docs/scale-out.md says how many recordings are left out"
-    numbers = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-               "ten", "eleven", "twelve")
-    assert said.group(1).lower() == numbers[len(BATCH_DECIDED)], (said.group(0), BATCH_DECIDED)
+def test_no_recording_is_read_otherwise_by_its_batching() -> None:
+    """Through the Collector a replica gets a recording's spans batched as the Collector
+    likes: every recording reads the same whether its second half comes in one request or
+    span by span (its loops, caught mid-way or in the request that ends the run)."""
+    assert [recording for recording in ALL
+            if decided_by_batching(scoped_spans(*recording))] == []
 
 
 def test_a_replica_killed_mid_stream_loses_no_acknowledged_run(topology: Topology) -> None:

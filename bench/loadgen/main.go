@@ -200,10 +200,10 @@ func upstream(args []string) {
 // last ends, the workers' first starts spread over SPREAD seconds (0: together, so they go in
 // waves); each a new conversation (Task FIRST, FIRST+1, ...). For each stream it prints a JSON
 // line of seconds: {"ttfb": to the first SSE event, "gaps": between consecutive events,
-// "stream": first event to last, "final": a run's final request (-final)}; then {"wall": the
-// phase}. Connections are kept from one
-// phase to the next (up to -connections idle), as an agent's HTTP client keeps them. It ends at
-// the end of stdin, or with status 1 at a stream that fails.
+// "stream": first event to last, "final": a run's final request (-final), "turn": its place in
+// its conversation}; then {"wall": the phase}. Connections are kept from one phase to the next
+// (up to -connections idle), as an agent's HTTP client keeps them. It ends at the end of
+// stdin, or with status 1 at a stream that fails.
 func client(args []string) {
 	flags := flag.NewFlagSet("client", flag.ExitOnError)
 	base := flags.String("url", "", "the API's base URL (…/v1)")
@@ -363,9 +363,9 @@ func stream(client *http.Client, base string, number, turn int, tools, expect bo
 			return nil, err
 		}
 	}
-	line := fmt.Appendf(nil, `{"ttfb":%.9f,"stream":%.9f,"final":%t,"gaps":[`,
+	line := fmt.Appendf(nil, `{"ttfb":%.9f,"stream":%.9f,"final":%t,"turn":%d,"gaps":[`,
 		arrivals[0].Sub(start).Seconds(), arrivals[len(arrivals)-1].Sub(arrivals[0]).Seconds(),
-		tools && !expect)
+		tools && !expect, turn)
 	for i := 1; i < len(arrivals); i++ {
 		if i > 1 {
 			line = append(line, ',')

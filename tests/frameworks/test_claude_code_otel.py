@@ -67,7 +67,7 @@ def subagent(index: int, body: dict[str, Any]) -> Step:
 SCENARIOS: dict[str, tuple[Callable[[int, dict[str, Any]], Step], list[Expect], list[str]]] = {
     "three_tools": (three_tools, [Expect("claude-code", 4, 3, 0, "completed", True)],
                     ["step 0", "step 1", "step 2"]),
-    "loop": (loop, [Expect("claude-code", 7, 6, 0, "completed", True)], ["the same"] * 6),
+    "loop": (loop, [Expect("claude-code", 7, 6, 0, "loop_detected", True)], ["the same"] * 6),
     # the main conversation's 3 model calls and 2 tools (`Agent`, `Bash`), the sub-agent's 2 and
     # 1 (`Bash`) in its child run, as the model endpoint counts them (test_claude_code.py)
     "subagent": (subagent, [Expect("claude-code", 3, 2, 0, "completed", True, None, None),

@@ -187,13 +187,15 @@ def test_a_failed_gemini_cli_tool_is_an_error_of_its_run(
 @pytest.mark.parametrize("logs_first", [False, True], ids=["spans-first", "logs-first"])
 @pytest.mark.parametrize(("scenario", "expected", "tools", "repeats"), [
     ("two_tools", Expect("gemini-cli", 3, 2, 0, "completed", True), {SHELL: 1, READ: 1}, 1),
-    ("loop", Expect("gemini-cli", 5, 4, 0, "completed", True), {SHELL: 4}, 4),
+    ("loop", Expect("gemini-cli", 5, 4, 0, "loop_detected", True), {SHELL: 4}, 4),
     ("tool_error", Expect("gemini-cli", 2, 1, 1, "completed", True), {READ: 1}, 1)])
 def test_gemini_cli_recorded_reads_as_the_same_run(
         sidecar: RunningServer, scenario: str, expected: Expect, tools: dict[str, int],
         repeats: int, logs_first: bool) -> None:
     """Its recordings (``recordings/gemini_cli/``: its spans and its log events) exported
-    again, in either order, read as the runs they were live."""
+    again, in either order, read as the runs they were live; the loop ``tool-cycle``'s
+    ``loop_detected`` (its end in the request that shows the loop: the rule read at its end,
+    as a span-by-span watch ends it)."""
     folder = RECORDINGS / "gemini_cli"
     replay_with_logs(sidecar, folder / f"{scenario}.jsonl",
                      folder / f"{scenario}.logs.jsonl", logs_first)

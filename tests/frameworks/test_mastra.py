@@ -40,7 +40,6 @@ from tests.frameworks import cases, fakellm, scenarios
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import (
     TS_DIR,
-    UNCHECKED,
     Expect,
     check_recorded,
     check_runs,
@@ -61,8 +60,9 @@ EXPECTED: dict[str, tuple[list[Expect], str | None]] = {
     "tool_error": ([Expect(AGENT, 2, 1, 1, "completed", True, None, None)],
                    scenarios.ERROR_ANSWER),
     # the same failing call five times, then the answer: the run arrives whole when it has
-    # ended (one export), so no rule saw it running; its signals say the loop (error_loop_read)
-    "error_loop": ([Expect(AGENT, 6, 5, 5, UNCHECKED, True, UNCHECKED, None)],
+    # ended (one export), read at its end by the default pack's error-loop (loop_detected); its
+    # signals say the loop (error_loop_read)
+    "error_loop": ([Expect(AGENT, 6, 5, 5, "loop_detected", True, "error-loop", None)],
                    scenarios.ERROR_ANSWER),
     "subagent": ([Expect(AGENT, 2, 1, 0, "completed", True, None, None),
                   Expect("mastra-sub", 2, 1, 0, "completed", True, None, AGENT)],

@@ -70,10 +70,10 @@ EXPECTED: dict[str, tuple[list[Expect], str | None]] = {
     # the SDK hands a tool's exception to the model as its result: the model then answers
     "tool_error": ([Expect(AGENT, 2, 1, 1, "completed", True, None, None)],
                    scenarios.ERROR_ANSWER),
-    # the same failing call five times: its state is the default pack's loop_detected
-    # (tool-cycle) if an evaluation saw the run before it ended, else completed (timing: left
-    # out here); its signals say it either way (error_loop_read)
-    "error_loop": ([Expect(AGENT, 6, 5, 5, UNCHECKED, True, UNCHECKED, None)],
+    # the same failing call five times: the default pack's loop_detected, by tool-cycle or
+    # error-loop (whichever held first as its spans came: the reason is left out); its
+    # signals say the loop (error_loop_read)
+    "error_loop": ([Expect(AGENT, 6, 5, 5, "loop_detected", True, UNCHECKED, None)],
                    scenarios.ERROR_ANSWER),
     # the handoff is the triage agent's tool call; the researcher's answer is the run's
     "handoff": ([Expect("agents-js-triage", 1, 1, 0, "completed", True, None, None),

@@ -48,9 +48,10 @@ CASE_SCRIPTS: dict[str, dict[str, Script]] = {
 }
 CASES: dict[str, list[Expect]] = {
     **EXPECTED,
-    # the same failing call five times (the default pack's tool-cycle may stop it first: the
-    # state is left out; error_loop_read checks its signals)
-    "error_loop": [Expect(AGENT, 6, 5, 5, UNCHECKED, True, UNCHECKED, None)],
+    # the same failing call five times: the default pack's loop_detected, by tool-cycle or
+    # error-loop (whichever held first as its spans came: the reason is left out);
+    # error_loop_read checks its signals
+    "error_loop": [Expect(AGENT, 6, 5, 5, "loop_detected", True, UNCHECKED, None)],
     **{f"{name}_responses": EXPECTED[name] for name in ("three_tools", "limit", "tool_error")},
 }
 

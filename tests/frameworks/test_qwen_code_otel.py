@@ -81,16 +81,15 @@ def test_qwen_code_recorded_reads_as_the_same_run(sidecar: RunningServer, scenar
                                                   tools: int, repeats: int,
                                                   logs_first: bool) -> None:
     """Its recordings (``recordings/qwen_code/``: its spans and its log events) exported again,
-    in either order, read as the runs they were live: the answer, and the loop seen. The loop's
-    end state depends on the order: its spans first, the tools' arguments (its log events) come
-    after the run ended, and the rules read the run as it was at its end (the late reading):
-    ``tool-cycle``'s ``loop_detected``, as a span-by-span watch ends it; its log events first,
-    the run's loop and its end come in one batch and no rule reads it before it ends:
-    ``completed`` (a known gap: rules are evaluated once a batch)."""
+    in either order, read as the runs they were live: the answer, and the loop seen. The loop
+    ends ``tool-cycle``'s ``loop_detected`` in either order, as a span-by-span watch ends it:
+    its spans first, the tools' arguments (its log events) come after the run ended, and the
+    rules read the run as it was at its end (the late reading); its log events first, the
+    run's loop and its end come in one batch, and the rules read it at its end alike."""
     folder = RECORDINGS / "qwen_code"
     replay_with_logs(sidecar, folder / f"{scenario}.jsonl",
                      folder / f"{scenario}.logs.jsonl", logs_first)
-    state = "loop_detected" if scenario == "loop" and not logs_first else "completed"
+    state = "loop_detected" if scenario == "loop" else "completed"
     [run] = check_runs(sidecar, [Expect("qwen-code", tools + 1, tools, 0, state, True)])
     assert run["signals"]["tools"] == {TOOL: tools} and run["final_output"] == ANSWER, run
     assert run["signals"]["repeated_tool_call"] == repeats, run["signals"]

@@ -125,6 +125,8 @@ class Core(CoreReads):
             if cycled:  # the runs that can stop a cycle that grew: their session changed
                 self._evaluate(cycled, now, step, changed=SESSION_CHANGED)
         finished = result.ended + result.evicted
+        if rules and result.ended:
+            self._rules_at_end(before, result.ended, step)
         if finished:
             self._finish(finished, step)
             step._evicted.extend(result.evicted)
@@ -134,18 +136,36 @@ class Core(CoreReads):
         self._seal(step, now)
         return step
 
+    def _rules_at_end(self, before: dict[str, Snapshot], ended: list[RunState],
+                      step: Step) -> None:
+        """A run that ended in the batch that made a rule with a ``terminal_state`` hold (its
+        loop and its end in one export request: an agent that exports at its exit) is
+        classified as that rule ends it live, when its spans come one by one (the rule's
+        state is forced, over an answer, an error or a framework's limit): the rules reading
+        a signal the batch changed (every rule, for a run the batch began), evaluated on the
+        run as it was at its end (:meth:`_classify_at_end`). So the end state does not depend
+        on how the spans were batched. (A run a rule forced already keeps that state.)"""
+        engine = self.engine
+        assert engine is not None
+        for run in ended:
+            if run.ended_at is None or run.forced_state is not None \
+                    or run.terminal_state is TerminalState.ABANDONED:
+                continue
+            old = before.get(run.key)
+            changed = None if old is None else changed_signals(
+                old, run, bool(run.budget) or bool(engine.agent_budget(run.agent_name)))
+            if changed is None or changed:
+                self._classify_at_end(run, changed, step)
+
     def _late_rules(self, before: dict[str, Snapshot], result: BatchResult,
                     finished: list[RunState], step: Step) -> None:
         """A run that ended on its own (an answer, or none) before spans of it came that make
         a rule with a ``terminal_state`` hold (the arguments of a loop's tool calls, in log
         events that came after its end: Codex's) is classified again as that rule would have
         ended it live, had they come first: the rules reading a signal those spans changed,
-        evaluated on the run as it was at its end, not ended; the first such decision's state,
-        the rule its reason. Nothing is decided for it (it is over: no directive, nothing
-        fired), and a rule that aborts (``aborted``, its own or an abort's default) never
-        stopped it. (A run that ended in the batch that made a rule hold, before the rule
-        could see it, keeps how it ended, as it does when nothing comes after; so does one
-        that ended before a reload brought the rule, or changed it: it never read the run.)"""
+        evaluated on the run as it was at its end (:meth:`_classify_at_end`). (A run that
+        ended before a reload brought the rule, or changed it, keeps how it ended: the rule
+        never read it.)"""
         engine = self.engine
         assert engine is not None
         done = {run.key for run in finished}
@@ -156,24 +176,32 @@ class Core(CoreReads):
                 continue
             changed = changed_signals(old, run, bool(run.budget)
                                       or bool(engine.agent_budget(run.agent_name)))
-            if not changed:
-                continue
-            live = run.copy()
-            live.ended = False
-            try:
-                decisions = engine.would_decide(live, run.ended_at,
-                                                partial(self._session_of, run),
-                                                changed=changed,
-                                                fleet=self.fleet.activation())
-            except Exception as exc:  # (as on a live run: that run's failure alone)
-                step.failures.append(Failure("rules", run.key, exc))
-                continue
-            for decision in decisions:
-                if decision.terminal_state not in (None, TerminalState.ABORTED) \
-                        and engine.loaded_before(decision.rule, run.ended_at):
-                    run.terminal_state, run.terminal_reason = decision.terminal_state, \
-                        decision.rule
-                    break
+            if changed:
+                self._classify_at_end(run, changed, step)
+
+    def _classify_at_end(self, run: RunState, changed: AbstractSet[str] | None,
+                         step: Step) -> None:
+        """The ended ``run`` takes the state of the first rule (of those reading ``changed``,
+        None: all) that holds on it as it was at its end, not ended, and has a
+        ``terminal_state``; the rule is its reason. Nothing is decided for it (it is over: no
+        directive, nothing fired), and a rule that aborts (``aborted``, its own or an abort's
+        default) never stopped it."""
+        engine = self.engine
+        assert engine is not None and run.ended_at is not None
+        live = run.copy()
+        live.ended = False
+        try:
+            decisions = engine.would_decide(live, run.ended_at, partial(self._session_of, run),
+                                            changed=changed, fleet=self.fleet.activation())
+        except Exception as exc:  # (as on a live run: that run's failure alone)
+            step.failures.append(Failure("rules", run.key, exc))
+            return
+        for decision in decisions:
+            if decision.terminal_state not in (None, TerminalState.ABORTED) \
+                    and engine.loaded_before(decision.rule, run.ended_at):
+                run.terminal_state, run.terminal_reason = decision.terminal_state, \
+                    decision.rule
+                return
 
     def _late_at_budget(self, result: BatchResult, finished: list[RunState]) -> None:
         """A run that ended before spans of it came (an exporter's batches, two export

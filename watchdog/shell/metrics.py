@@ -79,6 +79,8 @@ MAX_TOOLS_PER_AGENT = 50
 MAX_ERROR_TYPES_PER_AGENT = 20
 MAX_RULES = 200  # rule names come from the operator's packs, but a pack is data too
 MAX_PENDING_SERIES = 4096  # label combinations added up before a scrape moves them into series
+# where a model call went unrecorded (model_unrecorded_total): its request, its response
+UNRECORDED_STAGES = ("request", "response")
 # How a GenAI log event's content was read (watchdog.core.spans.logs.CONTENT_OUTCOMES, which
 # loads with the span pipeline: named here too, so each series is shown at 0 from the start)
 LOG_CONTENT_OUTCOMES = ("with_span", "late", "dropped")
@@ -311,6 +313,12 @@ class Metrics:
             "loop read them, by kind (first: a new run's first request; continued: a request "
             "that continues a run) and outcome (same: the loop decided the same once it read "
             "it; missed: it decided otherwise).", ["kind", "outcome"])
+        self.model_unrecorded_total = counter(
+            "model_unrecorded_total", "Model calls the endpoint could not record while the "
+            "state cannot be written or is behind, by stage (request: the request steered by "
+            "the endpoint's own counts; response: the call's record).", ["stage"])
+        for stage in UNRECORDED_STAGES:
+            self.model_unrecorded_total.labels(stage)
         self.model_ahead_unread_total = counter(
             "model_ahead_unread_total", "Chat Completions responses whose tool calls the "
             "compiled relay could not read: until the loop has booked each, no continuing "
@@ -485,6 +493,9 @@ class Metrics:
 
     def model_ahead(self, kind: str, outcome: str) -> None:
         self._count(self.model_ahead_total, clip(kind), clip(outcome))
+
+    def model_unrecorded(self, stage: str) -> None:
+        self._child(self.model_unrecorded_total, clip(stage)).inc()
 
     def model_ahead_unread(self) -> None:
         self.model_ahead_unread_total.inc()

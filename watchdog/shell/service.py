@@ -20,7 +20,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from watchdog.core.directives.model import Directive
@@ -499,9 +499,10 @@ class WatchdogService:
         """:meth:`export` for the receivers
         (:class:`~watchdog.shell.receivers.consumer.TraceConsumer`): the request is parsed at its
         turn — a sync on its way goes first, not after a whole body's parse (~1 ms for 128
-        spans) — and applied ``INGEST_SLICE`` spans at a time with the event loop served in
-        between, so a small request (a sync, a heartbeat, an SSE write) never waits for a whole
-        512-span batch."""
+        spans) — and applied ``INGEST_SLICE`` spans at a time (on to the end of the trace they
+        end in, up to ``MAX_TRACE_SLICE``: a trace is read in one step) with the event loop
+        served in between, so a small request (a sync, a heartbeat, an SSE write) never waits
+        for a whole 512-span batch."""
         await self._pipeline_loaded()
         from watchdog.core.spans.pipeline import Decoded, slices_of
 
@@ -704,6 +705,11 @@ class WatchdogService:
         text (``actions: text``), else None."""
         engine = self.core.engine
         return engine.ruleset.acts_in_text(agent) if engine is not None and agent else None
+
+    def pack_budget(self, agent: str | None) -> Mapping[str, float]:
+        """The rule packs' budget for ``agent`` (empty: none), read only."""
+        engine = self.core.engine
+        return engine.agent_budget(agent) if engine is not None and agent else {}
 
     def finish_of(self, agent: str | None) -> Finish | None:
         """The tool call that ends ``agent``'s task, as the rule packs declare it

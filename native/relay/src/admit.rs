@@ -9,8 +9,10 @@
 //! a difference); it takes that back when the rules or the fleet change (`admit_clear`). A
 //! request that is plainly such a first request (no tool results, no history, no run or trace
 //! named, no budget header, a conversation no one has seen) of an agent with a learned answer
-//! goes upstream at once, with the bound it gets; Python still reads it, opens its run and
-//! books its call as for any other, and checks that its own decision is the same.
+//! goes upstream at once, with the bound it gets (and, when its rule pack's countdown starts
+//! at a new run, the countdown's note written into it: only a Chat Completions request that
+//! plainly offers tools); Python still reads it, opens its run and books its call as for any
+//! other, and checks that its own decision is the same.
 //!
 //! A request that continues a run goes on at once too, when Python has said what the next
 //! request of its conversation gets (`admit_next`, published when it booked the run's call):
@@ -88,11 +90,11 @@ pub struct Settings {
     pub token: Option<(String, String)>,
 }
 
-/// What Python taught: what a new run of each agent gets (its bound: -1 none), and the
-/// conversations known.
+/// What Python taught: what a new run of each agent gets (its bound: -1 none, and the
+/// countdown's note a first request that offers tools gets), and the conversations known.
 pub struct Admission {
     pub settings: Arc<Settings>,
-    agents: HashMap<String, i64>,
+    agents: HashMap<String, (i64, Option<String>)>,
     known: HashSet<Digest>,
     /// What the next request of a conversation gets, once (`admit_next`).
     next: HashMap<Digest, Next>,
@@ -196,6 +198,9 @@ pub struct First {
     named: Option<String>,
     /// None: a new conversation's first request; else one that continues its conversation.
     continues: Option<Continues>,
+    /// A Chat Completions request's: whether it offers tools as Python reads it (None: this
+    /// cannot be sure, or another API's).
+    tools: Option<bool>,
 }
 
 impl First {
@@ -309,12 +314,18 @@ impl Admission {
         Some(next)
     }
 
-    /// Forgets what the next request of `digest` (all, for None) gets.
-    pub fn next_clear(&mut self, digest: Option<Digest>) {
+    /// Forgets what the next request of `digest` (all, for None) gets; with `booked`, Python
+    /// booked the call `digest`'s next request waits for (`asked`) and says nothing of what
+    /// that request gets: it waits no more. Without, Python takes back what it said: a call of
+    /// the conversation in flight still holds its next request until it is booked (Python
+    /// says then, or that it does not).
+    pub fn next_clear(&mut self, digest: Option<Digest>, booked: bool) {
         match digest {
             Some(digest) => {
                 self.take(&digest);
-                self.booking.remove(&digest);
+                if booked {
+                    self.booking.remove(&digest);
+                }
             }
             None => {
                 self.next.clear();
@@ -414,8 +425,10 @@ impl Admission {
         self.unsighted == 0
     }
 
-    pub fn learn(&mut self, agent: String, keep: i64) {
-        self.agents.insert(agent, keep);
+    /// A new run of `agent` gets the bound `keep` and, with `note`, that countdown's note (a
+    /// Chat Completions request that offers tools only: any other is Python's).
+    pub fn learn(&mut self, agent: String, keep: i64, note: Option<String>) {
+        self.agents.insert(agent, (keep, note));
     }
 
     pub fn clear(&mut self) {
@@ -464,13 +477,17 @@ impl Admission {
             if self.known.contains(&first.digest) {
                 return Verdict::No;
             }
-            let Some(&keep) = self.agents.get(&first.agent) else {
+            let Some((keep, note)) = self.agents.get(&first.agent) else {
                 return Verdict::Learn(first.agent);
             };
+            let (keep, note) = (*keep, note.clone());
+            if note.is_some() && (first.api != Api::Chat || first.tools != Some(true)) {
+                return Verdict::No; // (what it gets is Python's to say)
+            }
             if !self.know(first.digest) {
                 return Verdict::No;
             }
-            (keep, None)
+            (keep, note)
         };
         let settings = &self.settings;
         let target = api_path(first.api);
@@ -691,11 +708,16 @@ pub fn read(
     if !body.values().all(python_reads) {
         return None; // a number past a double's range: Python's endpoint does not read it
     }
+    let tools = if api == Api::Chat {
+        offers_tools(&body)
+    } else {
+        None
+    };
     let (anchor, continues) = match first_request(api, &body) {
         Some(anchor) => (anchor, None),
         None if api == Api::Chat => {
             let (anchor, mut continues) = continuing(body.get("messages")?.as_array()?)?;
-            continues.tools = offers_tools(&body);
+            continues.tools = tools;
             (anchor, Some(continues))
         }
         None => return None,
@@ -707,6 +729,7 @@ pub fn read(
         digest,
         named,
         continues,
+        tools,
     })
 }
 
@@ -1255,6 +1278,74 @@ mod tests {
                 _ => assert_eq!(wanted, None, "{tools}"),
             }
         }
+    }
+
+    #[test]
+    fn a_new_runs_countdown_goes_to_a_first_request_that_offers_tools_only() {
+        let headers = HeaderMap::new();
+        let note = "[budget: 3 of 3 tool calls left — wrap up soon]".to_owned();
+        let first = |task: &str, tools: &str| {
+            let text = String::from_utf8(body("")).unwrap();
+            text.replacen(r#"{"model":"m","#, &format!(r#"{{"model":"m",{tools}"#), 1)
+                .replacen("task", task, 1)
+                .into_bytes()
+        };
+        for (number, (tools, wanted)) in [
+            (r#""tools":[{"type":"function"}],"#, Some(&note)),
+            (r#""tools":[],"functions":[{"name":"f"}],"#, Some(&note)),
+            (r#""tools":[],"#, None),
+            ("", None),
+            (r#""tools":0,"#, None),
+            (
+                r#""tools":[{"type":"function"}],"tool_choice":"none","#,
+                None,
+            ),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut admission = Admission::new(settings());
+            admission.learn("bot".into(), 3, Some(note.clone()));
+            let request = read_chat(&first(&format!("task {number}"), tools)).unwrap();
+            match admission.judge(request, &headers) {
+                Verdict::Admitted(admitted) => {
+                    assert_eq!(admitted.note.as_ref(), wanted, "{tools}");
+                    assert_eq!((admitted.keep, admitted.continued), (3, false));
+                }
+                _ => assert_eq!(wanted, None, "{tools}"),
+            }
+            // without a note: the bound alone, whatever it offers
+            admission.learn("bot".into(), 3, None);
+            let request = read_chat(&first(&format!("other {number}"), tools)).unwrap();
+            assert!(
+                matches!(admission.judge(request, &headers),
+                         Verdict::Admitted(admitted) if admitted.note.is_none()),
+                "{tools}"
+            );
+        }
+        // another API's first request is Python's when a note is learned
+        let mut admission = Admission::new(settings());
+        admission.learn("bot".into(), 3, Some(note));
+        let messages = br#"{"model":"m","max_tokens":9,"tools":[{"name":"f"}],
+                            "messages":[{"role":"user","content":"task"}]}"#;
+        let request = read(&settings(), "POST", "/v1/messages", &headers, messages).unwrap();
+        assert!(matches!(admission.judge(request, &headers), Verdict::No));
+    }
+
+    #[test]
+    fn taking_back_what_was_told_leaves_a_call_in_flight_holding_the_next_request() {
+        let mut admission = Admission::new(settings());
+        let digest = read_chat(&body("")).unwrap().digest;
+        admission.admit_next(digest, 3, None, 2, "bot".into(), HOLD, None);
+        admission.asked(digest); // (a call of it goes upstream: what was told is used)
+        assert!(admission.booking(&digest));
+        admission.next_clear(Some(digest), false); // taken back: the call still holds it
+        assert!(admission.booking(&digest));
+        admission.next_clear(Some(digest), true); // booked, nothing said: it waits no more
+        assert!(!admission.booking(&digest));
+        admission.asked(digest);
+        admission.next_clear(None, false); // every conversation forgotten
+        assert!(!admission.booking(&digest));
     }
 
     #[test]

@@ -1365,6 +1365,17 @@ async fn relayed(
     hold: bool,
     echo: &Option<serde_json::Value>,
 ) -> Result<Response<RelayBody>, Failure> {
+    // a body framed two ways (RFC 9112 §6.3: smuggling or splitting): refused, as aiohttp
+    // refuses it, never passed on with a length its body does not have
+    if upstream.headers().contains_key("transfer-encoding")
+        && upstream.headers().contains_key("content-length")
+    {
+        return Err((
+            ticket,
+            "unreachable",
+            "Transfer-Encoding and Content-Length both".to_owned(),
+        ));
+    }
     let status = upstream.status();
     ticket.status = status.as_u16();
     if observe {
@@ -2018,11 +2029,14 @@ impl Relay {
         }));
     }
 
-    /// A new run of ``agent`` gets the bound ``keep`` (-1: none) and nothing else: its new
-    /// conversations' first requests go on at once.
-    fn admit_agent(&self, agent: String, keep: i64) {
+    /// A new run of ``agent`` gets the bound ``keep`` (-1: none) and nothing else but, with
+    /// ``note``, that note (its rule pack's countdown, started at a new run) when it offers
+    /// tools: its new conversations' first requests go on at once (with a note: those of Chat
+    /// Completions that offer tools, the note written into them as ``splice_note`` writes it).
+    #[pyo3(signature = (agent, keep, note=None))]
+    fn admit_agent(&self, agent: String, keep: i64, note: Option<String>) {
         if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
-            admission.learn(agent, keep);
+            admission.learn(agent, keep, note);
         }
     }
 
@@ -2064,8 +2078,11 @@ impl Relay {
     }
 
     /// Forgets what the next request of ``session`` (of every conversation, for None) gets.
-    #[pyo3(signature = (session=None))]
-    fn admit_next_clear(&self, session: Option<&str>) -> PyResult<()> {
+    /// ``booked``: the call its next request waits for is booked and this is Python's word on
+    /// it (that request waits no more); else Python takes back what it said, and a call of
+    /// the conversation in flight still holds its next request until it is booked.
+    #[pyo3(signature = (session=None, booked=false))]
+    fn admit_next_clear(&self, session: Option<&str>, booked: bool) -> PyResult<()> {
         let digest = match session {
             Some(session) => Some(admit::parse_digest(session).ok_or_else(|| {
                 PyValueError::new_err(format!("not a session digest: {session:?}"))
@@ -2073,7 +2090,7 @@ impl Relay {
             None => None,
         };
         if let Some(admission) = self.shared.admission.lock().unwrap().as_mut() {
-            admission.next_clear(digest);
+            admission.next_clear(digest, booked);
         }
         self.shared.told.notify_waiters();
         Ok(())

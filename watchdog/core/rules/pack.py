@@ -27,7 +27,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from watchdog.core.bounds import MAX_BUDGET
 from watchdog.core.rules.decision import COUNTDOWN_BUDGETS, Action, Severity
@@ -346,6 +346,9 @@ def _read_pack(reader: Reader, node: Node) -> _Pack:
     return pack
 
 
+_N = TypeVar("_N", int, float)
+
+
 def _read_budget(reader: Reader, node: Node) -> Budget | None:
     fields = reader.fields(node, None, "budgets", BUDGET_ENTRY_KEYS)
     if fields is None:
@@ -369,7 +372,8 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
                                f"budgets: {key}: must be more than 0 and at most {MAX_BUDGET:g}")
                 value = None
         else:
-            value = reader.duration(fields[key], None, f"budgets: {key}", seconds=True)
+            value = _bounded(reader, fields[key], None, f"budgets: {key}",
+                             reader.duration(fields[key], None, f"budgets: {key}", seconds=True))
             if value == 0:
                 reader.problem(fields[key], None, f"budgets: {key}: must be more than 0")
                 value = None
@@ -568,7 +572,8 @@ def _read_rule(reader: Reader, node: Node, index: int, says_countdown: set[str] 
     if "when" in fields:
         take("when", _compile(reader, fields["when"], label, "when", condition=True))
     if "for" in fields:
-        take("for_seconds", reader.duration(fields["for"], label, "for"))
+        take("for_seconds", _bounded(reader, fields["for"], label, "for",
+                                     reader.duration(fields["for"], label, "for")))
     action = None
     if "action" in fields:
         action_name = reader.choice(fields["action"], label, "action", [a.value for a in Action])
@@ -648,6 +653,16 @@ def _read_terminal_state(reader: Reader, node: Node, rule: str,
     return TerminalState(state)
 
 
+def _bounded(reader: Reader, node: Node, rule: str | None, key: str, value: _N | None,
+             unit: str = " seconds") -> _N | None:
+    """``value`` if it is at most :data:`MAX_BUDGET`, as a budget an agent announces must be
+    (a count or seconds past it: a problem); None stays None (its problem recorded)."""
+    if value is not None and value > MAX_BUDGET:
+        reader.problem(node, rule, f"{key}: must be at most {MAX_BUDGET:g}{unit}")
+        return None
+    return value
+
+
 def _read_grace(reader: Reader, node: Node, rule: str, action: Action | None) -> Grace | None:
     fields = reader.fields(node, rule, "grace", GRACE_KEYS)
     if fields is None:
@@ -655,10 +670,14 @@ def _read_grace(reader: Reader, node: Node, rule: str, action: Action | None) ->
     tool_calls = seconds = None
     ok = True
     if "tool_calls" in fields:
-        tool_calls = reader.integer(fields["tool_calls"], rule, "grace: tool_calls", 0)
+        key = "grace: tool_calls"
+        tool_calls = _bounded(reader, fields["tool_calls"], rule, key,
+                              reader.integer(fields["tool_calls"], rule, key, 0), "")
         ok = tool_calls is not None
     if "seconds" in fields:
-        seconds = reader.duration(fields["seconds"], rule, "grace: seconds", seconds=True)
+        seconds = _bounded(reader, fields["seconds"], rule, "grace: seconds",
+                           reader.duration(fields["seconds"], rule, "grace: seconds",
+                                           seconds=True))
         ok = ok and seconds is not None
     if ok and tool_calls is None and seconds is None:
         reader.problem(node, rule, "grace: set tool_calls, seconds or both")

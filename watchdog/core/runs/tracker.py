@@ -305,6 +305,30 @@ class RunTracker(RunBook):
             record.run_key, record.loose = call.run_key, True
             self._fold(record, self._run_for(record, now, result), now, result, count=False)
 
+    def _take_named_root(self, trace_id: str, run: RunState, now: float,
+                         result: BatchResult) -> None:
+        """A trace's root names its run (a ``watchdog.run.id`` on the root span alone) and
+        comes after spans of the trace that named none, in an earlier request (an exporter
+        sends children first): the run those spans opened under the trace's key is folded into
+        the named one and dropped, as within one request they would be its (the trace's alias),
+        one invocation, one run. Its spans were counted when they came. Not when its spans are
+        not all retained or a nested agent was split out of them (the two stay apart)."""
+        stray_key = "trace:" + trace_id
+        stray = self._active.get(stray_key)
+        if stray is None or stray is run or stray.parent_run is not None:
+            return
+        frames = self._frames.get(trace_id)
+        if frames is None or not frames.complete or frames.children:
+            return
+        records = frames.records
+        self._frames.forget(trace_id)
+        del self._active[stray_key]
+        result.touched.pop(stray_key, None)
+        result.absorbed[stray_key] = run.key
+        for record in records:
+            record.run_key, record.key_source = run.key, run.key_source
+            self._fold(record, run, now, result, count=False)
+
     def _pair_relayed(self, records: list[SpanRecord], now: float, result: BatchResult
                       ) -> list[tuple[str, str]]:
         """A model call the model endpoint relayed for a run of its own (its request named no
@@ -554,6 +578,9 @@ class RunTracker(RunBook):
                 run = self._run_for(record, now, result)
             else:
                 active.move_to_end(record.run_key)
+            if record.parent_span_id is None and record.key_source is not KEY_TRACE \
+                    and not record.pinned and not record.loose:
+                self._take_named_root(record.trace_id, run, now, result)
             if unplaced and record.trace_id in unplaced:  # its trace has a run now
                 records.extend(unplaced.pop(record.trace_id))
             if unplaced_here and record.trace_id in unplaced_here:

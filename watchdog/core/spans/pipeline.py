@@ -86,10 +86,11 @@ def records_from(request: TraceRequest) -> Decoded:
 def slices_of(request: TraceRequest, size: int | None,
               join: LogJoin | None = None, now: float = 0.0) -> Iterator[Decoded]:
     """The request's records in the order their spans ended (:func:`_in_end_order`), ``size``
-    at a time (None: all at once), so the shell can apply a large request in slices and serve
-    other requests in between. Every span is normalised before the first is applied (the order
-    needs them all); meanwhile a part with no records (the spans rejected so far counted in it)
-    comes every ``size`` spans: a turn for the shell.
+    at a time (None: all at once; a trace is not cut unless it is longer than
+    ``MAX_TRACE_SLICE``: :func:`_slice_end`), so the shell can apply a large request in slices
+    and serve other requests in between. Every span is normalised before the first is
+    applied (the order needs them all); meanwhile a part with no records (the spans rejected
+    so far counted in it) comes every ``size`` spans: a turn for the shell.
 
     With ``join``, a span is read with the content its GenAI log event brought, and a model
     call whose content is still to come holds its trace back in the join
@@ -157,12 +158,28 @@ def slices_of(request: TraceRequest, size: int | None,
         decoded.records = ordered
         yield decoded
         return
-    for start in range(0, len(ordered), size):
-        decoded.records = ordered[start:start + size]
+    start = 0
+    while start < len(ordered):
+        end = _slice_end(ordered, start, size)
+        decoded.records = ordered[start:end]
         yield decoded
         decoded = Decoded()
+        start = end
     if decoded.rejected:
         yield decoded
+
+
+def _slice_end(ordered: list[SpanRecord], start: int, size: int) -> int:
+    """Where the slice of ``ordered`` from ``start`` ends: after ``size`` records, and on to
+    the end of the trace they end in, so a trace of the request is applied in one step (as in
+    a request of its own: the tracker reads a trace cut in two otherwise when a span comes
+    after its agent span in end order and holds a nested agent, ADK's model call that hands a
+    sub-agent its task), unless it runs past ``MAX_TRACE_SLICE`` records."""
+    end = min(start + size, len(ordered))
+    limit = min(start + max(size, MAX_TRACE_SLICE), len(ordered))
+    while end < limit and ordered[end].trace_id == ordered[end - 1].trace_id:
+        end += 1
+    return end
 
 
 def _first_of_each_id(records: list[SpanRecord], decoded: Decoded) -> list[SpanRecord]:
@@ -315,6 +332,8 @@ def _in_end_order(records: list[SpanRecord]) -> list[SpanRecord]:
 
 
 END_NS = attrgetter("end_ns")
+# the records of one trace a slice of a request (slices_of) may grow to, to hold it whole
+MAX_TRACE_SLICE = 128
 
 
 def _pair(record: SpanRecord, models: dict[str, SpanRecord],

@@ -75,7 +75,9 @@ its caller; the others wait.
 What a new conversation's first request gets depends only on its agent (the rule packs'
 budgets and rules for a run with nothing in it), its session's earlier runs, and the fleet's
 failing tools. The relay learns the first from a request this process decided
-(``admit_agent``: a pass, with the bound it got, for a request that opened a run), is told every
+(``admit_agent``: a pass, with the bound it got, for a request that opened a run; or, a Chat
+Completions request's, the countdown's note with it, when its rule pack's budget of tool calls
+is small enough that a new run starts counting down), is told every
 conversation that is not new (``known``: each one a request here was of, and the sessions
 restored at start), and forgets what it learned when the rules or the fleet change
 (``admit_clear``: at a reload, and after any step of the core that changed the fleet's
@@ -119,7 +121,10 @@ the call before it then); this process takes it back when the run's directives o
 (a step of the core that decided on it, ended, merged or resumed it, or the tracker let it go)
 or it takes a budget or a frame (an announcement), when a checkpoint changes its session
 (``Service.session_changed``), when the rules or the fleet change, and
-when the book lets the run or its conversation go. A continuing request it sent on is read here
+when the book lets the run or its conversation go; taking it back leaves the mark of a call of
+the conversation in flight (the request the relay sent on with it, whose decision, read here, is
+such a step), so the next request still waits for that call's booking rather than for this
+loop. A continuing request it sent on is read here
 as the others (``continued`` counts them; ``answered`` those with the results of the calls
 handed over), and one decided otherwise once read (a change from outside the run meanwhile: a
 reload, the fleet) is logged as a miss, as above.
@@ -538,21 +543,30 @@ class NativeEndpoint:
     def _publish(self, plan: Plan, learn: str | None) -> None:
         """The relay told the request's conversation (not new from now on), and, for a new
         conversation's first request (``learn``: its agent) that offered tools and opened a run
-        with nothing but a bound, what new runs of its agent get (not for an agent whose runs
-        have a budget in dollars or tokens: their streams are asked for usage, here)."""
+        with nothing but a bound, or a bound and the countdown's note of its rule pack's budget
+        of tool calls (a Chat Completions request's), what new runs of its agent get (not for
+        an agent whose runs have a budget in dollars or tokens: their streams are asked for
+        usage, here)."""
         exchange = plan.exchange
         if exchange is None:
             return
         state = exchange.state
         if state.conversation is not None:
             self._know((state.conversation[:24],))
-        if (learn is not None and plan.fast and exchange.turn.act is Act.PASS
-                and not exchange.turn.usage
+        turn = exchange.turn
+        if (learn is not None and plan.fast and not turn.usage
+                and (turn.act is Act.PASS or (
+                    turn.act is Act.NOTE and plan.api == "chat" and plan.echo is None
+                    and exchange.unasked is None and countdown_or_pass(
+                        turn, self.proxy.service.board(state.run_key or state.key))))
                 and exchange.request.has_tools  # (one that offers none is told no countdown)
                 and state.answered == 0 and state.asking == 1 and not state.handed):
             self.check_basis()
             if self._basis is not None:
-                self.relay.admit_agent(learn, plan.keep)
+                # (a countdown from a new run's first request on: its note, which the relay
+                # writes into a first request that offers tools, as into a continuing one)
+                self.relay.admit_agent(learn, plan.keep,
+                                       turn.text if turn.act is Act.NOTE else None)
 
     def _ahead(self, plan: Plan) -> str | None:
         """The conversation of a request whose booked call may tell the relay what its next
@@ -584,7 +598,8 @@ class NativeEndpoint:
         proved = self._proved_next(plan, answered)
         if proved is None:
             self.next_of.pop(state.key, None)
-            relay.admit_next_clear(session)  # (the relay holds its next request no more)
+            # (the relay holds its next request no more)
+            relay.admit_next_clear(session, booked=True)
             return
         calls, seen, keep, note = proved
         self.next_of[state.key] = session

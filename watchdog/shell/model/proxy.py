@@ -571,6 +571,7 @@ class ModelProxy:
                 run.key, run.agent
         except (Overloaded, StateUnavailable) as exc:
             log.warning("model call not recorded: %s", exc)
+            self.unrecorded("request")
             if state is not None:
                 steered = self._steer_unrecorded(state, parsed, agent, budget)
                 if steered is not None:
@@ -606,9 +607,12 @@ class ModelProxy:
                           budget: dict[str, float] | None
                           ) -> tuple[EndpointRun, Turn, str, str] | None:
         """What the request gets from the book's counts alone (the state cannot take its
-        records): its tool-call budget (this request's, else its run's as last read) and its
-        run's directives; None when it has neither."""
+        records): its tool-call budget (this request's, else its run's as last read, else the
+        rule packs' for its agent: a run none of whose requests was recorded) and its run's
+        directives; None when it has neither."""
         limit = (budget or {}).get("max_tool_calls", state.tool_limit)
+        if limit is None:
+            limit = self.service.pack_budget(agent or state.agent).get("max_tool_calls")
         key = state.run_key or state.key
         board = self.service.board(key)
         if limit is None and board is None:
@@ -952,6 +956,7 @@ class ModelProxy:
                 self.service.model_in_flight(call.key, call.handed, call.since)
         except (Overloaded, StateUnavailable) as exc:
             log.warning("model call not observed: %s", exc)
+            self.unrecorded("response", len(calls))
         except Exception:  # the answers have gone to the agents; the runs miss these calls
             self._failed("response")
 
@@ -1018,6 +1023,11 @@ class ModelProxy:
     def count(self, agent: str | None, api: str, outcome: str) -> None:
         if self.metrics is not None:
             self.metrics.model_request(agent or "unknown", api, outcome)
+
+    def unrecorded(self, stage: str, calls: int = 1) -> None:
+        if self.metrics is not None:
+            for _ in range(calls):
+                self.metrics.model_unrecorded(stage)
 
     def steered(self, agent: str, action: str) -> None:
         if self.metrics is not None:

@@ -40,7 +40,7 @@ from watchdog.core.model.chat import usage_only
 from watchdog.core.model.responses import restore_echo, restored_event
 from watchdog.core.model.steer import Act, kept_calls
 from watchdog.core.model.wire import SSEReader, ToolCall, Unjudged, dumps, judged
-from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, inflate
+from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, BodyTooLarge, inflate
 from watchdog.shell.model.headers import response_headers
 from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Exchange
 
@@ -129,12 +129,16 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
     coding = coding_of(upstream.headers)
     text: bytes | None = data
     if coding not in IDENTITY:
-        text = None
+        text, why = None, f"a Content-Encoding it cannot read ({coding[:32]!r})"
         if coding in SUPPORTED:
-            with contextlib.suppress(ValueError):  # (not of its coding, or inflated too long)
+            try:
                 text = inflate(data, coding, MAX_RESPONSE_BYTES)
+            except BodyTooLarge:
+                why = "too long once inflated"
+            except ValueError:
+                why = f"not of its Content-Encoding ({coding!r})"
         if text is None and strict:
-            raise Unjudged(f"a Content-Encoding it cannot read ({coding[:32]!r})")
+            raise Unjudged(why)
     body: object = None
     if text is None:
         pass
@@ -230,6 +234,11 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
                         for piece in ((chunk,) if inflater is None else inflater.feed(chunk)):
                             for event in reader.feed(piece):
                                 accumulator.feed(event)
+                            if reader.broken:  # an event past its bound: unread from here,
+                                readable = False  # not inflated on (a bomb's gigabytes)
+                                break
+                            if inflater is not None:  # the other requests' turn between
+                                await asyncio.sleep(0)  # a bomb's pieces
                     except BadCoding:  # not of its coding: passed on unread from here
                         readable = False
                 if accumulator.observation.complete:
@@ -241,6 +250,8 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
                 continue
             try:
                 for piece in ((chunk,) if inflater is None else inflater.feed(chunk)):
+                    if inflater is not None:  # the other requests' turn between a bomb's
+                        await asyncio.sleep(0)  # pieces
                     events = reader.feed(piece)
                     for event in events:
                         accumulator.feed(event)
