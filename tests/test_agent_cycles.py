@@ -6,6 +6,7 @@ the real OpenAI Agents SDK emitted in a triage/billing ping-pong and a healthy h
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -174,3 +175,43 @@ def test_a_sessions_runs_the_latest_running_one_is_told() -> None:
     assert state is not None
     assert (state.agent_cycle, state.agent_cycle_repeats, state.cycle_orchestrator) == (
         [TRIAGE, BILLING], 3, "run-5")
+
+
+def _session_runs(ends: list[SpanRecord | None], agent: str = "oi") -> list[tuple[str, str]]:
+    """Runs of one session, one agent, the same task each (as the model endpoint puts a
+    script's invocations of it), one after the other: each run's model call, then how it
+    ended (None: still going); the decisions."""
+    core = Core(RunTracker(), SessionBook(lambda _id: None), RuleEngine(load_rules([], True)))
+    decided = []
+    for index, end in enumerate(ends):
+        key, start = f"run-{index}", int((T0 + index) * 1e9)
+        records = [SpanRecord(key, KEY_WATCHDOG, f"{index:032x}", f"{index:015x}1", "a", "chat",
+                              LLM, start, start + 1000, agent=agent, session="endpoint:oi",
+                              input_hash=request_hash("Sum the numbers in data.txt"))]
+        if end is not None:
+            records.append(replace(end, run_key=key, trace_id=f"{index:032x}",
+                                   start_ns=start, end_ns=start + 2000))
+        step = core.apply(records, T0 + index)
+        decided += [(d.decision.rule, d.run.key) for d in step.decisions]
+    return decided
+
+
+def _ended(final_answer: bool, error_type: str | None = None) -> SpanRecord:
+    return SpanRecord("", KEY_WATCHDOG, "", "a", None, "oi", AGENT, 0, 0, agent="oi",
+                      session="endpoint:oi", final_answer=final_answer, error_type=error_type)
+
+
+def test_the_same_task_run_again_after_each_answer_is_no_loop() -> None:
+    """A script or an evaluation harness runs one agent on one task three times, each run to
+    its answer (``completed``): the third is a new task, not a loop across runs; nor after a
+    failed run between two answered ones."""
+    assert _session_runs([_ended(True), _ended(True), None]) == []
+    assert _session_runs([_ended(True), _ended(False, "Timeout"), _ended(True), None]) == []
+
+
+def test_the_same_task_run_again_after_runs_that_gave_no_answer_is_a_loop() -> None:
+    """A resume loop: the task started again each time its run failed (no answer); the third
+    is wound down, however many answered runs came before them."""
+    failed = _ended(False, "ToolError")
+    assert _session_runs([failed, failed, None]) == [("agent-ping-pong", "run-2")]
+    assert _session_runs([_ended(True), failed, failed, None]) == [("agent-ping-pong", "run-3")]

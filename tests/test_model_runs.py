@@ -684,23 +684,29 @@ def test_a_model_that_ignores_the_withdrawal_gives_the_agent_a_stop_note(
 
 def test_runs_seen_only_through_the_endpoint_enter_a_loop_across_agents(
         sidecar: RunningServer, llm: FakeLLM) -> None:
-    """An agent invoked again and again with the same request, its calls seen through the
-    endpoint alone: each call's input is hashed as a span's is, so the conversation's runs (one
-    session) form the cycle ``[support]``; at the third, the run still going is wound down by
-    the default pack's agent-ping-pong rule, and its next request carries the note."""
-    model = llm.script("again", steps(answer("one"), answer("two"), call("search", q="x"),
-                                      answer("three")))
+    """An agent invoked again and again with the same request, each time given up while its
+    tool ran (no answer: a script that starts the task again on the same failing approach),
+    its calls seen through the endpoint alone: each call's input is hashed as a span's is, so
+    the conversation's runs (one session) form the cycle ``[support]``; at the third, the run
+    still going is wound down by the default pack's agent-ping-pong rule, and its next request
+    carries the note. (Runs that each gave their answer repeat nothing:
+    tests/test_agent_cycles.py, tests/frameworks/test_langchaingo.py.)"""
+    model = llm.script("again", steps(call("search", q="one"), call("search", q="two"),
+                                      call("search", q="x"), answer("three")))
     client = chat(sidecar, **{"x-watchdog-agent": "support"})
-    for text in ("one", "two"):
+    for _ in range(2):
         reply = client.chat.completions.create(
             model=model, tools=TOOLS, messages=[{"role": "user", "content": "Refund order 42"}])
-        assert reply.choices[0].message.content == text
-    wait_until(lambda: len(ended_runs(sidecar, "support")) == 2, "two runs answered")
+        assert reply.choices[0].message.tool_calls  # (and the agent never came back)
+    wait_until(lambda: len(sidecar.get_json("/v1/runs?agent=support")["runs"]) == 2,
+               "two runs given up")
+    before = {run["id"] for run in sidecar.get_json("/v1/runs?agent=support")["runs"]}
     messages: list[Any] = [{"role": "user", "content": "Refund order 42"}]
     message = client.chat.completions.create(model=model, tools=TOOLS,
                                              messages=messages).choices[0].message
     assert message.tool_calls
-    [run] = sidecar.get_json("/v1/runs?agent=support&state=active")["runs"]
+    [run] = wait_until(lambda: [run for run in sidecar.get_json("/v1/runs?agent=support")["runs"]
+                                if run["id"] not in before], "the third run")
 
     def told() -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = sidecar.get_json(

@@ -29,6 +29,7 @@ from watchdog.core.model.wire import Observation, Request
 from watchdog.core.rules.decision import COUNTDOWN_TOOL_CALLS
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import RunTracker
+from watchdog.core.spans import native
 from watchdog.core.spans.record import KeySource, SpanKind, SpanRecord
 
 SYSTEM = {"role": "system", "content": "Answer with one ```bash``` block."}
@@ -92,6 +93,23 @@ def test_the_packs_action_pattern_picks_the_action_out_and_an_answer_without_one
     record = book.call_record(run, first, said("Thought: done.\nFinal Answer: 42"), [], 1, 2)
     assert (record.final_answer, record.acted_on, record.ends_run) == (True, False, True)
 
+
+def test_an_action_pattern_searches_a_long_answer_in_time_linear_in_it() -> None:
+    """A model's answer is outside data: a pack's ``action_pattern`` that a backtracking
+    search takes polynomial or exponential time in (two lazy repeats: cubic; the ReAct
+    pattern on an answer of ``Action:`` again and again: quadratic) is searched by the
+    compiled matcher, in time linear in the answer (Python's ``re`` took minutes on this one
+    and held every run of the endpoint up: pytest's timeout ends it). What it finds is what
+    ``re`` finds."""
+    assert native.searcher("x") is not None  # (the test tree builds the compiled module)
+    state = acting_run()
+    state.action_pattern = r"(?s)(.*?)(.*?)Z"
+    assert text_action(state, said("a " * 50_000)) is None  # 100 KB, no Z: no action
+    state.action_pattern = r"(?s)Action:\s*(.*?)\s*Action Input:\s*(.*)"
+    assert text_action(state, said("Action: " * 12_500)) is None
+    found = text_action(state, said("Thought: Action: x\nAction: read_file\nAction Input: a"))
+    assert found is not None and found.arguments == json.dumps(
+        {"action": "x Action: read_file a"})  # (as re.search: the first Action:, lazily)
 
 def test_each_answer_hands_one_action_over_and_the_next_request_goes_on_in_the_run() -> None:
     book = ModelBook()
@@ -377,7 +395,9 @@ def test_a_prompt_grown_by_the_latest_answer_and_its_observation_goes_on_in_the_
     state.acts_in_text = True
     book.call_record(state, first, said(STEP), [], 1, 2)
     grown = prompt_request(f"{REACT}\n{STEP}\nObservation: 100\n")
+    parsed = list(grown.said)
     assert book.identify("chat", grown, Caller(), "react", not_ended) is state
+    assert grown.said == parsed  # (the book reads the request the shell parsed, never writes it)
     [tool] = book.tool_records(state, grown, 3)
     assert (tool.tool_name, tool.result_brief, tool.error) == (
         TEXT_ACTION, "Observation: 100", False)

@@ -6,6 +6,7 @@ decision from counts and directives. The streams are the scripted upstream's own
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -743,13 +744,14 @@ def test_a_history_compacted_to_a_runs_answer_goes_on_in_that_run() -> None:
     asked = chat_request({"role": "user", "content": "Summarise the work."})
     book = ModelBook()
     run = answered(book, asked, summary)
+    # (at once: the summary ended the run, its agent goes on in the compacted history)
     assert book.identify("chat", compacted(summary), Caller(), "a",
-                         lambda _key: False) is run
+                         lambda _key: False, None, 3) is run
     # (and later requests of it: a user message of its own, a new first user message)
     later = ChatWire().read_request({"model": "m", "tools": [1], "messages": [
         {"role": "system", "content": "sys"}, {"role": "assistant", "content": summary},
         {"role": "assistant", "content": "REPORT"}, {"role": "user", "content": "continue"}]})
-    assert book.identify("chat", later, Caller(), "a", lambda _key: False) is run
+    assert book.identify("chat", later, Caller(), "a", lambda _key: False, None, 4) is run
     assert book.identify("chat", compacted(summary), Caller(), "b",
                          lambda _key: False) is not run  # another agent's
     short = ModelBook()
@@ -762,6 +764,46 @@ def test_a_history_compacted_to_a_runs_answer_goes_on_in_that_run() -> None:
     assert over.identify("chat", compacted(summary), Caller(), "a",
                          lambda _key: False) is not ended
 
+
+def test_a_conversation_seeded_with_an_earlier_runs_answer_is_a_run_of_its_own() -> None:
+    """A conversation that opens with the model's message by design (a chat seeded with the
+    agent's greeting, a transcript replayed) whose words an earlier run of the agent happened
+    to answer with, to a new user message: that run ended with it, long before; the
+    conversation is a run of its own, and the ended run is not taken back. So is one that
+    comes at once, after that run's conversation went on to its next run, and another
+    invocation's whose answers are the same (the latest run's, ended)."""
+    greeting = "Hello! I am the billing assistant. How can I help you today?"
+    second = 10**9
+
+    def answered(book: ModelBook, said: str, text: str, at: int) -> EndpointRun:
+        request = chat_request(*([{"role": "user", "content": "hi"},
+                                  {"role": "assistant", "content": greeting}]
+                                 if said != "hi" else []), {"role": "user", "content": said})
+        state = book.identify("chat", request, Caller(), "a", lambda _key: False, None, at)
+        book.call_record(state, request, Observation(finish_reason="stop", text=text,
+                                                     complete=True), [], at, at + 1)
+        return state
+
+    def seeded(at: int, book: ModelBook, ended: Callable[[str], bool]) -> EndpointRun:
+        request = ChatWire().read_request({"model": "m", "messages": [
+            {"role": "system", "content": "sys"}, {"role": "assistant", "content": greeting},
+            {"role": "user", "content": "My order 42 never came."}]})
+        return book.identify("chat", request, Caller(), "a", ended, None, at)
+
+    book = ModelBook()
+    hello = answered(book, "hi", greeting, 0)
+    assert seeded(600 * second, book, lambda key: key == hello.key) is not hello
+    # ... nor at once, once its conversation has gone on to its next run
+    going = ModelBook()
+    run = answered(going, "hi", greeting, 0)
+    assert answered(going, "and?", "Tell me what went wrong with your order, please.",
+                    2) is not run
+    assert seeded(3, going, lambda _key: False) is not run
+    # ... and two invocations answering the same: the latest one ended, long before
+    twice = ModelBook()
+    answered(twice, "hi", greeting, 0)
+    latest = answered(twice, "hi", greeting, 5 * second)
+    assert seeded(900 * second, twice, lambda _key: True) is not latest
 
 def test_a_request_that_may_continue_a_run_is_told_apart_from_a_new_one() -> None:
     """What the native endpoint books first: the ended calls a request may continue."""

@@ -590,13 +590,20 @@ def test_action_pattern_problems(tmp_path: Path) -> None:
           - agents: ["a"]
             actions: text
             action_pattern: "%s"
+          - agents: ["a"]
+            actions: text
+            action_pattern: "Action: (.*)(?=Action Input)"
     """ % ("x" * 501))
     found = problems(path)
     assert found[0] == (f"{path}:7: budgets: action_pattern: only for agents that act in "
                         "text (actions: text)")
     assert found[1].startswith(f"{path}:10: budgets: action_pattern: not a regular expression "
                                "(missing ), unterminated subpattern")
-    assert found[2:] == [f"{path}:13: budgets: action_pattern: 1 to 500 characters"]
+    assert found[2] == f"{path}:13: budgets: action_pattern: 1 to 500 characters"
+    # (a look-around: the matcher that searches an answer in linear time reads none)
+    assert found[3].startswith(f"{path}:16: budgets: action_pattern: not one the linear-time "
+                               "matcher reads (no look-around or back-reference): ")
+    assert len(found) == 4
 
 
 def test_an_entry_may_say_its_agents_act_in_text(tmp_path: Path) -> None:

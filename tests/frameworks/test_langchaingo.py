@@ -246,6 +246,20 @@ def test_two_executor_calls_are_two_runs(
         (1, 0), (2, 1)], json.dumps(runs)
 
 
+
+def test_the_same_task_run_again_to_its_answer_is_no_loop(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """A script runs the agent on one task three times, each to its answer (the endpoint puts
+    them in one session): three tasks, not a loop across runs; the third goes as the first."""
+    task = "Add 100 to 0 (the same task, run again by a script)."
+    for time in range(3):
+        before = run_ids(sidecar)
+        it = invoke(sidecar, llm, "lcg", sums_then_answer(1), tmp_path, tasks=(task,))
+        assert it.outcomes == [{"output": "all done", "error": ""}], time
+        assert [notes(body) for body in it.requests] == ["", ""], time
+        run = the_ended_run(sidecar, before)
+        assert (run["terminal_state"], run["tool_calls"]) == ("completed", 1), run
+
 # -- a budget -------------------------------------------------------------------------------------
 
 def test_a_budget_counts_actions_down_and_ends_with_the_agents_own_finish(

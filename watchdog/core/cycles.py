@@ -19,7 +19,11 @@ repeated back to back. ``repeats`` counts the whole sequence's occurrences (A→
 cycle ``[A, B]`` 3 times; one agent run again and again with the same input is a cycle of one),
 and the longest repetition wins (ties: the shorter cycle). Fewer than two occurrences is no
 cycle. A healthy chain (A→B→C, or A→B→A with a different input the second time) repeats
-nothing.
+nothing. A run that ended with its answer and hangs from no run of the group (its answer went
+to whoever started it: a script or an evaluation harness that runs one task again and again,
+each time to its answer) closes what came before it: only the runs after the latest such run
+can repeat (the same task again after an answer is a new task; again after a run that failed,
+ran out or gave up, a loop repeating a failing approach).
 
 The cycle is stopped by the **orchestrator**: the parent of the cycling runs when it is still
 running (it is the one that hands off or delegates), else the latest run of the group still
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 MAX_TRAIL = 32  # runs remembered per group (the most recently started)
@@ -63,19 +68,23 @@ class Trail:
     repeats: int = 0
     cycling: tuple[Entry, ...] = ()  # the entries the cycle's repeats cover
 
-    def add(self, entry: Entry) -> bool:
+    def add(self, entry: Entry, answered: Callable[[Entry], bool] = lambda _e: False) -> bool:
         """Put ``entry`` in (by its start); True if the cycle or its repeats changed. A run
-        already in is not put in again."""
+        already in is not put in again. ``answered``: whether an entry's run ended with its
+        answer, given to whoever started it (the runs after the latest such one may repeat)."""
         entries = self.entries
         if any(known.run == entry.run for known in entries):
             return False
         insort(entries, entry)
         del entries[:-MAX_TRAIL]
         before = (self.cycle, self.repeats)
-        length, repeats = tail_cycle([(e.agent, e.input_hash) for e in entries])
+        since = next((at + 1 for at in range(len(entries) - 1, -1, -1)
+                      if answered(entries[at])), 0)
+        tail = entries[since:]
+        length, repeats = tail_cycle([(e.agent, e.input_hash) for e in tail])
         if repeats:
-            self.cycle = tuple(e.agent for e in entries[-length:])
-            self.cycling = tuple(entries[-length * repeats:])
+            self.cycle = tuple(e.agent for e in tail[-length:])
+            self.cycling = tuple(tail[-length * repeats:])
         else:
             self.cycle, self.cycling = (), ()
         self.repeats = repeats
@@ -113,9 +122,10 @@ class CycleBook:
     def noted(self, run: str) -> bool:
         return run in self._noted
 
-    def note(self, group: str, entry: Entry) -> Trail | None:
+    def note(self, group: str, entry: Entry,
+             answered: Callable[[Entry], bool] = lambda _e: False) -> Trail | None:
         """``entry``'s run enters ``group``'s trail (once); returns the trail if its cycle
-        changed."""
+        changed (``answered``: :meth:`Trail.add`'s)."""
         if entry.run in self._noted:
             return None
         self._noted[entry.run] = None
@@ -131,7 +141,7 @@ class CycleBook:
         else:
             trails.move_to_end(group)
         had = bool(trail.repeats)
-        changed = trail.add(entry)
+        changed = trail.add(entry, answered)
         self.cycling += bool(trail.repeats) - had
         return trail if changed else None
 

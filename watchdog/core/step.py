@@ -827,7 +827,7 @@ class Core(CoreReads):
                 continue
             group = self._group(run)
             trail = cycles.note(group, Entry(run.first_start_ns, run.agent, run.input_hash,
-                                             run.key, run.parent_run))
+                                             run.key, run.parent_run), self._answered)
             if trail is None:
                 continue
             key = self._orchestrator(trail) if trail.repeats else None
@@ -840,6 +840,13 @@ class Core(CoreReads):
             if orchestrator is not None:
                 orchestrators[orchestrator.key] = orchestrator
         return list(orchestrators.values())
+
+    def _answered(self, entry: Entry) -> bool:
+        """Whether ``entry``'s run ended ``completed`` with its answer, started by no run of
+        its group (its answer went to whoever started it: the same task again is a new one)."""
+        run = self.tracker.get(entry.run)
+        return run is not None and run.ended and entry.parent is None \
+            and run.terminal_state is TerminalState.COMPLETED and run.has_final_answer
 
     def _orchestrator(self, trail: Trail) -> str | None:
         """The run that can stop ``trail``'s cycle: the cycling runs' parent while it runs,

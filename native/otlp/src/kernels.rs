@@ -99,6 +99,40 @@ impl Phrases {
     }
 }
 
+/// A rule pack's `action_pattern`, searched in time linear in the text (the `regex` crate
+/// never backtracks): an answer of the model, outside data, cannot make it take longer, as it
+/// can Python's `re` (a 16 KB answer against `(.*?)(.*?)Z`: minutes).
+#[pyclass(frozen, module = "watchdog.core.spans._native")]
+pub struct Searcher {
+    regex: regex::Regex,
+}
+
+#[pymethods]
+impl Searcher {
+    /// A ValueError where the pattern is no regex this matcher reads (a look-around, a
+    /// back-reference) or compiles past its size limit.
+    #[new]
+    fn new(pattern: &str) -> PyResult<Self> {
+        let regex = regex::RegexBuilder::new(pattern)
+            .size_limit(1 << 20)
+            .build()
+            .map_err(|error| PyValueError::new_err(error.to_string()))?;
+        Ok(Searcher { regex })
+    }
+
+    /// The first match in `text` (leftmost, its alternatives and repeats preferred as Python's
+    /// `re.search` prefers them): the match, then each group's text (None: a group that took
+    /// no part); None when nothing matches.
+    fn search(&self, text: &str) -> Option<Vec<Option<String>>> {
+        self.regex.captures(text).map(|found| {
+            found
+                .iter()
+                .map(|part| part.map(|part| part.as_str().to_owned()))
+                .collect()
+        })
+    }
+}
+
 /// `object` taken out of the garbage collector's walk (`PyObject_GC_UnTrack`): for an object
 /// no reference cycle can pass through, which the collector then never needs to look at. A
 /// pyclass is always a GC type (PyO3 sets `Py_TPFLAGS_HAVE_GC` on every one), and one without
@@ -489,6 +523,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     set_int_max_str_digits(m)?;
     m.add_function(wrap_pyfunction!(stable_hash, m)?)?;
     m.add_class::<Phrases>()?;
+    m.add_class::<Searcher>()?;
     m.add_class::<Json>()?;
     Ok(())
 }

@@ -73,7 +73,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
-from typing import Any
+from typing import Any, cast
 
 from watchdog.core.bounds import MAX_STOP_ANSWERS
 from watchdog.core.model.failure import looks_failed, refusal_of
@@ -275,6 +275,9 @@ class EndpointRun:
     # user message is the next run's even before the tracker ends it (an evaluation interval
     # later), as a script's next ``chat`` at once is
     answered_last: bool = False
+    # ... the digest of its latest answer to a new user message, when a history may be
+    # compacted to it (a text answer, at least MIN_ASIDE_CHARS): :meth:`ModelBook._compacted`
+    summary: str | None = None
     # ... the words of its latest answer, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS):
     # a conversation's first request that quotes them is a side request of it (:func:`is_side`)
     quote: str | None = None
@@ -289,6 +292,10 @@ class EndpointRun:
     # conversation's first request whose prompt begins with that part and goes on with the
     # answer goes on in the run (:func:`grows_from`)
     grown: tuple[int, str, str, int, str] | None = None
+    # ... what the request that went on so (:meth:`ModelBook._grown`) says after that answer
+    # (its action's result), read from its prompt: with that prompt's hash, the request it is
+    # of (:func:`said_of`; the parsed request is the shell's, never written)
+    heard: tuple[int, tuple[str, ...]] | None = None
     # the run of the caller whose sub-agent this run is (its requests name a sub-agent of
     # their session; the caller's name none): a child run of it (``parent_run``)
     parent: str | None = None
@@ -572,7 +579,7 @@ class ModelBook:
         # session has runs of several conversations at once, a sub-agent's beside its caller's,
         # so a conversation the book does not know is not taken for its active run)
         session = client_session or "model:" + digest[:24]
-        compacted = self._compacted(request, agent)
+        compacted = self._compacted(request, agent, ended)
         if compacted is not None and compacted.conversation != digest:
             # its history compacted to the summary it asked the model for: the run goes on in
             # this conversation (taken back if that answer ended it), whatever its length
@@ -710,19 +717,31 @@ class ModelBook:
         self._going_on, state.answered_last = True, False
         return self._touch(state)
 
-    def _compacted(self, request: Request, agent: str | None) -> EndpointRun | None:
+    def _compacted(self, request: Request, agent: str | None,
+                   ended: Callable[[str], bool]) -> EndpointRun | None:
         """The run whose history ``request``'s conversation was compacted to: the one that
         conversation opens with the answer of, as the model's and before any user message
         (:attr:`Request.opening`), an answer to a new user message of the run's (the summary
         the agent asked for, its tools offered or not: the Continue CLI sends its history's
         summary so, then a user message "continue"); the same agent's, not over by its final
-        request or a stop. No conversation a person starts opens with the model's answer."""
+        request or a stop, nor followed by its conversation's next run; that answer its latest
+        to a new user message, and, when it ended the run, come just before (``at_once_ns``):
+        an agent compacts its history and goes on at once. A conversation seeded with the
+        model's message by design (a greeting, a transcript replayed) that an earlier run
+        happened to answer with, or another invocation whose answers are the same, is not
+        that run's."""
         if request.opening is None or request.kept:
             return None
         summary = answer_digest(request.opening)
         key = self._summaries.get(summary) if summary is not None else None
         state = self._runs.get(key) if key is not None else None
-        if state is None or state.agent != agent or state.final_used or state.stop is not None:
+        if state is None or state.agent != agent or state.final_used or state.stop is not None \
+                or state.summary != summary \
+                or self._conversations.get(state.conversation or "") != state.key:
+            return None
+        if (state.answered_last or ended(state.key)) and not (
+                self._now_ns is not None
+                and 0 <= self._now_ns - state.last_end_ns < self.at_once_ns):
             return None
         return state
 
@@ -750,7 +769,7 @@ class ModelBook:
                 continue
             after = grows_from(state, request)
             if after is not None:
-                request.said = [after] if after else []
+                state.heard = (hash(request.anchor_text), (after,) if after else ())
                 state.conversation = digest
                 self._conversations[digest] = state.key
                 self._conversations.move_to_end(digest)
@@ -855,7 +874,8 @@ class ModelBook:
                 or _answered(state.begun, result.call_id)
             if call is not None:
                 answered.append((call, result))
-        asked, state.asked = state.asked, _asked(request)
+        said = said_of(state, request)
+        asked, state.asked = state.asked, _asked(request, said)
         retried: list[ToolCall] = []
         if state.pending and not answered and asked == state.asked and state.asking <= 1:
             # the request before, sent again (none other of the run with the model): the
@@ -868,10 +888,10 @@ class ModelBook:
         unanswered = list(state.pending.values())
         state.pending.clear()
         for call in unanswered:
-            answered.append((call, _said_result(call, request.said, len(unanswered))))
+            answered.append((call, _said_result(call, said, len(unanswered))))
         for call in state.begun.values():  # (a request sent again answers none of them)
-            if (said := _said_result(call, request.said, 0)) is not None:
-                answered.append((call, said))
+            if (heard := _said_result(call, said, 0)) is not None:
+                answered.append((call, heard))
         state.begun.clear()
         for call in retried:
             _wait(state.begun, call)
@@ -985,6 +1005,8 @@ class ModelBook:
                                        for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
         answer = answer_of(handed)
+        if request.last_is_user and not side:
+            state.summary = None  # (its latest answer to a new user message: this one's)
         if broke:
             # the response broke off before its end (the upstream closed it or sent an error
             # event mid-stream, or the agent went away): a failed call, no answer; what it
@@ -1002,7 +1024,7 @@ class ModelBook:
             if not request.has_tools and not acted and len(words) >= MIN_ASIDE_CHARS:
                 state.aside = words[:MAX_ASIDE_CHARS]  # an aside's answer (it offered no tools)
             if request.last_is_user and not acted and len(words) >= MIN_ASIDE_CHARS:
-                summary = answer_digest(words)
+                summary = state.summary = answer_digest(words)
                 if summary is not None:  # (an answer a history may be compacted to)
                     self._summaries[summary] = state.key
                     self._summaries.move_to_end(summary)
@@ -1087,12 +1109,12 @@ def text_action(state: EndpointRun, seen: Observation) -> ToolCall | None:
     if not state.acts_in_text or state.final_used or state.stop is not None \
             or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
         return None
-    pattern = _action_regex(state.action_pattern) if state.action_pattern else None
-    if pattern is not None:
-        found = pattern.search(seen.text[:MAX_ACTION_CHARS])
+    search = _action_search(state.action_pattern) if state.action_pattern else None
+    if search is not None:
+        found = search(seen.text[:MAX_ACTION_CHARS])
         if found is None:
             return None
-        parts = [part for part in found.groups() if part] or [found.group(0)]
+        parts = [part for part in found[1:] if part] or [found[0] or ""]
     else:
         blocks = _FENCED.findall(seen.text)
         if state.acts_in_code and not blocks:
@@ -1104,23 +1126,38 @@ def text_action(state: EndpointRun, seen: Observation) -> ToolCall | None:
 
 
 @lru_cache(maxsize=64)
-def _action_regex(pattern: str) -> re.Pattern[str] | None:
-    """A rule pack's ``action_pattern``, compiled (None: not a regular expression; the pack's
-    reader refused it)."""
+def _action_search(pattern: str) -> Callable[[str], Sequence[str | None] | None] | None:
+    """A rule pack's ``action_pattern``, compiled: what it finds in a text, the match then
+    each group's (None: nothing found); searched in time linear in the text where the
+    compiled module is built (:func:`~watchdog.core.spans.native.searcher`: a model's answer
+    cannot hold the endpoint up), else by Python's ``re``. None: not a regular expression
+    (the pack's reader refused it)."""
+    from watchdog.core.spans.native import searcher
+
     try:
-        return re.compile(pattern)
-    except re.error:
+        compiled = searcher(pattern)
+        python = re.compile(pattern) if compiled is None else None
+    except (ValueError, re.error):
         return None
+    if compiled is not None:
+        return cast(Callable[[str], Sequence[str | None] | None], compiled.search)
+    assert python is not None
+
+    def search(text: str) -> Sequence[str | None] | None:
+        found = python.search(text)
+        return None if found is None else (found.group(0), *found.groups())
+
+    return search
 
 
-def _asked(request: Request) -> tuple[object, ...]:
+def _asked(request: Request, said: Sequence[str]) -> tuple[object, ...]:
     """What a request carries past the model's last answer, as far as it tells one request
     sent again from the next: its length, the response it continues, the calls its results
     answer and what else it says there; and its first user message (an agent that sends its
     history within one prompt grows it at each step, the same output after the same action
     again and again: :func:`grows_from`)."""
     return (request.messages, request.previous_response_id,
-            tuple(result.call_id for result in request.results), hash(tuple(request.said)),
+            tuple(result.call_id for result in request.results), hash(tuple(said)),
             hash(request.anchor))
 
 
@@ -1132,7 +1169,7 @@ def _sent_again(state: EndpointRun, request: Request) -> bool:
     twin's (:meth:`ModelBook.tool_records` takes its calls back). Equal content alone is no
     evidence: a second invocation with the same first request is the next run."""
     return state.unread and state.asking == 0 and bool(state.pending) \
-        and state.asked == _asked(request)
+        and state.asked == _asked(request, said_of(state, request))
 
 
 def _wait(waiting: dict[str, ToolCall], call: ToolCall) -> str:
@@ -1347,7 +1384,17 @@ def quotes_answer(state: EndpointRun, request: Request) -> bool:
     return state.quote is not None and not request.has_tools and not request.results \
         and request.last_answer is None \
         and _said_digest(request.instructions) != state.prompt \
-        and state.quote in " ".join(" ".join(request.said[:MAX_SIDE_SAID]).split())
+        and state.quote in " ".join(" ".join(said_of(state, request)[:MAX_SIDE_SAID]).split())
+
+
+def said_of(state: EndpointRun, request: Request) -> Sequence[str]:
+    """What ``request`` says after the model's last answer, as ``state``'s run reads it: for a
+    prompt grown by the run's latest answer (:attr:`EndpointRun.heard`), what follows that
+    answer in it; else what the request says after its last answer (:attr:`Request.said`)."""
+    heard = state.heard
+    if heard is not None and heard[0] == hash(request.anchor_text):
+        return heard[1]
+    return request.said
 
 
 def _remember(index: OrderedDict[str, str], session: str, key: str) -> None:
@@ -1438,7 +1485,7 @@ def _digest(api: str, agent: str | None, anchor: str) -> str:
         "utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def _said_result(call: ToolCall, said: list[str], calls: int) -> ToolResult | None:
+def _said_result(call: ToolCall, said: Sequence[str], calls: int) -> ToolResult | None:
     """A call's result as an agent replays it in plain text: the text after the last answer
     that names the call's id, else all of that text when this was the only call handed over;
     None when the request carries none."""

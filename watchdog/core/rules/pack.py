@@ -418,10 +418,7 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
         elif not action_pattern or len(action_pattern) > MAX_ACTION_PATTERN_CHARS:
             problem = f"1 to {MAX_ACTION_PATTERN_CHARS} characters"
         else:
-            try:
-                re.compile(action_pattern)
-            except re.error as exc:
-                problem = f"not a regular expression ({exc})"
+            problem = _action_pattern_problem(action_pattern)
         if problem is not None:
             reader.problem(fields["action_pattern"], None, f"budgets: action_pattern: {problem}")
             ok = False
@@ -443,6 +440,25 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
         return None
     return Budget(agents, limits, reader.file, reader.line(node), actions, stop_answer,
                   action_pattern, finish)
+
+
+def _action_pattern_problem(pattern: str) -> str | None:
+    """What is wrong with a budgets entry's ``action_pattern`` (None: nothing): not a regular
+    expression, or, where the compiled module is built, not one its matcher reads (it searches
+    a model's answer in time linear in it, which no look-around or back-reference allows)."""
+    from watchdog.core.spans.native import searcher
+
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return f"not a regular expression ({exc})"
+    try:
+        searcher(pattern)
+    except ValueError as exc:
+        first = str(exc).strip().splitlines()[-1:] or [""]
+        return ("not one the linear-time matcher reads (no look-around or back-reference): "
+                f"{first[0][:200]}")
+    return None
 
 
 def _finish(reader: Reader, node: Node) -> Finish | None:

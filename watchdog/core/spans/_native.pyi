@@ -222,6 +222,13 @@ class Phrases:
     def first(self, text: str) -> int:
         """The first pattern found; -1 none; -2 a text that is no UTF-8."""
 
+class Searcher:
+    """A rule pack's action_pattern, searched in linear time; ValueError for one it does not
+    read."""
+    def __init__(self, pattern: str) -> None: ...
+    def search(self, text: str) -> list[str | None] | None:
+        """The first match and its groups' texts; None: no match."""
+
 class Json:
     """Tool arguments' canonical JSON and a model output's tool calls, read by serde_json."""
     def __init__(self, envelopes: Iterable[tuple[frozenset[str], str]],

@@ -75,6 +75,16 @@ def _compiled() -> Callable[[bytes], Any]:
     return parse
 
 
+def searcher(pattern: str) -> Any:
+    """A rule pack's ``action_pattern`` compiled by the matcher that searches in time linear
+    in the text (:class:`~watchdog.core.spans._native.Searcher`); None where the compiled
+    module is not built (Python's ``re`` searches it). ValueError where that matcher does not
+    read it (a look-around, a back-reference)."""
+    if not _load():
+        return None
+    return _native.Searcher(pattern)
+
+
 def _patterns(table: tuple[tuple[re.Pattern[str], str], ...]) -> Any:
     """A table's regexes matched in one pass; None where one is a regex Rust's reads otherwise
     (a look-around, a back-reference): Python's loop reads them."""
