@@ -265,12 +265,12 @@ def looping_traced() -> fakellm.Script:
                                   fakellm.answer(ANSWER)))
 
 
-@pytest.mark.parametrize(("scenario", "script", "ran", "repeats"), [
-    ("two_tools", counting, ["alpha", "beta"], 1),
-    ("loop", looping_traced, ["the file"] * 4, 4)])
+@pytest.mark.parametrize(("scenario", "script", "ran", "repeats", "state"), [
+    ("two_tools", counting, ["alpha", "beta"], 1, "no_response"),
+    ("loop", looping_traced, ["the file"] * 4, 4, "loop_detected")])
 def test_codex_traced_by_its_own_opentelemetry_is_one_run_with_its_tools(
         plain: RunningServer, llm: FakeLLM, tmp_path: Path, scenario: str,  # noqa: F811
-        script: Any, ran: list[str], repeats: int) -> None:
+        script: Any, ran: list[str], repeats: int, state: str) -> None:
     """Codex's ``[otel]`` exporters to the sidecar, its model the scripted upstream itself:
     its trace (a turn's ``run_turn``, each request's HTTP span, each tool's dispatch span) is
     one run of its model calls and tools, each tool's arguments its ``codex.tool_result`` log
@@ -285,9 +285,10 @@ def test_codex_traced_by_its_own_opentelemetry_is_one_run_with_its_tools(
         "codex_exec", tools + 1, tools, 0), run
     assert run["signals"]["tools"] == {TOOL: tools}, run["signals"]
     assert run["signals"]["repeated_tool_call"] == repeats, run["signals"]
-    # the gaps: its answer is on no span (the run ends without one), nor its tokens
+    # the gaps: its answer is on no span (the run ends without one), nor its tokens; its loop,
+    # exported at its exit with its end, ends it as the loop rule does live
     assert (run["has_final_answer"], run["terminal_state"], run["total_tokens"],
-            run["unpriced_calls"]) == (False, "no_response", 0, tools + 1), run
+            run["unpriced_calls"]) == (False, state, 0, tools + 1), run
 
 
 @pytest.mark.parametrize("logs_first", [False, True], ids=["spans-first", "logs-first"])

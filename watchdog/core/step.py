@@ -185,7 +185,8 @@ class Core(CoreReads):
         None: all) that holds on it as it was at its end, not ended, and has a
         ``terminal_state``; the rule is its reason. Nothing is decided for it (it is over: no
         directive, nothing fired), and a rule that aborts (``aborted``, its own or an abort's
-        default) never stopped it."""
+        default) never stopped it. A run whose own end tells that state already (a framework's
+        limit, its budget spent) keeps its own reason: the rule adds nothing to it."""
         engine = self.engine
         assert engine is not None and run.ended_at is not None
         live = run.copy()
@@ -196,11 +197,16 @@ class Core(CoreReads):
         except Exception as exc:  # (as on a live run: that run's failure alone)
             step.failures.append(Failure("rules", run.key, exc))
             return
+        own = run.terminal_state
+        if own in (TerminalState.COMPLETED, TerminalState.NO_RESPONSE) \
+                and run.at_budget(self._defaults(run)):
+            own = TerminalState.TOOL_LIMIT_REACHED  # (as :meth:`_finish` will classify it)
         for decision in decisions:
             if decision.terminal_state not in (None, TerminalState.ABORTED) \
                     and engine.loaded_before(decision.rule, run.ended_at):
-                run.terminal_state, run.terminal_reason = decision.terminal_state, \
-                    decision.rule
+                if decision.terminal_state is not own:
+                    run.terminal_state, run.terminal_reason = decision.terminal_state, \
+                        decision.rule
                 return
 
     def _late_at_budget(self, result: BatchResult, finished: list[RunState]) -> None:
