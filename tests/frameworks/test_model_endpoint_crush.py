@@ -39,14 +39,13 @@ import pytest
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
-from tests.frameworks.steering import CYCLE_LOOP
 from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
     BUDGET,
-    GRACE_LEFT,
     KEY,
     LEFT,
     REPORT,
     budgeted,
+    check_cycle_wound_down,
     check_no_control_text_in_user_messages,
     instructions,
     plain,
@@ -193,12 +192,7 @@ def test_a_looping_crush_is_wound_down_then_stopped(
     5 times in 10 steps, never fires on a pair)."""
     it = invoke(plain, llm, cycling(tmp_path), tmp_path)
     requests = it.requests
-    assert len(requests) == 11
-    assert [CYCLE_LOOP in instructions(body) for body in requests] == [False] * 8 + [True] * 3
-    assert [GRACE_LEFT.findall(instructions(body)) for body in requests] == [[]] * 8 + [
-        ["2"], ["1"], []]
-    assert [fakellm.offers_tools(body) for body in requests] == [True] * 10 + [False]
-    assert "Tools are withdrawn" in instructions(requests[-1])
+    check_cycle_wound_down(requests)
     assert it.ran == ["the file"] * 5  # the shell's half of the 10 calls, really run
     # the file tool's half, really run: each result the file's line
     reads = [message for message in requests[-1]["messages"]

@@ -62,6 +62,7 @@ import pytest
 from tests.frameworks import fakellm, jvm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, DRIVERS, clean_environ, drive_command
+from tests.frameworks.steering import CYCLE_LOOP
 from tests.frameworks.test_genkit_go import genkit_go
 from tests.frameworks.test_rig import rig_agent
 from tests.harness import (
@@ -425,6 +426,18 @@ def user_text(body: Mapping[str, Any]) -> str:
     return "\n".join(json.dumps(message.get("content"))
                      for message in body.get("messages") or body.get("input") or []
                      if isinstance(message, dict) and message.get("role") == "user")
+
+
+def check_cycle_wound_down(requests: list[dict[str, Any]]) -> None:
+    """A coding agent's tool cycle as the upstream saw it (the same pair of calls round and
+    round): tool-cycle fires at the 8th call, the next two requests wind down with a grace of
+    2 and 1, the 11th is the final request, its tools withdrawn."""
+    assert len(requests) == 11
+    assert [CYCLE_LOOP in instructions(body) for body in requests] == [False] * 8 + [True] * 3
+    assert [GRACE_LEFT.findall(instructions(body)) for body in requests] == [[]] * 8 + [
+        ["2"], ["1"], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * 10 + [False]
+    assert "Tools are withdrawn" in instructions(requests[-1])
 
 
 def check_no_control_text_in_user_messages(requests: list[dict[str, Any]]) -> None:
