@@ -1011,12 +1011,12 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "tree": (DOCS / "architecture.md", "    fleet.py", "    fleets.py"),
     "pip": (ROOT / "client" / "README.md", "[otlp]", "[otel]"),
     "codex-config": (DOCS / "frameworks.md", "4318/v1/traces", "4317/v1/traces"),
-    "opencode-config": (DOCS / "steering.md", "9478/v1", "9478/v2"),
-    "crush-config": (DOCS / "steering.md", '"type": "openai"', '"type": "openai-compat"'),
-    "aider-command": (DOCS / "steering.md", "/agent/aider/v1", "/agent/aider/v2"),
-    "continue-config": (DOCS / "steering.md", "provider: openai", "provider: openai-compat"),
-    "langchaingo-env": (DOCS / "steering.md", "/agent/langchaingo/v1", "/agent/langchain/v1"),
-    "open-interpreter-settings": (DOCS / "steering.md", "interpreter.auto_run = True",
+    "opencode-config": (DOCS / "agents.md", "9478/v1", "9478/v2"),
+    "crush-config": (DOCS / "agents.md", '"type": "openai"', '"type": "openai-compat"'),
+    "aider-command": (DOCS / "agents.md", "/agent/aider/v1", "/agent/aider/v2"),
+    "continue-config": (DOCS / "agents.md", "provider: openai", "provider: openai-compat"),
+    "langchaingo-env": (DOCS / "agents.md", "/agent/langchaingo/v1", "/agent/langchain/v1"),
+    "open-interpreter-settings": (DOCS / "agents.md", "interpreter.auto_run = True",
                                   "interpreter.auto_run = False"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
@@ -1198,7 +1198,9 @@ def link_problems(paths: list[Path], root: Path = ROOT) -> list[str]:
 
 
 def test_links_between_documents_resolve() -> None:
-    problems = link_problems(DOCUMENTS)
+    """Every relative link and anchor of the documents, and of the changelog, whose entries
+    link the sections that say more."""
+    problems = link_problems([*DOCUMENTS, ROOT / "CHANGELOG.md"])
     assert not problems, "\n".join(problems)
 
 
