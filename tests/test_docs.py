@@ -1643,7 +1643,7 @@ def test_the_open_files_figures_are_the_sidecars() -> None:
     from watchdog.shell.config import Config
 
     text = (ROOT / "docs" / "limits.md").read_text("utf-8")
-    bullet = " ".join(text.split("- **Open files**", 1)[1].split("\n- ", 1)[0].split())
+    bullet = " ".join(text.split("\n### Open files\n", 1)[1].split("\n#", 1)[0].split())
     with_model = dataclasses.replace(Config(), model_address="127.0.0.1:9478")
     assert re.search(
         rf"needs {open_files.START_FILES} to start .*?{open_files.START_FILES} \+ "
