@@ -1255,6 +1255,48 @@ def test_a_charts_pointer_to_nowhere_is_caught(tmp_path: Path) -> None:
         "values.yaml: docs/nowhere.md: no such file"]
 
 
+# What the code and its tools name of the documents, in messages, docstrings and the runbook
+# URLs of the alert tests: a page moved or a section renamed must take them along. (The
+# benches' and tests' sample texts, "docs/retry.md" in a tool result, are data: not read.)
+POINTING = ("watchdog", "client/agent_watchdog_client", "tools", "native", "tests/promtool")
+
+
+def source_reference_problems(root: Path, folders: tuple[str, ...] = POINTING,
+                              files: tuple[str, ...] = ("Makefile", "pyproject.toml")
+                              ) -> list[str]:
+    paths = [path for folder in folders if (root / folder).is_dir()
+             for path in sorted((root / folder).rglob("*"))
+             if path.is_file() and path.suffix in (".py", ".pyi", ".c", ".rs", ".yaml", ".toml")
+             and "target" not in path.relative_to(root).parts]
+    paths += [root / name for name in files if (root / name).is_file()]
+    problems = []
+    for path in paths:
+        for match in CHART_REFERENCE.finditer(path.read_text("utf-8", errors="replace")):
+            page, heading = match.group(1), match.group(2)
+            where = f"{path.relative_to(root)}: {match.group(0)}"
+            if not (root / page).exists():
+                problems.append(f"{where}: no such file")
+            elif heading and heading not in anchors((root / page).read_text("utf-8")):
+                problems.append(f"{where}: no such heading")
+    return problems
+
+
+def test_the_codes_pointers_into_the_documents_resolve() -> None:
+    problems = source_reference_problems(ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_codes_pointer_to_nowhere_is_caught(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "limits.md").write_text("# Limits\n\n## Disk\n")
+    (tmp_path / "watchdog").mkdir()
+    (tmp_path / "watchdog" / "config.py").write_text(
+        '"""Bounds: docs/limits.md#disk, docs/limits.md#open-files and docs/gone.md."""\n')
+    (tmp_path / "Makefile").write_text("# tiers: docs/limits.md\n")
+    assert source_reference_problems(tmp_path) == [
+        "watchdog/config.py: docs/limits.md#open-files: no such heading",
+        "watchdog/config.py: docs/gone.md: no such file"]
+
 def test_a_broken_link_is_caught(tmp_path: Path) -> None:
     (tmp_path / "other.md").write_text("# Other\n\n## Twice\n\n## Twice\n")
     page = tmp_path / "page.md"
