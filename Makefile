@@ -326,7 +326,7 @@ langchaingo-agent: $(LANGCHAINGO_AGENT)
 ## the Eino agent of tests/frameworks/test_eino.py (tests/frameworks/go/eino, a module of its own:
 ## github.com/cloudwego/eino's ReAct agent and adk agents, eino-ext's OpenAI ChatModel, as its
 ## go.mod and go.sum pin them), built the same way into AGENT_WATCHDOG_CACHE/eino-agent/
-## <hash of its sources>/. About 60 CPU seconds cold (an empty Go build cache, its modules in
+## <hash of its sources>/. About 65 CPU seconds cold (an empty Go build cache, its modules in
 ## Go's module cache), a 26 MB binary
 EINO_AGENT_SOURCES := tests/frameworks/go/eino/main.go tests/frameworks/go/eino/go.mod \
 	tests/frameworks/go/eino/go.sum

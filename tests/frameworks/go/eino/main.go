@@ -84,7 +84,8 @@ type outcome struct {
 func main() {
 	ctx := context.Background()
 	model, err := openai.NewChatModel(ctx, &openai.ChatModelConfig{
-		BaseURL: os.Getenv("OPENAI_BASE_URL"), APIKey: os.Getenv("OPENAI_API_KEY"), Model: os.Getenv("OPENAI_MODEL")})
+		BaseURL: os.Getenv("OPENAI_BASE_URL"),
+		APIKey:  os.Getenv("OPENAI_API_KEY"), Model: os.Getenv("OPENAI_MODEL")})
 	if err != nil {
 		fail(err)
 	}

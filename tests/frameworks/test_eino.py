@@ -1,0 +1,303 @@
+"""Eino (CloudWeGo's ``github.com/cloudwego/eino`` v0.7.36), steered through the model endpoint
+with no code in it: ``go/eino/main.go``, a module of its own pinned by its ``go.sum``, built by
+``make eino-agent``; its model eino-ext's OpenAI ``ChatModel`` (``components/model/openai``
+v0.1.7), pointed at the sidecar by its ``BaseURL`` alone, which also names the agent
+(``/agent/<name>/v1``). Its agents: ``flow/agent/react``'s ``NewAgent`` (``Generate`` and
+``Stream``; its tool calls streamed in chunks) and ``adk``'s ``ChatModelAgent`` run by its
+``Runner`` (streamed or not), their tools from ``utils.InferTool``; ``adk``'s supervisor
+(``adk/prebuilt/supervisor``) and ``SequentialAgent``. Eino emits no OpenTelemetry of its own
+(its callbacks are Go interfaces; the handlers that export, eino-ext's ``callbacks/*``, are not
+served by the Go module proxy here): it is read through the endpoint alone.
+
+* each ``Generate``/``Stream`` call (each ``Runner.Query``) is one run;
+* a budget of 3: the true count at each request, 3 tools run, the 4th request final (its tools
+  withdrawn, ``tool_choice: none``), its answer the output the caller gets,
+  ``tool_limit_reached``;
+* Eino's own limit first (react's ``MaxStep``, adk's ``MaxIterations``): the call fails with
+  Eino's error and makes no request more: the run is held open for the tool call it last
+  handed over (known gap, as LangChainGo's);
+* a loop wound down by ``tool-cycle``, its final request's report the caller's output;
+* an abort: the stop answer is the agent's final answer, not an error;
+* a supervisor and its worker (``transfer_to_agent`` a tool call) share one run while the
+  worker's turn goes on; a turn that ends in an answer ends the run, so the next agent's turn
+  is the session's next run, with a budget of its own (known gap), unless the budget was spent:
+  then the next turn, at once, is answered with the run's report.
+
+Nothing waits for a directive: what the upstream saw at each request is asserted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
+from tests.frameworks.steering import GRACE_LEFT, instructions, user_text
+from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
+from tests.harness import RunningServer, endpoint_with_pack
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+
+AGENT_DIR = Path(__file__).resolve().parent / "go" / "eino"
+KEY = "sk-eino-0123456789abcdefSECRET"
+REPORT = "REPORT: 3 sums done; the rest remains."
+PACK = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: eino
+budgets:
+  - agents: ["eino-budget"]
+    max_tool_calls: 3
+rules:
+  - name: two-calls-then-abort
+    agents: ["eino-abort"]
+    when: "!run.ended && run.tool_calls >= 2"
+    action: abort
+    message: "Stopped by the test's rule after 2 tool calls"
+"""
+LEFT = re.compile(r"\[budget: (\d+) of (\d+) tool calls left")
+LOOP_NOTE = "Loop: the same sequence of tool calls 4 times in a row"  # tool-cycle's
+STOPPED = "The agent-watchdog stopped this run"
+_CASES = itertools.count(1)
+
+
+def agent_binary() -> Path:
+    """The agent ``make eino-agent`` built for ``go/eino/`` as it is now (the Makefile's hash:
+    of main.go, go.mod and go.sum, in that order)."""
+    sources = [AGENT_DIR / "main.go", AGENT_DIR / "go.mod", AGENT_DIR / "go.sum"]
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
+    binary = AGENT_DIR.parents[3] / ".cache" / "eino-agent" / digest / "eino-agent"
+    assert binary.exists(), f"{binary} is missing: `make eino-agent` builds it"
+    return binary
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+            model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
+    with endpoint_with_pack(tmp_path_factory.mktemp("eino"), PACK, llm.base_url,
+                            model_relay) as server:
+        yield server
+
+
+def pointed(endpoint: str, agent: str) -> str:
+    """The ``BaseURL`` of eino-ext's OpenAI ``ChatModelConfig`` that points the agent at the
+    sidecar's model endpoint ``endpoint`` and names it ``agent`` (docs/steering.md shows it)."""
+    return f"{endpoint}/agent/{agent}/v1"
+
+
+@dataclass(frozen=True)
+class Invocation:
+    outcomes: list[dict[str, str]]  # per call: the output the caller got, the error
+    ran: list[str]  # what its tools were given
+    requests: list[dict[str, Any]]  # what the upstream read
+
+
+def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
+           tmp: Path, kind: str = "react", stream: bool = False, steps: int = 40,
+           tasks: tuple[str, ...] = ()) -> Invocation:
+    """The agent once, in ``tmp``, named ``agent`` by its base URL: one call per task (by
+    default one, a task of its own), its own limit ``steps`` (react's ``MaxStep``, adk's
+    ``MaxIterations``), its model scripted by ``script``."""
+    case = next(_CASES)
+    tasks = tasks or (f"Add 100 to 0, 1 and 2 in turn (case {case}).",)
+    model = llm.script(f"{agent}-{case}", script)
+    (tmp / "notes.txt").write_text("nothing here yet\n")
+    env = {**clean_environ(), "OPENAI_BASE_URL": pointed(sidecar.url("model"), agent),
+           "OPENAI_API_KEY": KEY, "OPENAI_MODEL": model, "AGENT_KIND": kind,
+           "AGENT_STREAM": "1" if stream else "0", "AGENT_TASKS": json.dumps(tasks),
+           "AGENT_MAX_STEP": str(steps)}
+    result = subprocess.run([str(agent_binary())], env=env, cwd=tmp, capture_output=True,
+                            text=True, timeout=DRIVER_TIMEOUT, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    outcomes = [json.loads(line) for line in result.stdout.splitlines()]
+    ran = tmp / "ran.log"
+    return Invocation(outcomes, ran.read_text().splitlines() if ran.exists() else [],
+                      llm.requests(model))
+
+
+def sums(index: int, body: dict[str, Any]) -> fakellm.Step:
+    """``add`` while tools can be called, the report when not."""
+    if not fakellm.offers_tools(body):
+        return fakellm.answer(REPORT)
+    return fakellm.call("add", a=index, b=100)
+
+
+def rereading(_index: int, body: dict[str, Any]) -> fakellm.Step:
+    """The same ``read_file`` call whatever it is told, while tools can be called."""
+    if not fakellm.offers_tools(body):
+        return fakellm.answer(REPORT)
+    return fakellm.call("read_file", path="notes.txt")
+
+
+def tool_names(body: dict[str, Any]) -> list[str]:
+    return [tool["function"]["name"] for tool in body.get("tools") or []]
+
+
+def calls_asked(body: dict[str, Any]) -> int:
+    return sum(1 for message in body["messages"]
+               if message["role"] == "assistant" and message.get("tool_calls"))
+
+
+def supervised(index: int, body: dict[str, Any]) -> fakellm.Step:
+    """The supervisor hands the task to the worker; the worker adds (twice at most) and
+    answers; back with it, the supervisor answers."""
+    if not fakellm.offers_tools(body):
+        return fakellm.answer(REPORT)
+    if "add" in tool_names(body):
+        return fakellm.answer("WORKER: sums done") if calls_asked(body) >= 2 else \
+            fakellm.call("add", a=index, b=100)
+    if "[worker] said" in json.dumps(body["messages"]):
+        return fakellm.answer("FINAL: the worker did the sums")
+    return fakellm.call("transfer_to_agent", agent_name="worker")
+
+
+def piped(index: int, body: dict[str, Any]) -> fakellm.Step:
+    """The researcher adds twice and answers; the writer (no tools) writes it up."""
+    if not tool_names(body):
+        return fakellm.answer("WRITEUP: the sums are 100 and 101")
+    return fakellm.answer("RESEARCH: sums done") if calls_asked(body) >= 2 else \
+        fakellm.call("add", a=index, b=100)
+
+
+def added(count: int) -> list[str]:
+    return [f'add {{"a":{index},"b":100}}' for index in range(count)]
+
+
+# -- one run per call; a budget -----------------------------------------------------------------
+
+@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
+@pytest.mark.parametrize("kind", ["react", "adk"])
+def test_each_call_is_a_run_its_budget_counted_down_to_the_report(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, kind: str, stream: bool) -> None:
+    """Two calls of one agent, each a run with a budget of 3: the model reads the true count
+    at each request, 3 tools run, the 4th request is final (tools withdrawn, their definitions
+    kept) and its answer is the output the caller gets."""
+    before = run_ids(sidecar)
+    tasks = (f"Add 100 to 0, 1 and 2 ({kind}, {stream}).", f"And to 4, 5, 6 ({kind}, {stream}).")
+    it = invoke(sidecar, llm, "eino-budget", sums, tmp_path, kind=kind, stream=stream,
+                tasks=tasks)
+    assert it.outcomes == [{"output": REPORT, "error": ""}] * 2
+    assert it.ran == [f'add {{"a":{index},"b":100}}' for index in (0, 1, 2, 4, 5, 6)]
+    assert [LEFT.findall(instructions(body)) for body in it.requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []] * 2
+    assert [(fakellm.offers_tools(body), tool_names(body)) for body in it.requests] == (
+        [(True, ["add", "read_file"])] * 3 + [(False, ["add", "read_file"])]) * 2
+    assert all("[budget" not in user_text(body) for body in it.requests)
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
+                    and all(run["state"] == "ended" for run in runs))
+    assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
+            for run in runs] == [(4, 3, "tool_limit_reached", REPORT)] * 2, runs
+
+
+@pytest.mark.parametrize(("kind", "steps", "error"), [
+    ("react", 4, "[GraphRunError] exceeds max steps"),
+    ("adk", 2, "[NodeRunError] run node[ChatModel] pre processor fail: exceeds max iterations"
+               "\n------------------------\nnode path: [node_1, ChatModel]")])
+def test_its_own_limit_first_fails_the_call_and_holds_the_run_open(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, kind: str, steps: int,
+        error: str) -> None:
+    """react's ``MaxStep`` (4: two model steps, two tool steps) or adk's ``MaxIterations``
+    (2) under a budget of 3: Eino stops after 2 tool calls with no request more, and the
+    caller gets its error and no output. Nothing tells the endpoint (known gap): the run, the
+    second call handed over and never answered, is held open (``loose_run_gap``), not the
+    budget's."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "eino-budget", sums, tmp_path, kind=kind, steps=steps)
+    assert it.outcomes == [{"output": "", "error": error}]
+    assert it.ran == added(2) and len(it.requests) == 2
+    assert all(fakellm.offers_tools(body) for body in it.requests)
+    [run] = new_runs(sidecar, before, lambda runs: runs[0]["tool_calls"] == 1)
+    assert (run["state"], run["iterations"], run["signals"]["in_flight"]) == (
+        "active", 2, 1), run
+
+
+# -- loops and aborts -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
+def test_a_loop_is_wound_down_then_its_report_is_the_answer(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, stream: bool) -> None:
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "eino", rereading, tmp_path, stream=stream)
+    # tool-cycle fires at the 4th identical call: the next 2 requests are wound down (grace 2
+    # and 1), the 7th is final, its tools withdrawn
+    assert len(it.requests) == 7
+    assert [LOOP_NOTE in instructions(body) for body in it.requests] == [False] * 4 + [True] * 3
+    assert [GRACE_LEFT.findall(instructions(body)) for body in it.requests] == [[]] * 4 + [
+        ["2"], ["1"], []]
+    assert [fakellm.offers_tools(body) for body in it.requests] == [True] * 6 + [False]
+    assert it.ran == ['read_file {"path":"notes.txt"}'] * 6
+    assert it.outcomes == [{"output": REPORT, "error": ""}]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"], run["final_output"]) == (
+        6, "loop_detected", REPORT), run
+
+
+@pytest.mark.parametrize(("kind", "stream"), [("react", False), ("react", True), ("adk", True)])
+def test_an_abort_is_the_agents_final_answer(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, kind: str, stream: bool) -> None:
+    """The rule aborts after 2 tool calls: the 3rd request gets the stop answer, not the
+    upstream, and Eino takes it as the model's last answer: the caller's output, no error."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "eino-abort", sums, tmp_path, kind=kind, stream=stream)
+    assert it.ran == added(2) and len(it.requests) == 2
+    [outcome] = it.outcomes
+    assert outcome["error"] == "", outcome
+    assert outcome["output"].startswith(
+        f"{STOPPED}: Stopped by the test's rule after 2 tool calls"), outcome
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+# -- several agents -------------------------------------------------------------------------------
+
+def test_a_supervisor_and_its_worker_share_the_run_and_its_budget(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """adk's supervisor hands the task over by ``transfer_to_agent``, a tool call of the run;
+    the worker's requests (the task, the hand-over as ``For context:`` user messages, its own
+    calls) go on in that run: 2 left, 1 left, then its final request, whose report is its
+    answer. Back with it at once, the supervisor's request is answered with the run's report,
+    not the upstream: the caller's output."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "eino-budget", supervised, tmp_path, kind="supervisor")
+    assert [tool_names(body) for body in it.requests] == [["transfer_to_agent"]] + [
+        ["add", "read_file"]] * 3
+    assert [LEFT.findall(instructions(body)) for body in it.requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert not fakellm.offers_tools(it.requests[-1])
+    assert it.ran == ['add {"a":1,"b":100}', 'add {"a":2,"b":100}']
+    assert it.outcomes == [{"output": REPORT, "error": ""}]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "tool_limit_reached"), run
+    assert run["signals"]["tools"] == {"transfer_to_agent": 1, "add": 2}, run["signals"]
+
+
+def test_a_pipelines_agents_are_a_run_each(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """adk's ``SequentialAgent``: the researcher's turn ends in its answer, which ends its run
+    (2 of 3 tool calls used); the writer's request (the researcher's work as ``For context:``
+    user messages) is the session's next run, counted down from a budget of its own (known
+    gap: the endpoint sees no invocation around the agents' turns)."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "eino-budget", piped, tmp_path, kind="sequential")
+    assert it.outcomes == [{"output": "WRITEUP: the sums are 100 and 101", "error": ""}]
+    # (the writer offers no tools: its request is told no count)
+    assert [LEFT.findall(instructions(body)) for body in it.requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert "[researcher] said: RESEARCH: sums done" in user_text(it.requests[-1])
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
+                    and all(run["state"] == "ended" for run in runs))
+    assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
+                   run["budget"]["remaining_tool_calls"], run["session"]) for run in runs) == [
+        (1, 0, "completed", 3, runs[0]["session"]),
+        (3, 2, "completed", 1, runs[0]["session"])], runs
