@@ -58,6 +58,12 @@ name: eino
 budgets:
   - agents: ["eino-budget"]
     max_tool_calls: 3
+  - agents: ["eino-exit"]
+    max_tool_calls: 3
+    finish:                     # adk.ExitTool: its final_result is what the agent returns
+      tool: exit
+      arguments:
+        final_result: "${report}"
 rules:
   - name: two-calls-then-abort
     agents: ["eino-abort"]
@@ -104,7 +110,7 @@ class Invocation:
 
 def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
            tmp: Path, kind: str = "react", stream: bool = False, steps: int = 40,
-           tasks: tuple[str, ...] = ()) -> Invocation:
+           tasks: tuple[str, ...] = (), exits: bool = False) -> Invocation:
     """The agent once, in ``tmp``, named ``agent`` by its base URL: one call per task (by
     default one, a task of its own), its own limit ``steps`` (react's ``MaxStep``, adk's
     ``MaxIterations``), its model scripted by ``script``."""
@@ -115,7 +121,7 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
     env = {**clean_environ(), "OPENAI_BASE_URL": pointed(sidecar.url("model"), agent),
            "OPENAI_API_KEY": KEY, "OPENAI_MODEL": model, "AGENT_KIND": kind,
            "AGENT_STREAM": "1" if stream else "0", "AGENT_TASKS": json.dumps(tasks),
-           "AGENT_MAX_STEP": str(steps)}
+           "AGENT_MAX_STEP": str(steps), "AGENT_EXIT": "1" if exits else "0"}
     result = subprocess.run([str(agent_binary())], env=env, cwd=tmp, capture_output=True,
                             text=True, timeout=DRIVER_TIMEOUT, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
@@ -197,6 +203,31 @@ def test_each_call_is_a_run_its_budget_counted_down_to_the_report(
                     and all(run["state"] == "ended" for run in runs))
     assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
             for run in runs] == [(4, 3, "tool_limit_reached", REPORT)] * 2, runs
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
+def test_calls_past_the_budget_are_trimmed_from_the_answer(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, stream: bool) -> None:
+    """The model asks for two sums at a time: both run with 3 left; with 1 left, the second is
+    taken out of the answer (streamed: out of its chunks) before Eino reads it."""
+    def pairs(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if not fakellm.offers_tools(body):
+            return fakellm.answer(REPORT)
+        return fakellm.Step(tool_calls=(fakellm.ToolCall("add", {"a": 2 * index, "b": 100}),
+                                        fakellm.ToolCall("add", {"a": 2 * index + 1, "b": 100})))
+
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "eino-budget", pairs, tmp_path, stream=stream)
+    assert sorted(it.ran) == added(3)
+    assert [LEFT.findall(instructions(body)) for body in it.requests] == [
+        [("3", "3")], [("1", "3")], []]
+    # what Eino ran is what it was handed: 2 calls, then 1, each with its result
+    assert [(message["role"], len(message.get("tool_calls") or ()))
+            for message in it.requests[-1]["messages"][2:]] == [
+        ("assistant", 2), ("tool", 0), ("tool", 0), ("assistant", 1), ("tool", 0)]
+    assert it.outcomes == [{"output": REPORT, "error": ""}]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (3, "tool_limit_reached"), run
 
 
 @pytest.mark.parametrize(("kind", "steps", "error"), [
@@ -301,3 +332,53 @@ def test_a_pipelines_agents_are_a_run_each(
                    run["budget"]["remaining_tool_calls"], run["session"]) for run in runs) == [
         (1, 0, "completed", 3, runs[0]["session"]),
         (3, 2, "completed", 1, runs[0]["session"])], runs
+
+
+
+# -- an agent that ends by its exit tool ----------------------------------------------------------
+
+EXITED = "EXITED: the sums are 100 and 101"
+
+
+def exiting(index: int, body: dict[str, Any]) -> fakellm.Step:
+    """Two sums, then ``exit`` with the answer as its ``final_result``."""
+    if not fakellm.offers_tools(body):
+        return fakellm.answer(REPORT)
+    if calls_asked(body) >= 2:
+        return fakellm.call("exit", final_result=EXITED)
+    return fakellm.call("add", a=index, b=100)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
+def test_its_own_exit_call_is_the_runs_answer(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, stream: bool) -> None:
+    """adk's ``ChatModelAgent`` with ``Exit: adk.ExitTool{}`` ends when the model calls
+    ``exit``: Eino returns its ``final_result`` and sends no request more. Its pack's
+    ``finish:`` names that call with the report as its only argument: the model's own call of
+    it is the run's answer, as a final-answer tool's (no tool call; its argument the run's
+    output), which ends the run. (Before, the call was handed over as work and the run held
+    open for a result that never comes, till ``run_end_timeout`` took it as abandoned.)"""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "eino-exit", exiting, tmp_path, kind="adk", stream=stream,
+                exits=True)
+    assert it.outcomes == [{"output": EXITED, "error": ""}]
+    assert it.ran == added(2) and len(it.requests) == 3
+    assert [tool_names(body) for body in it.requests] == [["add", "read_file", "exit"]] * 3
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"],
+            run["signals"]["tools"]) == (3, 2, "completed", EXITED, {"add": 2}), run
+
+
+def test_its_final_report_is_given_as_its_exit_call(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """At the budget, the final request's report reaches the agent as the ``exit`` call its
+    pack names: Eino returns it as the caller's output."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "eino-exit", sums, tmp_path, kind="adk", exits=True)
+    assert it.outcomes == [{"output": REPORT, "error": ""}]
+    assert it.ran == added(3)
+    assert [LEFT.findall(instructions(body)) for body in it.requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"], run["final_output"]) == (
+        3, "tool_limit_reached", REPORT), run

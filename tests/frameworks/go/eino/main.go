@@ -1,14 +1,15 @@
 // The Eino agent of the model endpoint's tests (tests/frameworks/test_eino.py): CloudWeGo's
 // github.com/cloudwego/eino, its agents run as a user runs them, its model eino-ext's OpenAI
 // ChatModel pointed at the sidecar by its BaseURL alone (from OPENAI_BASE_URL; its key
-// OPENAI_API_KEY, its model OPENAI_MODEL). AGENT_KIND picks the agent: "react" (flow/agent/react's
-// NewAgent, MaxStep AGENT_MAX_STEP), "adk" (adk's ChatModelAgent run by its Runner,
-// MaxIterations AGENT_MAX_STEP), "supervisor" (adk/prebuilt/supervisor: a supervisor
-// ChatModelAgent that transfers to a worker with the tools, which transfers back) or
+// OPENAI_API_KEY, its model OPENAI_MODEL). AGENT_KIND picks the agent: "react"
+// (flow/agent/react's NewAgent, MaxStep AGENT_MAX_STEP), "adk" (adk's ChatModelAgent run by
+// its Runner, MaxIterations AGENT_MAX_STEP), "supervisor" (adk/prebuilt/supervisor: a
+// supervisor ChatModelAgent that transfers to a worker with the tools, which comes back) or
 // "sequential" (adk's SequentialAgent: a researcher with the tools, then a writer without).
-// AGENT_STREAM=1 streams (react: Stream; adk: the Runner's EnableStreaming). AGENT_TASKS (a
-// JSON list) are its inputs, one call each. Its tools, from utils.InferTool: add and read_file,
-// each appending what it was given to ran.log in the working directory. It prints one JSON line
+// AGENT_EXIT=1 gives adk's agents adk.ExitTool (the call that ends them). AGENT_STREAM=1
+// streams (react: Stream; adk: the Runner's EnableStreaming). AGENT_TASKS (a JSON list) are
+// its inputs, one call each. Its tools, from utils.InferTool: add and read_file, each
+// appending what it was given to ran.log in the working directory. It prints one JSON line
 // per call: the output the caller gets and the error.
 package main
 
@@ -165,6 +166,9 @@ func chatAgent(ctx context.Context, name, instruction string, model *openai.Chat
 	if withTools {
 		config.ToolsConfig = adk.ToolsConfig{ToolsNodeConfig: compose.ToolsNodeConfig{Tools: tools()}}
 	}
+	if os.Getenv("AGENT_EXIT") == "1" {
+		config.Exit = adk.ExitTool{} // the agent ends by its exit tool's final_result
+	}
 	agent, err := adk.NewChatModelAgent(ctx, config)
 	if err != nil {
 		fail(err)
@@ -221,8 +225,9 @@ func drain(events *adk.AsyncIterator[*adk.AgentEvent]) (string, error) {
 		if err != nil {
 			return output, err
 		}
-		if message.Role == schema.Assistant && len(message.ToolCalls) == 0 {
-			output = message.Content
+		if message.Role == schema.Assistant && len(message.ToolCalls) == 0 ||
+			message.Role == schema.Tool && event.Output.MessageOutput.ToolName == "exit" {
+			output = message.Content // (its exit tool's result is the final_result it ended with)
 		}
 	}
 }
