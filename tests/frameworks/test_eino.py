@@ -15,9 +15,13 @@ served by the Go module proxy here): it is read through the endpoint alone.
   ``tool_limit_reached``;
 * Eino's own limit first (react's ``MaxStep``, adk's ``MaxIterations``): the call fails with
   Eino's error and makes no request more: the run is held open for the tool call it last
-  handed over (known gap, as LangChainGo's);
+  handed over, and ends ``abandoned`` at ``run_end_timeout``, that call not counted (known
+  gap: nothing tells the endpoint);
 * a loop wound down by ``tool-cycle``, its final request's report the caller's output;
 * an abort: the stop answer is the agent's final answer, not an error;
+* an adk agent with ``adk.ExitTool``: its pack's ``finish:`` names the ``exit`` call, whose
+  only argument is the report: the model's own ``exit`` is the run's answer, and the final
+  report reaches it as that call;
 * a supervisor and its worker (``transfer_to_agent`` a tool call) share one run while the
   worker's turn goes on; a turn that ends in an answer ends the run, so the next agent's turn
   is the session's next run, with a budget of its own (known gap), unless the budget was spent:
@@ -240,8 +244,7 @@ def test_its_own_limit_first_fails_the_call_and_holds_the_run_open(
     """react's ``MaxStep`` (4: two model steps, two tool steps) or adk's ``MaxIterations``
     (2) under a budget of 3: Eino stops after 2 tool calls with no request more, and the
     caller gets its error and no output. Nothing tells the endpoint (known gap): the run, the
-    second call handed over and never answered, is held open (``loose_run_gap``), not the
-    budget's."""
+    second call handed over and never answered, is held open, not the budget's."""
     before = run_ids(sidecar)
     it = invoke(sidecar, llm, "eino-budget", sums, tmp_path, kind=kind, steps=steps)
     assert it.outcomes == [{"output": "", "error": error}]
@@ -250,6 +253,23 @@ def test_its_own_limit_first_fails_the_call_and_holds_the_run_open(
     [run] = new_runs(sidecar, before, lambda runs: runs[0]["tool_calls"] == 1)
     assert (run["state"], run["iterations"], run["signals"]["in_flight"]) == (
         "active", 2, 1), run
+
+
+def test_its_own_limit_leaves_the_run_to_run_end_timeout(
+        llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
+    """The known gap's end: with no request after the call it last handed over, the run ends
+    ``abandoned`` at ``run_end_timeout`` (2 s here), that call never counted (its result never
+    came), as an agent that died mid-tool."""
+    (tmp_path / "sidecar").mkdir()
+    with endpoint_with_pack(tmp_path / "sidecar", PACK, llm.base_url, model_relay,
+                            run_end_timeout=2.0) as sidecar:
+        before = run_ids(sidecar)
+        it = invoke(sidecar, llm, "eino-budget", sums, tmp_path, steps=4)
+        assert it.outcomes == [{"output": "", "error": "[GraphRunError] exceeds max steps"}]
+        run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["terminal_reason"], run["final_output"]) == (
+        2, 1, "abandoned", "run_end_timeout", None), run
 
 
 # -- loops and aborts -----------------------------------------------------------------------------
