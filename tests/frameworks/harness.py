@@ -72,6 +72,17 @@ def clean_environ(*prefixes: str) -> dict[str, str]:
         ("OTEL_", "WATCHDOG_", "OPENAI_", "VIRTUAL_ENV", "PYTEST_", *prefixes))}
 
 
+def go_agent(directory: Path, target: str) -> Path:
+    """The binary ``make TARGET`` built for the Go module ``directory`` (of one ``main.go``)
+    as it is now: ``.cache/TARGET/HASH/TARGET``, the Makefile's hash of its main.go, go.mod
+    and go.sum, in that order."""
+    sources = [directory / "main.go", directory / "go.mod", directory / "go.sum"]
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
+    binary = directory.parents[3] / ".cache" / target / digest / target
+    assert binary.exists(), f"{binary} is missing: `make {target}` builds it"
+    return binary
+
+
 def venv_python(env: str) -> Path:
     python = VENVS / env / "bin" / "python"
     if not python.exists():  # never a skip: make test builds every venv before pytest runs

@@ -32,10 +32,8 @@ Nothing waits for a directive: what the upstream saw at each request is asserted
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
-import re
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,8 +44,9 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
-from tests.frameworks.steering import GRACE_LEFT, instructions, user_text
+from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ, go_agent
+from tests.frameworks.steering import GRACE_LEFT, LEFT, instructions, user_text
+from tests.frameworks.test_langchaingo import LOOP_NOTE, STOPPED
 from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
 from tests.harness import RunningServer, endpoint_with_pack
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
@@ -75,20 +74,7 @@ rules:
     action: abort
     message: "Stopped by the test's rule after 2 tool calls"
 """
-LEFT = re.compile(r"\[budget: (\d+) of (\d+) tool calls left")
-LOOP_NOTE = "Loop: the same sequence of tool calls 4 times in a row"  # tool-cycle's
-STOPPED = "The agent-watchdog stopped this run"
 _CASES = itertools.count(1)
-
-
-def agent_binary() -> Path:
-    """The agent ``make eino-agent`` built for ``go/eino/`` as it is now (the Makefile's hash:
-    of main.go, go.mod and go.sum, in that order)."""
-    sources = [AGENT_DIR / "main.go", AGENT_DIR / "go.mod", AGENT_DIR / "go.sum"]
-    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
-    binary = AGENT_DIR.parents[3] / ".cache" / "eino-agent" / digest / "eino-agent"
-    assert binary.exists(), f"{binary} is missing: `make eino-agent` builds it"
-    return binary
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +112,9 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
            "OPENAI_API_KEY": KEY, "OPENAI_MODEL": model, "AGENT_KIND": kind,
            "AGENT_STREAM": "1" if stream else "0", "AGENT_TASKS": json.dumps(tasks),
            "AGENT_MAX_STEP": str(steps), "AGENT_EXIT": "1" if exits else "0"}
-    result = subprocess.run([str(agent_binary())], env=env, cwd=tmp, capture_output=True,
-                            text=True, timeout=DRIVER_TIMEOUT, stdin=subprocess.DEVNULL)
+    result = subprocess.run([str(go_agent(AGENT_DIR, "eino-agent"))], env=env, cwd=tmp,
+                            capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
+                            stdin=subprocess.DEVNULL)
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
     outcomes = [json.loads(line) for line in result.stdout.splitlines()]
     ran = tmp / "ran.log"
