@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +43,7 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ, go_agent
+from tests.frameworks.harness import clean_environ, run_go_agent
 from tests.frameworks.steering import GRACE_LEFT, LEFT, instructions, user_text
 from tests.frameworks.test_langchaingo import LOOP_NOTE, STOPPED
 from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
@@ -112,14 +111,8 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
            "OPENAI_API_KEY": KEY, "OPENAI_MODEL": model, "AGENT_KIND": kind,
            "AGENT_STREAM": "1" if stream else "0", "AGENT_TASKS": json.dumps(tasks),
            "AGENT_MAX_STEP": str(steps), "AGENT_EXIT": "1" if exits else "0"}
-    result = subprocess.run([str(go_agent(AGENT_DIR, "eino-agent"))], env=env, cwd=tmp,
-                            capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
-                            stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
-    outcomes = [json.loads(line) for line in result.stdout.splitlines()]
-    ran = tmp / "ran.log"
-    return Invocation(outcomes, ran.read_text().splitlines() if ran.exists() else [],
-                      llm.requests(model))
+    outcomes, ran = run_go_agent(AGENT_DIR, "eino-agent", env, tmp)
+    return Invocation(outcomes, ran, llm.requests(model))
 
 
 def sums(index: int, body: dict[str, Any]) -> fakellm.Step:

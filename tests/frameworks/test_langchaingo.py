@@ -38,7 +38,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +47,7 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ, go_agent
+from tests.frameworks.harness import clean_environ, run_go_agent
 from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
 from tests.harness import RunningServer, endpoint_with_pack
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
@@ -178,14 +177,8 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
     env = {**clean_environ(), **pointed(sidecar.url("model"), agent), "OPENAI_API_KEY": KEY,
            "OPENAI_MODEL": model, "AGENT_KIND": kind,
            "AGENT_TASKS": json.dumps(tasks), "AGENT_MAX_ITERATIONS": str(iterations)}
-    result = subprocess.run([str(go_agent(AGENT_DIR, "langchaingo-agent"))], env=env, cwd=tmp,
-                            capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
-                            stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
-    outcomes = [json.loads(line) for line in result.stdout.splitlines()]
-    ran = tmp / "ran.log"
-    return Invocation(outcomes, ran.read_text().splitlines() if ran.exists() else [],
-                      llm.requests(model))
+    outcomes, ran = run_go_agent(AGENT_DIR, "langchaingo-agent", env, tmp)
+    return Invocation(outcomes, ran, llm.requests(model))
 
 
 # -- one run per Executor call --------------------------------------------------------------------
