@@ -18,7 +18,8 @@ served by the Go module proxy here): it is read through the endpoint alone.
   handed over, and ends ``abandoned`` at ``run_end_timeout``, that call not counted (known
   gap: nothing tells the endpoint);
 * a loop wound down by ``tool-cycle``, its final request's report the caller's output;
-* an abort: the stop answer is the agent's final answer, not an error;
+* an abort: the stop answer is the agent's final answer, not an error (with ``model_abort:
+  error``, the call's error);
 * an adk agent with ``adk.ExitTool``: its pack's ``finish:`` names the ``exit`` call, whose
   only argument is the report: the model's own ``exit`` is the run's answer, and the final
   report reaches it as that call;
@@ -286,6 +287,25 @@ def test_an_abort_is_the_agents_final_answer(
     assert outcome["output"].startswith(
         f"{STOPPED}: Stopped by the test's rule after 2 tool calls"), outcome
     run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+def test_an_abort_as_the_apis_error_is_the_calls_error(
+        llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
+    """With ``model_abort: error`` the 3rd request is answered HTTP 400 ``watchdog_aborted``:
+    Eino's OpenAI client does not retry it, and the call fails with it, the note its message
+    (the code, ``watchdog_aborted``, is not in Eino's error text)."""
+    (tmp_path / "sidecar").mkdir()
+    with endpoint_with_pack(tmp_path / "sidecar", PACK, llm.base_url, model_relay,
+                            model_abort="error") as sidecar:
+        before = run_ids(sidecar)
+        it = invoke(sidecar, llm, "eino-abort", sums, tmp_path)
+        run = the_ended_run(sidecar, before)
+    assert it.ran == added(2) and len(it.requests) == 2
+    [outcome] = it.outcomes
+    assert outcome["output"] == "" and outcome["error"].startswith(
+        "[NodeRunError] error, status code: 400, status: 400 Bad Request, message: "
+        f"{STOPPED}: Stopped by the test's rule after 2 tool calls"), outcome
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
 
 
