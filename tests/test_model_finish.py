@@ -21,8 +21,8 @@ from watchdog.core.model.book import AT_ONCE_NS, MAX_CHAINED_RUNS, Caller, Model
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
-from watchdog.core.model.steer import finish_call
-from watchdog.core.model.wire import Observation, Request, Wire, read_stream
+from watchdog.core.model.steer import answer_of, finish_call
+from watchdog.core.model.wire import Observation, Request, ToolCall, Wire, read_stream
 from watchdog.core.rules.model import Finish
 from watchdog.core.rules.pack import RulePackError, load_text
 
@@ -77,6 +77,21 @@ def test_the_call_carries_the_report_quoted_for_the_shell_never_run_as_code() ->
     assert shlex.split(command) == ["printf", "%s\\n", SUBMIT, REPORT]
     plain = finish_call(Finish("submit", (("answer", "Report: ${report}"),)), REPORT)
     assert json.loads(plain.arguments) == {"answer": f"Report: {REPORT}"}
+
+
+def test_a_finish_that_carries_only_the_report_delivers_the_answer() -> None:
+    """A finish call whose every argument is the report (adk.ExitTool's ``final_result``) does
+    nothing but deliver the answer: the model's own call of it is the run's answer (the real
+    agent's test: :mod:`tests.frameworks.test_eino`); a call that does work with the report
+    in it (mini-swe-agent's ``bash`` command, a text around the report) is no answer."""
+    exit_ = Finish("exit", (("final_result", "${report}"),))
+    assert exit_.answers and not FINISH.answers
+    assert not Finish("submit", (("answer", "Report: ${report}"),)).answers
+    said = ToolCall("c1", "exit", json.dumps({"final_result": "the sums: 100, 101"}))
+    work = ToolCall("c2", "add", json.dumps({"a": 1, "b": 2}))
+    assert answer_of([said], "exit") == "the sums: 100, 101"
+    assert answer_of([said]) is None and answer_of([said, work], "exit") is None
+    assert answer_of([work], "add") == work.arguments  # (whatever its pack names)
 
 
 # -- the answers that carry it ----------------------------------------------------------------

@@ -35,11 +35,9 @@ request bodies are what the model read. Nothing waits for a directive.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import re
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +47,7 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
+from tests.frameworks.harness import clean_environ, run_go_agent
 from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
 from tests.harness import RunningServer, endpoint_with_pack
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
@@ -95,16 +93,6 @@ FINISH = "end the task now, in the form your instructions give for finishing it"
 LOOP_NOTE = "Loop: the same sequence of tool calls 4 times in a row"  # tool-cycle's
 STOPPED = "The agent-watchdog stopped this run"
 _CASES = itertools.count(1)
-
-
-def agent_binary() -> Path:
-    """The agent ``make langchaingo-agent`` built for ``go/langchaingo/`` as it is now (the
-    Makefile's hash: of main.go, go.mod and go.sum, in that order)."""
-    sources = [AGENT_DIR / "main.go", AGENT_DIR / "go.mod", AGENT_DIR / "go.sum"]
-    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
-    binary = AGENT_DIR.parents[3] / ".cache" / "langchaingo-agent" / digest / "langchaingo-agent"
-    assert binary.exists(), f"{binary} is missing: `make langchaingo-agent` builds it"
-    return binary
 
 
 @pytest.fixture(scope="module")
@@ -189,13 +177,8 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
     env = {**clean_environ(), **pointed(sidecar.url("model"), agent), "OPENAI_API_KEY": KEY,
            "OPENAI_MODEL": model, "AGENT_KIND": kind,
            "AGENT_TASKS": json.dumps(tasks), "AGENT_MAX_ITERATIONS": str(iterations)}
-    result = subprocess.run([str(agent_binary())], env=env, cwd=tmp, capture_output=True,
-                            text=True, timeout=DRIVER_TIMEOUT, stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
-    outcomes = [json.loads(line) for line in result.stdout.splitlines()]
-    ran = tmp / "ran.log"
-    return Invocation(outcomes, ran.read_text().splitlines() if ran.exists() else [],
-                      llm.requests(model))
+    outcomes, ran = run_go_agent(AGENT_DIR, "langchaingo-agent", env, tmp)
+    return Invocation(outcomes, ran, llm.requests(model))
 
 
 # -- one run per Executor call --------------------------------------------------------------------

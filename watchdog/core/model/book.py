@@ -265,6 +265,10 @@ class EndpointRun:
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
+    # the tool its rule pack's ``finish:`` names when that call carries only the report
+    # (:attr:`~watchdog.core.rules.model.Finish.answers`): a response that asks only for it
+    # (or final-answer tools) gives the run's answer, as a final-answer tool's (None: none)
+    answer_tool: str | None = None
     # ... the regular expression its actions match (a rule pack's ``action_pattern``): an
     # answer it does not match holds no action, the run's answer (None: every answer is one)
     action_pattern: str | None = None
@@ -985,7 +989,8 @@ class ModelBook:
         record.messages = request.messages + 1
         record.input_hash = request.input_hash  # the run's input, as a span's (cycles)
         record.response_id = seen.response_id
-        work = [call for call in handed if not is_answer_tool(call.name)]
+        work = [call for call in handed
+                if not is_answer_tool(call.name) and call.name != state.answer_tool]
         record.requested_tools = bool(work)
         side = is_side(state, request)
         acted = text_action(state, seen) if not handed and not seen.broke_off \
@@ -1004,7 +1009,7 @@ class ModelBook:
             record.asked_tools = tuple((call.name[:200], call.call_id[:200])
                                        for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
-        answer = answer_of(handed)
+        answer = answer_of(handed, state.answer_tool)
         if request.last_is_user and not side:
             state.summary = None  # (its latest answer to a new user message: this one's)
         if broke:

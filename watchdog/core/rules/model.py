@@ -43,6 +43,13 @@ class Finish:
     def describe(self) -> dict[str, Any]:
         return {"tool": self.tool, "arguments": dict(self.arguments)}
 
+    @property
+    def answers(self) -> bool:
+        """Whether the call carries the report and nothing else (each argument REPORT_MARK,
+        as adk.ExitTool's ``final_result``): a tool that only delivers the agent's answer,
+        so the model's own call of it is the run's answer, never work."""
+        return all(value == REPORT_MARK for _, value in self.arguments)
+
 
 class Repeat(StrEnum):
     ONCE = "once"  # fire once per run
