@@ -22,7 +22,14 @@ from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import answer_of, finish_call
-from watchdog.core.model.wire import Observation, Request, ToolCall, Wire, read_stream
+from watchdog.core.model.wire import (
+    Observation,
+    Request,
+    ToolCall,
+    Wire,
+    read_stream,
+    tool_parameters,
+)
 from watchdog.core.rules.model import Finish
 from watchdog.core.rules.pack import RulePackError, load_text
 
@@ -92,6 +99,28 @@ def test_a_finish_that_carries_only_the_report_delivers_the_answer() -> None:
     assert answer_of([said], "exit") == "the sums: 100, 101"
     assert answer_of([said]) is None and answer_of([said, work], "exit") is None
     assert answer_of([work], "add") == work.arguments  # (whatever its pack names)
+
+
+def test_it_is_the_answer_only_where_the_request_offers_it_as_the_finish_takes_it() -> None:
+    """The tool offered in each API's shape (Chat Completions, its legacy ``functions``,
+    Responses, Messages) with the finish's arguments and no other: another ``exit`` (one
+    that takes a ``code``), or none offered, is no answer (the real client's test, on both
+    relays: :mod:`tests.test_model_finish_answer`)."""
+    exit_ = Finish("exit", (("final_result", "${report}"),))
+    schema = {"type": "object", "properties": {"final_result": {"type": "string"}}}
+    for body in ({"tools": [{"type": "function", "function": {"name": "exit",
+                                                              "parameters": schema}}]},
+                 {"functions": [{"name": "exit", "parameters": schema}]},
+                 {"tools": [{"type": "function", "name": "exit", "parameters": schema}]},
+                 {"tools": [{"name": "exit", "input_schema": schema}]}):
+        assert tool_parameters(body, "exit") == {"final_result"}
+        assert exit_.answered_by(tool_parameters(body, "exit"))
+    other = {"tools": [{"name": "exit", "input_schema": {"properties": {"code": {}}}}]}
+    assert not exit_.answered_by(tool_parameters(other, "exit"))
+    assert tool_parameters({"tools": [{"name": "exit"}, 3, None]}, "exit") == frozenset()
+    assert tool_parameters({"tools": [{"name": "add"}]}, "exit") is None
+    assert tool_parameters({"tools": "exit"}, "exit") is None
+    assert not exit_.answered_by(None) and not FINISH.answered_by(frozenset({"command"}))
 
 
 # -- the answers that carry it ----------------------------------------------------------------

@@ -81,6 +81,7 @@ from watchdog.core.model.wire import (
     answer_digest,
     dumps,
     read_stream,
+    tool_parameters,
     unjudged,
 )
 from watchdog.core.rules.model import ACTIONS_CODE
@@ -441,7 +442,7 @@ class ModelProxy:
                           ) from None
         parsed = wire.read_request(body)
         agent = named or self.config.model_agent_name
-        call = self._observe_request(wire, parsed, Caller(
+        call = self._observe_request(wire, body, parsed, Caller(
             given.get("traceparent"), run_header, agent, client_session(given),
             client_subagent(given)), agent, budget)
         if call is None:  # the state cannot take it: forward unobserved (fail open)
@@ -523,8 +524,8 @@ class ModelProxy:
         except BadCoding as exc:
             raise ValueError(f"it is not valid {coding} data ({exc})") from None
 
-    def _observe_request(self, wire: Wire, parsed: Any, caller: Caller, agent: str | None,
-                         budget: dict[str, float] | None
+    def _observe_request(self, wire: Wire, body: dict[str, Any], parsed: Any, caller: Caller,
+                         agent: str | None, budget: dict[str, float] | None
                          ) -> tuple[EndpointRun, Turn, str, str] | None:
         """The request's run and what it gets. When the state cannot take the run's records
         (:class:`Overloaded`, :class:`StateUnavailable`) the call goes on unrecorded: steered
@@ -568,7 +569,8 @@ class ModelProxy:
             state.acts_in_code = acting is not None and acting.actions == ACTIONS_CODE
             state.action_pattern = acting.action_pattern if acting is not None else None
             finish = service.finish_of(run.agent)
-            state.answer_tool = finish.tool if finish is not None and finish.answers else None
+            state.answer_tool = finish.tool if finish is not None and finish.answered_by(
+                tool_parameters(body, finish.tool)) else None
             return state, decide(counts, service.board(run.key), parsed.instructions,
                                  parsed.has_tools, parsed.structured, state.acts_in_text,
                                  quotes_answer(state, parsed)), \
@@ -930,7 +932,7 @@ class ModelProxy:
         exchange.release()  # what it handed over is counted from here
         exchange.broke = seen.broke_off
         if exchange.turn.act is Act.FINAL:
-            state.report = seen.text or answer_of(handed) or state.report
+            state.report = seen.text or answer_of(handed, state.answer_tool) or state.report
         aside = quotes_answer(state, exchange.request)
         try:
             record = self.book.call_record(state, exchange.request, seen, handed,
