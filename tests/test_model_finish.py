@@ -21,7 +21,7 @@ from watchdog.core.model.book import AT_ONCE_NS, MAX_CHAINED_RUNS, Caller, Model
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
-from watchdog.core.model.steer import answer_of, finish_call
+from watchdog.core.model.steer import answer_of, closing_call, finish_call
 from watchdog.core.model.wire import (
     Observation,
     Request,
@@ -99,6 +99,10 @@ def test_a_finish_that_carries_only_the_report_delivers_the_answer() -> None:
     assert answer_of([said], "exit") == "the sums: 100, 101"
     assert answer_of([said]) is None and answer_of([said, work], "exit") is None
     assert answer_of([work], "add") == work.arguments  # (whatever its pack names)
+    # asked beside work: the answer after the work (adk runs each call, then ends at exit)
+    assert closing_call([work, said], "exit") is said
+    assert closing_call([said], "exit") is None and closing_call([work, said], None) is None
+    assert closing_call([work], "exit") is None
 
 
 def test_it_is_the_answer_only_where_the_request_offers_it_as_the_finish_takes_it() -> None:

@@ -77,7 +77,7 @@ from typing import Any, cast
 
 from watchdog.core.bounds import MAX_STOP_ANSWERS
 from watchdog.core.model.failure import looks_failed, refusal_of
-from watchdog.core.model.steer import answer_of, is_answer_tool
+from watchdog.core.model.steer import answer_of, closing_call, is_answer_tool
 from watchdog.core.model.wire import (
     CONVERSATION_ANCHOR,
     Observation,
@@ -907,6 +907,19 @@ class ModelBook:
             state.messages = request.messages
         return records
 
+    def ran_before_answer(self, state: EndpointRun, handed: list[ToolCall], now_ns: int
+                          ) -> list[SpanRecord]:
+        """The work a response asks for beside its agent's finish (:func:`closing_call`):
+        the agent runs it, then ends, so no request brings its results. Each call a record
+        of a tool run by ``now_ns`` (the answer's start: they are booked before it, which
+        ends the run), without a result; none when the agent traces its tools itself."""
+        if state.traced or closing_call(handed, state.answer_tool) is None:
+            return []
+        ran = [self._tool_record(state, call, None, now_ns) for call in handed
+               if not is_answer_tool(call.name) and call.name != state.answer_tool]
+        state.results += len(ran)
+        return ran
+
     def answered_records(self, state: EndpointRun, now_ns: int, seen: Iterable[int]
                          ) -> list[SpanRecord] | None:
         """The records :meth:`tool_records` makes for a request that answers each of the run's
@@ -1010,6 +1023,9 @@ class ModelBook:
                                        for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
         answer = answer_of(handed, state.answer_tool)
+        closing = closing_call(handed, state.answer_tool)
+        if closing is not None:  # (its work runs now, counted: :meth:`ran_before_answer`)
+            answer = answer_of([closing], state.answer_tool)
         if request.last_is_user and not side:
             state.summary = None  # (its latest answer to a new user message: this one's)
         if broke:
@@ -1039,7 +1055,8 @@ class ModelBook:
             state.answered_last = record.loose and record.final_answer and not record.acted_on
         waiting = state.begun if broke else state.pending
         for call in work:
-            waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS else None
+            waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS \
+                and (closing is None or broke) else None
             if call.call_id:
                 self._calls[call.call_id] = state.key
             if waited is not None and not broke:

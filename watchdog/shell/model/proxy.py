@@ -935,6 +935,8 @@ class ModelProxy:
             state.report = seen.text or answer_of(handed, state.answer_tool) or state.report
         aside = quotes_answer(state, exchange.request)
         try:
+            ran = [] if seen.broke_off else \
+                self.book.ran_before_answer(state, handed, exchange.started_ns)
             record = self.book.call_record(state, exchange.request, seen, handed,
                                            exchange.started_ns, time.time_ns(), exchange.key)
         except Exception:  # the answer has gone to the agent; the run misses this call
@@ -943,8 +945,10 @@ class ModelProxy:
         # (a response that broke off handed nothing over: no tool of it runs at the agent;
         # an answer the agent acts on runs there as its action; a side request's run has the
         # action it quotes still running)
-        running = len(state.pending) if aside else 0 if seen.broke_off \
+        running = len(state.pending) if aside else 0 if seen.broke_off or ran \
             else len(handed) + record.acted_on
+        for tool in ran:  # (the work its answer came after: run, and counted, before it)
+            self._book(Booked(tool, exchange.key, 0), into)
         self._book(Booked(record, exchange.key, running, exchange.arrived), into)
 
     def _book(self, booked: Booked, into: list[Booked] | None) -> None:
