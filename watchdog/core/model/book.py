@@ -275,6 +275,9 @@ class EndpointRun:
     # user message is the next run's even before the tracker ends it (an evaluation interval
     # later), as a script's next ``chat`` at once is
     answered_last: bool = False
+    # ... that answer's digest (:func:`answer_digest`): a reply at once that drops it rejects
+    # it, and the run goes on (:func:`rejects_answer`)
+    ending: str | None = None
     # ... the digest of its latest answer to a new user message, when a history may be
     # compacted to it (a text answer, at least MIN_ASIDE_CHARS): :meth:`ModelBook._compacted`
     summary: str | None = None
@@ -622,7 +625,9 @@ class ModelBook:
                                   or self._follows(state, request)):
             self._conversations.move_to_end(digest)  # (its agent did not take the stop)
             return self._touch(state)
-        if state is not None and goes_on_from_aside(state, request):
+        if state is not None and (goes_on_from_aside(state, request) or (
+                self._now_ns is not None
+                and rejects_answer(state, request, self._now_ns, self.at_once_ns))):
             # its history compacted to the aside's answer: the run goes on (taken back if
             # that answer ended it), whatever the request's length
             self._conversations.move_to_end(digest)
@@ -1032,6 +1037,8 @@ class ModelBook:
                         self._summaries.popitem(last=False)
         if not side:
             state.answered_last = record.loose and record.final_answer and not record.acted_on
+            state.ending = answer_digest(seen.text if answer is None else answer) \
+                if state.answered_last else None
         waiting = state.begun if broke else state.pending
         for call in work:
             waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS else None
@@ -1309,6 +1316,23 @@ def follows_at_once(state: EndpointRun, request: Request, now_ns: int,
         return False  # (its history is the server's, or the agent started over)
     last = answer_digest(request.last_answer)
     return last is None or last != answer_digest(state.report or "")
+
+
+def rejects_answer(state: EndpointRun, request: Request, now_ns: int,
+                   window_ns: int = AT_ONCE_NS) -> bool:
+    """Whether ``request``, a new user message in the conversation of ``state``'s run, is the
+    agent's own reply rejecting the answer that ended the run on its own (the model's text,
+    no budget spent, no stop): it comes less than ``window_ns`` after that answer, and its
+    conversation, sent whole and longer than the run's was, does not hold that answer as its
+    last (the agent dropped it: mini-swe-agent's format error when its model answers without
+    a tool call). The run goes on with what is left of its budget: an agent that takes no
+    answer as its end cannot begin run after run, each with a budget of its own. A new message
+    that keeps the answer in its history (a script's next ``chat``, a person's next question)
+    is the session's next run: nothing in it tells a nudge from a new task."""
+    return state.answered_last and not state.final_used and state.stop is None \
+        and state.ending is not None and request.last_is_user and not request.kept \
+        and request.messages > state.messages and 0 <= now_ns - state.last_end_ns < window_ns \
+        and answer_digest(request.last_answer) != state.ending
 
 
 def replied_at_once(state: EndpointRun, now_ns: int) -> bool:
