@@ -17,7 +17,8 @@ aside, a summary it asked the model for on that history), starts the conversatio
 run, in the conversation's session — unless it is the agent's own reply at once rejecting the
 answer that ended the run at its budget or a stop (:func:`follows_at_once`): that is still the
 run's, answered with its stop (a conversation the server keeps sends only its new items:
-its length is not read). So does a conversation's first
+its length is not read); or its reply at once dropping the text answer that ended the run on
+its own (:func:`rejects_answer`): the run goes on. So does a conversation's first
 request (no longer than the one its run began with, no tool results) that comes while that run's
 first request is still with the model or after the model answered it: another invocation with
 the same first message (two agents started at the same moment), not the same one, which sends
