@@ -216,6 +216,7 @@ def test_a_question_that_keeps_the_answer_is_the_next_run_until_the_chain_is_too
 def ended_on_its_own(book: ModelBook) -> Any:
     """A run whose model answered in text at 10, tools still offered (no budget spent)."""
     own = book.identify("chat", chat(STEP, RESULT), Caller(), "mini", not_ended, now_ns=0)
+    book.tool_records(own, chat(STEP, RESULT), 0)  # (as the endpoint reads each request)
     book.call_record(own, chat(STEP, RESULT), Observation(text="done", finish_reason="stop"),
                      [], 1, 10)
     book.settle(own)
@@ -242,3 +243,31 @@ def test_a_reply_at_once_that_drops_an_answer_the_run_ended_on_goes_on_in_the_ru
         found = book.identify("chat", request, Caller(), "mini", lambda _key: True,
                               now_ns=now_ns)
         assert found is not own and not found.going_on
+
+
+def test_a_budget_per_conversation_takes_every_new_message_of_it_into_its_run() -> None:
+    """``budget_per: conversation`` (:attr:`EndpointRun.per_conversation`): a new user message
+    that keeps the answer, long after it, goes on in the run (a nudge, a person's next
+    question: one budget); once the budget is spent (its final request went upstream) it is
+    still the run's, which answers with its stop; a conversation begun again (shorter: another
+    invocation with the same task) is the next run."""
+    book = ModelBook()
+    own = ended_on_its_own(book)
+    own.per_conversation = True
+    kept = chat(STEP, RESULT, {"role": "assistant", "content": "done"},
+                {"role": "user", "content": "continue"})
+    went = book.identify("chat", kept, Caller(), "mini", lambda _key: True,
+                         now_ns=10 + 100 * AT_ONCE_NS)
+    assert (went is own, went.going_on, went.answered_last) == (True, True, False)
+    book.tool_records(own, kept, 0)
+    book.settle(own)
+    own.final_used = True
+    again = chat(STEP, RESULT, {"role": "assistant", "content": "done"},
+                 {"role": "user", "content": "continue"}, {"role": "assistant", "content": "x"},
+                 {"role": "user", "content": "continue"})
+    late = 10 + 200 * AT_ONCE_NS
+    stopped = book.identify("chat", again, Caller(), "mini", lambda _key: True, now_ns=late)
+    assert (stopped is own, stopped.going_on, stopped.at_once) == (True, False, False)
+    book.settle(own)
+    fresh = book.identify("chat", chat(), Caller(), "mini", lambda _key: True, now_ns=late)
+    assert fresh is not own

@@ -279,6 +279,9 @@ class EndpointRun:
     # ... that answer's digest (:func:`answer_digest`): a reply at once that drops it rejects
     # it, and the run goes on (:func:`rejects_answer`)
     ending: str | None = None
+    # its budget covers its whole conversation (a rule pack's ``budget_per: conversation``):
+    # every new user message in it goes on in the run (:func:`goes_on_in_conversation`)
+    per_conversation: bool = False
     # ... the digest of its latest answer to a new user message, when a history may be
     # compacted to it (a text answer, at least MIN_ASIDE_CHARS): :meth:`ModelBook._compacted`
     summary: str | None = None
@@ -626,9 +629,14 @@ class ModelBook:
                                   or self._follows(state, request)):
             self._conversations.move_to_end(digest)  # (its agent did not take the stop)
             return self._touch(state)
+        if state is not None and goes_on_in_conversation(state, request) \
+                and (state.final_used or state.stop is not None):
+            self._conversations.move_to_end(digest)  # (its budget spent: it gets the stop)
+            return self._touch(state)
         if state is not None and (goes_on_from_aside(state, request) or (
                 self._now_ns is not None
-                and rejects_answer(state, request, self._now_ns, self.at_once_ns))):
+                and rejects_answer(state, request, self._now_ns, self.at_once_ns))
+                or goes_on_in_conversation(state, request)):
             # its history compacted to the aside's answer: the run goes on (taken back if
             # that answer ended it), whatever the request's length
             self._conversations.move_to_end(digest)
@@ -1334,6 +1342,16 @@ def rejects_answer(state: EndpointRun, request: Request, now_ns: int,
         and state.ending is not None and request.last_is_user and not request.kept \
         and request.messages > state.messages and 0 <= now_ns - state.last_end_ns < window_ns \
         and answer_digest(request.last_answer) != state.ending
+
+
+def goes_on_in_conversation(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request``, a new user message in the conversation of ``state``'s run, goes on
+    in that run because its budget covers the whole conversation (``budget_per:
+    conversation``): the conversation sent whole, longer than the run's was (another
+    invocation that begins as it began is shorter: the next run). Its nudges ("continue", the
+    task again) and a person's next question alike: one budget for all of them."""
+    return state.per_conversation and request.last_is_user and not request.kept \
+        and request.messages > state.messages
 
 
 def replied_at_once(state: EndpointRun, now_ns: int) -> bool:
