@@ -271,3 +271,25 @@ def test_a_budget_per_conversation_takes_every_new_message_of_it_into_its_run() 
     book.settle(own)
     fresh = book.identify("chat", chat(), Caller(), "mini", lambda _key: True, now_ns=late)
     assert fresh is not own
+
+
+@pytest.mark.parametrize("per_conversation", [False, True])
+def test_a_budget_per_conversation_holds_in_a_conversation_the_server_keeps(
+        per_conversation: bool) -> None:
+    """A Responses conversation chained by ``previous_response_id``: a new user message after
+    the answer that ended the run is the next run, or, the budget covering the conversation,
+    goes on in the run (its length is not read: the chain names the run)."""
+    book = ModelBook()
+    wire = ResponsesWire()
+    first = wire.read_request({"model": "m", "input": "Count the files.", "tools": []})
+    state = book.identify("responses", first, Caller(), "mini", not_ended, now_ns=0)
+    state.per_conversation = per_conversation
+    book.tool_records(state, first, 0)
+    book.call_record(state, first, Observation(text="done", finish_reason="stop",
+                                               response_id="resp_1"), [], 1, 10)
+    book.settle(state)
+    nudge = wire.read_request({"model": "m", "previous_response_id": "resp_1",
+                               "input": [{"role": "user", "content": "continue"}]})
+    found = book.identify("responses", nudge, Caller(), "mini", lambda _key: True,
+                          now_ns=10 + 100 * AT_ONCE_NS)
+    assert (found is state, found.going_on) == (per_conversation, per_conversation)

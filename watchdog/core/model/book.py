@@ -516,6 +516,8 @@ class ModelBook:
                         or goes_on_from_stop(known, request) or self._follows(known, request):
                     self._going_on = self._answers_calls_of(known, request)
                     return self._touch(known)
+                if goes_on_in_conversation(known, request):
+                    return self._in_conversation(known)
                 # a new user message in a conversation the server keeps, once its run has
                 # ended: the next run of the session, as for a conversation sent whole (the
                 # response it continues names that run now: the request sent again is in it)
@@ -629,14 +631,12 @@ class ModelBook:
                                   or self._follows(state, request)):
             self._conversations.move_to_end(digest)  # (its agent did not take the stop)
             return self._touch(state)
-        if state is not None and goes_on_in_conversation(state, request) \
-                and (state.final_used or state.stop is not None):
-            self._conversations.move_to_end(digest)  # (its budget spent: it gets the stop)
-            return self._touch(state)
+        if state is not None and goes_on_in_conversation(state, request):
+            self._conversations.move_to_end(digest)
+            return self._in_conversation(state)
         if state is not None and (goes_on_from_aside(state, request) or (
                 self._now_ns is not None
-                and rejects_answer(state, request, self._now_ns, self.at_once_ns))
-                or goes_on_in_conversation(state, request)):
+                and rejects_answer(state, request, self._now_ns, self.at_once_ns))):
             # its history compacted to the aside's answer: the run goes on (taken back if
             # that answer ended it), whatever the request's length
             self._conversations.move_to_end(digest)
@@ -679,6 +679,15 @@ class ModelBook:
                 state.side_lines = _side_lines(said)
                 _remember(self._sides, client_session, state.key)
         return state
+
+    def _in_conversation(self, state: EndpointRun) -> EndpointRun:
+        """``state``'s run, whose budget covers its conversation, takes a new user message of
+        it (:func:`goes_on_in_conversation`): it goes on (taken back if its answer ended it),
+        or, its budget spent (its final request went upstream) or stopped, gets its stop."""
+        self._going_on = not (state.final_used or state.stop is not None)
+        if self._going_on:
+            state.answered_last = False
+        return self._touch(state)
 
     def _tasked(self, session: str, state: EndpointRun, request: Request) -> None:
         """``state``'s conversation, of ``session``, began with ``request``, which offers
@@ -1348,10 +1357,11 @@ def goes_on_in_conversation(state: EndpointRun, request: Request) -> bool:
     """Whether ``request``, a new user message in the conversation of ``state``'s run, goes on
     in that run because its budget covers the whole conversation (``budget_per:
     conversation``): the conversation sent whole, longer than the run's was (another
-    invocation that begins as it began is shorter: the next run). Its nudges ("continue", the
-    task again) and a person's next question alike: one budget for all of them."""
-    return state.per_conversation and request.last_is_user and not request.kept \
-        and request.messages > state.messages
+    invocation that begins as it began is shorter: the next run), or one the server keeps (by
+    ``previous_response_id`` or ``conversation``: its length is not read). Its nudges
+    ("continue", the task again) and a person's next question alike: one budget for all."""
+    return state.per_conversation and request.last_is_user \
+        and (request.kept or request.messages > state.messages)
 
 
 def replied_at_once(state: EndpointRun, now_ns: int) -> bool:
