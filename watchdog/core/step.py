@@ -845,10 +845,10 @@ class Core(CoreReads):
         ended run as it was at its end, still running (:meth:`_classify_at_end`): the cycle's
         orchestrator is chosen as it was then, of the runs that had not ended before it (a
         loop whose runs all ended in one batch)."""
-        trail = self.cycles.get(self._group(run)) if self.cycles.cycling else None
         live = run.ended_at if at_end else None
         if run.session is None:
-            if trail is not None and trail.repeats:  # a loop across the agents of a trace's runs
+            if self.cycles.cycling and (trail := self.cycles.get(self._group(run))) is not None \
+                    and trail.repeats:  # a loop across the agents of a trace's runs
                 return {"id": "", "agent_cycle": list(trail.cycle),
                         "agent_cycle_repeats": trail.repeats,
                         "cycle_orchestrator": self._orchestrator(trail, live) == run.key}
@@ -857,7 +857,8 @@ class Core(CoreReads):
         if state is None:
             return {"id": run.session}
         activation = state.activation(run.key)
-        if at_end and trail is not None and trail.repeats:
+        if at_end and self.cycles.cycling and state.agent_cycle_repeats \
+                and (trail := self.cycles.get(self._group(run))) is not None:
             activation["cycle_orchestrator"] = self._orchestrator(trail, live) == run.key
         return activation
 
