@@ -569,6 +569,7 @@ class ModelProxy:
             state.action_pattern = acting.action_pattern if acting is not None else None
             finish = service.finish_of(run.agent)
             state.answer_tool = finish.tool if finish is not None and finish.answers else None
+            state.per_conversation = service.per_conversation(run.agent)
             return state, decide(counts, service.board(run.key), parsed.instructions,
                                  parsed.has_tools, parsed.structured, state.acts_in_text,
                                  quotes_answer(state, parsed)), \
