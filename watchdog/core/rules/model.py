@@ -26,6 +26,7 @@ ACTS_IN_TEXT = (ACTIONS_TEXT, ACTIONS_CODE)
 STOP_NOTE_MARK = "${note}"  # where a ``stop_answer:`` puts the stop note
 MAX_STOP_ANSWER_CHARS = 4096
 MAX_ACTION_PATTERN_CHARS = 500  # a budgets entry's action_pattern (a regular expression)
+MAX_ACTION_KEY_CHARS = 100  # a budgets entry's action_key (a JSON object's key)
 # where a ``finish:`` call's arguments put the report: as it is, or quoted for a POSIX shell
 REPORT_MARK, REPORT_SHELL_MARK = "${report}", "${report_shell}"
 MAX_FINISH_ARGUMENTS = 16  # a finish call's arguments, each at most MAX_STOP_ANSWER_CHARS
@@ -163,6 +164,9 @@ class Budget:
     action_pattern: str | None = None
     # ACTIONS_TOOLS: the tool call that ends their task (None: a text answer ends it)
     finish: Finish | None = None
+    # ACTIONS_TEXT: the key whose value names the tool a JSON object in an answer asks for
+    # (each such object an action; an answer with none holds none: the agent's answer)
+    action_key: str | None = None
 
     def applies_to(self, agent: str) -> bool:
         return any(fnmatchcase(agent, glob) for glob in self.agents)

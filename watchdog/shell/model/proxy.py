@@ -567,6 +567,7 @@ class ModelProxy:
             state.acts_in_text = acting is not None
             state.acts_in_code = acting is not None and acting.actions == ACTIONS_CODE
             state.action_pattern = acting.action_pattern if acting is not None else None
+            state.action_key = acting.action_key if acting is not None else None
             return state, decide(counts, service.board(run.key), parsed.instructions,
                                  parsed.has_tools, parsed.structured, state.acts_in_text,
                                  quotes_answer(state, parsed)), \
