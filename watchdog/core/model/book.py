@@ -1142,7 +1142,8 @@ def json_actions(text: str, key: str) -> list[ToolCall]:
     single quotes or a trailing comma, is none); at most MAX_PENDING_CALLS, and the search
     tries at most MAX_JSON_STARTS opening braces that begin no JSON object (prose's braces),
     so a long answer costs time linear in it."""
-    decoder, found, at, misses = json.JSONDecoder(), [], 0, 0
+    decoder, at, misses = json.JSONDecoder(), 0, 0
+    found: list[ToolCall] = []
     while len(found) < MAX_PENDING_CALLS and misses < MAX_JSON_STARTS:
         start = text.find("{", at)
         if start < 0:
