@@ -5,14 +5,15 @@ its key from ``OPENAI_API_KEY``, streamed (Langroid's default), from the directo
 ``LR_WORKDIR``, where its ``shell`` tool really runs each command the model asks for. Mode
 (argv[1]): ``text``, the model asks for a tool by a JSON object in its answer's text (``{"request":
 "shell", "command": ...}``: Langroid's default), or ``tools``, by the API's tool calls
-(``use_tools_api=True``). An answer with no tool ends its task, with that answer as the
-task's result (``handle_llm_no_tool="done"``).
+(``use_functions_api=True, use_tools_api=True``). An answer with no tool ends its task, with
+that answer as the task's result (``handle_llm_no_tool="done"``).
 
 ``LR_TASKS``, a JSON list of the user's messages, each a ``Task.run`` in turn (one agent, its
 conversation started anew by each: Langroid's ``restart``); ``LR_SHAPE`` ``two``: a lead agent
 whose only tool is Langroid's ``send_tool``, which hands its message to the helper agent (a
 sub-task of the lead's, with the ``shell`` tool), whose answer is the tool's result; with
-``LR_HELPER_API_BASE``, the helper's model at a base URL of its own. Prints one JSON line:
+``LR_HELPER_API_BASE``, the helper's model at a base URL of its own (``LR_HELPER_MODEL``: its
+model's name). Prints one JSON line:
 each run's result (its content) and the requests each agent's model read (their count)."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import subprocess
 import sys
 
+import _langroid  # noqa: F401 (first: tiktoken's file, offline)
 import langroid as lr
 import langroid.language_models as lm
 from langroid.agent.tool_message import ToolMessage
@@ -40,31 +42,33 @@ class ShellTool(ToolMessage):
 
 
 def agent(name: str, mode: str, api_base: str | None, tool: type[ToolMessage],
-          system: str) -> lr.ChatAgent:
-    llm = lm.OpenAIGPTConfig(chat_model=os.environ["LR_MODEL"], cache_config=None,
+          system: str, model: str) -> lr.ChatAgent:
+    llm = lm.OpenAIGPTConfig(chat_model=model, cache_config=None,
                              **({"api_base": api_base} if api_base else {}))
     made = lr.ChatAgent(lr.ChatAgentConfig(
         name=name, llm=llm, system_message=system, handle_llm_no_tool="done",
-        use_tools=mode == "text", use_functions_api=False, use_tools_api=mode == "tools"))
+        use_tools=mode == "text", use_functions_api=mode == "tools",
+        use_tools_api=mode == "tools"))
     made.enable_message(tool)
     return made
 
 
 def main(mode: str) -> int:
     os.chdir(os.environ["LR_WORKDIR"])
-    api_base = os.environ.get("LR_API_BASE") or None
+    api_base, model = os.environ.get("LR_API_BASE") or None, os.environ["LR_MODEL"]
     results = []
     for message in json.loads(os.environ["LR_TASKS"]):
         if os.environ.get("LR_SHAPE") == "two":
             helper = agent("Helper", mode, os.environ.get("LR_HELPER_API_BASE") or api_base,
-                           ShellTool, "You run shell commands to do what you are asked.")
+                           ShellTool, "You run shell commands to do what you are asked.",
+                           os.environ.get("LR_HELPER_MODEL") or model)
             lead = agent("Lead", mode, api_base, SendTool,
-                         "You lead: send the work to the agent named Helper.")
+                         "You lead: send the work to the agent named Helper.", model)
             task = lr.Task(lead, interactive=False)
             task.add_sub_task(lr.Task(helper, interactive=False))
         else:
             task = lr.Task(agent("Shell", mode, api_base, ShellTool,
-                                 "You run shell commands to do what you are asked."),
+                                 "You run shell commands to do what you are asked.", model),
                            interactive=False)
         result = task.run(message, turns=40)
         results.append(None if result is None else result.content)

@@ -117,6 +117,7 @@ MAX_JSON_STARTS = 64  # braces of an answer tried that begin no JSON object (an 
 CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})  # no answer: cut short
 _FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)  # a fenced block's content
 _FENCED_WHOLE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
+_NO_BRACES = str.maketrans("{}", "()")  # (a stop note's steps for an agent acting in text)
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
 MAX_SIDE_SAID = 8  # the messages of a side request kept (digests) to know what it quoted
 # A tool call's text argument at least this long may be a task it hands a sub-agent (Crush's
@@ -1250,6 +1251,16 @@ def text_stop_answer(form: str, note: str) -> str:
     when it is the run's report, may hold one): the agent must find no action but the
     form's."""
     return form.replace(STOP_NOTE_MARK, _FENCED_WHOLE.sub("", note).strip())
+
+
+def no_json(line: str) -> str:
+    """A line of a stop note for an agent that reads its actions from its answers' text (a
+    rule pack's ``actions: text`` or ``code``), with no JSON object in it: its braces shown as
+    parentheses. A step's arguments, quoted as JSON (``shell({"command": ...})``), are what
+    such an agent runs when it finds them (Langroid reads a JSON object whose fields are a
+    tool's as a call of it, its ``request`` key or not): the stop's answer must hand over
+    nothing to run."""
+    return line.translate(_NO_BRACES)
 
 
 def goes_on_from_final(state: EndpointRun, request: Request) -> bool:

@@ -54,6 +54,7 @@ from watchdog.core.model.book import (
     EndpointRun,
     ModelBook,
     goes_on_from_stop,
+    no_json,
     quotes_answer,
     replied_at_once,
     text_stop_answer,
@@ -721,6 +722,8 @@ class ModelProxy:
                               for name, count in list(run.signals["tools"].items())[:20])
             parts.append(f"Progress so far: {run.iterations} model calls, {run.tool_calls} "
                          f"tool calls" + (f" ({tools})" if tools else "") + ".")
+        if lines and self.service.acts_in_text(state.agent) is not None:
+            lines = tuple(no_json(line) for line in lines)  # (none for it to run)
         if lines:
             parts.append("Last steps:\n" + "\n".join(f"- {line}" for line in lines))
         return "\n\n".join(parts)
