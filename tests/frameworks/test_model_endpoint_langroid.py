@@ -97,6 +97,22 @@ def steps_then_answer(count: int, mode: str, obeys: bool = True) -> fakellm.Scri
     return pick
 
 
+def settings(api_base: str | None, model: str, mode: str = "text"
+             ) -> dict[str, dict[str, object]]:
+    """What a user sets to run a Langroid agent unattended on a model at ``api_base`` (None:
+    ``OPENAI_BASE_URL`` says where), its key from ``OPENAI_API_KEY``: its ``OpenAIGPTConfig``'s
+    and its ``ChatAgentConfig``'s keyword arguments (``mode`` ``tools``: by the API's tool
+    calls). The tests run it so, and docs/steering.md shows it (``langroid-config``, checked
+    in tests/test_docs.py)."""
+    llm: dict[str, object] = {"chat_model": model}
+    if api_base is not None:
+        llm["api_base"] = api_base
+    agent: dict[str, object] = {"handle_llm_no_tool": "done"}
+    if mode == "tools":
+        agent.update(use_functions_api=True, use_tools=False)
+    return {"llm": llm, "agent": agent}
+
+
 def run_langroid(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
                  tmp_path: Path, mode: str, helper: tuple[str, fakellm.Script] | None = None
                  ) -> tuple[str | None, list[str], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -109,17 +125,19 @@ def run_langroid(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakel
     model = llm.script(f"langroid-{agent}-{case}", script)
     work = tmp_path / "work"
     work.mkdir()
-    base = f"{sidecar.url('model')}/agent/{agent}/v1"
+    endpoint = sidecar.url("model")
     env = {**clean_environ("LITELLM_"), "HOME": str(tmp_path), "PYTHONPATH": str(DRIVERS),
-           "LR_WORKDIR": str(work), "LR_MODEL": model, "OPENAI_API_KEY": KEY,
+           "LR_WORKDIR": str(work), "OPENAI_API_KEY": KEY,
            "LR_TASKS": json.dumps([f"Count the steps (case {case})."])}
     helper_model = None
     if helper is None:
-        env["OPENAI_BASE_URL"] = base
+        env.update(OPENAI_BASE_URL=f"{endpoint}/agent/{agent}/v1",
+                   LR_SETTINGS=json.dumps(settings(None, model, mode)))
     else:
         helper_model = llm.script(f"langroid-{helper[0]}-{case}", helper[1])
-        env.update(LR_SHAPE="two", LR_API_BASE=base, LR_HELPER_MODEL=helper_model,
-                   LR_HELPER_API_BASE=f"{sidecar.url('model')}/agent/{helper[0]}/v1")
+        env.update(LR_SETTINGS=json.dumps(settings(f"{endpoint}/agent/{agent}/v1", model, mode)),
+                   LR_HELPER=json.dumps(settings(f"{endpoint}/agent/{helper[0]}/v1",
+                                                 helper_model, mode)))
     result = drive_command("langroid", "endpoint_langroid", mode,
                            {**clean_environ(), "PYTHONPATH": str(DRIVERS)}, env)
     [said] = json.loads(result.stdout.strip().splitlines()[-1])
