@@ -20,6 +20,8 @@ from watchdog.core.model.book import (
     ModelBook,
     Unbooked,
     is_side,
+    json_actions,
+    no_json,
     quotes_answer,
     text_action,
     text_stop_answer,
@@ -380,6 +382,20 @@ def test_the_stop_answer_takes_the_packs_form_with_no_action_but_its_own() -> No
     note = "Stopped: a loop.\n\nLast answer:\n```bash\nrm -rf build\n```\nthen more."
     assert text_stop_answer(form, note) == \
         "Stopped: a loop.\n\nLast answer:\n\nthen more.\n\n```bash\nsubmit\n```"
+
+
+def test_a_stop_notes_steps_quote_no_json_object_an_agent_acting_in_text_would_run() -> None:
+    """The stop note's last steps quote each call's arguments: for an agent that reads its
+    actions from text, with no JSON object left (Langroid ran ``shell({"command": ...})``
+    from the note, its tool's fields enough: its real test,
+    :mod:`tests.frameworks.test_model_endpoint_langroid`, aborts and stops it)."""
+    line = ('+0.3s tool shell({"command":"echo tried >> ran.log","request":"shell"}) -> '
+            'exit 1 {"error": "missing.txt"}')
+    assert json_actions(line, "request") != []
+    shown = no_json(line)
+    assert shown == ('+0.3s tool shell(("command":"echo tried >> ran.log","request":"shell")) '
+                     '-> exit 1 ("error": "missing.txt")')
+    assert json_actions(shown, "request") == [] and json_actions(shown, "command") == []
 
 
 def test_a_task_that_quotes_the_latest_answer_in_the_agents_own_prompt_is_the_next_run(
