@@ -208,6 +208,31 @@ def test_a_budget_of_three_counts_down_and_its_final_request_asks_for_the_report
         4, 3, "tool_limit_reached"), run
 
 
+def test_two_tools_in_one_answer_are_two_calls_of_the_budget(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """An answer with two JSON objects naming a tool: Langroid runs both, and the endpoint
+    counts both (``action_key``: a call per object): the next request is told 1 of 3 left,
+    and the one after is the final."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if final_asked(body):
+            return fakellm.answer(REPORT)
+        if index == 0:
+            return fakellm.answer("Two at once:\n" + "\n".join(json.dumps(
+                {"request": "shell", "command": f"echo step{n} >> ran.log"}) for n in (0, 1)))
+        return act(f"echo step{index + 1} >> ran.log", "text")
+
+    before = run_ids(sidecar)
+    said, ran, requests, _ = run_langroid(sidecar, llm, "langroid-budget", pick, tmp_path,
+                                          "text")
+    assert ran == ["step0", "step1", "step2"] and said == REPORT
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("1", "3")], []]
+    assert [final_asked(body) for body in requests] == [False, False, True]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        3, 3, "tool_limit_reached"), run
+
+
 def test_a_tool_past_the_budget_is_run_and_then_stopped(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
     """The model does not take the final instruction: its answer holds one more tool's JSON,

@@ -941,10 +941,10 @@ class ModelProxy:
             self._failed("response")
             return
         # (a response that broke off handed nothing over: no tool of it runs at the agent;
-        # an answer the agent acts on runs there as its action; a side request's run has the
-        # action it quotes still running)
+        # an answer the agent acts on runs there as its actions, one per JSON object with an
+        # action_key; a side request's run has the action it quotes still running)
         running = len(state.pending) if aside else 0 if seen.broke_off \
-            else len(handed) + record.acted_on
+            else len(handed) + (len(record.asked_tools) if record.acted_on else 0)
         self._book(Booked(record, exchange.key, running, exchange.arrived), into)
 
     def _book(self, booked: Booked, into: list[Booked] | None) -> None:
