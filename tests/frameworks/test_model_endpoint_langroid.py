@@ -113,12 +113,14 @@ def settings(api_base: str | None, model: str, mode: str = "text"
 
 
 def run_langroid(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
-                 tmp_path: Path, mode: str, helper: tuple[str, fakellm.Script] | None = None
+                 tmp_path: Path, mode: str, helper: tuple[str, fakellm.Script] | None = None,
+                 done_tool: bool = False
                  ) -> tuple[str | None, list[str], list[dict[str, Any]], list[dict[str, Any]]]:
     """One ``Task.run`` of Langroid, in a temp dir of its own, on a model scripted by
     ``script``, named ``agent`` by ``OPENAI_BASE_URL``. ``helper`` (its name and script): the
     lead agent ``agent`` delegates to a helper agent by Langroid's ``send_tool``, each named
-    by its own ``api_base``. Returns the task's result, the commands really run (ran.log),
+    by its own ``api_base``; ``done_tool``: the agent has Langroid's ``done_tool``. Returns
+    the task's result, the commands really run (ran.log),
     the requests the lead's upstream got and the helper's."""
     case = next(_CASES)
     model = llm.script(f"langroid-{agent}-{case}", script)
@@ -127,7 +129,8 @@ def run_langroid(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakel
     endpoint = sidecar.url("model")
     env = {**clean_environ("LITELLM_"), "HOME": str(tmp_path), "PYTHONPATH": str(DRIVERS),
            "LR_WORKDIR": str(work), "OPENAI_API_KEY": KEY,
-           "LR_TASKS": json.dumps([f"Count the steps (case {case})."])}
+           "LR_TASKS": json.dumps([f"Count the steps (case {case})."]),
+           **({"LR_DONE_TOOL": "1"} if done_tool else {})}
     helper_model = None
     if helper is None:
         env.update(OPENAI_BASE_URL=f"{endpoint}/agent/{agent}/v1",
@@ -177,6 +180,30 @@ def test_one_task_run_is_one_run_each_tool_it_asks_for_a_call(
         4, 3, "completed"), run
     assert run["signals"]["tools"] == {"shell": 3}, run["signals"]
     assert run["final_output"] == "All 3 steps are done."
+
+
+def test_known_gap_its_done_tool_is_one_more_call_and_holds_the_run_open(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """Known gap: the model that ends its task by Langroid's ``done_tool`` in its text
+    (``{"request": "done_tool", "content": ...}``, its ``DoneTool``) asks for a tool as any
+    other JSON object does: the endpoint hands a call of it over, and holds the run open for it
+    as for an action, so the run ends ``completed`` ``loose_run_gap`` after that call (the
+    call counted then), not at once (an answer with no tool, ``handle_llm_no_tool="done"``,
+    ends it at once: above). Read the moment ``Task.run`` has returned."""
+    def pick(index: int, _body: dict[str, Any]) -> fakellm.Step:
+        if index == 2:
+            return fakellm.answer(json.dumps({"request": "done_tool", "content": "Both done."}))
+        return act(f"echo step{index} >> ran.log", "text")
+
+    before = run_ids(sidecar)
+    said, ran, requests, _ = run_langroid(sidecar, llm, "langroid", pick, tmp_path, "text",
+                                          done_tool=True)
+    assert (said, ran, len(requests)) == ("Both done.", ["step0", "step1"], 3)
+    [run] = new_runs(sidecar, before, lambda runs: len(runs) == 1
+                     and runs[0]["iterations"] == 3)
+    # (its done_tool call handed over, in flight at the agent, as an action waiting for its
+    # result: the run is held open, not ended by the answer it carries)
+    assert (run["state"], run["tool_calls"], run["signals"]["in_flight"]) == ("active", 2, 1), run
 
 
 # -- a budget -----------------------------------------------------------------------------------

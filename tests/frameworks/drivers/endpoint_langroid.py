@@ -12,7 +12,8 @@ default), no cache of answers (each scenario's are scripted), from the directory
 ``LR_TASKS``, a JSON list of the user's messages, each a ``Task.run`` in turn; ``LR_HELPER``
 (settings as ``LR_SETTINGS``'): a lead agent whose only tool is Langroid's ``send_tool``, which
 hands its message to the helper agent (a sub-task of the lead's, with the ``shell`` tool),
-whose answer is the tool's result. Prints one JSON line: each run's result (its content)."""
+whose answer is the tool's result; ``LR_DONE_TOOL`` set: the agent has Langroid's ``done_tool``
+too, by which the model ends its task. Prints one JSON line: each run's result (its content)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import _langroid  # noqa: F401 (first: tiktoken's file, offline)
 import langroid as lr
 import langroid.language_models as lm
 from langroid.agent.tool_message import ToolMessage
-from langroid.agent.tools.orchestration import SendTool
+from langroid.agent.tools.orchestration import DoneTool, SendTool
 
 SHELL = "You run shell commands to do what you are asked."
 
@@ -64,7 +65,10 @@ def main() -> int:
             task.add_sub_task(lr.Task(agent("Helper", helping, ShellTool, SHELL),
                                       interactive=False))
         else:
-            task = lr.Task(agent("Shell", settings, ShellTool, SHELL), interactive=False)
+            shell = agent("Shell", settings, ShellTool, SHELL)
+            if os.environ.get("LR_DONE_TOOL"):
+                shell.enable_message(DoneTool)
+            task = lr.Task(shell, interactive=False)
         result = task.run(message, turns=40)
         results.append(None if result is None else result.content)
     print(json.dumps(results))
