@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ from tests.frameworks.harness import (
 )
 from tests.frameworks.test_model_endpoint_text_actions import (
     LEFT,
-    LOOP_NOTE,
+    check_loop_wound_down,
     final_asked,
     new_runs,
     run_ids,
@@ -314,16 +313,7 @@ def test_a_loop_is_wound_down_then_stopped(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
     before = run_ids(sidecar)
     said, ran, requests = run_oi(sidecar, llm, "oi", looping(mode), tmp_path, mode)
-    notes = [LOOP_NOTE in instructions(body) for body in requests]
-    # tool-cycle fires at the 4th identical action: the next 2 requests are wound down, with
-    # the rule's grace of 2 counted down; the 7th is final
-    assert len(requests) == 7 and notes[:6] == [False] * 4 + [True] * 2, notes
-    grace = [re.findall(r"\[grace: (\d+) tool calls? left", instructions(body))
-             for body in requests]
-    assert grace == [[]] * 4 + [["2"], ["1"], []], grace
-    assert "tool calls allowed after the wind-down" in instructions(requests[-1])
-    run = the_ended_run(sidecar, before)
-    assert (run["tool_calls"], run["terminal_state"]) == (6, "loop_detected"), run
+    check_loop_wound_down(requests, the_ended_run(sidecar, before))
     assert len(llm.requests(str(requests[0]["model"]))) == 7  # nothing after the final
     if mode == "text":
         # the model loops on: its 7th answer's code runs too, then the stop answer ends it,

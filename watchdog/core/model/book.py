@@ -114,9 +114,11 @@ MIN_ASIDE_CHARS = 40
 TEXT_ACTION = "text_action"
 TEXT_ACTION_ID = "text_action:"
 MAX_ACTION_CHARS = 16_384  # of an action's text, hashed as its arguments
+MAX_JSON_STARTS = 64  # braces of an answer tried that begin no JSON object (an action_key's)
 CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})  # no answer: cut short
 _FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)  # a fenced block's content
 _FENCED_WHOLE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
+_NO_BRACES = str.maketrans("{}", "()")  # (a stop note's steps for an agent acting in text)
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
 MAX_SIDE_SAID = 8  # the messages of a side request kept (digests) to know what it quoted
 # A tool call's text argument at least this long may be a task it hands a sub-agent (Crush's
@@ -273,6 +275,9 @@ class EndpointRun:
     # ... the regular expression its actions match (a rule pack's ``action_pattern``): an
     # answer it does not match holds no action, the run's answer (None: every answer is one)
     action_pattern: str | None = None
+    # ... the key whose value names the tool a JSON object in its answer asks for (a rule
+    # pack's ``action_key``): each such object is an action, an answer with none its answer
+    action_key: str | None = None
     # ... by the code blocks in them (``actions: code``): an answer with none is its answer,
     # which ends the run, as a text answer ends a run whose agent calls tools
     acts_in_code: bool = False
@@ -1017,7 +1022,7 @@ class ModelBook:
         record.requested_tools = bool(work)
         side = is_side(state, request)
         acted = text_action(state, seen) if not handed and not seen.broke_off \
-            and not side else None
+            and not side else []
         if state.acts_in_text and not side and not seen.broke_off:
             words = " ".join(seen.text.split())
             state.quote = words[:MAX_ASIDE_CHARS] if len(words) >= MIN_ASIDE_CHARS else None
@@ -1026,8 +1031,8 @@ class ModelBook:
                 if request.last_answer is None and request.anchor_text and words else None
             if state.quote is not None or state.grown is not None:
                 self._act(state)
-        if acted is not None:  # (its text is the action the agent runs: a tool call of it)
-            work, record.acted_on = [acted], True
+        if acted:  # (its text holds the actions the agent runs: tool calls of them)
+            work, record.acted_on = acted, True
         if not seen.broke_off:  # (what it handed over: an agent's span of running one pairs)
             record.asked_tools = tuple((call.name[:200], call.call_id[:200])
                                        for call in work[:MAX_ASKED_TOOLS])
@@ -1123,36 +1128,67 @@ class ModelBook:
         return record
 
 
-def text_action(state: EndpointRun, seen: Observation) -> ToolCall | None:
-    """The action a text answer hands over, for a run whose agent acts on its answers' text
+def text_action(state: EndpointRun, seen: Observation) -> list[ToolCall]:
+    """The actions a text answer hands over, for a run whose agent acts on its answers' text
     (:attr:`EndpointRun.acts_in_text`): a call of :data:`TEXT_ACTION` whose arguments are the
     answer's fenced code blocks (```` ``` ````), else its whole text, spacing aside (so the same
     command under other reasoning is the same call: the loop rules see it repeat) — or, when
     its rule pack gives the actions' pattern (:attr:`EndpointRun.action_pattern`, searched in
     the answer's first MAX_ACTION_CHARS), what it matches: its groups, else the match (a
     ReAct agent's ``Action:`` and ``Action Input:``, its ``Thought:`` aside); an answer it does
-    not match holds no action (the agent's ``Final Answer:``). Its result is what the agent's
+    not match holds no action (the agent's ``Final Answer:``) — or, when it gives the key
+    that names an action's tool (:attr:`EndpointRun.action_key`), a call per JSON object in
+    the answer that has that key (:func:`json_actions`). Its result is what the agent's
     next request says after the answer (its output). None for another run, an answer with no
     text or one cut short, and for the run's final request or stop: that answer is its
     last; and, for a run whose agent acts by the code blocks in its answers
     (:attr:`EndpointRun.acts_in_code`), an answer with none: its answer."""
     if not state.acts_in_text or state.final_used or state.stop is not None \
             or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
-        return None
+        return []
+    if state.action_key:
+        return json_actions(seen.text[:MAX_ACTION_CHARS], state.action_key)
     search = _action_search(state.action_pattern) if state.action_pattern else None
     if search is not None:
         found = search(seen.text[:MAX_ACTION_CHARS])
         if found is None:
-            return None
+            return []
         parts = [part for part in found[1:] if part] or [found[0] or ""]
     else:
         blocks = _FENCED.findall(seen.text)
         if state.acts_in_code and not blocks:
-            return None
+            return []
         parts = blocks or [seen.text]
     action = " ".join(" ".join(parts).split())
-    return ToolCall(TEXT_ACTION_ID + _random_hex(64), TEXT_ACTION,
-                    json.dumps({"action": action[:MAX_ACTION_CHARS]}))
+    return [ToolCall(TEXT_ACTION_ID + _random_hex(64), TEXT_ACTION,
+                     json.dumps({"action": action[:MAX_ACTION_CHARS]}))]
+
+
+def json_actions(text: str, key: str) -> list[ToolCall]:
+    """The actions in ``text`` when an agent asks for its tools by JSON objects in its
+    answers (a rule pack's ``action_key``: Langroid's ``{"request": "<tool>", ...}``): each
+    top-level JSON object in it, fenced or not, whose ``key`` is a string, in order, is a call
+    of the tool it names, its arguments the object (keys sorted: the same object is the same
+    call, the loop rules see it repeat). Strict JSON alone (an object the agent would repair,
+    single quotes or a trailing comma, is none); at most MAX_PENDING_CALLS, and the search
+    tries at most MAX_JSON_STARTS opening braces that begin no JSON object (prose's braces),
+    so a long answer costs time linear in it."""
+    decoder, at, misses = json.JSONDecoder(), 0, 0
+    found: list[ToolCall] = []
+    while len(found) < MAX_PENDING_CALLS and misses < MAX_JSON_STARTS:
+        start = text.find("{", at)
+        if start < 0:
+            break
+        try:
+            value, at = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            at, misses = start + 1, misses + 1
+            continue
+        name = value.get(key) if isinstance(value, dict) else None
+        if isinstance(name, str) and name:
+            found.append(ToolCall(TEXT_ACTION_ID + _random_hex(64), name[:200],
+                                  json.dumps(value, sort_keys=True)[:MAX_ACTION_CHARS]))
+    return found
 
 
 @lru_cache(maxsize=64)
@@ -1245,6 +1281,16 @@ def text_stop_answer(form: str, note: str) -> str:
     when it is the run's report, may hold one): the agent must find no action but the
     form's."""
     return form.replace(STOP_NOTE_MARK, _FENCED_WHOLE.sub("", note).strip())
+
+
+def no_json(line: str) -> str:
+    """A line of a stop note for an agent that reads its actions from its answers' text (a
+    rule pack's ``actions: text`` or ``code``), with no JSON object in it: its braces shown as
+    parentheses. A step's arguments, quoted as JSON (``shell({"command": ...})``), are what
+    such an agent runs when it finds them (Langroid reads a JSON object whose fields are a
+    tool's as a call of it, its ``request`` key or not): the stop's answer must hand over
+    nothing to run."""
+    return line.translate(_NO_BRACES)
 
 
 def goes_on_from_final(state: EndpointRun, request: Request) -> bool:

@@ -32,6 +32,7 @@ BUDGET_PER = (BUDGET_PER_RUN, BUDGET_PER_CONVERSATION)
 STOP_NOTE_MARK = "${note}"  # where a ``stop_answer:`` puts the stop note
 MAX_STOP_ANSWER_CHARS = 4096
 MAX_ACTION_PATTERN_CHARS = 500  # a budgets entry's action_pattern (a regular expression)
+MAX_ACTION_KEY_CHARS = 100  # a budgets entry's action_key (a JSON object's key)
 # where a ``finish:`` call's arguments put the report: as it is, or quoted for a POSIX shell
 REPORT_MARK, REPORT_SHELL_MARK = "${report}", "${report_shell}"
 MAX_FINISH_ARGUMENTS = 16  # a finish call's arguments, each at most MAX_STOP_ANSWER_CHARS
@@ -178,6 +179,9 @@ class Budget:
     finish: Finish | None = None
     # what the budget covers at the model endpoint (BUDGET_PER)
     budget_per: str = BUDGET_PER_RUN
+    # ACTIONS_TEXT: the key whose value names the tool a JSON object in an answer asks for
+    # (each such object an action; an answer with none holds none: the agent's answer)
+    action_key: str | None = None
 
     def applies_to(self, agent: str) -> bool:
         return any(fnmatchcase(agent, glob) for glob in self.agents)
