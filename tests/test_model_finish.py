@@ -243,7 +243,8 @@ def test_a_reply_at_once_that_drops_an_answer_the_run_ended_on_goes_on_in_the_ru
     """A run that ended on its own is never held with a stop; the agent's reply at once that
     drops its answer (mini's format error) takes it back (it goes on, with its budget), even
     once the tracker has ended it; a question that keeps the answer (a script's next
-    ``chat``), or a reply after a pause, is the next run."""
+    ``chat``), a reply after a pause, or another agent's turn under its own instructions, is
+    the next run."""
     book = ModelBook()
     own = ended_on_its_own(book)
     went = book.identify("chat", chat(STEP, RESULT, FORMAT_ERROR), Caller(), "mini",
@@ -252,7 +253,15 @@ def test_a_reply_at_once_that_drops_an_answer_the_run_ended_on_goes_on_in_the_ru
         True, True, False, False)
     kept = chat(STEP, RESULT, {"role": "assistant", "content": "done"},
                 {"role": "user", "content": "Once more, please."})
-    for request, now_ns in ((kept, 11), (chat(STEP, RESULT, FORMAT_ERROR), 10 + AT_ONCE_NS)):
+    # a pipeline's next agent at once, the first one's work retold as user messages under
+    # instructions of its own (Eino's SequentialAgent): another agent's turn, not a rejection
+    handed_on = ChatWire().read_request({"model": "m", "messages": [
+        {"role": "system", "content": "Write it up."}, TASK,
+        {"role": "user", "content": "For context: [mini] called bash."},
+        {"role": "user", "content": "For context: [mini] bash returned ok."},
+        {"role": "user", "content": "For context: [mini] said: done"}]})
+    for request, now_ns in ((kept, 11), (chat(STEP, RESULT, FORMAT_ERROR), 10 + AT_ONCE_NS),
+                            (handed_on, 11)):
         book = ModelBook()
         own = ended_on_its_own(book)
         found = book.identify("chat", request, Caller(), "mini", lambda _key: True,

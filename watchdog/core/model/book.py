@@ -288,6 +288,9 @@ class EndpointRun:
     # ... that answer's digest (:func:`answer_digest`): a reply at once that drops it rejects
     # it, and the run goes on (:func:`rejects_answer`)
     ending: str | None = None
+    # ... the digest of the instructions of the request that answer came to: a reply under
+    # other instructions is another agent's turn (a pipeline's next agent), never a rejection
+    ending_prompt: str | None = None
     # its budget covers its whole conversation (a rule pack's ``budget_per: conversation``):
     # every new user message in it goes on in the run (:func:`goes_on_in_conversation`)
     per_conversation: bool = False
@@ -1067,6 +1070,8 @@ class ModelBook:
             state.answered_last = record.loose and record.final_answer and not record.acted_on
             state.ending = answer_digest(seen.text if answer is None else answer) \
                 if state.answered_last else None
+            state.ending_prompt = _said_digest(request.instructions) \
+                if state.answered_last else None
         waiting = state.begun if broke else state.pending
         for call in work:
             waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS else None
@@ -1391,17 +1396,20 @@ def rejects_answer(state: EndpointRun, request: Request, now_ns: int,
                    window_ns: int = AT_ONCE_NS) -> bool:
     """Whether ``request``, a new user message in the conversation of ``state``'s run, is the
     agent's own reply rejecting the answer that ended the run on its own (the model's text,
-    no budget spent, no stop): it comes less than ``window_ns`` after that answer, and its
-    conversation, sent whole and longer than the run's was, does not hold that answer as its
-    last (the agent dropped it: mini-swe-agent's format error when its model answers without
-    a tool call). The run goes on with what is left of its budget: an agent that takes no
-    answer as its end cannot begin run after run, each with a budget of its own. A new message
+    no budget spent, no stop): it comes less than ``window_ns`` after that answer, under the
+    instructions that answer came to (under others it is another agent's turn: a pipeline's
+    next agent, given the first one's work), and its conversation, sent whole and longer than
+    the run's was, does not hold that answer as its last (the agent dropped it: mini-swe-agent's
+    format error when its model answers without a tool call). The run goes on with what is
+    left of its budget: an agent that takes no answer as its end cannot begin run after run,
+    each with a budget of its own. A new message
     that keeps the answer in its history (a script's next ``chat``, a person's next question)
     is the session's next run: nothing in it tells a nudge from a new task."""
     return state.answered_last and not state.final_used and state.stop is None \
         and state.ending is not None and request.last_is_user and not request.kept \
         and request.messages > state.messages and 0 <= now_ns - state.last_end_ns < window_ns \
-        and answer_digest(request.last_answer) != state.ending
+        and answer_digest(request.last_answer) != state.ending \
+        and _said_digest(request.instructions) == state.ending_prompt
 
 
 def goes_on_in_conversation(state: EndpointRun, request: Request) -> bool:
