@@ -117,6 +117,13 @@ failing on a changed block. The kinds:
     (``tests/frameworks/test_model_endpoint_open_interpreter.py``'s ``settings``), the
     sidecar's default model endpoint with ``/agent/open-interpreter/`` in place of the test's,
     its model ``gpt-4.1``.
+``langroid-config``
+    Langroid's settings in Python, ``import langroid as lr`` and ``import
+    langroid.language_models as lm``, then ``llm = lm.OpenAIGPTConfig(...)`` and ``config =
+    lr.ChatAgentConfig(llm=llm, ...)``, their keyword arguments literals: exactly what its tests
+    set (``tests/frameworks/test_model_endpoint_langroid.py``'s ``settings``), the sidecar's
+    default model endpoint with ``/agent/langroid/`` in place of the test's, its model
+    ``gpt-4.1``.
 ``codex-config``
     The OpenAI Codex CLI's ``config.toml`` (TOML): a model provider it selects must be the
     sidecar's model endpoint (``base_url`` ``http://127.0.0.1:9478/v1``) on the Responses API
@@ -171,7 +178,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
          "crush-config", "continue-config",
-         "langchaingo-env", "eino-config", "open-interpreter-settings"}
+         "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -841,6 +848,27 @@ def check_open_interpreter_settings(block: Block, stack: Stack, state: DocState)
                              "gpt-4.1"), block.where
 
 
+def check_langroid_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_langroid import settings
+
+    *imports, llm, config = ast.parse(block.text).body
+    assert [ast.unparse(line) for line in imports] == [
+        "import langroid as lr", "import langroid.language_models as lm"], block.where
+    shown: dict[str, dict[str, object]] = {}
+    for line, name, call in ((llm, "llm", "lm.OpenAIGPTConfig"),
+                             (config, "agent", "lr.ChatAgentConfig")):
+        assert isinstance(line, ast.Assign) and isinstance(line.value, ast.Call), block.where
+        assert ast.unparse(line.value.func) == call and not line.value.args, block.where
+        assert [ast.unparse(target) for target in line.targets] == [
+            "llm" if name == "llm" else "config"], block.where
+        shown[name] = {keyword.arg: ast.literal_eval(keyword.value)
+                       if keyword.arg != "llm" else ast.unparse(keyword.value)
+                       for keyword in line.value.keywords if keyword.arg is not None}
+    assert shown["agent"].pop("llm", None) == "llm", block.where
+    assert shown == settings(f"http://{MODEL_ENDPOINT_DEFAULT}/agent/langroid/v1",
+                             "gpt-4.1"), block.where
+
+
 def check_crush_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_crush import config
 
@@ -926,6 +954,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "eino-config": check_eino_config,
     "aider-command": check_aider_command,
     "open-interpreter-settings": check_open_interpreter_settings,
+    "langroid-config": check_langroid_config,
 }
 assert set(CHECKS) == KINDS
 
@@ -1035,6 +1064,8 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "eino-config": (DOCS / "agents.md", "/agent/eino/v1", "/agent/eino/v2"),
     "open-interpreter-settings": (DOCS / "agents.md", "interpreter.auto_run = True",
                                   "interpreter.auto_run = False"),
+    "langroid-config": (DOCS / "agents.md", 'handle_llm_no_tool="done"',
+                        'handle_llm_no_tool="user"'),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

@@ -164,6 +164,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "haystack": (*_OTEL, *_OPENAI),
     "hermes": (*_OTEL, *_OPENAI, "run_agent", "tools.registry"),
     "langchain": (*_LANGCHAIN, "opentelemetry.instrumentation.langchain"),
+    "langroid": ("_langroid", *_OPENAI),
     # (minisweagent reads its settings from the environment at import: the driver imports it)
     "mini_swe_agent": (*_LITELLM, *_OPENAI),
     "open_interpreter": (*_OTEL, *_LITELLM, *_OPENAI, "interpreter"),

@@ -77,13 +77,16 @@ budgets:
     max_tool_calls: 3
   - agents: ["lcg-any"]
     actions: text
+  - agents: ["lcg-bare-abort"]
+    actions: text
+    action_pattern: {json.dumps(ACTION)}
   - agents: ["lcg*"]
     actions: text
     action_pattern: {json.dumps(ACTION)}
     stop_answer: "Final Answer: ${{note}}"
 rules:
   - name: two-actions-then-abort
-    agents: ["lcg-abort"]
+    agents: ["lcg-abort", "lcg-bare-abort"]
     when: "!run.ended && run.tool_calls >= 2"
     action: abort
     message: "Stopped by the test's rule after 2 actions"
@@ -359,6 +362,24 @@ def test_an_abort_is_answered_in_the_agents_own_finish(
     [outcome] = it.outcomes
     assert outcome["error"] == "" and "Stopped by the test's rule after 2 actions" in \
         outcome["output"], outcome
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+def test_an_abort_without_the_agents_finish_form_ends_it_with_the_note_in_its_error(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """No ``stop_answer`` in its entry: nothing says how the agent finishes (its
+    ``action_pattern`` says what an action is, not the form its parser takes as final), so the
+    abort answers the stop note alone, an answer with no action. LangChainGo reads it as
+    malformed and ends the call: its caller gets the parse error, the note in it, and the
+    upstream nothing more (the docs say to give the form: ``stop_answer``)."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "lcg-bare-abort", sums_then_answer(10), tmp_path)
+    assert len(it.ran) == 2 and len(it.requests) == 2
+    [outcome] = it.outcomes
+    assert outcome["output"] == "" and outcome["error"].startswith(
+        "unable to parse agent output: ") and STOPPED in outcome["error"] \
+        and "Stopped by the test's rule after 2 actions" in outcome["error"], outcome
     run = the_ended_run(sidecar, before)
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
 

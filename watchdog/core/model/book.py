@@ -17,7 +17,8 @@ aside, a summary it asked the model for on that history), starts the conversatio
 run, in the conversation's session — unless it is the agent's own reply at once rejecting the
 answer that ended the run at its budget or a stop (:func:`follows_at_once`): that is still the
 run's, answered with its stop (a conversation the server keeps sends only its new items:
-its length is not read). So does a conversation's first
+its length is not read); or its reply at once dropping the text answer that ended the run on
+its own (:func:`rejects_answer`): the run goes on. So does a conversation's first
 request (no longer than the one its run began with, no tool results) that comes while that run's
 first request is still with the model or after the model answered it: another invocation with
 the same first message (two agents started at the same moment), not the same one, which sends
@@ -113,9 +114,11 @@ MIN_ASIDE_CHARS = 40
 TEXT_ACTION = "text_action"
 TEXT_ACTION_ID = "text_action:"
 MAX_ACTION_CHARS = 16_384  # of an action's text, hashed as its arguments
+MAX_JSON_STARTS = 64  # braces of an answer tried that begin no JSON object (an action_key's)
 CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})  # no answer: cut short
 _FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)  # a fenced block's content
 _FENCED_WHOLE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
+_NO_BRACES = str.maketrans("{}", "()")  # (a stop note's steps for an agent acting in text)
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
 MAX_SIDE_SAID = 8  # the messages of a side request kept (digests) to know what it quoted
 # A tool call's text argument at least this long may be a task it hands a sub-agent (Crush's
@@ -272,6 +275,9 @@ class EndpointRun:
     # ... the regular expression its actions match (a rule pack's ``action_pattern``): an
     # answer it does not match holds no action, the run's answer (None: every answer is one)
     action_pattern: str | None = None
+    # ... the key whose value names the tool a JSON object in its answer asks for (a rule
+    # pack's ``action_key``): each such object is an action, an answer with none its answer
+    action_key: str | None = None
     # ... by the code blocks in them (``actions: code``): an answer with none is its answer,
     # which ends the run, as a text answer ends a run whose agent calls tools
     acts_in_code: bool = False
@@ -279,6 +285,15 @@ class EndpointRun:
     # user message is the next run's even before the tracker ends it (an evaluation interval
     # later), as a script's next ``chat`` at once is
     answered_last: bool = False
+    # ... that answer's digest (:func:`answer_digest`): a reply at once that drops it rejects
+    # it, and the run goes on (:func:`rejects_answer`)
+    ending: str | None = None
+    # ... the digest of the instructions of the request that answer came to: a reply under
+    # other instructions is another agent's turn (a pipeline's next agent), never a rejection
+    ending_prompt: str | None = None
+    # its budget covers its whole conversation (a rule pack's ``budget_per: conversation``):
+    # every new user message in it goes on in the run (:func:`goes_on_in_conversation`)
+    per_conversation: bool = False
     # ... the digest of its latest answer to a new user message, when a history may be
     # compacted to it (a text answer, at least MIN_ASIDE_CHARS): :meth:`ModelBook._compacted`
     summary: str | None = None
@@ -513,6 +528,8 @@ class ModelBook:
                         or goes_on_from_stop(known, request) or self._follows(known, request):
                     self._going_on = self._answers_calls_of(known, request)
                     return self._touch(known)
+                if goes_on_in_conversation(known, request):
+                    return self._in_conversation(known)
                 # a new user message in a conversation the server keeps, once its run has
                 # ended: the next run of the session, as for a conversation sent whole (the
                 # response it continues names that run now: the request sent again is in it)
@@ -626,7 +643,12 @@ class ModelBook:
                                   or self._follows(state, request)):
             self._conversations.move_to_end(digest)  # (its agent did not take the stop)
             return self._touch(state)
-        if state is not None and goes_on_from_aside(state, request):
+        if state is not None and goes_on_in_conversation(state, request):
+            self._conversations.move_to_end(digest)
+            return self._in_conversation(state)
+        if state is not None and (goes_on_from_aside(state, request) or (
+                self._now_ns is not None
+                and rejects_answer(state, request, self._now_ns, self.at_once_ns))):
             # its history compacted to the aside's answer: the run goes on (taken back if
             # that answer ended it), whatever the request's length
             self._conversations.move_to_end(digest)
@@ -669,6 +691,15 @@ class ModelBook:
                 state.side_lines = _side_lines(said)
                 _remember(self._sides, client_session, state.key)
         return state
+
+    def _in_conversation(self, state: EndpointRun) -> EndpointRun:
+        """``state``'s run, whose budget covers its conversation, takes a new user message of
+        it (:func:`goes_on_in_conversation`): it goes on (taken back if its answer ended it),
+        or, its budget spent (its final request went upstream) or stopped, gets its stop."""
+        self._going_on = not (state.final_used or state.stop is not None)
+        if self._going_on:
+            state.answered_last = False
+        return self._touch(state)
 
     def _tasked(self, session: str, state: EndpointRun, request: Request) -> None:
         """``state``'s conversation, of ``session``, began with ``request``, which offers
@@ -1007,7 +1038,7 @@ class ModelBook:
         record.requested_tools = bool(work)
         side = is_side(state, request)
         acted = text_action(state, seen) if not handed and not seen.broke_off \
-            and not side else None
+            and not side else []
         if state.acts_in_text and not side and not seen.broke_off:
             words = " ".join(seen.text.split())
             state.quote = words[:MAX_ASIDE_CHARS] if len(words) >= MIN_ASIDE_CHARS else None
@@ -1016,8 +1047,8 @@ class ModelBook:
                 if request.last_answer is None and request.anchor_text and words else None
             if state.quote is not None or state.grown is not None:
                 self._act(state)
-        if acted is not None:  # (its text is the action the agent runs: a tool call of it)
-            work, record.acted_on = [acted], True
+        if acted:  # (its text holds the actions the agent runs: tool calls of them)
+            work, record.acted_on = acted, True
         if not seen.broke_off:  # (what it handed over: an agent's span of running one pairs)
             record.asked_tools = tuple((call.name[:200], call.call_id[:200])
                                        for call in work[:MAX_ASKED_TOOLS])
@@ -1053,6 +1084,10 @@ class ModelBook:
                         self._summaries.popitem(last=False)
         if not side:
             state.answered_last = record.loose and record.final_answer and not record.acted_on
+            state.ending = answer_digest(seen.text if answer is None else answer) \
+                if state.answered_last else None
+            state.ending_prompt = _said_digest(request.instructions) \
+                if state.answered_last else None
         waiting = state.begun if broke else state.pending
         for call in work:
             waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS \
@@ -1115,36 +1150,67 @@ class ModelBook:
         return record
 
 
-def text_action(state: EndpointRun, seen: Observation) -> ToolCall | None:
-    """The action a text answer hands over, for a run whose agent acts on its answers' text
+def text_action(state: EndpointRun, seen: Observation) -> list[ToolCall]:
+    """The actions a text answer hands over, for a run whose agent acts on its answers' text
     (:attr:`EndpointRun.acts_in_text`): a call of :data:`TEXT_ACTION` whose arguments are the
     answer's fenced code blocks (```` ``` ````), else its whole text, spacing aside (so the same
     command under other reasoning is the same call: the loop rules see it repeat) — or, when
     its rule pack gives the actions' pattern (:attr:`EndpointRun.action_pattern`, searched in
     the answer's first MAX_ACTION_CHARS), what it matches: its groups, else the match (a
     ReAct agent's ``Action:`` and ``Action Input:``, its ``Thought:`` aside); an answer it does
-    not match holds no action (the agent's ``Final Answer:``). Its result is what the agent's
+    not match holds no action (the agent's ``Final Answer:``) — or, when it gives the key
+    that names an action's tool (:attr:`EndpointRun.action_key`), a call per JSON object in
+    the answer that has that key (:func:`json_actions`). Its result is what the agent's
     next request says after the answer (its output). None for another run, an answer with no
     text or one cut short, and for the run's final request or stop: that answer is its
     last; and, for a run whose agent acts by the code blocks in its answers
     (:attr:`EndpointRun.acts_in_code`), an answer with none: its answer."""
     if not state.acts_in_text or state.final_used or state.stop is not None \
             or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
-        return None
+        return []
+    if state.action_key:
+        return json_actions(seen.text[:MAX_ACTION_CHARS], state.action_key)
     search = _action_search(state.action_pattern) if state.action_pattern else None
     if search is not None:
         found = search(seen.text[:MAX_ACTION_CHARS])
         if found is None:
-            return None
+            return []
         parts = [part for part in found[1:] if part] or [found[0] or ""]
     else:
         blocks = _FENCED.findall(seen.text)
         if state.acts_in_code and not blocks:
-            return None
+            return []
         parts = blocks or [seen.text]
     action = " ".join(" ".join(parts).split())
-    return ToolCall(TEXT_ACTION_ID + _random_hex(64), TEXT_ACTION,
-                    json.dumps({"action": action[:MAX_ACTION_CHARS]}))
+    return [ToolCall(TEXT_ACTION_ID + _random_hex(64), TEXT_ACTION,
+                     json.dumps({"action": action[:MAX_ACTION_CHARS]}))]
+
+
+def json_actions(text: str, key: str) -> list[ToolCall]:
+    """The actions in ``text`` when an agent asks for its tools by JSON objects in its
+    answers (a rule pack's ``action_key``: Langroid's ``{"request": "<tool>", ...}``): each
+    top-level JSON object in it, fenced or not, whose ``key`` is a string, in order, is a call
+    of the tool it names, its arguments the object (keys sorted: the same object is the same
+    call, the loop rules see it repeat). Strict JSON alone (an object the agent would repair,
+    single quotes or a trailing comma, is none); at most MAX_PENDING_CALLS, and the search
+    tries at most MAX_JSON_STARTS opening braces that begin no JSON object (prose's braces),
+    so a long answer costs time linear in it."""
+    decoder, at, misses = json.JSONDecoder(), 0, 0
+    found: list[ToolCall] = []
+    while len(found) < MAX_PENDING_CALLS and misses < MAX_JSON_STARTS:
+        start = text.find("{", at)
+        if start < 0:
+            break
+        try:
+            value, at = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            at, misses = start + 1, misses + 1
+            continue
+        name = value.get(key) if isinstance(value, dict) else None
+        if isinstance(name, str) and name:
+            found.append(ToolCall(TEXT_ACTION_ID + _random_hex(64), name[:200],
+                                  json.dumps(value, sort_keys=True)[:MAX_ACTION_CHARS]))
+    return found
 
 
 @lru_cache(maxsize=64)
@@ -1239,6 +1305,16 @@ def text_stop_answer(form: str, note: str) -> str:
     return form.replace(STOP_NOTE_MARK, _FENCED_WHOLE.sub("", note).strip())
 
 
+def no_json(line: str) -> str:
+    """A line of a stop note for an agent that reads its actions from its answers' text (a
+    rule pack's ``actions: text`` or ``code``), with no JSON object in it: its braces shown as
+    parentheses. A step's arguments, quoted as JSON (``shell({"command": ...})``), are what
+    such an agent runs when it finds them (Langroid reads a JSON object whose fields are a
+    tool's as a call of it, its ``request`` key or not): the stop's answer must hand over
+    nothing to run."""
+    return line.translate(_NO_BRACES)
+
+
 def goes_on_from_final(state: EndpointRun, request: Request) -> bool:
     """Whether ``request`` goes on, with the output of what it ran, from the final answer of a
     run whose agent acts on its answers' text: the answer was one more action, not the end
@@ -1331,6 +1407,37 @@ def follows_at_once(state: EndpointRun, request: Request, now_ns: int,
         return False  # (its history is the server's, or the agent started over)
     last = answer_digest(request.last_answer)
     return last is None or last != answer_digest(state.report or "")
+
+
+def rejects_answer(state: EndpointRun, request: Request, now_ns: int,
+                   window_ns: int = AT_ONCE_NS) -> bool:
+    """Whether ``request``, a new user message in the conversation of ``state``'s run, is the
+    agent's own reply rejecting the answer that ended the run on its own (the model's text,
+    no budget spent, no stop): it comes less than ``window_ns`` after that answer, under the
+    instructions that answer came to (under others it is another agent's turn: a pipeline's
+    next agent, given the first one's work), and its conversation, sent whole and longer than
+    the run's was, does not hold that answer as its last (the agent dropped it: mini-swe-agent's
+    format error when its model answers without a tool call). The run goes on with what is
+    left of its budget: an agent that takes no answer as its end cannot begin run after run,
+    each with a budget of its own. A new message
+    that keeps the answer in its history (a script's next ``chat``, a person's next question)
+    is the session's next run: nothing in it tells a nudge from a new task."""
+    return state.answered_last and not state.final_used and state.stop is None \
+        and state.ending is not None and request.last_is_user and not request.kept \
+        and request.messages > state.messages and 0 <= now_ns - state.last_end_ns < window_ns \
+        and answer_digest(request.last_answer) != state.ending \
+        and _said_digest(request.instructions) == state.ending_prompt
+
+
+def goes_on_in_conversation(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request``, a new user message in the conversation of ``state``'s run, goes on
+    in that run because its budget covers the whole conversation (``budget_per:
+    conversation``): the conversation sent whole, longer than the run's was (another
+    invocation that begins as it began is shorter: the next run), or one the server keeps (by
+    ``previous_response_id`` or ``conversation``: its length is not read). Its nudges
+    ("continue", the task again) and a person's next question alike: one budget for all."""
+    return state.per_conversation and request.last_is_user \
+        and (request.kept or request.messages > state.messages)
 
 
 def replied_at_once(state: EndpointRun, now_ns: int) -> bool:

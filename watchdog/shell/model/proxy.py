@@ -54,6 +54,7 @@ from watchdog.core.model.book import (
     EndpointRun,
     ModelBook,
     goes_on_from_stop,
+    no_json,
     quotes_answer,
     replied_at_once,
     text_stop_answer,
@@ -571,6 +572,8 @@ class ModelProxy:
             finish = service.finish_of(run.agent)
             state.answer_tool = finish.tool if finish is not None and finish.answered_by(
                 tool_parameters(body, finish.tool)) else None
+            state.per_conversation = service.per_conversation(run.agent)
+            state.action_key = acting.action_key if acting is not None else None
             return state, decide(counts, service.board(run.key), parsed.instructions,
                                  parsed.has_tools, parsed.structured, state.acts_in_text,
                                  quotes_answer(state, parsed)), \
@@ -724,6 +727,8 @@ class ModelProxy:
                               for name, count in list(run.signals["tools"].items())[:20])
             parts.append(f"Progress so far: {run.iterations} model calls, {run.tool_calls} "
                          f"tool calls" + (f" ({tools})" if tools else "") + ".")
+        if lines and self.service.acts_in_text(state.agent) is not None:
+            lines = tuple(no_json(line) for line in lines)  # (none for it to run)
         if lines:
             parts.append("Last steps:\n" + "\n".join(f"- {line}" for line in lines))
         return "\n\n".join(parts)
@@ -943,10 +948,10 @@ class ModelProxy:
             self._failed("response")
             return
         # (a response that broke off handed nothing over: no tool of it runs at the agent;
-        # an answer the agent acts on runs there as its action; a side request's run has the
-        # action it quotes still running)
+        # an answer the agent acts on runs there as its actions, one per JSON object with an
+        # action_key; a side request's run has the action it quotes still running)
         running = len(state.pending) if aside else 0 if seen.broke_off or ran \
-            else len(handed) + record.acted_on
+            else len(handed) + (len(record.asked_tools) if record.acted_on else 0)
         for tool in ran:  # (the work its answer came after: run, and counted, before it)
             self._book(Booked(tool, exchange.key, 0), into)
         self._book(Booked(record, exchange.key, running, exchange.arrived), into)
