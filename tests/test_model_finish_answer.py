@@ -28,6 +28,12 @@ apiVersion: agent-watchdog/v1
 kind: RulePack
 name: exits
 budgets:
+  - agents: ["exit-final-*"]
+    max_tool_calls: 1
+    finish:
+      tool: exit
+      arguments:
+        final_result: "${report}"
   - agents: ["exit-*"]
     max_tool_calls: 5
     finish:
@@ -234,3 +240,20 @@ def test_an_exit_the_request_does_not_offer_as_the_finish_is_work_and_the_run_go
     run = the_ended_run(sidecar, agent)
     assert (run["iterations"], run["tool_calls"], run["terminal_state"],
             run["final_output"]) == (2, 1, "completed", DONE), run
+
+
+@STREAMS
+@APIS
+def test_the_finish_asked_at_the_final_request_carries_the_models_report(
+        sidecar: RunningServer, llm: FakeLLM, model_relay: str,  # noqa: F811
+        api: str, stream: bool) -> None:
+    """A budget of 1: the final request (tools withdrawn) answered with ``exit`` and the
+    report anyway, as a model that ignores ``tool_choice`` does: the agent gets the report as
+    the finish call, the run's output the report."""
+    agent = f"exit-final-{model_relay}-{api}-{stream}"
+    model = llm.script(agent, lambda index, _body: call("add", a=1, b=101) if index == 0
+                       else call("exit", final_result=DONE))
+    assert agent_loop(sidecar, api, model, agent, "own", stream) == (DONE, ["add"])
+    run = the_ended_run(sidecar, agent)
+    assert (run["tool_calls"], run["terminal_state"], run["final_output"]) == (
+        1, "tool_limit_reached", DONE), run

@@ -914,7 +914,13 @@ class ModelProxy:
             return None
         finish = self.service.finish_of(exchange.agent) \
             if exchange.request.answer_format is None else None
-        if seen.text.strip():
+        # (the model's report in the finish call that carries only it, trimmed as the
+        # withdrawn tools' calls are: the report it is, as that call)
+        said = answer_of([call for call in seen.calls if call.name == exchange.state.answer_tool
+                          ][:1], exchange.state.answer_tool) if finish is not None else None
+        if said is not None and said.strip():
+            note = seen.text = said
+        elif seen.text.strip():
             if finish is None:
                 return None
             # (an agent that ends its task by a tool call: the report, as that call)
