@@ -1,0 +1,192 @@
+"""The Cline CLI — a TypeScript coding agent compiled with Bun into a platform binary shipped on
+npm — steered through the sidecar's model endpoint with no code in it (DESIGN §12), on both
+relays.
+
+``make test`` installs it with ``npm ci`` from ``cline/package-lock.json`` (``cline`` 3.0.65 and
+its ``@cline/cli-linux-x64`` binary). Each test runs ``cline`` once, in task mode (a prompt
+argument: act mode, its tools auto-approved, the answer printed on stdout), in a temp dir of its
+own, its ``HOME`` there with two files where ``cline auth`` would write them:
+``~/.cline/data/settings/providers.json`` picks the ``openai-compatible`` provider with the
+sidecar's base URL, a key and a model, and ``global-settings.json`` opts out of its telemetry
+and auto-update. ``CLINE_SESSION_BACKEND_MODE=local`` runs the session in the process (else
+``cline`` starts a background hub daemon that outlives it). Nothing reaches the network.
+
+What Cline 3.0.65 sends through the ``openai-compatible`` provider: Chat Completions, streamed,
+with native tool calls (no XML-tagged tool uses in its text), the whole conversation on every
+request: its system prompt, the task, each call with its result. It offers 25 tools; its shell
+tool is ``run_commands`` (``{"commands": [...]}``, really run in the temp dir: each appends its
+term to ``ran.txt``); an answer with no tool call ends the task, and ``cline`` prints it. Behind
+the sidecar is the scripted upstream (:mod:`tests.frameworks.fakellm`), whose recorded request
+bodies are what the model read.
+
+Steered: a budget counts down and ends in the report; a tool cycle is wound down, then its final
+request; a rule's abort is answered by the endpoint. Its OpenTelemetry is not a user's to point
+anywhere (docs/frameworks.md: product analytics to Cline's own collector, or an organization's
+remote config): it is opted out of, and only steered here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import clean_environ, installed_bin, run_coding_agent
+from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
+    BUDGET,
+    KEY,
+    LEFT,
+    REPORT,
+    budgeted,
+    check_cycle_wound_down,
+    check_no_control_text_in_user_messages,
+    instructions,
+    plain,
+    run_ids,
+    the_new_run,
+)
+from tests.frameworks.test_model_endpoint_stop import NOTE, stopping  # noqa: F401
+from tests.harness import RunningServer
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+
+CLINE_DIR = Path(__file__).resolve().parent / "cline"
+CLINE = CLINE_DIR / "node_modules" / ".bin" / "cline"
+TOOL = "run_commands"  # Cline's shell tool: {"commands": ["..."]}
+# opted out of its telemetry (else sent to Cline's own collector) and of auto-update
+GLOBAL_SETTINGS = {"telemetryOptOut": True, "autoUpdateEnabled": False}
+
+
+def cline() -> Path:
+    return installed_bin(CLINE)
+
+
+def providers(base_url: str, model: str) -> dict[str, Any]:
+    """``providers.json``, as ``cline auth -p openai-compatible -k KEY -m MODEL -b URL`` writes
+    it (``updatedAt`` is required: without it Cline ignores the file and falls back to its own
+    provider, which needs a login)."""
+    return {"version": 1, "lastUsedProvider": "openai-compatible", "modes": {},
+            "providers": {"openai-compatible": {
+                "settings": {"provider": "openai-compatible", "apiKey": KEY, "model": model,
+                             "baseUrl": base_url},
+                "updatedAt": "2026-01-01T00:00:00.000Z", "tokenSource": "manual"}}}
+
+
+def run_cline(base_url: str, model: str, tmp: Path) -> tuple[list[str], str]:
+    """``cline --json`` once in ``tmp`` against the OpenAI-compatible ``base_url``: the terms its
+    shell commands appended to ``ran.txt``, and its answer (:func:`its_answer`)."""
+    work, home = tmp / "work", tmp / "home"
+    work.mkdir()
+    settings = home / ".cline" / "data" / "settings"
+    settings.mkdir(parents=True)
+    (settings / "providers.json").write_text(json.dumps(providers(base_url, model)))
+    (settings / "global-settings.json").write_text(json.dumps(GLOBAL_SETTINGS))
+    env = {**clean_environ("CLINE_"), "HOME": str(home), "CLINE_SESSION_BACKEND_MODE": "local"}
+    ran, printed = run_coding_agent([str(cline()), "--json", "Find the file."], env, work)
+    return ran, its_answer(printed)
+
+
+def its_answer(printed: str) -> str:
+    """The answer ``cline --json`` ends its task with: its last event, ``run_result``, says the
+    task completed, and the ``done`` event before it carries the text (what plain ``cline``
+    prints after its tool log)."""
+    events = [json.loads(line) for line in printed.splitlines() if line.startswith("{")]
+    assert events[-1]["type"] == "run_result", events[-1]
+    assert events[-1]["finishReason"] == "completed", events[-1]
+    done = [event["event"] for event in events if event["type"] == "agent_event"
+            and event["event"]["type"] == "done"]
+    assert len(done) == 1 and done[0]["reason"] == "completed", done
+    return str(done[0]["text"])
+
+
+@dataclass(frozen=True)
+class Invocation:
+    ran: list[str]  # the terms its shell commands wrote
+    printed: str  # its answer
+    requests: list[dict[str, Any]]  # what the upstream read
+    run: dict[str, Any]  # the sidecar's one run of it, ended
+    after: int  # the requests the upstream had got once the run had ended
+
+
+def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Path
+           ) -> Invocation:
+    """``cline`` once through ``sidecar``'s model endpoint, its model ``script``."""
+    model = llm.script(f"cline-{tmp.name}", script)
+    before = run_ids(sidecar)
+    ran, printed = run_cline(sidecar.url("model") + "/v1", model, tmp)
+    requests = llm.requests(model)
+    run = the_new_run(sidecar, before)
+    return Invocation(ran, printed, requests, run, len(llm.requests(model)))
+
+
+def shell(term: str) -> dict[str, Any]:
+    return {"commands": [f"echo '{term}' >> ran.txt"]}
+
+
+def searching() -> fakellm.Script:
+    return fakellm.looping(TOOL, lambda i: shell(f"term {i}"), REPORT)
+
+
+def cycling(work: Path) -> fakellm.Script:
+    """Its shell tool, then its file editor, with the same arguments round and round (a tool
+    cycle; the report when no tools are offered)."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if not fakellm.offers_tools(body):
+            return fakellm.answer(REPORT)
+        if index % 2 == 0:
+            return fakellm.call(TOOL, **shell("the file"))
+        return fakellm.call("editor", path=str(work / "notes.txt"), new_text="searched")
+    return pick
+
+
+def test_cline_budget_counts_down_then_the_report_is_its_answer(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    it = invoke(budgeted, llm, searching(), tmp_path)
+    requests = it.requests
+    assert it.ran == ["term 0", "term 1", "term 2"]  # never past the budget
+    assert len(requests) == BUDGET + 1
+    # what Cline sends: the whole conversation, streamed, each call with its result
+    assert all(body.get("stream") is True for body in requests)
+    assert [len(body["messages"]) for body in requests] == [2, 4, 6, 8]
+    # the true number left, at the end of its system prompt (after its plan/act modes), in
+    # every request that offers tools
+    system = [body["messages"][0] for body in requests]
+    assert all(message["role"] == "system" for message in system)
+    assert [LEFT.findall(message["content"].rsplit("\n\n", 1)[-1]) for message in system] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * BUDGET + [False]
+    assert f"all {BUDGET} tool calls used" in instructions(requests[-1])
+    check_no_control_text_in_user_messages(requests)
+    assert it.printed == REPORT  # the last upstream answer is the one cline ends with
+    assert (it.run["iterations"], it.run["tool_calls"], it.run["terminal_state"],
+            it.run["has_final_answer"]) == (BUDGET + 1, BUDGET, "tool_limit_reached", True)
+    assert it.after == BUDGET + 1  # and nothing more reached the upstream
+
+
+def test_a_looping_cline_is_wound_down_then_stopped(
+        plain: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """tool-cycle fires at the 8th call (the pair 4 times), the next request winds down with a
+    grace of 2, the 11th is the final request: no tools, its answer what ``cline`` ends with."""
+    it = invoke(plain, llm, cycling(tmp_path / "work"), tmp_path)
+    check_cycle_wound_down(it.requests)
+    assert it.ran == ["the file"] * 5  # the shell's half of the 10 calls, really run
+    assert (tmp_path / "work" / "notes.txt").read_text() == "searched"
+    check_no_control_text_in_user_messages(it.requests)
+    assert it.printed == REPORT
+    assert (it.run["tool_calls"], it.run["terminal_state"], it.run["has_final_answer"]) == (
+        10, "loop_detected", True), it.run
+    assert it.after == 11  # the upstream got nothing after the final request
+
+
+def test_a_stopped_cline_ends_with_the_stop_and_the_upstream_gets_nothing_more(
+        stopping: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """A rule's abort at two tool calls: the endpoint answers Cline's next request itself, a
+    well-formed streamed answer carrying the stop note, which ``cline`` ends with; the upstream
+    got the run's calls before the stop and nothing after."""
+    it = invoke(stopping, llm, searching(), tmp_path)
+    assert it.ran == ["term 0", "term 1"]
+    assert NOTE in it.printed, it.printed
+    assert len(it.requests) == it.after == 2
+    assert (it.run["tool_calls"], it.run["terminal_state"]) == (2, "loop_detected"), it.run
