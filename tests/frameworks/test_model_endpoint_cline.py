@@ -63,13 +63,13 @@ def cline() -> Path:
     return installed_bin(CLINE)
 
 
-def providers(base_url: str, model: str) -> dict[str, Any]:
+def providers(base_url: str, model: str, key: str = KEY) -> dict[str, Any]:
     """``providers.json``, as ``cline auth -p openai-compatible -k KEY -m MODEL -b URL`` writes
     it (``updatedAt`` is required: without it Cline ignores the file and falls back to its own
     provider, which needs a login)."""
     return {"version": 1, "lastUsedProvider": "openai-compatible", "modes": {},
             "providers": {"openai-compatible": {
-                "settings": {"provider": "openai-compatible", "apiKey": KEY, "model": model,
+                "settings": {"provider": "openai-compatible", "apiKey": key, "model": model,
                              "baseUrl": base_url},
                 "updatedAt": "2026-01-01T00:00:00.000Z", "tokenSource": "manual"}}}
 
