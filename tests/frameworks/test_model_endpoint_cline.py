@@ -19,10 +19,11 @@ term to ``ran.txt``); an answer with no tool call ends the task, and ``cline`` p
 the sidecar is the scripted upstream (:mod:`tests.frameworks.fakellm`), whose recorded request
 bodies are what the model read.
 
-Steered: a budget counts down and ends in the report; a tool cycle is wound down, then its final
-request; a rule's abort is answered by the endpoint. Its OpenTelemetry is not a user's to point
-anywhere (docs/frameworks.md: product analytics to Cline's own collector, or an organization's
-remote config): it is opted out of, and only steered here.
+Steered: a budget counts down and ends in the report, its calls batched or not; a tool cycle is
+wound down, then its final request; a rule's abort is answered by the endpoint; a sub-agent of
+its ``spawn_agent`` tool is a child run, counted down on its own. Its OpenTelemetry is not a
+user's to point anywhere (docs/frameworks.md: product analytics to Cline's own collector, or an
+organization's remote config): it is opted out of, and only steered here.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its
     the_new_run,
 )
 from tests.frameworks.test_model_endpoint_stop import NOTE, stopping  # noqa: F401
-from tests.harness import RunningServer
+from tests.harness import RunningServer, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 CLINE_DIR = Path(__file__).resolve().parent / "cline"
@@ -90,15 +91,15 @@ def run_cline(base_url: str, model: str, tmp: Path) -> tuple[list[str], str]:
 
 def its_answer(printed: str) -> str:
     """The answer ``cline --json`` ends its task with: its last event, ``run_result``, says the
-    task completed, and the ``done`` event before it carries the text (what plain ``cline``
-    prints after its tool log)."""
+    task completed, and the last ``done`` event carries the text (what plain ``cline`` prints
+    after its tool log; a sub-agent's ``done`` comes before its caller's)."""
     events = [json.loads(line) for line in printed.splitlines() if line.startswith("{")]
     assert events[-1]["type"] == "run_result", events[-1]
     assert events[-1]["finishReason"] == "completed", events[-1]
     done = [event["event"] for event in events if event["type"] == "agent_event"
             and event["event"]["type"] == "done"]
-    assert len(done) == 1 and done[0]["reason"] == "completed", done
-    return str(done[0]["text"])
+    assert done and done[-1]["reason"] == "completed", done
+    return str(done[-1]["text"])
 
 
 @dataclass(frozen=True)
@@ -190,3 +191,82 @@ def test_a_stopped_cline_ends_with_the_stop_and_the_upstream_gets_nothing_more(
     assert NOTE in it.printed, it.printed
     assert len(it.requests) == it.after == 2
     assert (it.run["tool_calls"], it.run["terminal_state"]) == (2, "loop_detected"), it.run
+
+
+def in_pairs() -> fakellm.Script:
+    """Two shell calls in each answer, as Cline's system prompt asks its model to batch what is
+    independent (the report when no tools are offered)."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if not fakellm.offers_tools(body):
+            return fakellm.answer(REPORT)
+        return fakellm.Step(tool_calls=tuple(
+            fakellm.ToolCall(TOOL, shell(f"term {index}{half}")) for half in "ab"))
+    return pick
+
+
+def test_cline_batching_its_calls_runs_none_past_the_budget(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """Two calls an answer with a budget of 3: both of the first answer run, the second answer
+    is trimmed to the one call left (Cline runs what it is handed), and the next request is
+    the final one."""
+    it = invoke(budgeted, llm, in_pairs(), tmp_path)
+    requests = it.requests
+    assert it.ran == ["term 0a", "term 0b", "term 1a"]
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("1", "3")], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True, True, False]
+    # what Cline sent back: each call it ran with its result, the trimmed one never seen
+    assert [len(body["messages"]) for body in requests] == [2, 5, 7]
+    assert it.printed == REPORT
+    assert (it.run["iterations"], it.run["tool_calls"], it.run["terminal_state"],
+            it.run["has_final_answer"]) == (3, BUDGET, "tool_limit_reached", True)
+    assert it.after == 3
+
+
+SUB_SYSTEM = "You search files."
+SUB_TASK = "Find the file named a.txt in the workspace and say where it is."
+SUB_ANSWER = "It is ./a.txt."
+
+
+def delegating(index: int, body: dict[str, Any]) -> fakellm.Step:
+    """Its ``spawn_agent`` tool first (a sub-agent with a system prompt and a task of its own,
+    which runs one shell command and answers), then one shell command, then the report."""
+    results = sum(1 for message in body["messages"] if message["role"] == "tool")
+    if instructions(body).startswith(SUB_SYSTEM):  # the sub-agent's conversation
+        return fakellm.answer(SUB_ANSWER) if results else fakellm.call(TOOL, **shell("sub-agent"))
+    return [fakellm.call("spawn_agent", systemPrompt=SUB_SYSTEM, task=SUB_TASK),
+            fakellm.call(TOOL, **shell("caller")), fakellm.answer(REPORT)][results]
+
+
+def test_a_cline_sub_agent_is_a_child_run_counted_down_on_its_own(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """``spawn_agent`` starts a sub-agent in the same process whose conversation is its own
+    (its system prompt and its task, from the call's arguments): the endpoint tells it from
+    its caller by that task, a text argument of the call its caller waits for, and makes it a
+    child run with a budget of its own; the ``spawn_agent`` call is one of its caller's."""
+    model = llm.script(f"cline-{tmp_path.name}", delegating)
+    before = run_ids(budgeted)
+    ran, printed = run_cline(budgeted.url("model") + "/v1", model, tmp_path)
+    requests = llm.requests(model)
+    assert (ran, printed) == (["sub-agent", "caller"], REPORT)
+    sub = [instructions(body).startswith(SUB_SYSTEM) for body in requests]
+    assert sub == [False, True, True, False, False]
+    # each counted down on its own: the sub-agent from 3, its caller's 2nd call after spawn
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("3", "3")], [("2", "3")], [("2", "3")], [("1", "3")]]
+
+    def ended() -> list[dict[str, Any]] | None:
+        runs = [budgeted.get_json(f"/v1/runs/{run['id']}")
+                for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
+                if run["id"] not in before]
+        return runs if len(runs) == 2 and all(run["state"] == "ended" for run in runs) else None
+
+    runs = wait_until(ended, what="the caller's run and its sub-agent's to end")
+    caller = next(run for run in runs if run["parent_run"] is None)
+    child = next(run for run in runs if run["parent_run"] == caller["id"])
+    assert (caller["signals"]["tools"], caller["final_output"]) == (
+        {"spawn_agent": 1, "run_commands": 1}, REPORT)
+    assert (child["signals"]["tools"], child["final_output"]) == (
+        {"run_commands": 1}, SUB_ANSWER)
+    assert [(run["iterations"], run["terminal_state"]) for run in (caller, child)] == [
+        (3, "completed"), (2, "completed")]
