@@ -21,7 +21,8 @@ bodies are what the model read.
 
 Steered: a budget counts down and ends in the report, its calls batched or not; a tool cycle is
 wound down, then its final request; a rule's abort is answered by the endpoint; a sub-agent of
-its ``spawn_agent`` tool is a child run, counted down on its own. Its OpenTelemetry is not a
+its ``spawn_agent`` tool is a child run, counted down on its own; its history compacted keeps
+its budget. Its OpenTelemetry is not a
 user's to point anywhere (docs/frameworks.md: product analytics to Cline's own collector, or an
 organization's remote config): it is opted out of, and only steered here.
 """
@@ -64,25 +65,26 @@ def cline() -> Path:
     return installed_bin(CLINE)
 
 
-def providers(base_url: str, model: str, key: str = KEY) -> dict[str, Any]:
+def providers(base_url: str, model: str, key: str = KEY, **more: Any) -> dict[str, Any]:
     """``providers.json``, as ``cline auth -p openai-compatible -k KEY -m MODEL -b URL`` writes
     it (``updatedAt`` is required: without it Cline ignores the file and falls back to its own
-    provider, which needs a login)."""
+    provider, which needs a login); ``more``: more of the provider's settings."""
     return {"version": 1, "lastUsedProvider": "openai-compatible", "modes": {},
             "providers": {"openai-compatible": {
                 "settings": {"provider": "openai-compatible", "apiKey": key, "model": model,
-                             "baseUrl": base_url},
+                             "baseUrl": base_url, **more},
                 "updatedAt": "2026-01-01T00:00:00.000Z", "tokenSource": "manual"}}}
 
 
-def run_cline(base_url: str, model: str, tmp: Path) -> tuple[list[str], str]:
+def run_cline(base_url: str, model: str, tmp: Path, **more: Any) -> tuple[list[str], str]:
     """``cline --json`` once in ``tmp`` against the OpenAI-compatible ``base_url``: the terms its
-    shell commands appended to ``ran.txt``, and its answer (:func:`its_answer`)."""
+    shell commands appended to ``ran.txt``, and its answer (:func:`its_answer`). ``more``: more
+    of its provider's settings."""
     work, home = tmp / "work", tmp / "home"
     work.mkdir()
     settings = home / ".cline" / "data" / "settings"
     settings.mkdir(parents=True)
-    (settings / "providers.json").write_text(json.dumps(providers(base_url, model)))
+    (settings / "providers.json").write_text(json.dumps(providers(base_url, model, **more)))
     (settings / "global-settings.json").write_text(json.dumps(GLOBAL_SETTINGS))
     env = {**clean_environ("CLINE_"), "HOME": str(home), "CLINE_SESSION_BACKEND_MODE": "local"}
     ran, printed = run_coding_agent([str(cline()), "--json", "Find the file."], env, work)
@@ -270,3 +272,57 @@ def test_a_cline_sub_agent_is_a_child_run_counted_down_on_its_own(
         {"run_commands": 1}, SUB_ANSWER)
     assert [(run["iterations"], run["terminal_state"]) for run in (caller, child)] == [
         (3, "completed"), (2, "completed")]
+
+
+SUMMARISING = "Summarize the provided coding session"  # Cline's compaction's system prompt
+SUMMARY = "## Task\nFind the file.\n\n## Completed Work\nSearched twice; nothing found yet."
+
+
+def summarised() -> fakellm.Script:
+    """Its shell tool, each command printing 7 KB (so that Cline compacts its history, its
+    context window small), the summary when its compaction asks, the report when no tools
+    are offered."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if instructions(body).startswith(SUMMARISING):
+            return fakellm.answer(SUMMARY)
+        if not fakellm.offers_tools(body):
+            return fakellm.answer(REPORT)
+        return fakellm.call(TOOL, commands=[f"echo 'term {index}' >> ran.txt; seq 1 1500"])
+    return pick
+
+
+def test_a_cline_history_compacted_keeps_its_budget(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """With a context window of 12,000 tokens Cline compacts its history after two calls: it
+    asks for a summary in a conversation of its own (its own system prompt, the session
+    written out, no tools), then goes on in a new conversation (the summary as its first user
+    message, its latest call and result after it). The new conversation answers the call the
+    run waits for: it goes on in that run, its count kept (1 left, then the final request),
+    3 calls run in all. Known gap: each summary request is a run of its own (``completed``,
+    its answer the summary), not a model call of the run it summarises."""
+    model = llm.script(f"cline-{tmp_path.name}", summarised())
+    before = run_ids(budgeted)
+    ran, printed = run_cline(budgeted.url("model") + "/v1", model, tmp_path,
+                             contextWindow=12_000)
+    requests = llm.requests(model)
+    asides = [instructions(body).startswith(SUMMARISING) for body in requests]
+    assert asides == [False, False, True, False, True, False]
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [], [("1", "3")], [], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [
+        True, True, False, True, False, False]
+    assert requests[3]["messages"][1]["content"].startswith(f"Context summary:\n\n{SUMMARY}")
+    assert ran == ["term 0", "term 1", "term 3"]  # never past the budget
+    assert printed == REPORT
+
+    def ended() -> list[dict[str, Any]] | None:
+        runs = [budgeted.get_json(f"/v1/runs/{run['id']}")
+                for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
+                if run["id"] not in before]
+        return runs if len(runs) == 3 and all(run["state"] == "ended" for run in runs) else None
+
+    runs = sorted(wait_until(ended, what="its run and its summaries' to end"),
+                  key=lambda run: run["started_at"])
+    assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
+            for run in runs] == [(4, BUDGET, "tool_limit_reached", REPORT),
+                                 (1, 0, "completed", SUMMARY), (1, 0, "completed", SUMMARY)]
