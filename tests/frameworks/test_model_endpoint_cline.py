@@ -9,7 +9,9 @@ own, its ``HOME`` there with two files where ``cline auth`` would write them:
 ``~/.cline/data/settings/providers.json`` picks the ``openai-compatible`` provider with the
 sidecar's base URL, a key and a model, and ``global-settings.json`` opts out of its telemetry
 and auto-update. ``CLINE_SESSION_BACKEND_MODE=local`` runs the session in the process (else
-``cline`` starts a background hub daemon that outlives it). Nothing reaches the network.
+``cline`` starts a background hub daemon that outlives it). One lookup leaves all the same: its
+feature flags, from its maintainers' analytics service, which nothing but its own test switch
+(``IS_TEST=true``) turns off; offline it fails at once and Cline goes on.
 
 What Cline 3.0.65 sends through the ``openai-compatible`` provider: Chat Completions, streamed,
 with native tool calls (no XML-tagged tool uses in its text), the whole conversation on every
