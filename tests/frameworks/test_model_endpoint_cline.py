@@ -89,7 +89,10 @@ def run_cline(base_url: str, model: str, tmp: Path, **more: Any) -> tuple[list[s
     (settings / "providers.json").write_text(json.dumps(providers(base_url, model, **more)))
     (settings / "global-settings.json").write_text(json.dumps(GLOBAL_SETTINGS))
     env = {**clean_environ("CLINE_"), "HOME": str(home), "CLINE_SESSION_BACKEND_MODE": "local"}
-    ran, printed = run_coding_agent([str(cline()), "--json", "Find the file."], env, work)
+    # (a task of its own: the same task again and again in one session, its runs ended at their
+    # budget, is a loop across runs, agent-ping-pong, the third wound down)
+    task = f"Find the file ({tmp.name})."
+    ran, printed = run_coding_agent([str(cline()), "--json", task], env, work)
     return ran, its_answer(printed)
 
 
