@@ -87,20 +87,17 @@ def test_the_packs_action_pattern_picks_the_action_out_and_an_answer_without_one
     assert one is not None and other is not None
     assert one.arguments == other.arguments == json.dumps({"action": "read_file a"})
     assert text_action(state, said("Thought: done.\nFinal Answer: 42")) is None
+    check_ends_the_run(state.action_pattern, "Thought: done.\nFinal Answer: 42")
+
+
+def check_ends_the_run(pattern: str, answer: str) -> None:
+    """An answer ``pattern`` finds no action in is the run's answer: it ends the run."""
     book = ModelBook()
     first = prompt_request(REACT)
-    run = book.identify("chat", first, Caller(), "react", not_ended)
-    run.acts_in_text, run.action_pattern = True, state.action_pattern
-    record = book.call_record(run, first, said("Thought: done.\nFinal Answer: 42"), [], 1, 2)
+    run = book.identify("chat", first, Caller(), "agent", not_ended)
+    run.acts_in_text, run.action_pattern = True, pattern
+    record = book.call_record(run, first, said(answer), [], 1, 2)
     assert (record.final_answer, record.acted_on, record.ends_run) == (True, False, True)
-    # (the pattern is the one docs/model-endpoint.md gives such an agent's pack)
-    docs = DOCS_ENDPOINT.read_text("utf-8")
-    assert f"action_pattern: '{XML_TOOL_USE}'" in docs
-    assert "stop_answer: " + json.dumps(XML_STOP) in docs
-    assert text_stop_answer(XML_STOP, "[stopped: two tool calls are enough]") == (
-        "<attempt_completion>\n<result>\n[stopped: two tool calls are enough]\n</result>\n"
-        "</attempt_completion>")
-    assert text_action(state, said(XML_STOP)) is None  # (an abort's answer: no action in it)
 
 
 def test_an_action_pattern_searches_a_long_answer_in_time_linear_in_it() -> None:
@@ -527,12 +524,7 @@ def test_an_xml_tool_use_is_an_action_and_attempt_completion_the_answer() -> Non
     assert edit is not None and json.loads(edit.arguments)["action"].startswith("write_to_file")
     done = "<attempt_completion>\n<result>\nThe file is a.txt.\n</result>\n</attempt_completion>"
     assert text_action(state, said(done)) is None
-    book = ModelBook()
-    first = prompt_request(REACT)
-    run = book.identify("chat", first, Caller(), "cline", not_ended)
-    run.acts_in_text, run.action_pattern = True, state.action_pattern
-    record = book.call_record(run, first, said(done), [], 1, 2)
-    assert (record.final_answer, record.acted_on, record.ends_run) == (True, False, True)
+    check_ends_the_run(XML_TOOL_USE, done)
     # (the pattern is the one docs/model-endpoint.md gives such an agent's pack)
     docs = DOCS_ENDPOINT.read_text("utf-8")
     assert f"action_pattern: '{XML_TOOL_USE}'" in docs

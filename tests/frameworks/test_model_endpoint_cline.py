@@ -32,7 +32,6 @@ organization's remote config): it is opted out of, and only steered here.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,7 @@ from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its
     run_ids,
     the_new_run,
 )
+from tests.frameworks.test_model_endpoint_qwen_code import Invocation
 from tests.frameworks.test_model_endpoint_stop import NOTE, stopping  # noqa: F401
 from tests.harness import RunningServer, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
@@ -107,15 +107,6 @@ def its_answer(printed: str) -> str:
             and event["event"]["type"] == "done"]
     assert done and done[-1]["reason"] == "completed", done
     return str(done[-1]["text"])
-
-
-@dataclass(frozen=True)
-class Invocation:
-    ran: list[str]  # the terms its shell commands wrote
-    printed: str  # its answer
-    requests: list[dict[str, Any]]  # what the upstream read
-    run: dict[str, Any]  # the sidecar's one run of it, ended
-    after: int  # the requests the upstream had got once the run had ended
 
 
 def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Path
