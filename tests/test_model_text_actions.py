@@ -499,12 +499,12 @@ def test_a_long_answer_goes_on_only_when_the_prompt_carries_it_whole() -> None:
 
 # an agent that writes its tool uses as XML tags in its answers (the format Cline's VS Code
 # extension prompts for, and its forks'), its finish a tool use of its own the pattern leaves
-# out: docs/model-endpoint.md's xml-tool-agents.yaml
+# out: docs/agents.md's xml-tool-agents.yaml
 XML_TOOL_USE = (r"(?s)<(execute_command|read_file|write_to_file|replace_in_file|search_files|"
                 r"list_files)>(.*?)</(?:execute_command|read_file|write_to_file|replace_in_file|"
                 r"search_files|list_files)>")
 XML_STOP = "<attempt_completion>\n<result>\n${note}\n</result>\n</attempt_completion>"
-DOCS_ENDPOINT = Path(__file__).resolve().parents[1] / "docs" / "model-endpoint.md"
+DOCS_AGENTS = Path(__file__).resolve().parents[1] / "docs" / "agents.md"
 
 
 def test_an_xml_tool_use_is_an_action_and_attempt_completion_the_answer() -> None:
@@ -525,8 +525,8 @@ def test_an_xml_tool_use_is_an_action_and_attempt_completion_the_answer() -> Non
     done = "<attempt_completion>\n<result>\nThe file is a.txt.\n</result>\n</attempt_completion>"
     assert text_action(state, said(done)) is None
     check_ends_the_run(XML_TOOL_USE, done)
-    # (the pattern is the one docs/model-endpoint.md gives such an agent's pack)
-    docs = DOCS_ENDPOINT.read_text("utf-8")
+    # (the pattern is the one docs/agents.md gives such an agent's pack)
+    docs = DOCS_AGENTS.read_text("utf-8")
     assert f"action_pattern: '{XML_TOOL_USE}'" in docs
     assert "stop_answer: " + json.dumps(XML_STOP) in docs
     assert text_stop_answer(XML_STOP, "[stopped: two tool calls are enough]") == (
