@@ -416,6 +416,36 @@ def test_request_targets_reach_nothing_else(sidecar: RunningServer, upstream: Ra
     assert upstream.seen == []
 
 
+@pytest.mark.parametrize("target", [
+    b"/agent/a%0ab/v1/models", b"/agent/a%0d%0aX-Evil:%201/v1/models",
+    b"/token/t/agent/%0a/v1/models"])
+def test_a_line_break_in_the_paths_agent_name_is_a_400_in_the_apis_shape(
+        sidecar: RunningServer, upstream: RawUpstream, target: bytes) -> None:
+    """An encoded CR or LF in the path's agent name is refused as any name that is not
+    printable, on both relays: a 400 in the API's error shape that names the path's agent name
+    (the aiohttp relay's route once matched no path with a line break in it: aiohttp's own
+    plain-text 404)."""
+    answer = raw_http_whole(sidecar, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n"
+                            b"Connection: close\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split(b" ", 2)[1] == b"400", answer[:300]
+    error = json.loads(body)["error"]
+    assert error["code"] == "bad_request"
+    assert "the path's agent name" in error["message"]
+    assert upstream.seen == []
+
+
+def test_a_line_break_elsewhere_in_the_path_goes_on_as_any_other_path(
+        sidecar: RunningServer, upstream: RawUpstream) -> None:
+    """A path outside the steered APIs with an encoded line feed in it is passed through, on
+    both relays (the aiohttp relay once answered it with aiohttp's own 404)."""
+    answer = raw_http_whole(sidecar, b"GET /v1/files/a%0ab HTTP/1.1\r\nHost: x\r\n"
+                            b"Connection: close\r\n\r\n")
+    assert answer.split(b" ", 2)[1] == b"200", answer[:300]
+    # (the aiohttp relay writes its percent-encodings in upper case: the same URI, RFC 3986 §2.1)
+    assert [seen.path.lower() for seen in upstream.seen] == ["/v1/files/a%0ab"]
+
+
 def test_connect_is_refused(sidecar: RunningServer, upstream: RawUpstream) -> None:
     answer = raw_http(sidecar, b"CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443"
                       b"\r\n\r\n")

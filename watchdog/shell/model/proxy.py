@@ -258,7 +258,8 @@ class ModelProxy:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.model_max_body_bytes,
                               middlewares=[self._no_path])
-        app.router.add_route("*", "/{tail:.*}", self.handle, expect_handler=self._expect)
+        # every path, a line break in it too (``.`` matches none: aiohttp's own 404 would answer)
+        app.router.add_route("*", "/{tail:(?s:.*)}", self.handle, expect_handler=self._expect)
         app.on_startup.append(lambda _app: self.start())
         app.on_cleanup.append(lambda _app: self.close())
         return app
