@@ -321,6 +321,21 @@ def test_what_http_1_1_clients_send_is_read(sidecar: RunningServer,
             seen.headers), seen.headers
 
 
+def test_an_expectation_other_than_100_continue_is_no_refusal(sidecar: RunningServer,
+                                                              upstream: RawUpstream) -> None:
+    """An ``Expect`` the endpoint does not know (RFC 9110 §10.1.1: a server MAY answer 417) is
+    read as none, on both relays: the request goes on, without it (the aiohttp relay answered
+    a plain-text 417, not in the API's shape, where the compiled relay passed the request on)."""
+    body = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+    answer = raw_http_whole(sidecar, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                            b"Content-Type: application/json\r\nExpect: 200-ok\r\n"
+                            b"Connection: close\r\nContent-Length: %d\r\n\r\n%s"
+                            % (len(body), body))
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+    assert [seen.body for seen in upstream.seen] == [body]
+    assert "expect" not in upstream.seen[0].headers
+
+
 def test_a_body_longer_than_taken_is_refused_before_it_is_sent(tmp_path: Path,
                                                                upstream: RawUpstream) -> None:
     """``Expect: 100-continue`` with a length past ``model_max_body_bytes``: both relays answer
