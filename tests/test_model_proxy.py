@@ -461,6 +461,28 @@ def test_a_line_break_elsewhere_in_the_path_goes_on_as_any_other_path(
     assert [seen.path.lower() for seen in upstream.seen] == ["/v1/files/a%0ab"]
 
 
+def test_a_token_put_after_v1_or_the_agent_is_told_where_it_goes(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """A gateway's token put anywhere but first in the path (``/v1/token/<token>/…``, after
+    ``/agent/<name>/``: a base URL put together in the wrong order) is refused as before, a 401
+    or a 404, its message saying where the token goes, on both relays; never echoed, and
+    nothing reaches the upstream."""
+    token = "t0ken-for-the-model-endpoint-1234"
+    config = sidecar_config(tmp_path / "state", model_address="0.0.0.0:0", api_token=token,
+                            model_upstream=upstream.base + "/v1")
+    with running_server(config) as sidecar:
+        for target, status in ((f"/v1/token/{token}/chat/completions", b"401"),
+                               (f"/agent/bot/token/{token}/v1/chat/completions", b"404")):
+            answer = raw_http_whole(sidecar, (
+                f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                "Connection: close\r\nContent-Length: 2\r\n\r\n{}").encode())
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.split(b" ", 2)[1] == status, answer[:300]
+            assert "/token/<token>/ goes first" in json.loads(body)["error"]["message"]
+            assert token.encode() not in answer
+    assert upstream.seen == []
+
+
 def test_connect_is_refused(sidecar: RunningServer, upstream: RawUpstream) -> None:
     answer = raw_http(sidecar, b"CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443"
                       b"\r\n\r\n")
