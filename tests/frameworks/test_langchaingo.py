@@ -164,7 +164,7 @@ def looping(index: int, _body: dict[str, Any]) -> fakellm.Step:
 
 def pointed(endpoint: str, agent: str) -> dict[str, str]:
     """What points the agent at the sidecar's model endpoint ``endpoint`` and names it
-    ``agent``: one variable, which ``openai.New()`` reads (docs/steering.md shows it)."""
+    ``agent``: one variable, which ``openai.New()`` reads (docs/agents.md shows it)."""
     return {"OPENAI_BASE_URL": f"{endpoint}/agent/{agent}/v1"}
 
 

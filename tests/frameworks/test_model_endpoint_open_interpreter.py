@@ -91,7 +91,7 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
 def settings(api_base: str, model: str) -> dict[str, object]:
     """What a user sets on ``interpreter`` to run it unattended on a model at ``api_base``
     (its key from ``OPENAI_API_KEY``, which LiteLLM reads): the tests run it so, and
-    docs/steering.md shows it (``open-interpreter-settings``, checked in tests/test_docs.py)."""
+    docs/agents.md shows it (``open-interpreter-settings``, checked in tests/test_docs.py)."""
     return {"offline": True, "auto_run": True, "llm.model": f"openai/{model}",
             "llm.api_base": api_base}
 
