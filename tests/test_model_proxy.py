@@ -483,6 +483,39 @@ def test_a_token_put_after_v1_or_the_agent_is_told_where_it_goes(
     assert upstream.seen == []
 
 
+def test_the_token_never_goes_on_to_the_upstream_in_the_target(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """A request that carries the right token (its header) and the token again in its target,
+    past where the endpoint takes it off (``/v1/token/<token>/…``, a query, encoded or not),
+    is refused with a 400 on both relays: sent on, the token would be in the upstream's path
+    (its provider's access logs). Never echoed."""
+    token = "t0ken-for-the-model-endpoint-1234"
+    config = sidecar_config(tmp_path / "state", model_address="0.0.0.0:0", api_token=token,
+                            model_upstream=upstream.base + "/v1")
+    encoded = token.replace("-", "%2D")
+    with running_server(config) as sidecar:
+        for target in (f"/v1/token/{token}/chat/completions",
+                       f"/v1/chat/completions?api-key={token}",
+                       f"/token/{token}/v1/models/{encoded}"):
+            answer = raw_http_whole(sidecar, (
+                f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"x-watchdog-token: {token}\r\nConnection: close\r\n"
+                "Content-Length: 2\r\n\r\n{}").encode())
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.split(b" ", 2)[1] == b"400", (target, answer[:300])
+            assert "would go on to the upstream" in json.loads(body)["error"]["message"]
+            assert token.encode() not in answer
+        assert post_to(sidecar, f"/token/{token}/v1/chat/completions") == 200  # (taken off)
+    assert [seen.path for seen in upstream.seen] == ["/v1/chat/completions"]
+
+
+def post_to(sidecar: RunningServer, target: str) -> int:
+    answer = raw_http_whole(sidecar, (
+        f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Connection: close\r\nContent-Length: 2\r\n\r\n{}").encode())
+    return int(answer.split(b" ", 2)[1])
+
+
 def test_connect_is_refused(sidecar: RunningServer, upstream: RawUpstream) -> None:
     answer = raw_http(sidecar, b"CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443"
                       b"\r\n\r\n")

@@ -102,6 +102,11 @@ def door(method: str, target: str, headers: CIMultiDict[str] | CIMultiDictProxy[
             refused.message += (f" ({TOKEN_PATH}<token>/ goes first in the path, before "
                                 f"{AGENT_PATH}<name>/ and /v1/)")
         raise
+    if token is not None and token in unquote(target):  # (sent on, in the upstream's logs)
+        raise Refused(400, "bad_request", "the token is in the request's path or query past "
+                      "where the endpoint takes it off, so it would go on to the upstream: "
+                      f"send it once, first in the path ({TOKEN_PATH}<token>/, before "
+                      f"{AGENT_PATH}<name>/ and /v1/) or as the {TOKEN_HEADER} header")
     return target, None if named is None else path_agent(named)
 
 
