@@ -106,6 +106,11 @@ failing on a changed block. The kinds:
     What points LangChainGo at the sidecar, ``NAME=VALUE`` lines: exactly what its tests set
     (``tests/frameworks/test_langchaingo.py``'s ``pointed``), the sidecar's default model
     endpoint in place of the test's, the agent ``langchaingo``.
+``eino-config``
+    What points Eino's OpenAI ``ChatModel`` (eino-ext's) at the sidecar, in Go: exactly the
+    lines its tests' agent runs (``tests/frameworks/go/eino/main.go``, whitespace aside), its
+    ``BaseURL`` read from ``OPENAI_BASE_URL`` there and written out here: ``test_eino.py``'s
+    ``pointed`` of the sidecar's default model endpoint, the agent ``eino``.
 ``open-interpreter-settings``
     Open Interpreter's settings in Python, ``from interpreter import interpreter`` then
     ``interpreter.NAME = VALUE`` lines: exactly what its tests set
@@ -166,7 +171,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
          "crush-config", "continue-config",
-         "langchaingo-env", "open-interpreter-settings"}
+         "langchaingo-env", "eino-config", "open-interpreter-settings"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -811,6 +816,16 @@ def check_langchaingo_env(block: Block, stack: Stack, state: DocState) -> None:
     assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "langchaingo"), block.where
 
 
+def check_eino_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_eino import AGENT_DIR, pointed
+
+    url = json.dumps(pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "eino"))
+    assert f"BaseURL: {url}," in block.text, block.where
+    shown = " ".join(block.text.replace(url, 'os.Getenv("OPENAI_BASE_URL")').split())
+    agent = " ".join((AGENT_DIR / "main.go").read_text().split())
+    assert shown in agent, block.where
+
+
 def check_open_interpreter_settings(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_open_interpreter import settings
 
@@ -908,6 +923,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "crush-config": check_crush_config,
     "continue-config": check_continue_config,
     "langchaingo-env": check_langchaingo_env,
+    "eino-config": check_eino_config,
     "aider-command": check_aider_command,
     "open-interpreter-settings": check_open_interpreter_settings,
 }
@@ -1016,6 +1032,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "aider-command": (DOCS / "agents.md", "/agent/aider/v1", "/agent/aider/v2"),
     "continue-config": (DOCS / "agents.md", "provider: openai", "provider: openai-compat"),
     "langchaingo-env": (DOCS / "agents.md", "/agent/langchaingo/v1", "/agent/langchain/v1"),
+    "eino-config": (DOCS / "agents.md", "/agent/eino/v1", "/agent/eino/v2"),
     "open-interpreter-settings": (DOCS / "agents.md", "interpreter.auto_run = True",
                                   "interpreter.auto_run = False"),
 }

@@ -760,3 +760,27 @@ def test_a_rule_replacing_a_countdown_keeps_it_unless_it_says_otherwise(tmp_path
     assert countdowns == {"budget-countdown": "tool_calls", "budget-last-call": None,
                           "budget-cost-countdown": None, "budget-tokens-countdown": "iterations",
                           "budget-exhausted": "tool_calls"}
+
+
+def test_an_entry_may_say_its_budget_covers_the_whole_conversation(tmp_path: Path) -> None:
+    """``budget_per: conversation`` (default ``run``), for any way the agents act; the first
+    matching entry says it; any other value is refused with the key and what is allowed."""
+    ruleset = load_text(HEADER + """\
+budgets:
+  - agents: ["nudger"]
+    max_tool_calls: 5
+    budget_per: conversation
+  - agents: ["*"]
+    max_tool_calls: 5
+    budget_per: run
+""")
+    assert ruleset.per_conversation("nudger") and not ruleset.per_conversation("other")
+    assert ruleset.budget_for("nudger") == {"max_tool_calls": 5.0}
+    path = write(tmp_path / "b.yaml", """\
+        budgets:
+          - agents: ["a"]
+            max_tool_calls: 2
+            budget_per: session
+    """)
+    assert problems(path) == [
+        f"{path}:7: budgets: budget_per: 'session' is not run or conversation"]

@@ -67,6 +67,10 @@ budgets:
   - agents: ["oi-budget"]
     max_tool_calls: 3
     actions: code
+  - agents: ["oi-conversation"]
+    max_tool_calls: 3
+    actions: code
+    budget_per: conversation
   - agents: ["oi*"]
     actions: code
 rules:
@@ -207,18 +211,24 @@ def test_one_chat_is_one_run_each_code_it_runs_an_action(
     assert run["final_output"] == "All 3 steps are done."
 
 
+def two_chats(mode: str) -> fakellm.Script:
+    """Two steps and an answer, then one step and an answer (a final request: the report)."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if final_asked(body) or body.get("tool_choice") == "none":
+            return fakellm.answer(REPORT)
+        if index in (0, 1, 3):
+            return act(f"echo step{index} >> ran.log", mode)
+        return fakellm.answer(f"Done, answer {index}.")
+    return pick
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_second_chat_going_on_in_the_conversation_is_the_next_run(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
     """As each message a person types into its prompt: a task of its own, a run of its own,
     in the same session."""
-    def pick(index: int, _body: dict[str, Any]) -> fakellm.Step:
-        if index in (0, 1, 3):
-            return act(f"echo step{index} >> ran.log", mode)
-        return fakellm.answer(f"Done, answer {index}.")
-
     before = run_ids(sidecar)
-    said, ran, requests = run_oi(sidecar, llm, "oi", pick, tmp_path, mode,
+    said, ran, requests = run_oi(sidecar, llm, "oi", two_chats(mode), tmp_path, mode,
                                  ("Count the steps.", "Once more, please."))
     assert ran == ["step0", "step1", "step3"]
     assert [last_text(chat) for chat in said] == ["Done, answer 2.", "Done, answer 4."]
@@ -230,6 +240,25 @@ def test_a_second_chat_going_on_in_the_conversation_is_the_next_run(
             for run in runs] == [(3, 2, "completed", "Done, answer 2."),
                                  (2, 1, "completed", "Done, answer 4.")], runs
     assert runs[0]["session"] == runs[1]["session"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_budget_per_conversation_goes_on_through_its_second_chat(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    """``budget_per: conversation``: the second ``chat`` (at once, its history kept: nothing
+    in it tells a nudge from a new task) goes on in the first one's run, counted down against
+    what is left of its budget (1 of 3), not a run with a budget of its own; its final request
+    asks for the finish, and the one run ends at the budget."""
+    before = run_ids(sidecar)
+    said, ran, requests = run_oi(sidecar, llm, "oi-conversation", two_chats(mode), tmp_path,
+                                 mode, ("Count the steps.", "Once more, please."))
+    assert ran == ["step0", "step1", "step3"]  # the budget's 3, across both chats
+    assert [last_text(chat) for chat in said] == ["Done, answer 2.", REPORT]
+    assert requests[3]["messages"][-1]["content"] == "Once more, please."
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], [("1", "3")], []]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (3, "tool_limit_reached"), run
 
 
 # -- a budget -----------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ aside, a summary it asked the model for on that history), starts the conversatio
 run, in the conversation's session — unless it is the agent's own reply at once rejecting the
 answer that ended the run at its budget or a stop (:func:`follows_at_once`): that is still the
 run's, answered with its stop (a conversation the server keeps sends only its new items:
-its length is not read). So does a conversation's first
+its length is not read); or its reply at once dropping the text answer that ended the run on
+its own (:func:`rejects_answer`): the run goes on. So does a conversation's first
 request (no longer than the one its run began with, no tool results) that comes while that run's
 first request is still with the model or after the model answered it: another invocation with
 the same first message (two agents started at the same moment), not the same one, which sends
@@ -265,6 +266,10 @@ class EndpointRun:
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
+    # the tool its rule pack's ``finish:`` names when that call carries only the report
+    # (:attr:`~watchdog.core.rules.model.Finish.answers`): a response that asks only for it
+    # (or final-answer tools) gives the run's answer, as a final-answer tool's (None: none)
+    answer_tool: str | None = None
     # ... the regular expression its actions match (a rule pack's ``action_pattern``): an
     # answer it does not match holds no action, the run's answer (None: every answer is one)
     action_pattern: str | None = None
@@ -275,6 +280,12 @@ class EndpointRun:
     # user message is the next run's even before the tracker ends it (an evaluation interval
     # later), as a script's next ``chat`` at once is
     answered_last: bool = False
+    # ... that answer's digest (:func:`answer_digest`): a reply at once that drops it rejects
+    # it, and the run goes on (:func:`rejects_answer`)
+    ending: str | None = None
+    # its budget covers its whole conversation (a rule pack's ``budget_per: conversation``):
+    # every new user message in it goes on in the run (:func:`goes_on_in_conversation`)
+    per_conversation: bool = False
     # ... the digest of its latest answer to a new user message, when a history may be
     # compacted to it (a text answer, at least MIN_ASIDE_CHARS): :meth:`ModelBook._compacted`
     summary: str | None = None
@@ -509,6 +520,8 @@ class ModelBook:
                         or goes_on_from_stop(known, request) or self._follows(known, request):
                     self._going_on = self._answers_calls_of(known, request)
                     return self._touch(known)
+                if goes_on_in_conversation(known, request):
+                    return self._in_conversation(known)
                 # a new user message in a conversation the server keeps, once its run has
                 # ended: the next run of the session, as for a conversation sent whole (the
                 # response it continues names that run now: the request sent again is in it)
@@ -622,7 +635,12 @@ class ModelBook:
                                   or self._follows(state, request)):
             self._conversations.move_to_end(digest)  # (its agent did not take the stop)
             return self._touch(state)
-        if state is not None and goes_on_from_aside(state, request):
+        if state is not None and goes_on_in_conversation(state, request):
+            self._conversations.move_to_end(digest)
+            return self._in_conversation(state)
+        if state is not None and (goes_on_from_aside(state, request) or (
+                self._now_ns is not None
+                and rejects_answer(state, request, self._now_ns, self.at_once_ns))):
             # its history compacted to the aside's answer: the run goes on (taken back if
             # that answer ended it), whatever the request's length
             self._conversations.move_to_end(digest)
@@ -665,6 +683,15 @@ class ModelBook:
                 state.side_lines = _side_lines(said)
                 _remember(self._sides, client_session, state.key)
         return state
+
+    def _in_conversation(self, state: EndpointRun) -> EndpointRun:
+        """``state``'s run, whose budget covers its conversation, takes a new user message of
+        it (:func:`goes_on_in_conversation`): it goes on (taken back if its answer ended it),
+        or, its budget spent (its final request went upstream) or stopped, gets its stop."""
+        self._going_on = not (state.final_used or state.stop is not None)
+        if self._going_on:
+            state.answered_last = False
+        return self._touch(state)
 
     def _tasked(self, session: str, state: EndpointRun, request: Request) -> None:
         """``state``'s conversation, of ``session``, began with ``request``, which offers
@@ -985,7 +1012,8 @@ class ModelBook:
         record.messages = request.messages + 1
         record.input_hash = request.input_hash  # the run's input, as a span's (cycles)
         record.response_id = seen.response_id
-        work = [call for call in handed if not is_answer_tool(call.name)]
+        work = [call for call in handed
+                if not is_answer_tool(call.name) and call.name != state.answer_tool]
         record.requested_tools = bool(work)
         side = is_side(state, request)
         acted = text_action(state, seen) if not handed and not seen.broke_off \
@@ -1004,7 +1032,7 @@ class ModelBook:
             record.asked_tools = tuple((call.name[:200], call.call_id[:200])
                                        for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
-        answer = answer_of(handed)
+        answer = answer_of(handed, state.answer_tool)
         if request.last_is_user and not side:
             state.summary = None  # (its latest answer to a new user message: this one's)
         if broke:
@@ -1032,6 +1060,8 @@ class ModelBook:
                         self._summaries.popitem(last=False)
         if not side:
             state.answered_last = record.loose and record.final_answer and not record.acted_on
+            state.ending = answer_digest(seen.text if answer is None else answer) \
+                if state.answered_last else None
         waiting = state.begun if broke else state.pending
         for call in work:
             waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS else None
@@ -1309,6 +1339,34 @@ def follows_at_once(state: EndpointRun, request: Request, now_ns: int,
         return False  # (its history is the server's, or the agent started over)
     last = answer_digest(request.last_answer)
     return last is None or last != answer_digest(state.report or "")
+
+
+def rejects_answer(state: EndpointRun, request: Request, now_ns: int,
+                   window_ns: int = AT_ONCE_NS) -> bool:
+    """Whether ``request``, a new user message in the conversation of ``state``'s run, is the
+    agent's own reply rejecting the answer that ended the run on its own (the model's text,
+    no budget spent, no stop): it comes less than ``window_ns`` after that answer, and its
+    conversation, sent whole and longer than the run's was, does not hold that answer as its
+    last (the agent dropped it: mini-swe-agent's format error when its model answers without
+    a tool call). The run goes on with what is left of its budget: an agent that takes no
+    answer as its end cannot begin run after run, each with a budget of its own. A new message
+    that keeps the answer in its history (a script's next ``chat``, a person's next question)
+    is the session's next run: nothing in it tells a nudge from a new task."""
+    return state.answered_last and not state.final_used and state.stop is None \
+        and state.ending is not None and request.last_is_user and not request.kept \
+        and request.messages > state.messages and 0 <= now_ns - state.last_end_ns < window_ns \
+        and answer_digest(request.last_answer) != state.ending
+
+
+def goes_on_in_conversation(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request``, a new user message in the conversation of ``state``'s run, goes on
+    in that run because its budget covers the whole conversation (``budget_per:
+    conversation``): the conversation sent whole, longer than the run's was (another
+    invocation that begins as it began is shorter: the next run), or one the server keeps (by
+    ``previous_response_id`` or ``conversation``: its length is not read). Its nudges
+    ("continue", the task again) and a person's next question alike: one budget for all."""
+    return state.per_conversation and request.last_is_user \
+        and (request.kept or request.messages > state.messages)
 
 
 def replied_at_once(state: EndpointRun, now_ns: int) -> bool:

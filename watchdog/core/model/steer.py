@@ -130,12 +130,13 @@ def kept_calls(calls: Sequence[ToolCall], keep: int | None) -> list[ToolCall]:
     return kept
 
 
-def answer_of(calls: Iterable[ToolCall]) -> str | None:
+def answer_of(calls: Iterable[ToolCall], answer_tool: str | None = None) -> str | None:
     """The answer a response gives through final-answer calls only (None: it asks for work,
-    or for nothing): the first one's arguments — the text, when they hold only a text."""
+    or for nothing): the first one's arguments — the text, when they hold only a text.
+    ``answer_tool``: one more tool that delivers the answer (the agent's, its pack says)."""
     answers: list[ToolCall] = []
     for call in calls:
-        if not is_answer_tool(call.name):
+        if not is_answer_tool(call.name) and call.name != answer_tool:
             return None
         answers.append(call)
     if not answers:

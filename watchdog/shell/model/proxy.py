@@ -568,6 +568,9 @@ class ModelProxy:
             state.acts_in_text = acting is not None
             state.acts_in_code = acting is not None and acting.actions == ACTIONS_CODE
             state.action_pattern = acting.action_pattern if acting is not None else None
+            finish = service.finish_of(run.agent)
+            state.answer_tool = finish.tool if finish is not None and finish.answers else None
+            state.per_conversation = service.per_conversation(run.agent)
             return state, decide(counts, service.board(run.key), parsed.instructions,
                                  parsed.has_tools, parsed.structured, state.acts_in_text,
                                  quotes_answer(state, parsed)), \
