@@ -102,6 +102,12 @@ failing on a changed block. The kinds:
     (``tests/frameworks/test_model_endpoint_continue_cli.py``'s ``config``), the sidecar's
     default model endpoint (``http://127.0.0.1:9478/v1``) in place of the test's, its model
     ``gpt-4.1``.
+``cline-settings``
+    A file of the Cline CLI's ``~/.cline/data/settings/``, as JSON (``file=``: its name):
+    exactly what its tests write (``tests/frameworks/test_model_endpoint_cline.py``'s
+    ``providers`` and ``GLOBAL_SETTINGS``), the sidecar's default model endpoint
+    (``http://127.0.0.1:9478/v1``) in place of the test's, its model ``gpt-4.1``, its key
+    ``YOUR_API_KEY``.
 ``langchaingo-env``
     What points LangChainGo at the sidecar, ``NAME=VALUE`` lines: exactly what its tests set
     (``tests/frameworks/test_langchaingo.py``'s ``pointed``), the sidecar's default model
@@ -177,7 +183,7 @@ FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
-         "crush-config", "continue-config",
+         "crush-config", "continue-config", "cline-settings",
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
@@ -883,6 +889,15 @@ def check_continue_config(block: Block, stack: Stack, state: DocState) -> None:
                                         "gpt-4.1").strip(), block.where
 
 
+def check_cline_settings(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_cline import GLOBAL_SETTINGS, providers
+
+    written = {"providers.json": providers(f"http://{MODEL_ENDPOINT_DEFAULT}/v1", "gpt-4.1",
+                                           "YOUR_API_KEY"),
+               "global-settings.json": GLOBAL_SETTINGS}
+    assert json.loads(block.text) == written[block.options["file"]], block.where
+
+
 def check_promql(block: Block, stack: Stack, state: DocState) -> None:
     from tests.test_prometheus import ENDED_BY_STATE
 
@@ -950,6 +965,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "opencode-config": check_opencode_config,
     "crush-config": check_crush_config,
     "continue-config": check_continue_config,
+    "cline-settings": check_cline_settings,
     "langchaingo-env": check_langchaingo_env,
     "eino-config": check_eino_config,
     "aider-command": check_aider_command,
@@ -1060,6 +1076,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "crush-config": (DOCS / "agents.md", '"type": "openai"', '"type": "openai-compat"'),
     "aider-command": (DOCS / "agents.md", "/agent/aider/v1", "/agent/aider/v2"),
     "continue-config": (DOCS / "agents.md", "provider: openai", "provider: openai-compat"),
+    "cline-settings": (DOCS / "agents.md", '"telemetryOptOut": true', '"telemetryOptOut": false'),
     "langchaingo-env": (DOCS / "agents.md", "/agent/langchaingo/v1", "/agent/langchain/v1"),
     "eino-config": (DOCS / "agents.md", "/agent/eino/v1", "/agent/eino/v2"),
     "open-interpreter-settings": (DOCS / "agents.md", "interpreter.auto_run = True",

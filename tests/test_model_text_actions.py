@@ -9,6 +9,7 @@ answer takes the pack's form. The real agent's tests:
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from watchdog.core.model.book import (
@@ -87,11 +88,16 @@ def test_the_packs_action_pattern_picks_the_action_out_and_an_answer_without_one
     [other] = text_action(state, said("Thought: once more.\nAction: read_file\nAction Input: a"))
     assert one.arguments == other.arguments == json.dumps({"action": "read_file a"})
     assert text_action(state, said("Thought: done.\nFinal Answer: 42")) == []
+    check_ends_the_run(state.action_pattern, "Thought: done.\nFinal Answer: 42")
+
+
+def check_ends_the_run(pattern: str, answer: str) -> None:
+    """An answer ``pattern`` finds no action in is the run's answer: it ends the run."""
     book = ModelBook()
     first = prompt_request(REACT)
-    run = book.identify("chat", first, Caller(), "react", not_ended)
-    run.acts_in_text, run.action_pattern = True, state.action_pattern
-    record = book.call_record(run, first, said("Thought: done.\nFinal Answer: 42"), [], 1, 2)
+    run = book.identify("chat", first, Caller(), "agent", not_ended)
+    run.acts_in_text, run.action_pattern = True, pattern
+    record = book.call_record(run, first, said(answer), [], 1, 2)
     assert (record.final_answer, record.acted_on, record.ends_run) == (True, False, True)
 
 
@@ -569,3 +575,40 @@ def test_a_long_answer_goes_on_only_when_the_prompt_carries_it_whole() -> None:
     assert book.identify("chat", grown, Caller(), "react", not_ended) is state
     [tool] = book.tool_records(state, grown, 3)
     assert tool.result_brief == "Observation: 2"
+
+
+# an agent that writes its tool uses as XML tags in its answers (the format Cline's VS Code
+# extension prompts for, and its forks'), its finish a tool use of its own the pattern leaves
+# out: docs/agents.md's xml-tool-agents.yaml
+XML_TOOL_USE = (r"(?s)<(execute_command|read_file|write_to_file|replace_in_file|search_files|"
+                r"list_files)>(.*?)</(?:execute_command|read_file|write_to_file|replace_in_file|"
+                r"search_files|list_files)>")
+XML_STOP = "<attempt_completion>\n<result>\n${note}\n</result>\n</attempt_completion>"
+DOCS_AGENTS = Path(__file__).resolve().parents[1] / "docs" / "agents.md"
+
+
+def test_an_xml_tool_use_is_an_action_and_attempt_completion_the_answer() -> None:
+    """XML-tagged tool uses are read by the pack's ``action_pattern`` alone: the tool and its
+    parameters are the action, the thinking around them aside; ``<attempt_completion>`` is
+    none of the pattern's tools, so it holds no action: the run's answer, which ends it."""
+    state = acting_run()
+    state.action_pattern = XML_TOOL_USE
+    use = "<execute_command>\n<command>ls -la</command>\n</execute_command>"
+    [one] = text_action(state, said(f"<thinking>List them.</thinking>\n\n{use}"))
+    [other] = text_action(state, said(f"I will look again.\n{use}\n"))
+    assert one.arguments == other.arguments == json.dumps(
+        {"action": "execute_command <command>ls -la</command>"})
+    [edit] = text_action(state, said("<write_to_file>\n<path>a.txt</path>\n<content>x\n"
+                                     "</content>\n</write_to_file>"))
+    assert json.loads(edit.arguments)["action"].startswith("write_to_file")
+    done = "<attempt_completion>\n<result>\nThe file is a.txt.\n</result>\n</attempt_completion>"
+    assert text_action(state, said(done)) == []
+    check_ends_the_run(XML_TOOL_USE, done)
+    # (the pattern is the one docs/agents.md gives such an agent's pack)
+    docs = DOCS_AGENTS.read_text("utf-8")
+    assert f"action_pattern: '{XML_TOOL_USE}'" in docs
+    assert "stop_answer: " + json.dumps(XML_STOP) in docs
+    assert text_stop_answer(XML_STOP, "[stopped: two tool calls are enough]") == (
+        "<attempt_completion>\n<result>\n[stopped: two tool calls are enough]\n</result>\n"
+        "</attempt_completion>")
+    assert text_action(state, said(XML_STOP)) == []  # (an abort's answer: no action in it)

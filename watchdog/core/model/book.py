@@ -600,10 +600,12 @@ class ModelBook:
         # session has runs of several conversations at once, a sub-agent's beside its caller's,
         # so a conversation the book does not know is not taken for its active run)
         session = client_session or "model:" + digest[:24]
-        compacted = self._compacted(request, agent, ended)
+        compacted = self._compacted(request, agent, ended) \
+            or self._rewritten(request, agent, digest, ended)
         if compacted is not None and compacted.conversation != digest:
-            # its history compacted to the summary it asked the model for: the run goes on in
-            # this conversation (taken back if that answer ended it), whatever its length
+            # its history compacted to the summary it asked the model for, or rewritten around
+            # a call it waits for: the run goes on in this conversation (taken back if that
+            # answer ended it), whatever its length
             compacted.conversation = digest
             compacted.first = compacted.messages = request.messages
             self._conversations[digest] = compacted.key
@@ -779,6 +781,21 @@ class ModelBook:
                 and 0 <= self._now_ns - state.last_end_ns < self.at_once_ns):
             return None
         return state
+
+    def _rewritten(self, request: Request, agent: str | None, digest: str,
+                   ended: Callable[[str], bool]) -> EndpointRun | None:
+        """The run whose history ``request``'s conversation, one the run is not of, rewrote:
+        its results answer a call that run handed over and still waits for (the Cline CLI
+        compacts its history to a summary of its own, sent as a new first user message, and
+        keeps its latest call and result after it); the same agent's, not over by its final
+        request or a stop."""
+        for result in request.results:
+            state = self._runs.get(self._calls.get(result.call_id) or "")
+            if state is not None and state.conversation != digest and state.agent == agent \
+                    and _waits(state.pending, result.call_id) and not state.final_used \
+                    and state.stop is None and not ended(state.key):
+                return state
+        return None
 
     def _act(self, state: EndpointRun) -> None:
         """``state``, acting in text, has an answer its side requests may quote: its agent's
@@ -1269,6 +1286,12 @@ def _wait(waiting: dict[str, ToolCall], call: ToolCall) -> str:
         key, number = f"{call.call_id}\0{number}", number + 1
     waiting[key] = call
     return key
+
+
+def _waits(waiting: dict[str, ToolCall], call_id: str) -> bool:
+    """Whether a call of ``call_id`` waits for its result (:func:`_wait`)."""
+    prefix = call_id + "\0"
+    return call_id in waiting or any(key.startswith(prefix) for key in waiting)
 
 
 def _answered(waiting: dict[str, ToolCall], call_id: str) -> ToolCall | None:
