@@ -302,6 +302,32 @@ def test_a_reply_at_once_that_drops_an_answer_the_run_ended_on_goes_on_in_the_ru
         assert found is not own and not found.going_on
 
 
+def test_the_next_question_after_an_answer_tools_call_is_the_next_run() -> None:
+    """A run that ended on the model's call of a final-answer tool (pydantic-ai's
+    ``final_result``, a pack's ``exit``): the script's next question at once, with that call
+    and its result kept in the history (``message_history``), is the next run. The call's
+    message has no text, so nothing there is the answer "kept": before, it read as the agent
+    dropping its answer, and the next task went on in the ended run with what was left of its
+    budget."""
+    for name, answer_tool in (("final_result", None), ("exit", "exit")):
+        said = ToolCall("c9", name, json.dumps({"final_result": "done"}))
+        book = ModelBook()
+        own = book.identify("chat", chat(STEP, RESULT), Caller(), "mini", not_ended, now_ns=0)
+        own.answer_tool = answer_tool
+        book.tool_records(own, chat(STEP, RESULT), 0)
+        book.call_record(own, chat(STEP, RESULT), Observation(
+            finish_reason="tool_calls", calls=[said], complete=True), [said], 1, 10)
+        book.settle(own)
+        assert own.answered_last, name
+        kept = chat(STEP, RESULT, {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "c9", "type": "function", "function": {
+                "name": name, "arguments": said.arguments}}]},
+            {"role": "tool", "tool_call_id": "c9", "content": "Final result processed."},
+            {"role": "user", "content": "And the next one?"})
+        found = book.identify("chat", kept, Caller(), "mini", lambda _key: True, now_ns=11)
+        assert found is not own and not found.going_on, name
+
+
 def test_a_budget_per_conversation_takes_every_new_message_of_it_into_its_run() -> None:
     """``budget_per: conversation`` (:attr:`EndpointRun.per_conversation`): a new user message
     that keeps the answer, long after it, goes on in the run (a nudge, a person's next

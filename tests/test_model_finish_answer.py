@@ -257,3 +257,33 @@ def test_the_finish_asked_at_the_final_request_carries_the_models_report(
     run = the_ended_run(sidecar, agent)
     assert (run["tool_calls"], run["terminal_state"], run["final_output"]) == (
         1, "tool_limit_reached", DONE), run
+
+
+@STREAMS
+def test_the_next_question_at_once_after_the_finish_is_the_next_run(
+        sidecar: RunningServer, llm: FakeLLM, model_relay: str,  # noqa: F811
+        stream: bool) -> None:
+    """A chat's next question, sent at once with the ``exit`` call and its result kept in the
+    history: the next run. (Before, a call's message holding no text read as the answer
+    dropped, the agent rejecting it: the next task went on in the run that had ended.)"""
+    agent = f"exit-next-{model_relay}-{stream}"
+    model = llm.script(agent, lambda index, _body: call("exit", final_result=DONE)
+                       if index == 0 else answer("SECOND"))
+    history: list[Any] = [{"role": "user", "content": "add 1 and 101, then exit"}]
+    tools = tools_of("chat", OFFERS["own"])
+    [(call_id, name, arguments)] = ask(sidecar, "chat", model, agent, history, tools, stream)
+    assert (name, arguments) == ("exit", {"final_result": DONE})
+    answered("chat", history, [(call_id, "ok")])
+    history.append({"role": "user", "content": "and now 2 and 102?"})
+    assert ask(sidecar, "chat", model, agent, history, tools, stream) == [
+        ("", "", {"text": "SECOND"})]
+
+    def ended() -> list[dict[str, Any]] | None:
+        runs = [run for run in sidecar.get_json("/v1/runs?limit=1000")["runs"]
+                if run["agent"] == agent]
+        return runs if len(runs) == 2 and all(run["state"] == "ended" for run in runs) \
+            else None
+
+    runs = wait_until(ended, what=f"{agent}'s two runs to end")
+    assert sorted(sidecar.get_json(f"/v1/runs/{run['id']}")["final_output"]
+                  for run in runs) == [DONE, "SECOND"], runs

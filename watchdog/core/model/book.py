@@ -788,7 +788,10 @@ class ModelBook:
         its results answer a call that run handed over and still waits for (the Cline CLI
         compacts its history to a summary of its own, sent as a new first user message, and
         keeps its latest call and result after it); the same agent's, not over by its final
-        request or a stop."""
+        request or a stop. A conversation the book knows is its own run's, never another's
+        rewritten (two tasks whose model server gives their calls the same id, ``call_0``)."""
+        if digest in self._conversations:
+            return None
         for result in request.results:
             state = self._runs.get(self._calls.get(result.call_id) or "")
             if state is not None and state.conversation != digest and state.agent == agent \
@@ -1101,8 +1104,10 @@ class ModelBook:
                         self._summaries.popitem(last=False)
         if not side:
             state.answered_last = record.loose and record.final_answer and not record.acted_on
-            state.ending = answer_digest(seen.text if answer is None else answer) \
-                if state.answered_last else None
+            # (the text answer that ended it, which a reply at once may drop: an answer
+            # tool's call holds no text a history keeps as the model's, rejected or not)
+            state.ending = answer_digest(seen.text) \
+                if state.answered_last and answer is None else None
             state.ending_prompt = _said_digest(request.instructions) \
                 if state.answered_last else None
         waiting = state.begun if broke else state.pending
