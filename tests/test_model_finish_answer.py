@@ -287,3 +287,19 @@ def test_the_next_question_at_once_after_the_finish_is_the_next_run(
     runs = wait_until(ended, what=f"{agent}'s two runs to end")
     assert sorted(sidecar.get_json(f"/v1/runs/{run['id']}")["final_output"]
                   for run in runs) == [DONE, "SECOND"], runs
+
+
+@STREAMS
+def test_trimmed_to_the_calls_left_the_finish_counts_as_one_of_them(
+        sidecar: RunningServer, llm: FakeLLM, model_relay: str,  # noqa: F811
+        stream: bool) -> None:
+    """Known gap (docs/agents.md): a budget of 1, the model asks for ``exit`` then ``add``: the
+    trim keeps ``exit`` alone (only the conventions' final-answer tools are never trimmed),
+    so the agent ends without the work the model asked for beside it."""
+    agent = f"exit-final-trim-{model_relay}-{stream}"
+    model = llm.script(agent, lambda _index, _body: Step(tool_calls=(
+        ToolCall("exit", {"final_result": DONE}), ToolCall("add", {"a": 1, "b": 101}))))
+    assert agent_loop(sidecar, "chat", model, agent, "own", stream) == (DONE, [])
+    run = the_ended_run(sidecar, agent)
+    assert (run["tool_calls"], run["terminal_state"], run["final_output"]) == (
+        0, "completed", DONE), run
