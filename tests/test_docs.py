@@ -117,6 +117,12 @@ failing on a changed block. The kinds:
     lines its tests' agent runs (``tests/frameworks/go/eino/main.go``, whitespace aside), its
     ``BaseURL`` read from ``OPENAI_BASE_URL`` there and written out here: ``test_eino.py``'s
     ``pointed`` of the sidecar's default model endpoint, the agent ``eino``.
+``llamaindex-ts-config``
+    What points a LlamaIndex.TS agent's LLM (``@llamaindex/openai``'s ``openai()``) at the
+    sidecar, in TypeScript: exactly the lines its tests' agent runs
+    (``tests/frameworks/ts/llamaindex/endpoint.ts``, whitespace aside), its ``baseURL`` read
+    from ``AGENT_LLM_BASE_URL`` there and written out here: ``test_llamaindex_ts.py``'s
+    ``pointed`` of the sidecar's default model endpoint, the agent ``llamaindex``.
 ``open-interpreter-settings``
     Open Interpreter's settings in Python, ``from interpreter import interpreter`` then
     ``interpreter.NAME = VALUE`` lines: exactly what its tests set
@@ -184,7 +190,8 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
          "crush-config", "continue-config", "cline-settings",
-         "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config"}
+         "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
+         "llamaindex-ts-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -839,6 +846,16 @@ def check_eino_config(block: Block, stack: Stack, state: DocState) -> None:
     assert shown in agent, block.where
 
 
+def check_llamaindex_ts_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_llamaindex_ts import AGENT, pointed
+
+    url = json.dumps(pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "llamaindex"))
+    assert f"baseURL: {url} }}" in block.text, block.where
+    agent = " ".join(AGENT.read_text().split())
+    for line in block.text.replace(url, "process.env.AGENT_LLM_BASE_URL").splitlines():
+        assert " ".join(line.split()) in agent, (block.where, line)
+
+
 def check_open_interpreter_settings(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_open_interpreter import settings
 
@@ -971,6 +988,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "aider-command": check_aider_command,
     "open-interpreter-settings": check_open_interpreter_settings,
     "langroid-config": check_langroid_config,
+    "llamaindex-ts-config": check_llamaindex_ts_config,
 }
 assert set(CHECKS) == KINDS
 
@@ -1083,6 +1101,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
                                   "interpreter.auto_run = False"),
     "langroid-config": (DOCS / "agents.md", 'handle_llm_no_tool="done"',
                         'handle_llm_no_tool="user"'),
+    "llamaindex-ts-config": (DOCS / "agents.md", "/agent/llamaindex/v1", "/agent/llamaindex/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

@@ -41,8 +41,8 @@ const readFile = tool({
   },
 });
 
-const baseURL = process.env.AGENT_LLM_BASE_URL;
-const llm = openai({ model: MODEL, ...(baseURL ? { baseURL } : {}) });
+// (no AGENT_LLM_BASE_URL: `baseURL` undefined, and the OpenAI client reads OPENAI_BASE_URL)
+const llm = openai({ model: MODEL, baseURL: process.env.AGENT_LLM_BASE_URL });
 const tools = [add, readFile];
 const supervisor = agent({
   name: "supervisor", llm, tools: [], canHandoffTo: ["worker"],
