@@ -163,10 +163,10 @@ $(TS_VOLTAGENT): tests/frameworks/ts/voltagent/package.json \
 		--loglevel=error
 	touch $@
 
-## ... and LlamaIndex.TS's agents (tests/frameworks/ts/llamaindex: npm llamaindex and its
-## @llamaindex/workflow and @llamaindex/openai; llamaindex 0.12.1 keeps its own @llamaindex/core
-## and workflow one patch behind, nested); they take tsx from the first. Cold npm cache: about
-## 10 s, a 74 MB download, 73 MB on disk
+## ... and LlamaIndex.TS's agents (tests/frameworks/ts/llamaindex: npm llamaindex, its
+## @llamaindex/workflow and @llamaindex/openai, one copy of @llamaindex/core by the lock's
+## overrides; OpenLLMetry's @traceloop/instrumentation-llamaindex); they take tsx and the OTLP
+## exporter from the first. Cold npm cache: about 9 s, a 40 MB download, 89 MB on disk
 TS_LLAMAINDEX := tests/frameworks/ts/llamaindex/node_modules/.installed
 $(TS_LLAMAINDEX): tests/frameworks/ts/llamaindex/package.json \
 		tests/frameworks/ts/llamaindex/package-lock.json

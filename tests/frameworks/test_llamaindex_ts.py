@@ -6,8 +6,10 @@ tests/frameworks/ts/llamaindex/node_modules/.installed``. Its agents: ``agent()`
 to a worker), their tools ``tool()``s with a zod schema, their LLM ``openai()``, pointed at the
 sidecar by ``OPENAI_BASE_URL`` or the LLM's ``baseURL`` alone, which also names the agent
 (``/agent/<name>/v1``). The agent streams every model request (``stream: true``) whether the
-caller ``run()``s or ``runStream()``s. LlamaIndex.TS emits no OpenTelemetry of its own and no
-instrumentation package for it works offline: it is read through the endpoint alone.
+caller ``run()``s or ``runStream()``s.
+
+LlamaIndex.TS emits no OpenTelemetry of its own; OpenLLMetry's instrumentation of it is
+``test_llamaindex_ts_olm.py``'s.
 
 * each ``run()``/``runStream()`` is one run (its memory new each time);
 * a budget of 3: the true count at each request, 3 tools run, the 4th request final (its tools
@@ -340,3 +342,4 @@ def test_each_run_of_a_multi_agent_is_a_run(
                     and all(run["state"] == "ended" for run in runs))
     assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
             for run in runs] == [(4, 3, "completed", WORKED)] * 2, runs
+
