@@ -21,6 +21,10 @@ LlamaIndex.TS emits no OpenTelemetry of its own; OpenLLMetry's instrumentation o
   the 400 does not reach the caller: LlamaIndex's workflow throws it out of its step handler,
   not through ``run()``, so the agent's process dies of the unhandled rejection (known gap, the
   framework's: keep the default);
+* a chat (each ``run()`` given the ones before as ``chatHistory``): the next question is the
+  next run, with a budget of its own; after an abort, it goes on from the stop answer and gets
+  the 400 (known gap: the endpoint cannot tell it from a validation retry), which kills the
+  process as above;
 * ``multiAgent``: the supervisor's ``handOff`` is a tool call of the run and the worker's
   requests go on in it: one run per ``run()``, one budget for the agents together.
 
@@ -93,7 +97,8 @@ class Invocation:
 
 def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
            tmp: Path, kind: str = "single", stream: bool = False,
-           tasks: tuple[str, ...] = (), by_llm: bool = False, exits: int = 0) -> Invocation:
+           tasks: tuple[str, ...] = (), by_llm: bool = False, exits: int = 0,
+           chat: bool = False) -> Invocation:
     """The agent once, in ``tmp``, named ``agent`` by its base URL (``by_llm``: given as the
     LLM's ``baseURL``, else by ``OPENAI_BASE_URL``): one ``run()`` (``stream``:
     ``runStream()``) per task (by default one, a task of its own), its model scripted by
@@ -107,6 +112,7 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
     env = {**clean_environ(), "OPENAI_API_KEY": KEY, "OPENAI_MODEL": model,
            "AGENT_KIND": kind, "AGENT_STREAM": "1" if stream else "0",
            "AGENT_TASKS": json.dumps(tasks), "AGENT_RAN_LOG": str(tmp / "ran.log"),
+           "AGENT_CHAT": "1" if chat else "0",
            **({"AGENT_LLM_BASE_URL": url} if by_llm else {"OPENAI_BASE_URL": url})}
     result = subprocess.run(["node", "--import", "tsx", str(AGENT)], env=env, cwd=TS_DIR,
                             capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
@@ -180,6 +186,46 @@ def test_each_run_is_a_run_its_budget_counted_down_to_the_report(
                     and all(run["state"] == "ended" for run in runs))
     assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
             for run in runs] == [(4, 3, "tool_limit_reached", REPORT)] * 2, runs
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "runStream"])
+def test_a_chats_next_question_is_the_next_run(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, stream: bool) -> None:
+    """The second ``run()`` is given the first question and its result as ``chatHistory``:
+    its requests carry the first conversation, and it is a run of its own with a budget of its
+    own (3, 2, 1 left again), not the first run going on past its budget."""
+    before = run_ids(sidecar)
+    tasks = (f"Add 100 to 0, 1 and 2 (chat, {stream}).", f"Now to 4, 5, 6 (chat, {stream}).")
+    it = invoke(sidecar, llm, "li-budget", sums, tmp_path, stream=stream, tasks=tasks,
+                chat=True)
+    assert it.outcomes == [{"output": REPORT, "error": ""}] * 2
+    assert [message["content"] for message in it.requests[4]["messages"][1:4]] == [
+        tasks[0], REPORT, tasks[1]]
+    assert budget_left(it.requests) == COUNTDOWN * 2
+    assert it.ran == [f'add {{"a":{index},"b":100}}' for index in (0, 1, 2, 4, 5, 6)]
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
+                    and all(run["state"] == "ended" for run in runs))
+    assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
+            for run in runs] == [(4, 3, "tool_limit_reached", REPORT)] * 2, runs
+
+
+def test_a_chats_question_after_an_abort_gets_the_error(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """Known gap: the first ``run()`` aborted (its result the stop note); the next question,
+    given it as ``chatHistory``, goes on from the stop answer, which the endpoint cannot tell
+    from a framework's validation retry after it: it is the stopped run's and gets the 400
+    ``watchdog_aborted``, nothing upstream; LlamaIndex throws it out of its workflow, and the
+    process dies (its unhandled rejection). A chat whose history leaves the stop note out is
+    a conversation of its own."""
+    before = run_ids(sidecar)
+    tasks = ("Add 100 to 0, 1 and 2 (chat abort).", "Now to 4, 5, 6 (chat abort).")
+    it = invoke(sidecar, llm, "li-abort", sums, tmp_path, tasks=tasks, chat=True, exits=1)
+    [outcome] = it.outcomes
+    assert outcome["output"].startswith(f"{STOPPED}: Stopped by the test's rule"), outcome
+    assert "code: 'watchdog_aborted'" in it.stderr
+    assert len(it.requests) == 2 and it.ran == added(2)
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
 
 
 def test_the_llms_base_url_alone_points_it(

@@ -7,11 +7,12 @@
 // JSON list of tasks, each one `run()` (AGENT_STREAM=1: `runStream()`, its events read to its
 // stop event) of the same agent; AGENT_KIND `single` (one `agent()`) or `multi` (a
 // `multiAgent()` whose root, `supervisor`, can hand off to `worker`, which has the tools).
+// With AGENT_CHAT=1 each task after the first is given the ones before as its `chatHistory`.
 // It prints one JSON line per task: {"output": the result the caller got, "error": its error}.
 import { appendFileSync } from "node:fs";
 import { openai } from "@llamaindex/openai";
 import { agent, multiAgent, stopAgentEvent } from "@llamaindex/workflow";
-import { tool } from "llamaindex";
+import { type ChatMessage, tool } from "llamaindex";
 import { z } from "zod";
 
 const MODEL = process.env.OPENAI_MODEL;
@@ -58,16 +59,21 @@ const workflow = KIND === "multi"
   : agent({ name: "adder", llm, tools,
             systemPrompt: "You add numbers with the add tool, then answer." });
 
+// AGENT_CHAT=1: each task after the first goes on from the ones before (their questions and
+// results as its `chatHistory`), as a chat does
+const history: ChatMessage[] = [];
 for (const task of TASKS) {
   try {
+    const params = process.env.AGENT_CHAT === "1" ? { chatHistory: [...history] } : {};
     let result: unknown;
     if (STREAM) {
-      for await (const event of workflow.runStream(task)) {
+      for await (const event of workflow.runStream(task, params)) {
         if (stopAgentEvent.include(event)) result = event.data.result;
       }
     } else {
-      result = (await workflow.run(task)).data.result;
+      result = (await workflow.run(task, params)).data.result;
     }
+    history.push({ role: "user", content: task }, { role: "assistant", content: String(result) });
     console.log(JSON.stringify({ output: String(result), error: "" }));
   } catch (error) {
     console.log(JSON.stringify({ output: "", error: String(error) }));
