@@ -47,6 +47,15 @@ from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
 from tests.frameworks.steering import GRACE_LEFT, LEFT, instructions, user_text
+from tests.frameworks.test_eino import (
+    REPORT,
+    added,
+    calls_asked,
+    pointed,
+    rereading,
+    sums,
+    tool_names,
+)
 from tests.frameworks.test_langchaingo import LOOP_NOTE, STOPPED
 from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
 from tests.harness import RunningServer, endpoint_with_pack
@@ -55,7 +64,6 @@ from tests.model_relays import model_relay  # noqa: F401 (each test on both rela
 TS_DIR = Path(__file__).resolve().parent / "ts"
 AGENT = TS_DIR / "llamaindex" / "endpoint.ts"  # tsx from TS_DIR's node_modules
 KEY = "sk-llamaindex-0123456789abcdefSECRET"
-REPORT = "REPORT: 3 sums done; the rest remains."
 PACK = """\
 apiVersion: agent-watchdog/v1
 kind: RulePack
@@ -79,12 +87,6 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
     with endpoint_with_pack(tmp_path_factory.mktemp("llamaindex-ts"), PACK, llm.base_url,
                             model_relay) as server:
         yield server
-
-
-def pointed(endpoint: str, agent: str) -> str:
-    """The base URL that points the agent at the sidecar's model endpoint ``endpoint`` and
-    names it ``agent`` (docs/agents.md shows it)."""
-    return f"{endpoint}/agent/{agent}/v1"
 
 
 @dataclass(frozen=True)
@@ -125,36 +127,9 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
                       llm.requests(model), result.stderr)
 
 
-def sums(index: int, body: dict[str, Any]) -> fakellm.Step:
-    """``add`` while tools can be called, the report when not."""
-    if not fakellm.offers_tools(body):
-        return fakellm.answer(REPORT)
-    return fakellm.call("add", a=index, b=100)
-
-
-def tool_names(body: dict[str, Any]) -> list[str]:
-    return [tool["function"]["name"] for tool in body.get("tools") or []]
-
-
-def added(count: int) -> list[str]:
-    return [f'add {{"a":{index},"b":100}}' for index in range(count)]
-
-
-def rereading(_index: int, body: dict[str, Any]) -> fakellm.Step:
-    """The same ``read_file`` call whatever it is told, while tools can be called."""
-    if not fakellm.offers_tools(body):
-        return fakellm.answer(REPORT)
-    return fakellm.call("read_file", path="notes.txt")
-
-
 def stubborn(_index: int, _body: dict[str, Any]) -> fakellm.Step:
     """The same ``read_file`` call whatever it is told, tools or none."""
     return fakellm.call("read_file", path="notes.txt")
-
-
-def calls_asked(body: dict[str, Any]) -> int:
-    return sum(1 for message in body["messages"]
-               if message["role"] == "assistant" and message.get("tool_calls"))
 
 
 def budget_left(requests: list[dict[str, Any]]) -> list[list[tuple[str, str]]]:
