@@ -24,7 +24,7 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import RECORDINGS, recorded_spans, replay, run_ts_driver
+from tests.frameworks.harness import RECORDINGS, TS_DIR, recorded_spans, replay, run_ts_driver
 from tests.frameworks.test_model_endpoint_text_actions import new_runs
 from tests.harness import RunningServer, running_server, sidecar_config
 
@@ -57,6 +57,8 @@ def check_watched(sidecar: RunningServer) -> None:
 
 
 def test_its_openllmetry_spans_are_read_live(watching: RunningServer, llm: FakeLLM) -> None:
+    assert (TS_DIR / "llamaindex" / "node_modules" / "@traceloop").is_dir(), (
+        "run `make tests/frameworks/ts/llamaindex/node_modules/.installed` (part of make test)")
     model = llm.script("li-otel", three_sums)
     out = run_ts_driver("llamaindex/otel.ts", OTEL_DRIVER, "two_runs", watching, llm, model)
     assert [json.loads(line) for line in out.splitlines() if line.startswith("{")] == [
