@@ -1,0 +1,59 @@
+"""An AgentScope 2 agent (``agentscope.agent.Agent``: its reasoning-acting loop, with
+``ReActConfig(max_iters=3)``) with one tool function in its ``Toolkit`` (``FunctionTool``) on
+its ``OpenAIChatModel`` (the credential's ``base_url``: the scripted model server, or the
+watchdog's model endpoint), traced by AgentScope's own ``TracingMiddleware`` on the global
+tracer provider (AgentScope 2 has no ``init(tracing_url=...)``: its middleware traces when an
+SDK provider is set, and exports where that provider does). Scenarios (argv[1]):
+``three_tools``, ``limit`` (the model asks for a tool forever: at ``max_iters`` AgentScope asks
+once more with ``tool_choice`` none and ends the reply ``exceed_max_iters``), ``tool_error``
+(the tool raises: AgentScope hands the model the error as the tool's result).
+
+With ``AGENTSCOPE_BASE_URL`` set the model talks there instead (steering); with
+``AGENTSCOPE_STREAM=1`` it streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+from _otel import model_settings, setup_tracing
+from _tools import TASKS, lookup
+from agentscope.agent import Agent, ReActConfig
+from agentscope.credential import OpenAICredential
+from agentscope.message import UserMsg
+from agentscope.middleware import TracingMiddleware
+from agentscope.model import OpenAIChatModel
+from agentscope.permission import PermissionBehavior, PermissionDecision
+from agentscope.tool import FunctionTool, Toolkit
+
+MAX_ITERS = 3
+# a tool function asks the user's permission unless told (the reply parks on it at the first call)
+ALLOWED = PermissionDecision(PermissionBehavior.ALLOW, "allowed")
+
+
+async def run(scenario: str) -> None:
+    base_url, model = model_settings()
+    base_url = os.environ.get("AGENTSCOPE_BASE_URL", base_url)
+    agent = Agent(
+        name="researcher", system_prompt="Look things up, then answer.",
+        model=OpenAIChatModel(OpenAICredential(api_key="sk-fake", base_url=base_url), model,
+                              stream=os.environ.get("AGENTSCOPE_STREAM") == "1",
+                              max_retries=1),
+        toolkit=Toolkit(tools=[FunctionTool(lookup, permission=ALLOWED)]),
+        middlewares=[TracingMiddleware()], react_config=ReActConfig(max_iters=MAX_ITERS))
+    reply = await agent.reply(UserMsg(name="user", content=TASKS.get(scenario, "Look up a.")))
+    print("reply:", reply.finished_reason, reply.get_text_content())
+
+
+def main(scenario: str) -> None:
+    provider = setup_tracing("agentscope-agent")
+    try:
+        asyncio.run(run(scenario))
+    finally:
+        provider.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
