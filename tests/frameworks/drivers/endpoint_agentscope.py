@@ -1,0 +1,42 @@
+"""An AgentScope 2 agent (``agentscope.agent.Agent`` with ``ReActConfig(max_iters=30)``, the
+tool ``search`` a ``FunctionTool`` of its ``Toolkit``) on its ``OpenAIChatModel``, whose
+credential names no ``base_url``: the ``openai.AsyncClient`` beneath reads ``OPENAI_BASE_URL``,
+so the base URL alone points it at the sidecar. Mode (argv[1]): ``run`` (a whole response per
+request), ``stream`` (streamed). See :mod:`endpoint_common`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+from agentscope.agent import Agent, ReActConfig
+from agentscope.credential import OpenAICredential
+from agentscope.message import UserMsg
+from agentscope.model import OpenAIChatModel
+from agentscope.permission import PermissionBehavior, PermissionDecision
+from agentscope.tool import FunctionTool, Toolkit
+from endpoint_common import INSTRUCTIONS, TASK, done, model, search
+
+# a tool function asks the user's permission unless given one (the reply parks at its call)
+ALLOWED = PermissionDecision(PermissionBehavior.ALLOW, "allowed")
+
+
+async def run(stream: bool) -> str | None:
+    agent = Agent(
+        name="researcher", system_prompt=INSTRUCTIONS,
+        model=OpenAIChatModel(OpenAICredential(api_key=os.environ["OPENAI_API_KEY"]), model(),
+                              stream=stream, max_retries=1),
+        toolkit=Toolkit(tools=[FunctionTool(search, permission=ALLOWED)]),
+        react_config=ReActConfig(max_iters=30))
+    reply = await agent.reply(UserMsg(name="user", content=TASK))
+    return reply.get_text_content()
+
+
+def main(mode: str) -> None:
+    assert mode in ("run", "stream"), mode
+    done(asyncio.run(run(mode == "stream")))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
