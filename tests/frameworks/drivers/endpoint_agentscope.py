@@ -2,7 +2,9 @@
 tool ``search`` a ``FunctionTool`` of its ``Toolkit``) on its ``OpenAIChatModel``, whose
 credential names no ``base_url``: the ``openai.AsyncClient`` beneath reads ``OPENAI_BASE_URL``,
 so the base URL alone points it at the sidecar. Mode (argv[1]): ``run`` (a whole response per
-request), ``stream`` (streamed). See :mod:`endpoint_common`."""
+request), ``stream`` (streamed), ``traced`` (whole, and traced by AgentScope's own
+``TracingMiddleware`` to the sidecar's OTLP receiver: ``OTEL_EXPORTER_OTLP_*``). See
+:mod:`endpoint_common`."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import sys
 from agentscope.agent import Agent, ReActConfig
 from agentscope.credential import OpenAICredential
 from agentscope.message import UserMsg
+from agentscope.middleware import TracingMiddleware
 from agentscope.model import OpenAIChatModel
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import FunctionTool, Toolkit
@@ -22,20 +25,29 @@ from endpoint_common import INSTRUCTIONS, TASK, done, model, search
 ALLOWED = PermissionDecision(PermissionBehavior.ALLOW, "allowed")
 
 
-async def run(stream: bool) -> str | None:
+async def run(stream: bool, traced: bool) -> str | None:
     agent = Agent(
         name="researcher", system_prompt=INSTRUCTIONS,
         model=OpenAIChatModel(OpenAICredential(api_key=os.environ["OPENAI_API_KEY"]), model(),
                               stream=stream, max_retries=1),
         toolkit=Toolkit(tools=[FunctionTool(search, permission=ALLOWED)]),
+        middlewares=[TracingMiddleware()] if traced else None,
         react_config=ReActConfig(max_iters=30))
     reply = await agent.reply(UserMsg(name="user", content=TASK))
     return reply.get_text_content()
 
 
 def main(mode: str) -> None:
-    assert mode in ("run", "stream"), mode
-    done(asyncio.run(run(mode == "stream")))
+    assert mode in ("run", "stream", "traced"), mode
+    if mode != "traced":
+        done(asyncio.run(run(mode == "stream", False)))
+        return
+    from _otel import setup_tracing
+
+    provider = setup_tracing("agentscope-agent")
+    output = asyncio.run(run(False, True))
+    provider.shutdown()
+    done(output)
 
 
 if __name__ == "__main__":
