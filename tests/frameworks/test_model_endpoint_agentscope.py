@@ -1,5 +1,5 @@
 """AgentScope 2's ``Agent`` (driver ``endpoint_agentscope``) steered through the model endpoint
-by ``OPENAI_BASE_URL`` alone, on both relays, beyond what test_model_endpoint_frameworks checks
+by its credential's ``base_url`` (docs/agents.md's lines), on both relays, beyond what test_model_endpoint_frameworks checks
 of every agent (counts, a budget of 3, a loop wound down): a rule's abort, and the agent traced
 by its own ``TracingMiddleware`` at once (its spans and the endpoint's calls one run, each
 model call counted once). What the upstream saw is asserted at each request; nothing waits for
@@ -46,16 +46,24 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
         yield server
 
 
+def settings(base_url: str, model: str) -> dict[str, dict[str, object]]:
+    """What a user sets to point AgentScope's ``OpenAIChatModel`` at the model endpoint: its
+    ``OpenAICredential``'s keyword arguments (the key aside) and the model's. The tests run it
+    so, and docs/agents.md shows it (``agentscope-config``, checked in tests/test_docs.py)."""
+    return {"credential": {"base_url": base_url}, "model": {"model": model}}
+
+
 def run_agentscope(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
                    mode: str = "run") -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One ``Agent.reply``, named ``agent`` by its base URL; ``mode`` ``traced``: its spans
+    """One ``Agent.reply``, named ``agent`` by its credential's base URL (:func:`settings`); ``mode`` ``traced``: its spans
     exported to the sidecar too. Returns what the driver printed and the upstream's requests."""
     case = next(_CASES)
     model = llm.script(f"agentscope-{agent}-{case}", script)
     base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1"}
     env = {**base, "OPENAI_API_KEY": KEY, "ENDPOINT_MODEL": model,
            "ENDPOINT_TASK": f"Find the file. (case {case})",
-           "OPENAI_BASE_URL": f"{sidecar.url('model')}/agent/{agent}/v1"}
+           "AS_SETTINGS": json.dumps(settings(f"{sidecar.url('model')}/agent/{agent}/v1",
+                                              model))}
     if mode == "traced":
         env.update(OTEL_EXPORTER_OTLP_ENDPOINT=sidecar.otlp_http,
                    OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_BSP_SCHEDULE_DELAY="50")

@@ -1,7 +1,9 @@
 """An AgentScope 2 agent (``agentscope.agent.Agent`` with ``ReActConfig(max_iters=30)``, the
 tool ``search`` a ``FunctionTool`` of its ``Toolkit``) on its ``OpenAIChatModel``, whose
 credential names no ``base_url``: the ``openai.AsyncClient`` beneath reads ``OPENAI_BASE_URL``,
-so the base URL alone points it at the sidecar. Mode (argv[1]): ``run`` (a whole response per
+so the base URL alone points it at the sidecar; with ``AS_SETTINGS`` (JSON: the keyword
+arguments of its ``OpenAICredential`` and its ``OpenAIChatModel``, docs/agents.md's) those
+name it instead. Mode (argv[1]): ``run`` (a whole response per
 request), ``stream`` (streamed), ``traced`` (whole, and traced by AgentScope's own
 ``TracingMiddleware`` to the sidecar's OTLP receiver: ``OTEL_EXPORTER_OTLP_*``). See
 :mod:`endpoint_common`."""
@@ -9,6 +11,7 @@ request), ``stream`` (streamed), ``traced`` (whole, and traced by AgentScope's o
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 
@@ -26,10 +29,13 @@ ALLOWED = PermissionDecision(PermissionBehavior.ALLOW, "allowed")
 
 
 async def run(stream: bool, traced: bool) -> str | None:
+    settings = json.loads(os.environ.get("AS_SETTINGS", "null")) or {
+        "credential": {}, "model": {"model": model()}}
+    credential = OpenAICredential(api_key=os.environ["OPENAI_API_KEY"], **settings["credential"])
     agent = Agent(
         name="researcher", system_prompt=INSTRUCTIONS,
-        model=OpenAIChatModel(OpenAICredential(api_key=os.environ["OPENAI_API_KEY"]), model(),
-                              stream=stream, max_retries=1),
+        model=OpenAIChatModel(credential=credential, **settings["model"], stream=stream,
+                              max_retries=1),
         toolkit=Toolkit(tools=[FunctionTool(search, permission=ALLOWED)]),
         middlewares=[TracingMiddleware()] if traced else None,
         react_config=ReActConfig(max_iters=30))
