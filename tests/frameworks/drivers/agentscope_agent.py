@@ -6,7 +6,9 @@ tracer provider (AgentScope 2 has no ``init(tracing_url=...)``: its middleware t
 SDK provider is set, and exports where that provider does). Scenarios (argv[1]):
 ``three_tools``, ``limit`` (the model asks for a tool forever: at ``max_iters`` AgentScope asks
 once more with ``tool_choice`` none and ends the reply ``exceed_max_iters``), ``tool_error``
-(the tool raises: AgentScope hands the model the error as the tool's result).
+(the tool raises: AgentScope hands the model the error as the tool's result), ``permission``
+(the tool given no permission decision, as a ``FunctionTool`` is by default: the reply parks at
+the model's first call, asking the user).
 
 With ``AGENTSCOPE_BASE_URL`` set the model talks there instead (steering); with
 ``AGENTSCOPE_STREAM=1`` it streams.
@@ -29,7 +31,7 @@ from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import FunctionTool, Toolkit
 
 MAX_ITERS = 3
-# a tool function asks the user's permission unless told (the reply parks on it at the first call)
+# a tool function asks the user's permission unless given a decision (the reply parks at its call)
 ALLOWED = PermissionDecision(PermissionBehavior.ALLOW, "allowed")
 
 
@@ -41,7 +43,8 @@ async def run(scenario: str) -> None:
         model=OpenAIChatModel(OpenAICredential(api_key="sk-fake", base_url=base_url), model,
                               stream=os.environ.get("AGENTSCOPE_STREAM") == "1",
                               max_retries=1),
-        toolkit=Toolkit(tools=[FunctionTool(lookup, permission=ALLOWED)]),
+        toolkit=Toolkit(tools=[FunctionTool(
+            lookup, permission=None if scenario == "permission" else ALLOWED)]),
         middlewares=[TracingMiddleware()], react_config=ReActConfig(max_iters=MAX_ITERS))
     reply = await agent.reply(UserMsg(name="user", content=TASKS.get(scenario, "Look up a.")))
     print("reply:", reply.finished_reason, reply.get_text_content())
