@@ -1,11 +1,10 @@
 """AgentScope 2's ``Agent`` (driver ``endpoint_agentscope``) steered through the model endpoint
-by its credential's ``base_url`` (docs/agents.md's lines), on both relays, beyond what test_model_endpoint_frameworks checks
-of every agent (counts, a budget of 3, a loop wound down): a rule's abort, and the agent traced
-by its own ``TracingMiddleware`` at once (its spans and the endpoint's calls one run, each
-model call counted once). What the upstream saw is asserted at each request; nothing waits for
-a directive.
+by its credential's ``base_url`` (docs/agents.md's lines), on both relays, beyond what
+test_model_endpoint_frameworks checks of every agent by ``OPENAI_BASE_URL`` (counts, a budget of
+3, a loop wound down): a rule's abort, and the agent traced by its own ``TracingMiddleware`` at
+once (its spans and the endpoint's calls one run, each model call counted once). What the
+upstream saw is asserted at each request; nothing waits for a directive.
 """
-
 from __future__ import annotations
 
 import itertools
@@ -55,8 +54,9 @@ def settings(base_url: str, model: str) -> dict[str, dict[str, object]]:
 
 def run_agentscope(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
                    mode: str = "run") -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One ``Agent.reply``, named ``agent`` by its credential's base URL (:func:`settings`); ``mode`` ``traced``: its spans
-    exported to the sidecar too. Returns what the driver printed and the upstream's requests."""
+    """One ``Agent.reply``, named ``agent`` by its credential's base URL (:func:`settings`);
+    ``mode`` ``traced``: its spans exported to the sidecar too. Returns what the driver printed
+    and the upstream's requests."""
     case = next(_CASES)
     model = llm.script(f"agentscope-{agent}-{case}", script)
     base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1"}
