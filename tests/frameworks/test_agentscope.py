@@ -15,7 +15,10 @@ How it is read: by the GenAI conventions, plus AgentScope's entry for a tool's f
 that raised ends its span OK, its result's ``state`` ``error`` (the message its text), which
 fails the call. Known gaps, pinned: ``max_iters`` asks the model once more with
 ``tool_choice`` none and a hint the spans leave out of the input messages, and the reply's
-``exceed_max_iters`` is on no span: the run reads ``completed`` with that answer, no limit; a
+``exceed_max_iters`` is on no span: the run reads ``completed`` with that answer, no limit
+(when that last call asks for a tool anyway, AgentScope runs it and ends the reply with its own
+"The maximum reasoning-acting iterations are exceeded.": its entry's limit answer, read
+``tool_limit_reached``, ``max_iters``); a
 tool given no permission decision parks the reply at its first call ("I'm waiting for your
 permission…", ``agentscope.agent.hitl_pending_tools`` on the agent span): the run reads
 ``completed`` with that text as its answer. (The model endpoint sees the limit's last request
@@ -28,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from tests.frameworks import scenarios
+from tests.frameworks import fakellm, scenarios
 from tests.frameworks.fakellm import FakeLLM, Script
 from tests.frameworks.harness import Expect, check_recorded, drive_and_check
 from tests.harness import RunningServer
@@ -37,13 +40,19 @@ ENV, DRIVER = "agentscope", "agentscope_agent"
 AGENT = "researcher"
 SCRIPTS: dict[str, Script] = {
     **{name: scenarios.script(name) for name in ("three_tools", "limit", "tool_error")},
-    "permission": scenarios.script("three_tools")}
+    "permission": scenarios.script("three_tools"),
+    # a model that calls the tool even at tool_choice none
+    "limit_disobeyed": fakellm.looping("lookup", lambda index: {"key": f"k{index}"},
+                                       scenarios.SUMMARY, obeys_tool_choice=False)}
 PARKED = "I'm waiting for your permission or the external execution to finish."
 CASES: dict[str, list[Expect]] = {
     "three_tools": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
     # known gap, pinned: max_iters (3 tool rounds, then one request with tool_choice none) is
     # on no span: completed with the summary, no limit
     "limit": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
+    # ... whose forced last call asks for a tool anyway: AgentScope runs it, then ends the reply
+    # with its own text in place of an answer, which says the limit
+    "limit_disobeyed": [Expect(AGENT, 4, 4, 0, "tool_limit_reached", False, "max_iters", None)],
     # the tool's exception is only in its result's state (the span ends OK): the call failed
     "tool_error": [Expect(AGENT, 2, 1, 1, "completed", True, None, None)],
     # known gap, pinned: the reply parked for the user's permission reads completed, its
@@ -60,6 +69,7 @@ def _read(sidecar: RunningServer, scenario: str) -> None:
     assert run["agent"] == AGENT and run["session"], run
     assert run["final_output"] == {"three_tools": scenarios.ANSWER, "limit": scenarios.SUMMARY,
                                    "tool_error": scenarios.ERROR_ANSWER,
+                                   "limit_disobeyed": None,  # (its text is no answer)
                                    "permission": PARKED}[scenario], run
     if scenario == "tool_error":  # the result's text, no exception type
         assert run["signals"]["last_error"] == "tool_error: backend unavailable for broken", \

@@ -5,7 +5,7 @@ watchdog's model endpoint), traced by AgentScope's own ``TracingMiddleware`` on 
 tracer provider (AgentScope 2 has no ``init(tracing_url=...)``: its middleware traces when an
 SDK provider is set, and exports where that provider does). Scenarios (argv[1]):
 ``three_tools``, ``limit`` (the model asks for a tool forever: at ``max_iters`` AgentScope asks
-once more with ``tool_choice`` none and ends the reply ``exceed_max_iters``), ``tool_error``
+once more with ``tool_choice`` none and ends the reply ``exceed_max_iters``), ``limit_disobeyed`` (the same, and the model calls the tool even then), ``tool_error``
 (the tool raises: AgentScope hands the model the error as the tool's result), ``permission``
 (the tool given no permission decision, as a ``FunctionTool`` is by default: the reply parks at
 the model's first call, asking the user).

@@ -348,10 +348,15 @@ AGENTSCOPE = Convention(
     # ends OK and its gen_ai.tool.call.result (the ToolResponse as JSON) says "state": "error"
     tool_result_errors=(ErrorResult("gen_ai.tool.call.result", ((("state",), "error"),),
                                     ("content",)),),
+    # max_iters' last call asked for a tool anyway (it runs): the reply ends with this text of
+    # AgentScope's in place of an answer
+    limit_answers=(("The maximum reasoning-acting iterations are exceeded.", "max_iters"),),
     notes="a tool's exception is only in its result (`state` `error` on a span that ends OK); "
           "`max_iters` asks the model once more with `tool_choice` none and a hint the spans "
           "leave out of the input messages, and the reply's `exceed_max_iters` is on no span: "
           "the run reads `completed` with that last answer (a known gap)" + ON_NO_SPAN
+          + "; a last call that asks for a tool anyway ends the reply with AgentScope's \"The "
+          "maximum reasoning-acting iterations are exceeded.\": `max_iters`"
           + "; a tool function asks the user's permission unless given one: the reply parks "
           "(`agentscope.agent.hitl_pending_tools`) and reads `completed` with AgentScope's "
           "\"I'm waiting for your permission…\" as its answer (a known gap)",
