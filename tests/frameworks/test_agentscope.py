@@ -41,6 +41,8 @@ AGENT = "researcher"
 SCRIPTS: dict[str, Script] = {
     **{name: scenarios.script(name) for name in ("three_tools", "limit", "tool_error")},
     "permission": scenarios.script("three_tools"),
+    "two_replies": fakellm.steps(fakellm.call("lookup", key="a"), fakellm.answer("a is known."),
+                                 fakellm.call("lookup", key="b"), fakellm.answer("b is known.")),
     # a model that calls the tool even at tool_choice none
     "limit_disobeyed": fakellm.looping("lookup", lambda index: {"key": f"k{index}"},
                                        scenarios.SUMMARY, obeys_tool_choice=False)}
@@ -55,6 +57,8 @@ CASES: dict[str, list[Expect]] = {
     "limit_disobeyed": [Expect(AGENT, 4, 4, 0, "tool_limit_reached", False, "max_iters", None)],
     # the tool's exception is only in its result's state (the span ends OK): the call failed
     "tool_error": [Expect(AGENT, 2, 1, 1, "completed", True, None, None)],
+    # each Agent.reply a trace, a run of its own, the agent's session on both
+    "two_replies": [Expect(AGENT, 2, 1, 0, "completed", True, None, None)] * 2,
     # known gap, pinned: the reply parked for the user's permission reads completed, its
     # waiting text the answer, the asked-for tool not run
     "permission": [Expect(AGENT, 1, 0, 0, "completed", True, None, None)],
@@ -62,6 +66,12 @@ CASES: dict[str, list[Expect]] = {
 
 
 def _read(sidecar: RunningServer, scenario: str) -> None:
+    if scenario == "two_replies":
+        runs = [sidecar.get_json(f"/v1/runs/{listed['id']}")
+                for listed in sidecar.get_json("/v1/runs?limit=10")["runs"]]
+        assert sorted(run["final_output"] for run in runs) == ["a is known.", "b is known."]
+        assert len({run["session"] for run in runs}) == 1, runs
+        return
     (listed,) = sidecar.get_json("/v1/runs?limit=10")["runs"]
     run: dict[str, Any] = sidecar.get_json(f"/v1/runs/{listed['id']}")
     tools = CASES[scenario][0].tool_calls
@@ -81,7 +91,8 @@ def test_live(sidecar: RunningServer, llm: FakeLLM, scenario: str) -> None:
     drive_and_check(sidecar, llm, ENV, DRIVER, scenario, {"": SCRIPTS[scenario]},
                     CASES[scenario])
     _read(sidecar, scenario)
-    assert len(llm.requests(f"{DRIVER}-{scenario}")) == CASES[scenario][0].iterations
+    assert len(llm.requests(f"{DRIVER}-{scenario}")) == sum(
+        expect.iterations for expect in CASES[scenario])
 
 
 @pytest.mark.parametrize("scenario", sorted(CASES))

@@ -8,7 +8,8 @@ SDK provider is set, and exports where that provider does). Scenarios (argv[1]):
 once more with ``tool_choice`` none and ends the reply ``exceed_max_iters``), ``limit_disobeyed`` (the same, and the model calls the tool even then), ``tool_error``
 (the tool raises: AgentScope hands the model the error as the tool's result), ``permission``
 (the tool given no permission decision, as a ``FunctionTool`` is by default: the reply parks at
-the model's first call, asking the user).
+the model's first call, asking the user), ``two_replies`` (the agent asked twice: a tool call
+then an answer each time).
 
 With ``AGENTSCOPE_BASE_URL`` set the model talks there instead (steering); with
 ``AGENTSCOPE_STREAM=1`` it streams.
@@ -46,8 +47,11 @@ async def run(scenario: str) -> None:
         toolkit=Toolkit(tools=[FunctionTool(
             lookup, permission=None if scenario == "permission" else ALLOWED)]),
         middlewares=[TracingMiddleware()], react_config=ReActConfig(max_iters=MAX_ITERS))
-    reply = await agent.reply(UserMsg(name="user", content=TASKS.get(scenario, "Look up a.")))
-    print("reply:", reply.finished_reason, reply.get_text_content())
+    tasks = ["Look up a.", "Now look up b."] if scenario == "two_replies" else [
+        TASKS.get(scenario, "Look up a.")]
+    for task in tasks:  # (two_replies: the same agent, its session, asked twice)
+        reply = await agent.reply(UserMsg(name="user", content=task))
+        print("reply:", reply.finished_reason, reply.get_text_content())
 
 
 def main(scenario: str) -> None:
