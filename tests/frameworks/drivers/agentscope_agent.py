@@ -1,24 +1,20 @@
 """An AgentScope 2 agent (``agentscope.agent.Agent``: its reasoning-acting loop, with
 ``ReActConfig(max_iters=3)``) with one tool function in its ``Toolkit`` (``FunctionTool``) on
-its ``OpenAIChatModel`` (the credential's ``base_url``: the scripted model server, or the
-watchdog's model endpoint), traced by AgentScope's own ``TracingMiddleware`` on the global
-tracer provider (AgentScope 2 has no ``init(tracing_url=...)``: its middleware traces when an
-SDK provider is set, and exports where that provider does). Scenarios (argv[1]):
-``three_tools``, ``limit`` (the model asks for a tool forever: at ``max_iters`` AgentScope asks
-once more with ``tool_choice`` none and ends the reply ``exceed_max_iters``), ``limit_disobeyed`` (the same, and the model calls the tool even then), ``tool_error``
-(the tool raises: AgentScope hands the model the error as the tool's result), ``permission``
-(the tool given no permission decision, as a ``FunctionTool`` is by default: the reply parks at
-the model's first call, asking the user), ``two_replies`` (the agent asked twice: a tool call
-then an answer each time).
-
-With ``AGENTSCOPE_BASE_URL`` set the model talks there instead (steering); with
-``AGENTSCOPE_STREAM=1`` it streams.
+its ``OpenAIChatModel`` (the credential's ``base_url``: the scripted model server), traced by
+AgentScope's own ``TracingMiddleware`` on the global tracer provider (AgentScope 2 has no
+``init(tracing_url=...)``: its middleware traces when an SDK provider is set, and exports where
+that provider does). Scenarios (argv[1]): ``three_tools``; ``limit`` (the model asks for a tool
+forever: at ``max_iters`` AgentScope asks once more with ``tool_choice`` none and ends the reply
+``exceed_max_iters``); ``limit_disobeyed`` (the same, and the model calls the tool even then);
+``tool_error`` (the tool raises: AgentScope hands the model the error as the tool's result);
+``permission`` (the tool given no permission decision, as a ``FunctionTool`` is by default: the
+reply parks at the model's first call, asking the user); ``two_replies`` (the agent asked
+twice: a tool call then an answer each time).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 
 from _otel import model_settings, setup_tracing
@@ -38,12 +34,10 @@ ALLOWED = PermissionDecision(PermissionBehavior.ALLOW, "allowed")
 
 async def run(scenario: str) -> None:
     base_url, model = model_settings()
-    base_url = os.environ.get("AGENTSCOPE_BASE_URL", base_url)
     agent = Agent(
         name="researcher", system_prompt="Look things up, then answer.",
         model=OpenAIChatModel(OpenAICredential(api_key="sk-fake", base_url=base_url), model,
-                              stream=os.environ.get("AGENTSCOPE_STREAM") == "1",
-                              max_retries=1),
+                              stream=False, max_retries=1),
         toolkit=Toolkit(tools=[FunctionTool(
             lookup, permission=None if scenario == "permission" else ALLOWED)]),
         middlewares=[TracingMiddleware()], react_config=ReActConfig(max_iters=MAX_ITERS))
