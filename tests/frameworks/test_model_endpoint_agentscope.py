@@ -99,3 +99,5 @@ def test_traced_at_once_its_spans_and_the_endpoints_calls_are_one_run(
     run = the_ended_run(sidecar, before)
     assert (run["iterations"], run["tool_calls"], run["terminal_state"],
             run["final_output"]) == (3, 2, "completed", ANSWER), run
+    # its spans are in it: they name the agent (the endpoint knows it as agentscope-traced)
+    assert run["agent"] == "researcher" and run["signals"]["tools"] == {"search": 2}, run
