@@ -39,7 +39,8 @@ from tests.harness import RunningServer
 ENV, DRIVER = "agentscope", "agentscope_agent"
 AGENT = "researcher"
 SCRIPTS: dict[str, Script] = {
-    **{name: scenarios.script(name) for name in ("three_tools", "limit", "tool_error")},
+    **{name: scenarios.script(name) for name in (
+        "three_tools", "three_tools_stream", "limit", "tool_error", "tool_error_stream")},
     "permission": scenarios.script("three_tools"),
     "two_replies": fakellm.steps(fakellm.call("lookup", key="a"), fakellm.answer("a is known."),
                                  fakellm.call("lookup", key="b"), fakellm.answer("b is known.")),
@@ -49,6 +50,7 @@ SCRIPTS: dict[str, Script] = {
 PARKED = "I'm waiting for your permission or the external execution to finish."
 CASES: dict[str, list[Expect]] = {
     "three_tools": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
+    "three_tools_stream": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
     # known gap, pinned: max_iters (3 tool rounds, then one request with tool_choice none) is
     # on no span: completed with the summary, no limit
     "limit": [Expect(AGENT, 4, 3, 0, "completed", True, None, None)],
@@ -57,6 +59,7 @@ CASES: dict[str, list[Expect]] = {
     "limit_disobeyed": [Expect(AGENT, 4, 4, 0, "tool_limit_reached", False, "max_iters", None)],
     # the tool's exception is only in its result's state (the span ends OK): the call failed
     "tool_error": [Expect(AGENT, 2, 1, 1, "completed", True, None, None)],
+    "tool_error_stream": [Expect(AGENT, 2, 1, 1, "completed", True, None, None)],
     # each Agent.reply a trace, a run of its own, the agent's session on both
     "two_replies": [Expect(AGENT, 2, 1, 0, "completed", True, None, None)] * 2,
     # known gap, pinned: the reply parked for the user's permission reads completed, its
@@ -77,11 +80,13 @@ def _read(sidecar: RunningServer, scenario: str) -> None:
     tools = CASES[scenario][0].tool_calls
     assert run["signals"]["tools"] == ({"lookup": tools} if tools else {}), run["signals"]
     assert run["agent"] == AGENT and run["session"], run
-    assert run["final_output"] == {"three_tools": scenarios.ANSWER, "limit": scenarios.SUMMARY,
+    assert run["final_output"] == {"three_tools": scenarios.ANSWER,
+                                   "three_tools_stream": scenarios.ANSWER,
+                                   "tool_error_stream": scenarios.ERROR_ANSWER, "limit": scenarios.SUMMARY,
                                    "tool_error": scenarios.ERROR_ANSWER,
                                    "limit_disobeyed": None,  # (its text is no answer)
                                    "permission": PARKED}[scenario], run
-    if scenario == "tool_error":  # the result's text, no exception type
+    if scenario.startswith("tool_error"):  # the result's text, no exception type
         assert run["signals"]["last_error"] == "tool_error: backend unavailable for broken", \
             run["signals"]
 

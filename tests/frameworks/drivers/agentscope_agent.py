@@ -9,7 +9,8 @@ forever: at ``max_iters`` AgentScope asks once more with ``tool_choice`` none an
 ``tool_error`` (the tool raises: AgentScope hands the model the error as the tool's result);
 ``permission`` (the tool given no permission decision, as a ``FunctionTool`` is by default: the
 reply parks at the model's first call, asking the user); ``two_replies`` (the agent asked
-twice: a tool call then an answer each time).
+twice: a tool call then an answer each time); ``NAME_stream``: the same, the model streamed
+(``OpenAIChatModel``'s default).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ async def run(scenario: str) -> None:
     agent = Agent(
         name="researcher", system_prompt="Look things up, then answer.",
         model=OpenAIChatModel(OpenAICredential(api_key="sk-fake", base_url=base_url), model,
-                              stream=False, max_retries=1),
+                              stream=scenario.endswith("_stream"), max_retries=1),
         toolkit=Toolkit(tools=[FunctionTool(
             lookup, permission=None if scenario == "permission" else ALLOWED)]),
         middlewares=[TracingMiddleware()], react_config=ReActConfig(max_iters=MAX_ITERS))
