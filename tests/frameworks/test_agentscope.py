@@ -82,7 +82,8 @@ def _read(sidecar: RunningServer, scenario: str) -> None:
     assert run["agent"] == AGENT and run["session"], run
     assert run["final_output"] == {"three_tools": scenarios.ANSWER,
                                    "three_tools_stream": scenarios.ANSWER,
-                                   "tool_error_stream": scenarios.ERROR_ANSWER, "limit": scenarios.SUMMARY,
+                                   "tool_error_stream": scenarios.ERROR_ANSWER,
+                                   "limit": scenarios.SUMMARY,
                                    "tool_error": scenarios.ERROR_ANSWER,
                                    "limit_disobeyed": None,  # (its text is no answer)
                                    "permission": PARKED}[scenario], run
