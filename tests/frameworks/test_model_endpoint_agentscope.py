@@ -55,8 +55,8 @@ def settings(base_url: str, model: str) -> dict[str, dict[str, object]]:
 def run_agentscope(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
                    mode: str = "run") -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One ``Agent.reply``, named ``agent`` by its credential's base URL (:func:`settings`);
-    ``mode`` ``traced``: its spans exported to the sidecar too. Returns what the driver printed
-    and the upstream's requests."""
+    ``mode`` ``traced`` or ``traced_stream``: its spans exported to the sidecar too. Returns
+    what the driver printed and the upstream's requests."""
     case = next(_CASES)
     model = llm.script(f"agentscope-{agent}-{case}", script)
     base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1"}
@@ -64,7 +64,7 @@ def run_agentscope(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fak
            "ENDPOINT_TASK": f"Find the file. (case {case})",
            "AS_SETTINGS": json.dumps(settings(f"{sidecar.url('model')}/agent/{agent}/v1",
                                               model))}
-    if mode == "traced":
+    if mode.startswith("traced"):
         env.update(OTEL_EXPORTER_OTLP_ENDPOINT=sidecar.otlp_http,
                    OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_BSP_SCHEDULE_DELAY="50")
     else:
@@ -85,12 +85,13 @@ def test_an_abort_is_answered_with_the_stop_note_which_ends_its_reply(
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
 
 
+@pytest.mark.parametrize("mode", ["traced", "traced_stream"])
 def test_traced_at_once_its_spans_and_the_endpoints_calls_are_one_run(
-        sidecar: RunningServer, llm: FakeLLM) -> None:
+        sidecar: RunningServer, llm: FakeLLM, mode: str) -> None:
     before = run_ids(sidecar)
     said, requests = run_agentscope(
         sidecar, llm, "agentscope-traced",
-        fakellm.tools_then_answer("search", [{"q": "a"}, {"q": "b"}], ANSWER), "traced")
+        fakellm.tools_then_answer("search", [{"q": "a"}, {"q": "b"}], ANSWER), mode)
     assert said == {"ran": ["a", "b"], "output": ANSWER}
     assert len(requests) == 3
     # each request after the first ends with the tool's result of the call before it

@@ -4,8 +4,9 @@ credential names no ``base_url``: the ``openai.AsyncClient`` beneath reads ``OPE
 so the base URL alone points it at the sidecar; with ``AS_SETTINGS`` (JSON: the keyword
 arguments of its ``OpenAICredential`` and its ``OpenAIChatModel``, docs/agents.md's) those
 name it instead. Mode (argv[1]): ``run`` (a whole response per
-request), ``stream`` (streamed), ``traced`` (whole, and traced by AgentScope's own
-``TracingMiddleware`` to the sidecar's OTLP receiver: ``OTEL_EXPORTER_OTLP_*``). See
+request), ``stream`` (streamed), ``traced`` and ``traced_stream`` (whole or streamed, and traced
+by AgentScope's own ``TracingMiddleware`` to the sidecar's OTLP receiver:
+``OTEL_EXPORTER_OTLP_*``). See
 :mod:`endpoint_common`."""
 
 from __future__ import annotations
@@ -44,14 +45,14 @@ async def run(stream: bool, traced: bool) -> str | None:
 
 
 def main(mode: str) -> None:
-    assert mode in ("run", "stream", "traced"), mode
-    if mode != "traced":
+    assert mode in ("run", "stream", "traced", "traced_stream"), mode
+    if not mode.startswith("traced"):
         done(asyncio.run(run(mode == "stream", False)))
         return
     from _otel import setup_tracing
 
     provider = setup_tracing("agentscope-agent")
-    output = asyncio.run(run(False, True))
+    output = asyncio.run(run(mode.endswith("_stream"), True))
     provider.shutdown()
     done(output)
 
