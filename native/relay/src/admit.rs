@@ -210,11 +210,13 @@ impl First {
     }
 
     pub fn hex(&self) -> String {
-        self.digest
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect()
+        hex(&self.digest)
     }
+}
+
+/// A conversation's digest in hex: its session's id after `model:`.
+pub fn hex(digest: &Digest) -> String {
+    digest.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// A request to send on now: where, with which headers, the API it speaks, its bound; the

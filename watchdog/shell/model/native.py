@@ -183,6 +183,7 @@ NEXT_HOLD = 60.0
 NEXT_MARGIN = 30.0
 MAX_EXPECTED = 64  # tool calls handed over whose results the relay checks (more: the loop's)
 DRAIN_POLL = 0.05  # seconds between looks at the requests left in flight, while stopping
+MAX_TAKES = 8  # takes of the relay's events in one drain while requests sent on are still unread
 
 
 def missing_relay() -> str | None:
@@ -328,33 +329,77 @@ class NativeEndpoint:
 
     def _drain(self) -> None:
         """The queued events in their order: a response's end comes before any request its
-        client sent after it (so the next request of a conversation finds the call booked)."""
-        events = self.relay.take()
-        self.taken_at = self.proxy.service.now()  # (a request's event: how long ago it came)
-        self.check_basis()
-        for event in events:
-            kind, number = event[0], event[1]
-            try:
-                if kind == "request":
-                    self._request(number, *event[2:])
+        client sent after it (so the next request of a conversation finds the call booked).
+        A request waiting in the relay for its call's booking (``awaited``) has that call
+        booked at once, with those of the other requests waiting in the same take. The
+        requests the relay sent on (``taken``: on their way already, nobody waits for their
+        reading) are read last: before the next request this loop decides, before what
+        follows of the same request, and once the relay has nothing more queued (what came
+        meanwhile taken first, up to ``MAX_TAKES`` takes)."""
+        sent: dict[int, tuple[float, tuple[Any, ...]]] = {}  # taken events, with when
+        for _ in range(MAX_TAKES):
+            events = self.relay.take()
+            self.taken_at = self.proxy.service.now()  # (a request's event: how long ago it came)
+            self.check_basis()
+            awaited = {event[2] for event in events if event[0] == "awaited"}
+            for event in events:
+                kind, number = event[0], event[1]
+                if kind == "awaited":
+                    self._book_awaited(awaited)
                 elif kind == "taken":
-                    self._taken(number, *event[2:])
-                elif kind == "done":
-                    self._done(number, *event[2:])
-                elif kind == "ended":
-                    if (forwarded := self.forwarded.get(number)) is not None:
-                        forwarded.ended = True
+                    sent[number] = (self.taken_at, event)
                 else:
-                    self._upstream_failed(number, event[2], event[3])
-            except Exception:  # a bug: the request is answered, the loop goes on
-                log.exception("the model endpoint failed on a %s event", kind)
-                self.relay.respond(number, 500, [("Content-Type", "application/json")],
-                                   b'{"error":{"code":"internal_error","message":'
-                                   b'"the model endpoint failed on this request"}}')
+                    if sent and (kind == "request" or number in sent):
+                        self._read_sent(sent, None if kind == "request" else number)
+                    self._event(kind, number, event)
+            if not sent or not self.relay.queued:
+                break
+        self._read_sent(sent, None)
         if self.ended and not self.booking:
             assert self.loop is not None
             self.booking = True
             self.loop.call_soon(self._book_soon)
+
+    def _read_sent(self, sent: dict[int, tuple[float, tuple[Any, ...]]],
+                   number: int | None) -> None:
+        """The requests the relay sent on that ``_drain`` put off (``number``: that one only),
+        read now, each with when its event was taken."""
+        taken_at = self.taken_at
+        for key in list(sent) if number is None else [number]:
+            self.taken_at, event = sent.pop(key)
+            self._event("taken", key, event)
+        self.taken_at = taken_at
+
+    def _event(self, kind: str, number: int, event: tuple[Any, ...]) -> None:
+        """One event of the relay's, handled."""
+        try:
+            if kind == "request":
+                self._request(number, *event[2:])
+            elif kind == "taken":
+                self._taken(number, *event[2:])
+            elif kind == "done":
+                self._done(number, *event[2:])
+            elif kind == "ended":
+                if (forwarded := self.forwarded.get(number)) is not None:
+                    forwarded.ended = True
+            else:
+                self._upstream_failed(number, event[2], event[3])
+        except Exception:  # a bug: the request is answered, the loop goes on
+            log.exception("the model endpoint failed on a %s event", kind)
+            self.relay.respond(number, 500, [("Content-Type", "application/json")],
+                               b'{"error":{"code":"internal_error","message":'
+                               b'"the model endpoint failed on this request"}}')
+
+    def _book_awaited(self, awaited: set[str]) -> None:
+        """The calls that ended of the conversations (their digests' 24 hex digits) whose next
+        request waits in the relay for their booking, booked now, in one step of the core,
+        before the other calls that ended (:meth:`_book_soon`)."""
+        chosen = {index for index, (plan, *_) in enumerate(self.ended)
+                  if plan.exchange is not None
+                  and (conversation := plan.exchange.state.conversation) is not None
+                  and conversation[:24] in awaited}
+        if chosen:
+            self._book_ended(chosen)
 
     def _book_soon(self) -> None:
         """The calls that ended are booked, after the requests queued meanwhile (taken here,
