@@ -243,7 +243,7 @@ def test_a_request_waiting_for_its_calls_booking_has_that_call_booked_first(
                     assert post(server, PATHS["chat"],
                                 streaming(tool_turn(task, 1)))[0] == 200
                 third = in_background(lambda: post(server, PATHS["chat"], waiting))
-                wait_until(lambda: native.relay.queued_awaited == 1, "the request waiting")
+                wait_until(lambda: len(native.relay.awaited) == 1, "the request waiting")
             assert third()[0] == 200
             assert raw.seen[-1].body == waiting  # byte for byte
             wait_until(lambda: not server.call(lambda: native.pending or native.ended),

@@ -2238,17 +2238,21 @@ impl Relay {
             .count()
     }
 
-    /// Continuing requests that wait for their call's booking, told to Python and not yet
-    /// taken (`Event::Awaited`).
+    /// The conversations (their digests' 24 hex digits) of the continuing requests that wait
+    /// for their call's booking, told to Python and not yet taken (`Event::Awaited`): Python
+    /// looks between the events it takes, to book those calls before going on.
     #[getter]
-    fn queued_awaited(&self) -> usize {
+    fn awaited(&self) -> Vec<String> {
         self.shared
             .events
             .lock()
             .unwrap()
             .iter()
-            .filter(|event| matches!(event, Event::Awaited { .. }))
-            .count()
+            .filter_map(|event| match event {
+                Event::Awaited { digest } => Some(admit::hex(digest)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Requests being served now.

@@ -216,6 +216,13 @@ def countdown_or_pass(turn: Turn, board: Board | None) -> bool:
     return not turn.usage and budget_only(board) and turn.act in (Act.PASS, Act.NOTE)
 
 
+def awaits(plan: Plan, awaited: set[str]) -> bool:
+    """Whether ``plan``'s conversation is one of ``awaited`` (digests' 24 hex digits)."""
+    return plan.exchange is not None and (
+        conversation := plan.exchange.state.conversation) is not None \
+        and conversation[:24] in awaited
+
+
 class Forwarded:
     """A request the relay forwarded, with the model until its ``done`` (or ``failed``) event
     (:class:`~watchdog.shell.model.plans.Asking`): ``ended`` once the relay told that its
@@ -331,27 +338,34 @@ class NativeEndpoint:
         """The queued events in their order: a response's end comes before any request its
         client sent after it (so the next request of a conversation finds the call booked).
         A request waiting in the relay for its call's booking (``awaited``) has that call
-        booked at once, with those of the other requests waiting in the same take. The
-        requests the relay sent on (``taken``: on their way already, nobody waits for their
-        reading) are read last: before the next request this loop decides, before what
-        follows of the same request, and once the relay has nothing more queued (what came
-        meanwhile taken first, up to ``MAX_TAKES`` takes)."""
+        booked as soon as its end has been taken, before the events after it, with those of
+        the other requests waiting then (:meth:`_book_awaited`; looked for again after each
+        request decided or read here). The requests the relay sent on (``taken``: on their
+        way already, nobody waits for their reading) are read last: before the next request
+        this loop decides, before what follows of the same request, and once the relay has
+        nothing more queued (what came meanwhile taken first, up to ``MAX_TAKES`` takes)."""
         sent: dict[int, tuple[float, tuple[Any, ...]]] = {}  # taken events, with when
         for _ in range(MAX_TAKES):
             events = self.relay.take()
             self.taken_at = self.proxy.service.now()  # (a request's event: how long ago it came)
             self.check_basis()
             awaited = {event[2] for event in events if event[0] == "awaited"}
+            if awaited:
+                self._book_awaited(awaited)
             for event in events:
                 kind, number = event[0], event[1]
                 if kind == "awaited":
-                    self._book_awaited(awaited)
-                elif kind == "taken":
+                    continue
+                if kind == "taken":
                     sent[number] = (self.taken_at, event)
-                else:
-                    if sent and (kind == "request" or number in sent):
-                        self._read_sent(sent, None if kind == "request" else number)
-                    self._event(kind, number, event)
+                    continue
+                if sent and (kind == "request" or number in sent):
+                    self._read_sent(sent, None if kind == "request" else number)
+                self._event(kind, number, event)
+                if kind == "request":
+                    self._book_awaited(awaited)
+                elif awaited and kind == "done":
+                    self._book_awaited(awaited, self.ended[-1:])
             if not sent or not self.relay.queued:
                 break
         self._read_sent(sent, None)
@@ -363,11 +377,13 @@ class NativeEndpoint:
     def _read_sent(self, sent: dict[int, tuple[float, tuple[Any, ...]]],
                    number: int | None) -> None:
         """The requests the relay sent on that ``_drain`` put off (``number``: that one only),
-        read now, each with when its event was taken."""
+        read now, each with when its event was taken; between two, the calls of the requests
+        that came meanwhile to wait for their booking are booked."""
         taken_at = self.taken_at
         for key in list(sent) if number is None else [number]:
             self.taken_at, event = sent.pop(key)
             self._event("taken", key, event)
+            self._book_awaited(set())
         self.taken_at = taken_at
 
     def _event(self, kind: str, number: int, event: tuple[Any, ...]) -> None:
@@ -390,14 +406,18 @@ class NativeEndpoint:
                                b'{"error":{"code":"internal_error","message":'
                                b'"the model endpoint failed on this request"}}')
 
-    def _book_awaited(self, awaited: set[str]) -> None:
-        """The calls that ended of the conversations (their digests' 24 hex digits) whose next
-        request waits in the relay for their booking, booked now, in one step of the core,
-        before the other calls that ended (:meth:`_book_soon`)."""
-        chosen = {index for index, (plan, *_) in enumerate(self.ended)
-                  if plan.exchange is not None
-                  and (conversation := plan.exchange.state.conversation) is not None
-                  and conversation[:24] in awaited}
+    def _book_awaited(self, awaited: set[str], ended: list[Any] | None = None) -> None:
+        """The calls that ended (already taken; ``ended``: only if among these) of the
+        conversations (their digests' 24 hex digits) whose next request waits in the relay
+        for their booking (``awaited``, and those the relay has queued since), booked now, in
+        one step of the core, before the other calls that ended (:meth:`_book_soon`) and the
+        events queued after. Any request of those conversations would book them first
+        (:meth:`_before_identify`)."""
+        if not self.ended or (ended is not None and not any(
+                awaits(plan, awaited) for plan, *_ in ended)):
+            return
+        awaited = awaited.union(self.relay.awaited)
+        chosen = {index for index, (plan, *_) in enumerate(self.ended) if awaits(plan, awaited)}
         if chosen:
             self._book_ended(chosen)
 
