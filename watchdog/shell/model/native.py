@@ -114,7 +114,9 @@ until this process has booked it and told the relay the ids it read it as handin
 (``sight``), no continuing request goes on ahead. A request that may be told so (``forward``'s
 ``ahead``: its conversation) marks its conversation in the relay, whose next request then waits
 for this booking (at most 50 ms), which publishes or takes the mark back (``admit_next_clear``):
-an agent that sends its next request as soon as it has the answer still finds it said. The relay
+an agent that sends its next request as soon as it has the answer still finds it said. A request
+that waits so is told here (``awaited``), and its call is booked before the other calls that
+ended and the events queued after its end (:meth:`NativeEndpoint._drain`). The relay
 uses what it was told once, and forgets it when a call of the conversation goes upstream (it was
 of the run before that call: said, say, while this loop decided that very request, having booked
 the call before it then); this process takes it back when the run's directives or its end change
@@ -268,6 +270,9 @@ class NativeEndpoint:
         self.unread = 0  # responses whose tool calls the relay could not read
         self.to_sight: dict[int, Plan] = {}  # of those, the ones still to book (by id(plan))
         self.ahead = True  # continuing requests may go on ahead (False: the loop decides all)
+        # conversations whose next request waits in the relay for the booking of their call
+        # (its digest's 24 hex digits; until booked)
+        self.awaiting: set[str] = set()
         # runs whose next request the relay was told -> their conversation's 24 hex digits
         self.next_of: OrderedDict[str, str] = OrderedDict()
         self._basis: tuple[object, object] | None = None  # the rules and fleet learned from
@@ -349,9 +354,11 @@ class NativeEndpoint:
             events = self.relay.take()
             self.taken_at = self.proxy.service.now()  # (a request's event: how long ago it came)
             self.check_basis()
-            awaited = {event[2] for event in events if event[0] == "awaited"}
-            if awaited:
-                self._book_awaited(awaited)
+            awaiting = self.awaiting
+            for event in events:
+                if event[0] == "awaited" and len(awaiting) < MAX_NEXT:
+                    awaiting.add(event[2])
+            self._book_awaited()
             for event in events:
                 kind, number = event[0], event[1]
                 if kind == "awaited":
@@ -362,10 +369,9 @@ class NativeEndpoint:
                 if sent and (kind == "request" or number in sent):
                     self._read_sent(sent, None if kind == "request" else number)
                 self._event(kind, number, event)
-                if kind == "request":
-                    self._book_awaited(awaited)
-                elif awaited and kind == "done":
-                    self._book_awaited(awaited, self.ended[-1:])
+                if kind == "request" or (awaiting and kind == "done" and self.ended
+                                         and awaits(self.ended[-1][0], awaiting)):
+                    self._book_awaited()
             if not sent or not self.relay.queued:
                 break
         self._read_sent(sent, None)
@@ -383,7 +389,7 @@ class NativeEndpoint:
         for key in list(sent) if number is None else [number]:
             self.taken_at, event = sent.pop(key)
             self._event("taken", key, event)
-            self._book_awaited(set())
+            self._book_awaited()
         self.taken_at = taken_at
 
     def _event(self, kind: str, number: int, event: tuple[Any, ...]) -> None:
@@ -406,18 +412,17 @@ class NativeEndpoint:
                                b'{"error":{"code":"internal_error","message":'
                                b'"the model endpoint failed on this request"}}')
 
-    def _book_awaited(self, awaited: set[str], ended: list[Any] | None = None) -> None:
-        """The calls that ended (already taken; ``ended``: only if among these) of the
-        conversations (their digests' 24 hex digits) whose next request waits in the relay
-        for their booking (``awaited``, and those the relay has queued since), booked now, in
-        one step of the core, before the other calls that ended (:meth:`_book_soon`) and the
-        events queued after. Any request of those conversations would book them first
-        (:meth:`_before_identify`)."""
-        if not self.ended or (ended is not None and not any(
-                awaits(plan, awaited) for plan, *_ in ended)):
+    def _book_awaited(self) -> None:
+        """The calls that ended (their ends taken) of the conversations whose next request
+        waits in the relay for their booking (``awaiting``, and those the relay has queued
+        since: :attr:`Relay.awaited`), booked now, in one step of the core, before the other
+        calls that ended (:meth:`_book_soon`) and the events queued after. Any request of
+        those conversations would book them first (:meth:`_before_identify`)."""
+        if not self.ended:
             return
-        awaited = awaited.union(self.relay.awaited)
-        chosen = {index for index, (plan, *_) in enumerate(self.ended) if awaits(plan, awaited)}
+        awaiting = self.awaiting.union(self.relay.awaited)
+        chosen = {index for index, (plan, *_) in enumerate(self.ended)
+                  if awaits(plan, awaiting)}
         if chosen:
             self._book_ended(chosen)
 
@@ -460,6 +465,17 @@ class NativeEndpoint:
             self.ended = [item for index, item in enumerate(ended) if index not in only]
             ended = [item for index, item in enumerate(ended) if index in only]
         calls: list[Booked] = []
+        if self.awaiting:  # (booked now: no request waits for these any more, nor for a call
+            # not in flight: its booking came before the request said it waits)
+            if only is None:
+                self.awaiting.intersection_update(
+                    conversation[:24] for plan in self.pending.values()
+                    if plan.exchange is not None
+                    and (conversation := plan.exchange.state.conversation) is not None)
+            else:
+                self.awaiting.difference_update(
+                    conversation[:24] for plan, *_ in ended if plan.exchange is not None
+                    and (conversation := plan.exchange.state.conversation) is not None)
         try:
             for plan, status, outcome, body, content_type, seconds, changed, seen in ended:
                 try:
