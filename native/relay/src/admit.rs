@@ -1341,6 +1341,15 @@ mod tests {
     }
 
     #[test]
+    fn a_conversation_is_told_to_python_as_its_sessions_hex_digits() {
+        let first = read_chat(&body("")).unwrap();
+        let told = hex(&first.digest);
+        assert_eq!(told, first.hex());
+        assert_eq!(told.len(), 24);
+        assert_eq!(parse_digest(&told), Some(first.digest));
+    }
+
+    #[test]
     fn taking_back_what_was_told_leaves_a_call_in_flight_holding_the_next_request() {
         let mut admission = Admission::new(settings());
         let digest = read_chat(&body("")).unwrap().digest;
