@@ -345,10 +345,11 @@ class NativeEndpoint:
         A request waiting in the relay for its call's booking (``awaited``) has that call
         booked as soon as its end has been taken, before the events after it, with those of
         the other requests waiting then (:meth:`_book_awaited`; looked for again after each
-        request decided or read here). The requests the relay sent on (``taken``: on their
-        way already, nobody waits for their reading) are read last: before the next request
-        this loop decides, before what follows of the same request, and once the relay has
-        nothing more queued (what came meanwhile taken first, up to ``MAX_TAKES`` takes)."""
+        request decided or read here). While any does, the requests the relay sent on
+        (``taken``: on their way already, nobody waits for their reading) are read last:
+        before the next request this loop decides, before what follows of the same request,
+        and once the relay has nothing more queued (what came meanwhile taken first, up to
+        ``MAX_TAKES`` takes)."""
         sent: dict[int, tuple[float, tuple[Any, ...]]] = {}  # taken events, with when
         for _ in range(MAX_TAKES):
             events = self.relay.take()
@@ -363,14 +364,15 @@ class NativeEndpoint:
                 kind, number = event[0], event[1]
                 if kind == "awaited":
                     continue
-                if kind == "taken":
+                if kind == "taken" and (sent or awaiting):
                     sent[number] = (self.taken_at, event)
                     continue
                 if sent and (kind == "request" or number in sent):
                     self._read_sent(sent, None if kind == "request" else number)
                 self._event(kind, number, event)
-                if kind == "request" or (awaiting and kind == "done" and self.ended
-                                         and awaits(self.ended[-1][0], awaiting)):
+                if kind in ("request", "taken") or (
+                        awaiting and kind == "done" and self.ended
+                        and awaits(self.ended[-1][0], awaiting)):
                     self._book_awaited()
             if not sent or not self.relay.queued:
                 break
