@@ -9,7 +9,7 @@ DIST_VENV := .venvs/dist
 DIST_PY   := $(DIST_VENV)/bin/python
 
 .PHONY: run demo test check lint bench deps-test system-deps frameworks clean dist dist-python \
-	dist-image dist-chart collector loadgen goagent genkit-go fantasy-agent langchaingo-agent rust-agent rig-agent java-agent \
+	dist-image dist-chart collector loadgen goagent genkit-go fantasy-agent langchaingo-agent eino-agent rust-agent rig-agent java-agent \
 	spring-ai-agent koog-agent
 
 $(VENV)/.created:
@@ -234,6 +234,17 @@ $(CONTINUE_CLI_AGENT): tests/frameworks/continue_cli/package.json \
 	cd tests/frameworks/continue_cli && npm ci --omit=optional --no-audit --no-fund --loglevel=error
 	touch $@
 
+## the Cline CLI (tests/frameworks/cline: cline, a TypeScript coding agent compiled with Bun into a
+## platform binary, its @cline/cli-linux-x64 an optional dependency npm picks for this machine: no
+## --omit=optional; the five other platforms' packages, which the registry answers 404 for,
+## overridden by a local stand-in, else no lock is in sync), exactly as locked, from the npm
+## registry; its postinstall only links the binary (nothing is downloaded at install or first run).
+## Cold npm cache: about 60 s, a 150 MB download, 434 MB on disk (the binary is 152 MB)
+CLINE_AGENT := tests/frameworks/cline/node_modules/.installed
+$(CLINE_AGENT): tests/frameworks/cline/package.json tests/frameworks/cline/package-lock.json
+	cd tests/frameworks/cline && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 ## the Go agents of the model endpoint's tests (tests/frameworks/go: openai-go and
 ## anthropic-sdk-go, as its go.mod and go.sum pin them, from the Go module proxy), built into the
 ## user's cache (AGENT_WATCHDOG_CACHE/goagent/<hash of its sources>/, as Go's module and build
@@ -322,6 +333,28 @@ $(LANGCHAINGO_AGENT): $(LANGCHAINGO_AGENT_SOURCES) $(LANGCHAINGO_AGENT_BUILT)
 	mkdir -p $(@D) && ln -sf $(LANGCHAINGO_AGENT_BUILT) $@
 
 langchaingo-agent: $(LANGCHAINGO_AGENT)
+
+## the Eino agent of tests/frameworks/test_eino.py (tests/frameworks/go/eino, a module of its own:
+## github.com/cloudwego/eino's ReAct agent and adk agents, eino-ext's OpenAI ChatModel, as its
+## go.mod and go.sum pin them), built the same way into AGENT_WATCHDOG_CACHE/eino-agent/
+## <hash of its sources>/. About 65 CPU seconds cold (an empty Go build cache, its modules in
+## Go's module cache), a 26 MB binary
+EINO_AGENT_SOURCES := tests/frameworks/go/eino/main.go tests/frameworks/go/eino/go.mod \
+	tests/frameworks/go/eino/go.sum
+EINO_AGENT_HASH    := $(shell cat $(EINO_AGENT_SOURCES) | sha256sum | cut -c1-16)
+EINO_AGENT         := .cache/eino-agent/$(EINO_AGENT_HASH)/eino-agent
+EINO_AGENT_BUILT   := $(AGENT_WATCHDOG_CACHE)/eino-agent/$(EINO_AGENT_HASH)/eino-agent
+
+$(EINO_AGENT_BUILT):
+	mkdir -p $(@D)
+	cd tests/frameworks/go/eino && GOFLAGS='-mod=readonly -buildvcs=false' \
+		GOPROXY=$${GOPROXY:-https://proxy.golang.org} go build -trimpath -o $(abspath $@).tmp-$$PPID .
+	mv $@.tmp-$$PPID $@
+
+$(EINO_AGENT): $(EINO_AGENT_SOURCES) $(EINO_AGENT_BUILT)
+	mkdir -p $(@D) && ln -sf $(EINO_AGENT_BUILT) $@
+
+eino-agent: $(EINO_AGENT)
 
 ## the Rust agent of the model endpoint's tests (tests/frameworks/rust: async-openai, as its
 ## Cargo.lock pins it, from crates.io), built (debug profile: it builds faster than release) into
@@ -519,7 +552,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_ADK) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(GEMINI_CLI_AGENT) $(CODEX_AGENT) $(OPENCODE_AGENT) $(CONTINUE_CLI_AGENT) $(GO_AGENT) $(GENKIT_GO) $(FANTASY_AGENT) $(LANGCHAINGO_AGENT) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_ADK) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(GEMINI_CLI_AGENT) $(CODEX_AGENT) $(OPENCODE_AGENT) $(CONTINUE_CLI_AGENT) $(CLINE_AGENT) $(GO_AGENT) $(GENKIT_GO) $(FANTASY_AGENT) $(LANGCHAINGO_AGENT) $(EINO_AGENT) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 

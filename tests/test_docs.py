@@ -102,16 +102,34 @@ failing on a changed block. The kinds:
     (``tests/frameworks/test_model_endpoint_continue_cli.py``'s ``config``), the sidecar's
     default model endpoint (``http://127.0.0.1:9478/v1``) in place of the test's, its model
     ``gpt-4.1``.
+``cline-settings``
+    A file of the Cline CLI's ``~/.cline/data/settings/``, as JSON (``file=``: its name):
+    exactly what its tests write (``tests/frameworks/test_model_endpoint_cline.py``'s
+    ``providers`` and ``GLOBAL_SETTINGS``), the sidecar's default model endpoint
+    (``http://127.0.0.1:9478/v1``) in place of the test's, its model ``gpt-4.1``, its key
+    ``YOUR_API_KEY``.
 ``langchaingo-env``
     What points LangChainGo at the sidecar, ``NAME=VALUE`` lines: exactly what its tests set
     (``tests/frameworks/test_langchaingo.py``'s ``pointed``), the sidecar's default model
     endpoint in place of the test's, the agent ``langchaingo``.
+``eino-config``
+    What points Eino's OpenAI ``ChatModel`` (eino-ext's) at the sidecar, in Go: exactly the
+    lines its tests' agent runs (``tests/frameworks/go/eino/main.go``, whitespace aside), its
+    ``BaseURL`` read from ``OPENAI_BASE_URL`` there and written out here: ``test_eino.py``'s
+    ``pointed`` of the sidecar's default model endpoint, the agent ``eino``.
 ``open-interpreter-settings``
     Open Interpreter's settings in Python, ``from interpreter import interpreter`` then
     ``interpreter.NAME = VALUE`` lines: exactly what its tests set
     (``tests/frameworks/test_model_endpoint_open_interpreter.py``'s ``settings``), the
     sidecar's default model endpoint with ``/agent/open-interpreter/`` in place of the test's,
     its model ``gpt-4.1``.
+``langroid-config``
+    Langroid's settings in Python, ``import langroid as lr`` and ``import
+    langroid.language_models as lm``, then ``llm = lm.OpenAIGPTConfig(...)`` and ``config =
+    lr.ChatAgentConfig(llm=llm, ...)``, their keyword arguments literals: exactly what its tests
+    set (``tests/frameworks/test_model_endpoint_langroid.py``'s ``settings``), the sidecar's
+    default model endpoint with ``/agent/langroid/`` in place of the test's, its model
+    ``gpt-4.1``.
 ``codex-config``
     The OpenAI Codex CLI's ``config.toml`` (TOML): a model provider it selects must be the
     sidecar's model endpoint (``base_url`` ``http://127.0.0.1:9478/v1``) on the Responses API
@@ -165,8 +183,8 @@ FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
-         "crush-config", "continue-config",
-         "langchaingo-env", "open-interpreter-settings"}
+         "crush-config", "continue-config", "cline-settings",
+         "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -811,6 +829,16 @@ def check_langchaingo_env(block: Block, stack: Stack, state: DocState) -> None:
     assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "langchaingo"), block.where
 
 
+def check_eino_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_eino import AGENT_DIR, pointed
+
+    url = json.dumps(pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "eino"))
+    assert f"BaseURL: {url}," in block.text, block.where
+    shown = " ".join(block.text.replace(url, 'os.Getenv("OPENAI_BASE_URL")').split())
+    agent = " ".join((AGENT_DIR / "main.go").read_text().split())
+    assert shown in agent, block.where
+
+
 def check_open_interpreter_settings(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_open_interpreter import settings
 
@@ -826,6 +854,27 @@ def check_open_interpreter_settings(block: Block, stack: Stack, state: DocState)
                              "gpt-4.1"), block.where
 
 
+def check_langroid_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_langroid import settings
+
+    *imports, llm, config = ast.parse(block.text).body
+    assert [ast.unparse(line) for line in imports] == [
+        "import langroid as lr", "import langroid.language_models as lm"], block.where
+    shown: dict[str, dict[str, object]] = {}
+    for line, name, call in ((llm, "llm", "lm.OpenAIGPTConfig"),
+                             (config, "agent", "lr.ChatAgentConfig")):
+        assert isinstance(line, ast.Assign) and isinstance(line.value, ast.Call), block.where
+        assert ast.unparse(line.value.func) == call and not line.value.args, block.where
+        assert [ast.unparse(target) for target in line.targets] == [
+            "llm" if name == "llm" else "config"], block.where
+        shown[name] = {keyword.arg: ast.literal_eval(keyword.value)
+                       if keyword.arg != "llm" else ast.unparse(keyword.value)
+                       for keyword in line.value.keywords if keyword.arg is not None}
+    assert shown["agent"].pop("llm", None) == "llm", block.where
+    assert shown == settings(f"http://{MODEL_ENDPOINT_DEFAULT}/agent/langroid/v1",
+                             "gpt-4.1"), block.where
+
+
 def check_crush_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_crush import config
 
@@ -838,6 +887,15 @@ def check_continue_config(block: Block, stack: Stack, state: DocState) -> None:
 
     assert block.text.strip() == config(f"http://{MODEL_ENDPOINT_DEFAULT}/v1",
                                         "gpt-4.1").strip(), block.where
+
+
+def check_cline_settings(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_cline import GLOBAL_SETTINGS, providers
+
+    written = {"providers.json": providers(f"http://{MODEL_ENDPOINT_DEFAULT}/v1", "gpt-4.1",
+                                           "YOUR_API_KEY"),
+               "global-settings.json": GLOBAL_SETTINGS}
+    assert json.loads(block.text) == written[block.options["file"]], block.where
 
 
 def check_promql(block: Block, stack: Stack, state: DocState) -> None:
@@ -907,9 +965,12 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "opencode-config": check_opencode_config,
     "crush-config": check_crush_config,
     "continue-config": check_continue_config,
+    "cline-settings": check_cline_settings,
     "langchaingo-env": check_langchaingo_env,
+    "eino-config": check_eino_config,
     "aider-command": check_aider_command,
     "open-interpreter-settings": check_open_interpreter_settings,
+    "langroid-config": check_langroid_config,
 }
 assert set(CHECKS) == KINDS
 
@@ -1011,13 +1072,17 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "tree": (DOCS / "architecture.md", "    fleet.py", "    fleets.py"),
     "pip": (ROOT / "client" / "README.md", "[otlp]", "[otel]"),
     "codex-config": (DOCS / "frameworks.md", "4318/v1/traces", "4317/v1/traces"),
-    "opencode-config": (DOCS / "steering.md", "9478/v1", "9478/v2"),
-    "crush-config": (DOCS / "steering.md", '"type": "openai"', '"type": "openai-compat"'),
-    "aider-command": (DOCS / "steering.md", "/agent/aider/v1", "/agent/aider/v2"),
-    "continue-config": (DOCS / "steering.md", "provider: openai", "provider: openai-compat"),
-    "langchaingo-env": (DOCS / "steering.md", "/agent/langchaingo/v1", "/agent/langchain/v1"),
-    "open-interpreter-settings": (DOCS / "steering.md", "interpreter.auto_run = True",
+    "opencode-config": (DOCS / "agents.md", "9478/v1", "9478/v2"),
+    "crush-config": (DOCS / "agents.md", '"type": "openai"', '"type": "openai-compat"'),
+    "aider-command": (DOCS / "agents.md", "/agent/aider/v1", "/agent/aider/v2"),
+    "continue-config": (DOCS / "agents.md", "provider: openai", "provider: openai-compat"),
+    "cline-settings": (DOCS / "agents.md", '"telemetryOptOut": true', '"telemetryOptOut": false'),
+    "langchaingo-env": (DOCS / "agents.md", "/agent/langchaingo/v1", "/agent/langchain/v1"),
+    "eino-config": (DOCS / "agents.md", "/agent/eino/v1", "/agent/eino/v2"),
+    "open-interpreter-settings": (DOCS / "agents.md", "interpreter.auto_run = True",
                                   "interpreter.auto_run = False"),
+    "langroid-config": (DOCS / "agents.md", 'handle_llm_no_tool="done"',
+                        'handle_llm_no_tool="user"'),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 
@@ -1198,7 +1263,9 @@ def link_problems(paths: list[Path], root: Path = ROOT) -> list[str]:
 
 
 def test_links_between_documents_resolve() -> None:
-    problems = link_problems(DOCUMENTS)
+    """Every relative link and anchor of the documents, and of the changelog, whose entries
+    link the sections that say more."""
+    problems = link_problems([*DOCUMENTS, ROOT / "CHANGELOG.md"])
     assert not problems, "\n".join(problems)
 
 
@@ -1252,6 +1319,48 @@ def test_a_charts_pointer_to_nowhere_is_caught(tmp_path: Path) -> None:
         "values.yaml: docs/steering.md#sessions: no such heading",
         "values.yaml: docs/nowhere.md: no such file"]
 
+
+# What the code and its tools name of the documents, in messages, docstrings and the runbook
+# URLs of the alert tests: a page moved or a section renamed must take them along. (The
+# benches' and tests' sample texts, "docs/retry.md" in a tool result, are data: not read.)
+POINTING = ("watchdog", "client/agent_watchdog_client", "tools", "native", "tests/promtool")
+
+
+def source_reference_problems(root: Path, folders: tuple[str, ...] = POINTING,
+                              files: tuple[str, ...] = ("Makefile", "pyproject.toml")
+                              ) -> list[str]:
+    paths = [path for folder in folders if (root / folder).is_dir()
+             for path in sorted((root / folder).rglob("*"))
+             if path.is_file() and path.suffix in (".py", ".pyi", ".c", ".rs", ".yaml", ".toml")
+             and "target" not in path.relative_to(root).parts]
+    paths += [root / name for name in files if (root / name).is_file()]
+    problems = []
+    for path in paths:
+        for match in CHART_REFERENCE.finditer(path.read_text("utf-8", errors="replace")):
+            page, heading = match.group(1), match.group(2)
+            where = f"{path.relative_to(root)}: {match.group(0)}"
+            if not (root / page).exists():
+                problems.append(f"{where}: no such file")
+            elif heading and heading not in anchors((root / page).read_text("utf-8")):
+                problems.append(f"{where}: no such heading")
+    return problems
+
+
+def test_the_codes_pointers_into_the_documents_resolve() -> None:
+    problems = source_reference_problems(ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_codes_pointer_to_nowhere_is_caught(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "limits.md").write_text("# Limits\n\n## Disk\n")
+    (tmp_path / "watchdog").mkdir()
+    (tmp_path / "watchdog" / "config.py").write_text(
+        '"""Bounds: docs/limits.md#disk, docs/limits.md#open-files and docs/gone.md."""\n')
+    (tmp_path / "Makefile").write_text("# tiers: docs/limits.md\n")
+    assert source_reference_problems(tmp_path) == [
+        "watchdog/config.py: docs/limits.md#open-files: no such heading",
+        "watchdog/config.py: docs/gone.md: no such file"]
 
 def test_a_broken_link_is_caught(tmp_path: Path) -> None:
     (tmp_path / "other.md").write_text("# Other\n\n## Twice\n\n## Twice\n")
@@ -1641,7 +1750,7 @@ def test_the_open_files_figures_are_the_sidecars() -> None:
     from watchdog.shell.config import Config
 
     text = (ROOT / "docs" / "limits.md").read_text("utf-8")
-    bullet = " ".join(text.split("- **Open files**", 1)[1].split("\n- ", 1)[0].split())
+    bullet = " ".join(text.split("\n### Open files\n", 1)[1].split("\n#", 1)[0].split())
     with_model = dataclasses.replace(Config(), model_address="127.0.0.1:9478")
     assert re.search(
         rf"needs {open_files.START_FILES} to start .*?{open_files.START_FILES} \+ "

@@ -6,6 +6,7 @@ from the exposition the endpoint serves.
 from __future__ import annotations
 
 import gzip
+import logging
 import re
 from collections.abc import Iterator
 
@@ -266,7 +267,11 @@ def test_tool_names_are_capped_per_agent(sidecar: Sidecar) -> None:
     assert len(tools) == 2 * (MAX_TOOLS_PER_AGENT + 1)
 
 
-def test_agent_names_are_capped(sidecar: Sidecar) -> None:
+def test_agent_names_are_capped(sidecar: Sidecar, caplog: pytest.LogCaptureFixture) -> None:
+    """The first MAX_AGENTS names keep their series, later ones share ``_other``; the sidecar
+    says so once, at the first name turned away (on a gateway, a flood of generated names
+    would otherwise leave a team's dashboards reading ``_other`` with no word why)."""
+    caplog.set_level(logging.WARNING, logger="watchdog")
     extra = 5
     maker = SpanMaker()
     for i in range(MAX_AGENTS + extra):  # one (trace-keyed) run per agent
@@ -284,6 +289,9 @@ def test_agent_names_are_capped(sidecar: Sidecar) -> None:
     agents = {labels["agent"] for _, labels, _ in samples(body) if "agent" in labels}
     assert len(agents) == MAX_AGENTS + 1
     assert OTHER in agents
+    said = [record.getMessage() for record in caplog.records if "_other" in record.getMessage()]
+    assert len(said) == 1, said
+    assert f'"agent-{MAX_AGENTS}"' in said[0] and f"{MAX_AGENTS} agent names" in said[0]
 
 
 def test_error_types_are_capped_and_label_values_truncated(sidecar: Sidecar) -> None:

@@ -3,7 +3,8 @@
 the declaration; the call carries the report (quoted for a shell: one word); the
 endpoint's answers that carry it read back, as each API's own SDK and the endpoint's readers
 read them, whole and streamed; a reply at once that drops the answer that ended its run at its
-budget stays in that run, a question that keeps it (or comes after a pause) is the next run.
+budget stays in that run (one that drops the model's own answer goes on in it), a question
+that keeps it (or comes after a pause) is the next run.
 The real agent's tests: :mod:`tests.frameworks.test_model_endpoint_finish_tool`."""
 
 from __future__ import annotations
@@ -21,8 +22,15 @@ from watchdog.core.model.book import AT_ONCE_NS, MAX_CHAINED_RUNS, Caller, Model
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
-from watchdog.core.model.steer import finish_call
-from watchdog.core.model.wire import Observation, Request, Wire, read_stream
+from watchdog.core.model.steer import answer_of, closing_call, finish_call
+from watchdog.core.model.wire import (
+    Observation,
+    Request,
+    ToolCall,
+    Wire,
+    read_stream,
+    tool_parameters,
+)
 from watchdog.core.rules.model import Finish
 from watchdog.core.rules.pack import RulePackError, load_text
 
@@ -77,6 +85,47 @@ def test_the_call_carries_the_report_quoted_for_the_shell_never_run_as_code() ->
     assert shlex.split(command) == ["printf", "%s\\n", SUBMIT, REPORT]
     plain = finish_call(Finish("submit", (("answer", "Report: ${report}"),)), REPORT)
     assert json.loads(plain.arguments) == {"answer": f"Report: {REPORT}"}
+
+
+def test_a_finish_that_carries_only_the_report_delivers_the_answer() -> None:
+    """A finish call whose every argument is the report (adk.ExitTool's ``final_result``) does
+    nothing but deliver the answer: the model's own call of it is the run's answer (the real
+    agent's test: :mod:`tests.frameworks.test_eino`); a call that does work with the report
+    in it (mini-swe-agent's ``bash`` command, a text around the report) is no answer."""
+    exit_ = Finish("exit", (("final_result", "${report}"),))
+    assert exit_.answers and not FINISH.answers
+    assert not Finish("submit", (("answer", "Report: ${report}"),)).answers
+    said = ToolCall("c1", "exit", json.dumps({"final_result": "the sums: 100, 101"}))
+    work = ToolCall("c2", "add", json.dumps({"a": 1, "b": 2}))
+    assert answer_of([said], "exit") == "the sums: 100, 101"
+    assert answer_of([said]) is None and answer_of([said, work], "exit") is None
+    assert answer_of([work], "add") == work.arguments  # (whatever its pack names)
+    # asked beside work: the answer after the work (adk runs each call, then ends at exit)
+    assert closing_call([work, said], "exit") is said
+    assert closing_call([said], "exit") is None and closing_call([work, said], None) is None
+    assert closing_call([work], "exit") is None
+
+
+def test_it_is_the_answer_only_where_the_request_offers_it_as_the_finish_takes_it() -> None:
+    """The tool offered in each API's shape (Chat Completions, its legacy ``functions``,
+    Responses, Messages) with the finish's arguments and no other: another ``exit`` (one
+    that takes a ``code``), or none offered, is no answer (the real client's test, on both
+    relays: :mod:`tests.test_model_finish_answer`)."""
+    exit_ = Finish("exit", (("final_result", "${report}"),))
+    schema = {"type": "object", "properties": {"final_result": {"type": "string"}}}
+    for body in ({"tools": [{"type": "function", "function": {"name": "exit",
+                                                              "parameters": schema}}]},
+                 {"functions": [{"name": "exit", "parameters": schema}]},
+                 {"tools": [{"type": "function", "name": "exit", "parameters": schema}]},
+                 {"tools": [{"name": "exit", "input_schema": schema}]}):
+        assert tool_parameters(body, "exit") == {"final_result"}
+        assert exit_.answered_by(tool_parameters(body, "exit"))
+    other = {"tools": [{"name": "exit", "input_schema": {"properties": {"code": {}}}}]}
+    assert not exit_.answered_by(tool_parameters(other, "exit"))
+    assert tool_parameters({"tools": [{"name": "exit"}, 3, None]}, "exit") == frozenset()
+    assert tool_parameters({"tools": [{"name": "add"}]}, "exit") is None
+    assert tool_parameters({"tools": "exit"}, "exit") is None
+    assert not exit_.answered_by(None) and not FINISH.answered_by(frozenset({"command"}))
 
 
 # -- the answers that carry it ----------------------------------------------------------------
@@ -210,11 +259,120 @@ def test_a_question_that_keeps_the_answer_is_the_next_run_until_the_chain_is_too
                 {"role": "user", "content": "Task again."}]
     assert book.identify("chat", chat(*history), Caller(), "mini", not_ended,
                          now_ns=runs[-1].last_end_ns + 1) is runs[-1]
-    # a run that ended on its own is never held: its next question is the next run
-    book = ModelBook()
+
+
+def ended_on_its_own(book: ModelBook) -> Any:
+    """A run whose model answered in text at 10, tools still offered (no budget spent)."""
     own = book.identify("chat", chat(STEP, RESULT), Caller(), "mini", not_ended, now_ns=0)
+    book.tool_records(own, chat(STEP, RESULT), 0)  # (as the endpoint reads each request)
     book.call_record(own, chat(STEP, RESULT), Observation(text="done", finish_reason="stop"),
                      [], 1, 10)
     book.settle(own)
-    assert book.identify("chat", chat(STEP, RESULT, FORMAT_ERROR), Caller(), "mini",
-                         lambda _key: True, now_ns=11) is not own
+    assert own.answered_last
+    return own
+
+
+def test_a_reply_at_once_that_drops_an_answer_the_run_ended_on_goes_on_in_the_run() -> None:
+    """A run that ended on its own is never held with a stop; the agent's reply at once that
+    drops its answer (mini's format error) takes it back (it goes on, with its budget), even
+    once the tracker has ended it; a question that keeps the answer (a script's next
+    ``chat``), a reply after a pause, or another agent's turn under its own instructions, is
+    the next run."""
+    book = ModelBook()
+    own = ended_on_its_own(book)
+    went = book.identify("chat", chat(STEP, RESULT, FORMAT_ERROR), Caller(), "mini",
+                         lambda _key: True, now_ns=11)
+    assert (went is own, went.going_on, went.at_once, went.answered_last) == (
+        True, True, False, False)
+    kept = chat(STEP, RESULT, {"role": "assistant", "content": "done"},
+                {"role": "user", "content": "Once more, please."})
+    # a pipeline's next agent at once, the first one's work retold as user messages under
+    # instructions of its own (Eino's SequentialAgent): another agent's turn, not a rejection
+    handed_on = ChatWire().read_request({"model": "m", "messages": [
+        {"role": "system", "content": "Write it up."}, TASK,
+        {"role": "user", "content": "For context: [mini] called bash."},
+        {"role": "user", "content": "For context: [mini] bash returned ok."},
+        {"role": "user", "content": "For context: [mini] said: done"}]})
+    for request, now_ns in ((kept, 11), (chat(STEP, RESULT, FORMAT_ERROR), 10 + AT_ONCE_NS),
+                            (handed_on, 11)):
+        book = ModelBook()
+        own = ended_on_its_own(book)
+        found = book.identify("chat", request, Caller(), "mini", lambda _key: True,
+                              now_ns=now_ns)
+        assert found is not own and not found.going_on
+
+
+def test_the_next_question_after_an_answer_tools_call_is_the_next_run() -> None:
+    """A run that ended on the model's call of a final-answer tool (pydantic-ai's
+    ``final_result``, a pack's ``exit``): the script's next question at once, with that call
+    and its result kept in the history (``message_history``), is the next run. The call's
+    message has no text, so nothing there is the answer "kept": before, it read as the agent
+    dropping its answer, and the next task went on in the ended run with what was left of its
+    budget."""
+    for name, answer_tool in (("final_result", None), ("exit", "exit")):
+        said = ToolCall("c9", name, json.dumps({"final_result": "done"}))
+        book = ModelBook()
+        own = book.identify("chat", chat(STEP, RESULT), Caller(), "mini", not_ended, now_ns=0)
+        own.answer_tool = answer_tool
+        book.tool_records(own, chat(STEP, RESULT), 0)
+        book.call_record(own, chat(STEP, RESULT), Observation(
+            finish_reason="tool_calls", calls=[said], complete=True), [said], 1, 10)
+        book.settle(own)
+        assert own.answered_last, name
+        kept = chat(STEP, RESULT, {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "c9", "type": "function", "function": {
+                "name": name, "arguments": said.arguments}}]},
+            {"role": "tool", "tool_call_id": "c9", "content": "Final result processed."},
+            {"role": "user", "content": "And the next one?"})
+        found = book.identify("chat", kept, Caller(), "mini", lambda _key: True, now_ns=11)
+        assert found is not own and not found.going_on, name
+
+
+def test_a_budget_per_conversation_takes_every_new_message_of_it_into_its_run() -> None:
+    """``budget_per: conversation`` (:attr:`EndpointRun.per_conversation`): a new user message
+    that keeps the answer, long after it, goes on in the run (a nudge, a person's next
+    question: one budget); once the budget is spent (its final request went upstream) it is
+    still the run's, which answers with its stop; a conversation begun again (shorter: another
+    invocation with the same task) is the next run."""
+    book = ModelBook()
+    own = ended_on_its_own(book)
+    own.per_conversation = True
+    kept = chat(STEP, RESULT, {"role": "assistant", "content": "done"},
+                {"role": "user", "content": "continue"})
+    went = book.identify("chat", kept, Caller(), "mini", lambda _key: True,
+                         now_ns=10 + 100 * AT_ONCE_NS)
+    assert (went is own, went.going_on, went.answered_last) == (True, True, False)
+    book.tool_records(own, kept, 0)
+    book.settle(own)
+    own.final_used = True
+    again = chat(STEP, RESULT, {"role": "assistant", "content": "done"},
+                 {"role": "user", "content": "continue"}, {"role": "assistant", "content": "x"},
+                 {"role": "user", "content": "continue"})
+    late = 10 + 200 * AT_ONCE_NS
+    stopped = book.identify("chat", again, Caller(), "mini", lambda _key: True, now_ns=late)
+    assert (stopped is own, stopped.going_on, stopped.at_once) == (True, False, False)
+    book.settle(own)
+    fresh = book.identify("chat", chat(), Caller(), "mini", lambda _key: True, now_ns=late)
+    assert fresh is not own
+
+
+@pytest.mark.parametrize("per_conversation", [False, True])
+def test_a_budget_per_conversation_holds_in_a_conversation_the_server_keeps(
+        per_conversation: bool) -> None:
+    """A Responses conversation chained by ``previous_response_id``: a new user message after
+    the answer that ended the run is the next run, or, the budget covering the conversation,
+    goes on in the run (its length is not read: the chain names the run)."""
+    book = ModelBook()
+    wire = ResponsesWire()
+    first = wire.read_request({"model": "m", "input": "Count the files.", "tools": []})
+    state = book.identify("responses", first, Caller(), "mini", not_ended, now_ns=0)
+    state.per_conversation = per_conversation
+    book.tool_records(state, first, 0)
+    book.call_record(state, first, Observation(text="done", finish_reason="stop",
+                                               response_id="resp_1"), [], 1, 10)
+    book.settle(state)
+    nudge = wire.read_request({"model": "m", "previous_response_id": "resp_1",
+                               "input": [{"role": "user", "content": "continue"}]})
+    found = book.identify("responses", nudge, Caller(), "mini", lambda _key: True,
+                          now_ns=10 + 100 * AT_ONCE_NS)
+    assert (found is state, found.going_on) == (per_conversation, per_conversation)

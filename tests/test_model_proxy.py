@@ -321,6 +321,21 @@ def test_what_http_1_1_clients_send_is_read(sidecar: RunningServer,
             seen.headers), seen.headers
 
 
+def test_an_expectation_other_than_100_continue_is_no_refusal(sidecar: RunningServer,
+                                                              upstream: RawUpstream) -> None:
+    """An ``Expect`` the endpoint does not know (RFC 9110 §10.1.1: a server MAY answer 417) is
+    read as none, on both relays: the request goes on, without it (the aiohttp relay answered
+    a plain-text 417, not in the API's shape, where the compiled relay passed the request on)."""
+    body = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+    answer = raw_http_whole(sidecar, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                            b"Content-Type: application/json\r\nExpect: 200-ok\r\n"
+                            b"Connection: close\r\nContent-Length: %d\r\n\r\n%s"
+                            % (len(body), body))
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+    assert [seen.body for seen in upstream.seen] == [body]
+    assert "expect" not in upstream.seen[0].headers
+
+
 def test_a_body_longer_than_taken_is_refused_before_it_is_sent(tmp_path: Path,
                                                                upstream: RawUpstream) -> None:
     """``Expect: 100-continue`` with a length past ``model_max_body_bytes``: both relays answer
@@ -414,6 +429,91 @@ def test_request_targets_reach_nothing_else(sidecar: RunningServer, upstream: Ra
                       b"Content-Length: 0\r\n\r\n")
     assert answer.split(b" ", 2)[1] in (b"400", b"404"), answer[:200]
     assert upstream.seen == []
+
+
+@pytest.mark.parametrize("target", [
+    b"/agent/a%0ab/v1/models", b"/agent/a%0d%0aX-Evil:%201/v1/models",
+    b"/token/t/agent/%0a/v1/models"])
+def test_a_line_break_in_the_paths_agent_name_is_a_400_in_the_apis_shape(
+        sidecar: RunningServer, upstream: RawUpstream, target: bytes) -> None:
+    """An encoded CR or LF in the path's agent name is refused as any name that is not
+    printable, on both relays: a 400 in the API's error shape that names the path's agent name
+    (the aiohttp relay's route once matched no path with a line break in it: aiohttp's own
+    plain-text 404)."""
+    answer = raw_http_whole(sidecar, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n"
+                            b"Connection: close\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split(b" ", 2)[1] == b"400", answer[:300]
+    error = json.loads(body)["error"]
+    assert error["code"] == "bad_request"
+    assert "the path's agent name" in error["message"]
+    assert upstream.seen == []
+
+
+def test_a_line_break_elsewhere_in_the_path_goes_on_as_any_other_path(
+        sidecar: RunningServer, upstream: RawUpstream) -> None:
+    """A path outside the steered APIs with an encoded line feed in it is passed through, on
+    both relays (the aiohttp relay once answered it with aiohttp's own 404)."""
+    answer = raw_http_whole(sidecar, b"GET /v1/files/a%0ab HTTP/1.1\r\nHost: x\r\n"
+                            b"Connection: close\r\n\r\n")
+    assert answer.split(b" ", 2)[1] == b"200", answer[:300]
+    # (the aiohttp relay writes its percent-encodings in upper case: the same URI, RFC 3986 §2.1)
+    assert [seen.path.lower() for seen in upstream.seen] == ["/v1/files/a%0ab"]
+
+
+def test_a_token_put_after_v1_or_the_agent_is_told_where_it_goes(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """A gateway's token put anywhere but first in the path (``/v1/token/<token>/…``, after
+    ``/agent/<name>/``: a base URL put together in the wrong order) is refused as before, a 401
+    or a 404, its message saying where the token goes, on both relays; never echoed, and
+    nothing reaches the upstream."""
+    token = "t0ken-for-the-model-endpoint-1234"
+    config = sidecar_config(tmp_path / "state", model_address="0.0.0.0:0", api_token=token,
+                            model_upstream=upstream.base + "/v1")
+    with running_server(config) as sidecar:
+        for target, status in ((f"/v1/token/{token}/chat/completions", b"401"),
+                               (f"/agent/bot/token/{token}/v1/chat/completions", b"404")):
+            answer = raw_http_whole(sidecar, (
+                f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                "Connection: close\r\nContent-Length: 2\r\n\r\n{}").encode())
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.split(b" ", 2)[1] == status, answer[:300]
+            assert "/token/<token>/ goes first" in json.loads(body)["error"]["message"]
+            assert token.encode() not in answer
+    assert upstream.seen == []
+
+
+def test_the_token_never_goes_on_to_the_upstream_in_the_target(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """A request that carries the right token (its header) and the token again in its target,
+    past where the endpoint takes it off (``/v1/token/<token>/…``, a query, encoded or not),
+    is refused with a 400 on both relays: sent on, the token would be in the upstream's path
+    (its provider's access logs). Never echoed."""
+    token = "t0ken-for-the-model-endpoint-1234"
+    config = sidecar_config(tmp_path / "state", model_address="0.0.0.0:0", api_token=token,
+                            model_upstream=upstream.base + "/v1")
+    encoded = token.replace("-", "%2D")
+    with running_server(config) as sidecar:
+        for target in (f"/v1/token/{token}/chat/completions",
+                       f"/v1/chat/completions?api-key={token}",
+                       f"/token/{token}/v1/models/{encoded}"):
+            answer = raw_http_whole(sidecar, (
+                f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"x-watchdog-token: {token}\r\nConnection: close\r\n"
+                "Content-Length: 2\r\n\r\n{}").encode())
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.split(b" ", 2)[1] == b"400", (target, answer[:300])
+            assert "would go on to the upstream" in json.loads(body)["error"]["message"]
+            assert token.encode() not in answer
+        assert post_to(sidecar, f"/token/{token}/v1/chat/completions") == 200  # (taken off)
+    assert [seen.path for seen in upstream.seen] == ["/v1/chat/completions"]
+
+
+def post_to(sidecar: RunningServer, target: str) -> int:
+    answer = raw_http_whole(sidecar, (
+        f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Connection: close\r\nContent-Length: 2\r\n\r\n{}").encode())
+    return int(answer.split(b" ", 2)[1])
 
 
 def test_connect_is_refused(sidecar: RunningServer, upstream: RawUpstream) -> None:

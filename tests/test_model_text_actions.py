@@ -9,16 +9,20 @@ answer takes the pack's form. The real agent's tests:
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from watchdog.core.model.book import (
     MAX_ACTING_PER_AGENT,
+    MAX_PENDING_CALLS,
     TEXT_ACTION,
     Caller,
     EndpointRun,
     ModelBook,
     Unbooked,
     is_side,
+    json_actions,
+    no_json,
     quotes_answer,
     text_action,
     text_stop_answer,
@@ -59,20 +63,19 @@ def acting_run() -> EndpointRun:
 
 def test_the_action_is_the_answers_fenced_blocks_else_its_text() -> None:
     state = acting_run()
-    one = text_action(state, said("THOUGHT: look.\n\n```bash\nls  -la\n```"))
-    other = text_action(state, said("THOUGHT: look again, differently.\n```bash\nls -la\n```"))
-    assert one is not None and other is not None
+    [one] = text_action(state, said("THOUGHT: look.\n\n```bash\nls  -la\n```"))
+    [other] = text_action(state, said("THOUGHT: look again, differently.\n```bash\nls -la\n```"))
     assert one.name == TEXT_ACTION and json.loads(one.arguments) == {"action": "ls -la"}
     assert one.arguments == other.arguments and one.call_id != other.call_id
-    plain = text_action(state, said("Action: search\nAction Input: the file"))
-    assert plain is not None and json.loads(plain.arguments) == {
+    [plain] = text_action(state, said("Action: search\nAction Input: the file"))
+    assert json.loads(plain.arguments) == {
         "action": "Action: search Action Input: the file"}
     # no action: another run's answer, one cut short, an empty one, the final's, a stop's
-    assert text_action(EndpointRun("k", state.key_source, "t", None), said("ls")) is None
-    assert text_action(state, Observation(text="```bash\nls", finish_reason="length")) is None
-    assert text_action(state, said("  ")) is None
+    assert text_action(EndpointRun("k", state.key_source, "t", None), said("ls")) == []
+    assert text_action(state, Observation(text="```bash\nls", finish_reason="length")) == []
+    assert text_action(state, said("  ")) == []
     state.final_used = True
-    assert text_action(state, said("```bash\nls\n```")) is None
+    assert text_action(state, said("```bash\nls\n```")) == []
 
 
 def test_the_packs_action_pattern_picks_the_action_out_and_an_answer_without_one_ends() -> None:
@@ -81,17 +84,86 @@ def test_the_packs_action_pattern_picks_the_action_out_and_an_answer_without_one
     not match holds no action: the run's answer, which ends it."""
     state = acting_run()
     state.action_pattern = r"(?s)Action:\s*(.*?)\s*Action Input:\s*(.*)"
-    one = text_action(state, said("Thought: first try.\nAction: read_file\nAction Input: a"))
-    other = text_action(state, said("Thought: once more.\nAction: read_file\nAction Input: a"))
-    assert one is not None and other is not None
+    [one] = text_action(state, said("Thought: first try.\nAction: read_file\nAction Input: a"))
+    [other] = text_action(state, said("Thought: once more.\nAction: read_file\nAction Input: a"))
     assert one.arguments == other.arguments == json.dumps({"action": "read_file a"})
-    assert text_action(state, said("Thought: done.\nFinal Answer: 42")) is None
+    assert text_action(state, said("Thought: done.\nFinal Answer: 42")) == []
+    check_ends_the_run(state.action_pattern, "Thought: done.\nFinal Answer: 42")
+
+
+def check_ends_the_run(pattern: str, answer: str) -> None:
+    """An answer ``pattern`` finds no action in is the run's answer: it ends the run."""
     book = ModelBook()
     first = prompt_request(REACT)
-    run = book.identify("chat", first, Caller(), "react", not_ended)
-    run.acts_in_text, run.action_pattern = True, state.action_pattern
-    record = book.call_record(run, first, said("Thought: done.\nFinal Answer: 42"), [], 1, 2)
+    run = book.identify("chat", first, Caller(), "agent", not_ended)
+    run.acts_in_text, run.action_pattern = True, pattern
+    record = book.call_record(run, first, said(answer), [], 1, 2)
     assert (record.final_answer, record.acted_on, record.ends_run) == (True, False, True)
+
+
+LANGROID_SAID = ('I search first.\n```json\n{"request": "shell", "command": '
+                 '"awk \'{print $1}\' a.txt | grep -c \\"}\\""}\n```\nThen {this} one:\n'
+                 '{"request": "shell", "command": "ls", "extra": {"nested": [1, {"x": 2}]}}\n'
+                 'and I am done {soon}.')
+
+
+def test_a_packs_action_key_makes_each_json_object_naming_a_tool_a_call_of_it() -> None:
+    """A pack's ``action_key`` (Langroid's ``request``): each JSON object in the answer whose
+    key names a tool, fenced or not, is a call of that tool, its arguments the object (keys
+    sorted: the same object again is the same call); braces in strings, nested objects and
+    the prose's own braces are read as JSON reads them. An answer with none holds no
+    action: the run's answer."""
+    state = acting_run()
+    state.action_key = "request"
+    calls = text_action(state, said(LANGROID_SAID))
+    assert [(call.name, json.loads(call.arguments)) for call in calls] == [
+        ("shell", {"request": "shell", "command": "awk '{print $1}' a.txt | grep -c \"}\""}),
+        ("shell", {"request": "shell", "command": "ls", "extra": {"nested": [1, {"x": 2}]}})]
+    [again] = text_action(state, said('Once more: {"command": "ls", "extra": {"nested": '
+                                      '[1, {"x": 2}]}, "request": "shell"}'))
+    assert again.arguments == calls[1].arguments and again.call_id != calls[1].call_id
+    assert text_action(state, said("The answer is {42}: {\"no\": \"request\"}.")) == []
+    assert text_action(state, said('{"request": 3} {"request": ""}')) == []  # no tool named
+    # (an object the agent would repair is none: strict JSON alone)
+    assert text_action(state, said("{'request': 'shell', 'command': 'ls'}")) == []
+    book = ModelBook()
+    first = request()
+    run = book.identify("chat", first, Caller(), "langroid", not_ended)
+    run.acts_in_text, run.action_key = True, "request"
+    record = book.call_record(run, first, said(LANGROID_SAID), [], 1, 2)
+    assert (record.acted_on, record.ends_run, [name for name, _ in record.asked_tools]) == (
+        True, False, ["shell", "shell"])
+    assert run.handed == 2
+    record = book.call_record(run, first, said("All done: 2 files."), [], 3, 4)
+    assert (record.final_answer, record.acted_on, record.ends_run) == (True, False, True)
+
+
+def test_a_regular_expression_over_json_takes_the_wrong_action_out() -> None:
+    """Why ``action_key`` and not an ``action_pattern`` for actions as JSON objects: a
+    regular expression does not know JSON's nesting nor its strings. A lazy one stops at the
+    first closing brace (one in a string); a greedy one runs to the answer's last (the prose
+    after it, the second object with it): either way one action where the agent runs two."""
+    state = acting_run()
+    state.action_pattern = r'(?s)(\{\s*"request".*?\})'
+    [lazy] = text_action(state, said(LANGROID_SAID))
+    assert json.loads(lazy.arguments)["action"] == (
+        '{"request": "shell", "command": "awk \'{print $1}')
+    state.action_pattern = r'(?s)(\{\s*"request".*\})'
+    [greedy] = text_action(state, said(LANGROID_SAID))
+    assert greedy.arguments.count("request") == 2 and "Then {this} one" in greedy.arguments
+
+
+def test_an_action_key_searches_a_long_answer_in_time_linear_in_it() -> None:
+    """A model's answer is outside data: braces that begin no JSON object are tried at most
+    MAX_JSON_STARTS times, objects read once each, within the answer's first
+    MAX_ACTION_CHARS, so an answer of braces, of deep nesting or of an unclosed string costs
+    time linear in it (pytest's timeout ends a quadratic search of these)."""
+    state = acting_run()
+    state.action_key = "request"
+    for text in ("{" * 200_000, '{"a": "' * 50_000, "[" * 100_000, '{"x": 1} ' * 20_000):
+        assert text_action(state, said(text)) == []
+    many = text_action(state, said('{"request": "t"} ' * 2_000))
+    assert len(many) == MAX_PENDING_CALLS  # (as many as one response's tool calls waiting)
 
 
 def test_an_action_pattern_searches_a_long_answer_in_time_linear_in_it() -> None:
@@ -104,11 +176,11 @@ def test_an_action_pattern_searches_a_long_answer_in_time_linear_in_it() -> None
     assert native.searcher("x") is not None  # (the test tree builds the compiled module)
     state = acting_run()
     state.action_pattern = r"(?s)(.*?)(.*?)Z"
-    assert text_action(state, said("a " * 50_000)) is None  # 100 KB, no Z: no action
+    assert text_action(state, said("a " * 50_000)) == []  # 100 KB, no Z: no action
     state.action_pattern = r"(?s)Action:\s*(.*?)\s*Action Input:\s*(.*)"
-    assert text_action(state, said("Action: " * 12_500)) is None
-    found = text_action(state, said("Thought: Action: x\nAction: read_file\nAction Input: a"))
-    assert found is not None and found.arguments == json.dumps(
+    assert text_action(state, said("Action: " * 12_500)) == []
+    [found] = text_action(state, said("Thought: Action: x\nAction: read_file\nAction Input: a"))
+    assert found.arguments == json.dumps(
         {"action": "x Action: read_file a"})  # (as re.search: the first Action:, lazily)
 
 def test_each_answer_hands_one_action_over_and_the_next_request_goes_on_in_the_run() -> None:
@@ -148,14 +220,14 @@ def test_an_agent_acting_by_code_blocks_ends_its_run_with_an_answer_holding_none
     book.tool_records(state, after, 3)
     record = book.call_record(state, after, said("There are 2 files."), [], 3, 4)
     assert (record.acted_on, record.final_answer, record.ends_run) == (False, True, True)
-    assert text_action(state, said("There are 2 files.")) is None
+    assert text_action(state, said("There are 2 files.")) == []
     again = request({"role": "assistant", "content": code}, {"role": "user", "content": "a b"},
                     {"role": "assistant", "content": "There are 2 files."},
                     {"role": "user", "content": "And the folders?"})
     assert book.identify("chat", again, Caller(), "oi", not_ended) is not state
     # (actions: text: the same answer is one more action, the run held open)
     state.acts_in_code = False
-    assert text_action(state, said("There are 2 files.")) is not None
+    assert text_action(state, said("There are 2 files.")) != []
 
 
 def test_an_agents_span_of_a_call_whose_answer_it_acts_on_does_not_end_the_run() -> None:
@@ -316,6 +388,20 @@ def test_the_stop_answer_takes_the_packs_form_with_no_action_but_its_own() -> No
     note = "Stopped: a loop.\n\nLast answer:\n```bash\nrm -rf build\n```\nthen more."
     assert text_stop_answer(form, note) == \
         "Stopped: a loop.\n\nLast answer:\n\nthen more.\n\n```bash\nsubmit\n```"
+
+
+def test_a_stop_notes_steps_quote_no_json_object_an_agent_acting_in_text_would_run() -> None:
+    """The stop note's last steps quote each call's arguments: for an agent that reads its
+    actions from text, with no JSON object left (Langroid ran ``shell({"command": ...})``
+    from the note, its tool's fields enough: its real test,
+    :mod:`tests.frameworks.test_model_endpoint_langroid`, aborts and stops it)."""
+    line = ('+0.3s tool shell({"command":"echo tried >> ran.log","request":"shell"}) -> '
+            'exit 1 {"error": "missing.txt"}')
+    assert json_actions(line, "request") != []
+    shown = no_json(line)
+    assert shown == ('+0.3s tool shell(("command":"echo tried >> ran.log","request":"shell")) '
+                     '-> exit 1 ("error": "missing.txt")')
+    assert json_actions(shown, "request") == [] and json_actions(shown, "command") == []
 
 
 def test_a_task_that_quotes_the_latest_answer_in_the_agents_own_prompt_is_the_next_run(
@@ -489,3 +575,40 @@ def test_a_long_answer_goes_on_only_when_the_prompt_carries_it_whole() -> None:
     assert book.identify("chat", grown, Caller(), "react", not_ended) is state
     [tool] = book.tool_records(state, grown, 3)
     assert tool.result_brief == "Observation: 2"
+
+
+# an agent that writes its tool uses as XML tags in its answers (the format Cline's VS Code
+# extension prompts for, and its forks'), its finish a tool use of its own the pattern leaves
+# out: docs/agents.md's xml-tool-agents.yaml
+XML_TOOL_USE = (r"(?s)<(execute_command|read_file|write_to_file|replace_in_file|search_files|"
+                r"list_files)>(.*?)</(?:execute_command|read_file|write_to_file|replace_in_file|"
+                r"search_files|list_files)>")
+XML_STOP = "<attempt_completion>\n<result>\n${note}\n</result>\n</attempt_completion>"
+DOCS_AGENTS = Path(__file__).resolve().parents[1] / "docs" / "agents.md"
+
+
+def test_an_xml_tool_use_is_an_action_and_attempt_completion_the_answer() -> None:
+    """XML-tagged tool uses are read by the pack's ``action_pattern`` alone: the tool and its
+    parameters are the action, the thinking around them aside; ``<attempt_completion>`` is
+    none of the pattern's tools, so it holds no action: the run's answer, which ends it."""
+    state = acting_run()
+    state.action_pattern = XML_TOOL_USE
+    use = "<execute_command>\n<command>ls -la</command>\n</execute_command>"
+    [one] = text_action(state, said(f"<thinking>List them.</thinking>\n\n{use}"))
+    [other] = text_action(state, said(f"I will look again.\n{use}\n"))
+    assert one.arguments == other.arguments == json.dumps(
+        {"action": "execute_command <command>ls -la</command>"})
+    [edit] = text_action(state, said("<write_to_file>\n<path>a.txt</path>\n<content>x\n"
+                                     "</content>\n</write_to_file>"))
+    assert json.loads(edit.arguments)["action"].startswith("write_to_file")
+    done = "<attempt_completion>\n<result>\nThe file is a.txt.\n</result>\n</attempt_completion>"
+    assert text_action(state, said(done)) == []
+    check_ends_the_run(XML_TOOL_USE, done)
+    # (the pattern is the one docs/agents.md gives such an agent's pack)
+    docs = DOCS_AGENTS.read_text("utf-8")
+    assert f"action_pattern: '{XML_TOOL_USE}'" in docs
+    assert "stop_answer: " + json.dumps(XML_STOP) in docs
+    assert text_stop_answer(XML_STOP, "[stopped: two tool calls are enough]") == (
+        "<attempt_completion>\n<result>\n[stopped: two tool calls are enough]\n</result>\n"
+        "</attempt_completion>")
+    assert text_action(state, said(XML_STOP)) == []  # (an abort's answer: no action in it)

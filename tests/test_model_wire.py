@@ -765,6 +765,77 @@ def test_a_history_compacted_to_a_runs_answer_goes_on_in_that_run() -> None:
                          lambda _key: False) is not ended
 
 
+def test_a_history_rewritten_around_a_call_the_run_waits_for_goes_on_in_that_run() -> None:
+    """A conversation the book does not know whose tool results answer a call a run handed
+    over and still waits for is that run's history rewritten (the Cline CLI compacts its
+    history to a summary of its own, sent as a new first user message, and keeps its latest
+    call and result after it): the run goes on in it, its calls counted on. Another agent's
+    conversation, or one whose call has had its result already, is not that run's."""
+    def handing(book: ModelBook, agent: str, call_id: str) -> EndpointRun:
+        request = chat_request()
+        state = book.identify("chat", request, Caller(), agent, lambda _key: False)
+        call = Call(call_id, "run_commands", '{"commands": ["ls"]}')
+        book.call_record(state, request, Observation(finish_reason="tool_calls", calls=[call],
+                                                     complete=True), [call], 1, 2)
+        return state
+
+    def rewritten(call_id: str) -> Request:
+        return ChatWire().read_request({"model": "m", "tools": [1], "messages": [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "Context summary:\n\nListed the files."},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": call_id, "type": "function",
+                 "function": {"name": "run_commands", "arguments": '{"commands": ["ls"]}'}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": "a.txt"}]})
+
+    book = ModelBook()
+    run = handing(book, "a", "call_1")
+    going = book.identify("chat", rewritten("call_1"), Caller(), "a", lambda _key: False)
+    assert going is run and going.going_on
+    assert going.conversation == book.identify(  # (its later requests: the same conversation)
+        "chat", rewritten("call_1"), Caller(), "a", lambda _key: False).conversation
+    other = ModelBook()
+    mine = handing(other, "a", "call_2")
+    assert other.identify("chat", rewritten("call_2"), Caller(), "b",
+                          lambda _key: False) is not mine  # another agent's
+    answered = ModelBook()
+    done = handing(answered, "a", "call_3")
+    done.pending.clear()  # (its result came in its own conversation)
+    assert answered.identify("chat", rewritten("call_3"), Caller(), "a",
+                             lambda _key: False) is not done
+
+
+def test_a_known_conversation_whose_call_id_another_run_waits_for_stays_its_own() -> None:
+    """Two tasks of one agent at once, their model server giving each answer's call the same
+    id (``call_0``): the first task's next request, its result of its own ``call_0``, goes on
+    in its own run, never taken for the other's history rewritten. (Before, it moved into
+    the run that last handed ``call_0`` over: two tasks one run, one budget.)"""
+    call = Call("call_0", "run_commands", '{"commands": ["ls"]}')
+    asked = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_0", "type": "function",
+         "function": {"name": "run_commands", "arguments": '{"commands": ["ls"]}'}}]}
+
+    def task(name: str, *messages: dict[str, Any]) -> Request:
+        return ChatWire().read_request({"model": "m", "tools": [1], "messages": [
+            {"role": "system", "content": "sys"}, {"role": "user", "content": name},
+            *messages]})
+
+    book = ModelBook()
+    runs = []
+    for name in ("task A", "task B"):
+        request = task(name)
+        state = book.identify("chat", request, Caller(), "a", lambda _key: False)
+        book.call_record(state, request, Observation(finish_reason="tool_calls", calls=[call],
+                                                     complete=True), [call], 1, 2)
+        runs.append(state)
+    assert runs[0] is not runs[1]
+    for state, name in zip(runs, ("task A", "task B"), strict=True):
+        going = book.identify("chat", task(name, asked, {"role": "tool", "tool_call_id": "call_0",
+                                                          "content": "a.txt"}),
+                              Caller(), "a", lambda _key: False)
+        assert going is state, name
+
+
 def test_a_conversation_seeded_with_an_earlier_runs_answer_is_a_run_of_its_own() -> None:
     """A conversation that opens with the model's message by design (a chat seeded with the
     agent's greeting, a transcript replayed) whose words an earlier run of the agent happened

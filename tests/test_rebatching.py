@@ -35,6 +35,8 @@ import pytest
 
 from tests.harness import ROOT, computed_once
 from tests.recorded import RECORDINGS, ScopedSpan, recorded_lines, request_of
+from watchdog.core.rules.engine import RuleEngine
+from watchdog.core.rules.pack import load_rules
 from watchdog.core.runs.book import RUN_END_TIMEOUT
 from watchdog.core.runs.run import RunState
 from watchdog.core.runs.tracker import RunTracker
@@ -189,6 +191,37 @@ def test_a_recording_reads_the_same_however_it_is_batched(driver: str, scenario:
     differ = [cut for cut in cuts(spans)
               if runs_read([request_of(spans[:cut]), request_of(spans[cut:])]) != exported]
     assert differ == BATCH_MISREAD.get((driver, scenario), []), f"cut after these spans: {differ}"
+
+
+def ruled(requests: list[ExportTraceServiceRequest]) -> list[tuple[str, str, str | None]]:
+    """How the default rules end the runs ``requests`` make, applied in turn through the
+    core: each run's terminal state and reason (the rule that ended it)."""
+    core = Core(RunTracker(), SessionBook(lambda _id: None), RuleEngine(load_rules([], True)))
+    for now, request in enumerate(requests, start=1):
+        core.apply(records_from(request).records, float(now))
+    keys = [run.key for run in (*core.tracker.active(), *core.tracker.ended())]
+    return sorted((key, str(view.terminal_state), view.terminal_reason) for key in keys
+                  if (view := core.view(key, 1e12)) is not None)
+
+
+@pytest.mark.parametrize(("driver", "scenario"), [
+    ("openai_agents_js_oi", "error_loop"), ("openai_agents_logfire", "error_loop"),
+    ("openai_agents_sdk", "ping_pong")])
+def test_a_loop_ends_by_the_same_rule_however_its_spans_are_batched(
+        driver: str, scenario: str) -> None:
+    """A run whose end comes in the request that makes several rules hold is read at that end
+    (:meth:`Core._rules_at_end`) by the rule that held first as its spans came one by one:
+    a failing call repeated is ``tool-cycle`` (at its 4th round) before ``error-loop`` (at its
+    5th error); and a loop across agents whose runs all end in that request is still the
+    orchestrating run's ``agent-ping-pong``. All in one request, span by span, or cut in two
+    anywhere: the same states and reasons."""
+    spans = scoped_spans(driver, scenario)
+    one_by_one = ruled([request_of([span]) for span in spans])
+    assert ruled([request_of(spans)]) == one_by_one
+    assert [cut for cut in range(1, len(spans))
+            if ruled([request_of(spans[:cut]), request_of(spans[cut:])]) != one_by_one] == []
+    reasons = {reason for _, _, reason in one_by_one if reason}
+    assert reasons == ({"agent-ping-pong"} if scenario == "ping_pong" else {"tool-cycle"})
 
 
 # GAP (pinned): the recordings cut in two at these spans read otherwise than as exported

@@ -606,6 +606,42 @@ def test_action_pattern_problems(tmp_path: Path) -> None:
     assert len(found) == 4
 
 
+def test_action_key_problems_and_its_entry(tmp_path: Path) -> None:
+    """``action_key`` (the key whose value names the tool a JSON object in an answer asks
+    for): for agents that act in text, not with an ``action_pattern``, 1 to 100 characters;
+    kept as written, and shown in the pack's description."""
+    path = write(tmp_path / "k.yaml", """\
+        budgets:
+          - agents: ["a"]
+            max_tool_calls: 2
+            action_key: request
+          - agents: ["a"]
+            actions: text
+            action_pattern: "(.*)"
+            action_key: request
+          - agents: ["a"]
+            actions: text
+            action_key: "%s"
+          - agents: ["a"]
+            actions: code
+            action_key: request
+    """ % ("x" * 101))
+    assert problems(path) == [
+        f"{path}:7: budgets: action_key: only for agents that act in text (actions: text)",
+        f"{path}:11: budgets: action_key: an entry gives action_key or action_pattern, not both",
+        f"{path}:14: budgets: action_key: 1 to 100 characters",
+        f"{path}:17: budgets: action_key: only for agents that act in text (actions: text)"]
+    ruleset = load_text(HEADER + """\
+budgets:
+  - agents: ["langroid*"]
+    max_tool_calls: 3
+    actions: text
+    action_key: request
+""")
+    entry = ruleset.acts_in_text("langroid-agent")
+    assert entry is not None and entry.action_key == "request" and entry.action_pattern is None
+
+
 def test_an_entry_may_say_its_agents_act_in_text(tmp_path: Path) -> None:
     """``actions: text`` needs no limit; its ``stop_answer`` is kept as written; the first
     matching entry says how an agent acts, as it says its budget."""
@@ -760,3 +796,27 @@ def test_a_rule_replacing_a_countdown_keeps_it_unless_it_says_otherwise(tmp_path
     assert countdowns == {"budget-countdown": "tool_calls", "budget-last-call": None,
                           "budget-cost-countdown": None, "budget-tokens-countdown": "iterations",
                           "budget-exhausted": "tool_calls"}
+
+
+def test_an_entry_may_say_its_budget_covers_the_whole_conversation(tmp_path: Path) -> None:
+    """``budget_per: conversation`` (default ``run``), for any way the agents act; the first
+    matching entry says it; any other value is refused with the key and what is allowed."""
+    ruleset = load_text(HEADER + """\
+budgets:
+  - agents: ["nudger"]
+    max_tool_calls: 5
+    budget_per: conversation
+  - agents: ["*"]
+    max_tool_calls: 5
+    budget_per: run
+""")
+    assert ruleset.per_conversation("nudger") and not ruleset.per_conversation("other")
+    assert ruleset.budget_for("nudger") == {"max_tool_calls": 5.0}
+    path = write(tmp_path / "b.yaml", """\
+        budgets:
+          - agents: ["a"]
+            max_tool_calls: 2
+            budget_per: session
+    """)
+    assert problems(path) == [
+        f"{path}:7: budgets: budget_per: 'session' is not run or conversation"]

@@ -72,6 +72,31 @@ def clean_environ(*prefixes: str) -> dict[str, str]:
         ("OTEL_", "WATCHDOG_", "OPENAI_", "VIRTUAL_ENV", "PYTEST_", *prefixes))}
 
 
+def go_agent(directory: Path, target: str) -> Path:
+    """The binary ``make TARGET`` built for the Go module ``directory`` (of one ``main.go``)
+    as it is now: ``.cache/TARGET/HASH/TARGET``, the Makefile's hash of its main.go, go.mod
+    and go.sum, in that order."""
+    sources = [directory / "main.go", directory / "go.mod", directory / "go.sum"]
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
+    binary = directory.parents[3] / ".cache" / target / digest / target
+    assert binary.exists(), f"{binary} is missing: `make {target}` builds it"
+    return binary
+
+
+def run_go_agent(directory: Path, target: str, env: Mapping[str, str], cwd: Path
+                 ) -> tuple[list[dict[str, str]], list[str]]:
+    """:func:`go_agent`'s binary run once in ``cwd`` with ``env``, which must exit 0: the JSON
+    lines it printed (one per call: the output its caller got, the error) and the lines its
+    tools wrote to ``ran.log`` there (what they were given)."""
+    result = subprocess.run([str(go_agent(directory, target))], env=dict(env), cwd=cwd,
+                            capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    ran = cwd / "ran.log"
+    return ([json.loads(line) for line in result.stdout.splitlines()],
+            ran.read_text().splitlines() if ran.exists() else [])
+
+
 def venv_python(env: str) -> Path:
     python = VENVS / env / "bin" / "python"
     if not python.exists():  # never a skip: make test builds every venv before pytest runs
@@ -139,6 +164,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "haystack": (*_OTEL, *_OPENAI),
     "hermes": (*_OTEL, *_OPENAI, "run_agent", "tools.registry"),
     "langchain": (*_LANGCHAIN, "opentelemetry.instrumentation.langchain"),
+    "langroid": ("_langroid", *_OPENAI),
     # (minisweagent reads its settings from the environment at import: the driver imports it)
     "mini_swe_agent": (*_LITELLM, *_OPENAI),
     "open_interpreter": (*_OTEL, *_LITELLM, *_OPENAI, "interpreter"),

@@ -5,7 +5,7 @@ of the agent's own: ``ts/adk/adk.ts`` under node, installed by ``make test`` wit
 OpenTelemetry JS and ``@google/genai``). ADK for TypeScript speaks only Google's Gemini API
 (``Gemini``, and ``ApigeeLlm``, the same API through a proxy): its model is the scripted
 upstream's ``generateContent``/``streamGenerateContent``, reached by ``GOOGLE_GEMINI_BASE_URL``.
-The model endpoint does not serve that API: watched only (docs/steering.md).
+The model endpoint does not serve that API: watched only (docs/agents.md).
 
 What it emits (details: the recordings): a trace per invocation, ``invocation`` >
 ``invoke_agent <agent>`` (GenAI's ``invoke_agent``, ``gen_ai.agent.name``,

@@ -35,11 +35,9 @@ request bodies are what the model read. Nothing waits for a directive.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import re
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +47,7 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
+from tests.frameworks.harness import clean_environ, run_go_agent
 from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
 from tests.harness import RunningServer, endpoint_with_pack
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
@@ -79,13 +77,16 @@ budgets:
     max_tool_calls: 3
   - agents: ["lcg-any"]
     actions: text
+  - agents: ["lcg-bare-abort"]
+    actions: text
+    action_pattern: {json.dumps(ACTION)}
   - agents: ["lcg*"]
     actions: text
     action_pattern: {json.dumps(ACTION)}
     stop_answer: "Final Answer: ${{note}}"
 rules:
   - name: two-actions-then-abort
-    agents: ["lcg-abort"]
+    agents: ["lcg-abort", "lcg-bare-abort"]
     when: "!run.ended && run.tool_calls >= 2"
     action: abort
     message: "Stopped by the test's rule after 2 actions"
@@ -95,16 +96,6 @@ FINISH = "end the task now, in the form your instructions give for finishing it"
 LOOP_NOTE = "Loop: the same sequence of tool calls 4 times in a row"  # tool-cycle's
 STOPPED = "The agent-watchdog stopped this run"
 _CASES = itertools.count(1)
-
-
-def agent_binary() -> Path:
-    """The agent ``make langchaingo-agent`` built for ``go/langchaingo/`` as it is now (the
-    Makefile's hash: of main.go, go.mod and go.sum, in that order)."""
-    sources = [AGENT_DIR / "main.go", AGENT_DIR / "go.mod", AGENT_DIR / "go.sum"]
-    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
-    binary = AGENT_DIR.parents[3] / ".cache" / "langchaingo-agent" / digest / "langchaingo-agent"
-    assert binary.exists(), f"{binary} is missing: `make langchaingo-agent` builds it"
-    return binary
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +155,7 @@ def looping(index: int, _body: dict[str, Any]) -> fakellm.Step:
 
 def pointed(endpoint: str, agent: str) -> dict[str, str]:
     """What points the agent at the sidecar's model endpoint ``endpoint`` and names it
-    ``agent``: one variable, which ``openai.New()`` reads (docs/steering.md shows it)."""
+    ``agent``: one variable, which ``openai.New()`` reads (docs/agents.md shows it)."""
     return {"OPENAI_BASE_URL": f"{endpoint}/agent/{agent}/v1"}
 
 
@@ -189,13 +180,8 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
     env = {**clean_environ(), **pointed(sidecar.url("model"), agent), "OPENAI_API_KEY": KEY,
            "OPENAI_MODEL": model, "AGENT_KIND": kind,
            "AGENT_TASKS": json.dumps(tasks), "AGENT_MAX_ITERATIONS": str(iterations)}
-    result = subprocess.run([str(agent_binary())], env=env, cwd=tmp, capture_output=True,
-                            text=True, timeout=DRIVER_TIMEOUT, stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
-    outcomes = [json.loads(line) for line in result.stdout.splitlines()]
-    ran = tmp / "ran.log"
-    return Invocation(outcomes, ran.read_text().splitlines() if ran.exists() else [],
-                      llm.requests(model))
+    outcomes, ran = run_go_agent(AGENT_DIR, "langchaingo-agent", env, tmp)
+    return Invocation(outcomes, ran, llm.requests(model))
 
 
 # -- one run per Executor call --------------------------------------------------------------------
@@ -376,6 +362,24 @@ def test_an_abort_is_answered_in_the_agents_own_finish(
     [outcome] = it.outcomes
     assert outcome["error"] == "" and "Stopped by the test's rule after 2 actions" in \
         outcome["output"], outcome
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+def test_an_abort_without_the_agents_finish_form_ends_it_with_the_note_in_its_error(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """No ``stop_answer`` in its entry: nothing says how the agent finishes (its
+    ``action_pattern`` says what an action is, not the form its parser takes as final), so the
+    abort answers the stop note alone, an answer with no action. LangChainGo reads it as
+    malformed and ends the call: its caller gets the parse error, the note in it, and the
+    upstream nothing more (the docs say to give the form: ``stop_answer``)."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "lcg-bare-abort", sums_then_answer(10), tmp_path)
+    assert len(it.ran) == 2 and len(it.requests) == 2
+    [outcome] = it.outcomes
+    assert outcome["output"] == "" and outcome["error"].startswith(
+        "unable to parse agent output: ") and STOPPED in outcome["error"] \
+        and "Stopped by the test's rule after 2 actions" in outcome["error"], outcome
     run = the_ended_run(sidecar, before)
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
 

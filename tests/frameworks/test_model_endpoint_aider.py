@@ -155,7 +155,7 @@ def run_aider(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.
 
 def command(base_url: str, model: str, weak: str) -> tuple[dict[str, str], list[str]]:
     """What points Aider at the sidecar (its environment: ``base_url``, the model endpoint's
-    with the agent's name in it) and its command line, as docs/steering.md shows them; the
+    with the agent's name in it) and its command line, as docs/agents.md shows them; the
     tests add the files, the lint and what keeps it quiet and offline."""
     return {"OPENAI_API_BASE": base_url}, [
         "--model", f"openai/{model}", "--weak-model", f"openai/{weak}", "--edit-format", "diff",
@@ -305,7 +305,7 @@ def test_a_reflection_loop_is_wound_down_then_stopped_with_a_clean_end(
     # what the user gets: the stop note, after Aider's 3rd edit; nothing applied from it
     assert STOPPED in result.stdout and "Only 3 reflections allowed" not in result.stdout
     assert len(commits) == 3 and not any("[grace:" in json.dumps(body) for body in commits)
-    # a named gap (docs/model-endpoint.md): the commit of the edit its final answer made comes
+    # a named gap (docs/agents.md): the commit of the edit its final answer made comes
     # once the run has ended, a run of its own (one model call, held open as an action)
     runs = new_runs(sidecar, before, lambda runs: len(runs) == 2 and any(
         run["state"] == "ended" for run in runs))

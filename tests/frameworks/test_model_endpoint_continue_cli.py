@@ -234,7 +234,7 @@ def test_a_compacting_cn_is_one_run_and_keeps_its_budget(
     (no user message before it), and, once that answer came, from a user message of its own,
     ``continue``. Each conversation opens with the answer the run gave, so each is that run's:
     one run, its budget counted down across the compaction (2 left after its one call). A
-    gap, named (docs/steering.md): the summary request, which offers tools and reads as the
+    gap, named (docs/agents.md): the summary request, which offers tools and reads as the
     run's next turn, is counted as a model call of the run and carries its note."""
     it = invoke(budgeted, llm, compacting(), tmp_path, COMPACTING)
     requests = it.requests

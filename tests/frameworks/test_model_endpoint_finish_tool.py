@@ -168,3 +168,32 @@ def test_declared_an_abort_is_answered_with_its_finish_call(
     assert "Stopped by the test's rule after 2 actions" in info["submission"]
     run = the_run(sidecar, before)
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+def test_its_reply_rejecting_a_text_answer_mid_task_goes_on_in_the_run_with_its_budget(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """The model answers in text once, tools still offered, after 2 of the budget's 3 calls:
+    that answer ends the run as any text answer does, but mini reads it as a format error and
+    replies at once, the answer dropped from its conversation. That reply is the agent's own
+    rejection of the answer, not a new task: the run goes on with what is left of its budget
+    (1 of 3), never a next run with a budget of its own (3 of 3 again: an agent that talks to
+    itself escaped its budget so, run after run)."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if not fakellm.offers_tools(body):
+            return fakellm.answer(REPORT)
+        if index == 2:
+            return fakellm.answer("I think the steps are counted.")
+        return fakellm.call("bash", command=f"echo step{index} >> ran.log && echo ok")
+
+    before = run_ids(sidecar)
+    _, _, messages, ran, requests = run_mini(sidecar, llm, "mini-tools", pick, tmp_path)
+    assert ran == ["step0", "step1", "step3"]  # the budget's 3, no more
+    assert [LEFT.findall(instructions(body)) for body in requests[:5]] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], [("1", "3")], []]
+    assert [fakellm.offers_tools(body) for body in requests[:5]] == [True] * 4 + [False]
+    errors = [m for m in messages if m.get("extra", {}).get("interrupt_type") == "FormatError"]
+    assert errors and requests[3]["messages"][-1]["content"] == errors[0]["content"]
+    runs = new_runs(sidecar, before, lambda runs: all(run["state"] == "ended" for run in runs)
+                    and any(run["terminal_state"] == "tool_limit_reached" for run in runs))
+    assert [(run["tool_calls"], run["terminal_state"]) for run in runs] == [
+        (3, "tool_limit_reached")], runs

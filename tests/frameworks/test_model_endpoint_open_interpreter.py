@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ from tests.frameworks.harness import (
 )
 from tests.frameworks.test_model_endpoint_text_actions import (
     LEFT,
-    LOOP_NOTE,
+    check_loop_wound_down,
     final_asked,
     new_runs,
     run_ids,
@@ -67,6 +66,10 @@ budgets:
   - agents: ["oi-budget"]
     max_tool_calls: 3
     actions: code
+  - agents: ["oi-conversation"]
+    max_tool_calls: 3
+    actions: code
+    budget_per: conversation
   - agents: ["oi*"]
     actions: code
 rules:
@@ -91,7 +94,7 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
 def settings(api_base: str, model: str) -> dict[str, object]:
     """What a user sets on ``interpreter`` to run it unattended on a model at ``api_base``
     (its key from ``OPENAI_API_KEY``, which LiteLLM reads): the tests run it so, and
-    docs/steering.md shows it (``open-interpreter-settings``, checked in tests/test_docs.py)."""
+    docs/agents.md shows it (``open-interpreter-settings``, checked in tests/test_docs.py)."""
     return {"offline": True, "auto_run": True, "llm.model": f"openai/{model}",
             "llm.api_base": api_base}
 
@@ -207,18 +210,24 @@ def test_one_chat_is_one_run_each_code_it_runs_an_action(
     assert run["final_output"] == "All 3 steps are done."
 
 
+def two_chats(mode: str) -> fakellm.Script:
+    """Two steps and an answer, then one step and an answer (a final request: the report)."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if final_asked(body) or body.get("tool_choice") == "none":
+            return fakellm.answer(REPORT)
+        if index in (0, 1, 3):
+            return act(f"echo step{index} >> ran.log", mode)
+        return fakellm.answer(f"Done, answer {index}.")
+    return pick
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_second_chat_going_on_in_the_conversation_is_the_next_run(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
     """As each message a person types into its prompt: a task of its own, a run of its own,
     in the same session."""
-    def pick(index: int, _body: dict[str, Any]) -> fakellm.Step:
-        if index in (0, 1, 3):
-            return act(f"echo step{index} >> ran.log", mode)
-        return fakellm.answer(f"Done, answer {index}.")
-
     before = run_ids(sidecar)
-    said, ran, requests = run_oi(sidecar, llm, "oi", pick, tmp_path, mode,
+    said, ran, requests = run_oi(sidecar, llm, "oi", two_chats(mode), tmp_path, mode,
                                  ("Count the steps.", "Once more, please."))
     assert ran == ["step0", "step1", "step3"]
     assert [last_text(chat) for chat in said] == ["Done, answer 2.", "Done, answer 4."]
@@ -230,6 +239,25 @@ def test_a_second_chat_going_on_in_the_conversation_is_the_next_run(
             for run in runs] == [(3, 2, "completed", "Done, answer 2."),
                                  (2, 1, "completed", "Done, answer 4.")], runs
     assert runs[0]["session"] == runs[1]["session"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_budget_per_conversation_goes_on_through_its_second_chat(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    """``budget_per: conversation``: the second ``chat`` (at once, its history kept: nothing
+    in it tells a nudge from a new task) goes on in the first one's run, counted down against
+    what is left of its budget (1 of 3), not a run with a budget of its own; its final request
+    asks for the finish, and the one run ends at the budget."""
+    before = run_ids(sidecar)
+    said, ran, requests = run_oi(sidecar, llm, "oi-conversation", two_chats(mode), tmp_path,
+                                 mode, ("Count the steps.", "Once more, please."))
+    assert ran == ["step0", "step1", "step3"]  # the budget's 3, across both chats
+    assert [last_text(chat) for chat in said] == ["Done, answer 2.", REPORT]
+    assert requests[3]["messages"][-1]["content"] == "Once more, please."
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], [("1", "3")], []]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (3, "tool_limit_reached"), run
 
 
 # -- a budget -----------------------------------------------------------------------------------
@@ -285,16 +313,7 @@ def test_a_loop_is_wound_down_then_stopped(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
     before = run_ids(sidecar)
     said, ran, requests = run_oi(sidecar, llm, "oi", looping(mode), tmp_path, mode)
-    notes = [LOOP_NOTE in instructions(body) for body in requests]
-    # tool-cycle fires at the 4th identical action: the next 2 requests are wound down, with
-    # the rule's grace of 2 counted down; the 7th is final
-    assert len(requests) == 7 and notes[:6] == [False] * 4 + [True] * 2, notes
-    grace = [re.findall(r"\[grace: (\d+) tool calls? left", instructions(body))
-             for body in requests]
-    assert grace == [[]] * 4 + [["2"], ["1"], []], grace
-    assert "tool calls allowed after the wind-down" in instructions(requests[-1])
-    run = the_ended_run(sidecar, before)
-    assert (run["tool_calls"], run["terminal_state"]) == (6, "loop_detected"), run
+    check_loop_wound_down(requests, the_ended_run(sidecar, before))
     assert len(llm.requests(str(requests[0]["model"]))) == 7  # nothing after the final
     if mode == "text":
         # the model loops on: its 7th answer's code runs too, then the stop answer ends it,

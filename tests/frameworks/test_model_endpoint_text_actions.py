@@ -193,6 +193,20 @@ def the_ended_run(sidecar: RunningServer, before: set[str]) -> dict[str, Any]:
     return runs[0]
 
 
+def check_loop_wound_down(requests: list[dict[str, Any]], run: dict[str, Any]) -> None:
+    """A text agent's loop, the same failing action again and again: tool-cycle fires at the
+    4th identical action, the next 2 requests are wound down with the rule's grace of 2
+    counted down, the 7th is final, and nothing goes upstream after it; its run ended
+    ``loop_detected`` with the 6 actions the grace allowed."""
+    notes = [LOOP_NOTE in instructions(body) for body in requests]
+    assert len(requests) == 7 and notes[:6] == [False] * 4 + [True] * 2, notes
+    grace = [re.findall(r"\[grace: (\d+) tool calls? left", instructions(body))
+             for body in requests]
+    assert grace == [[]] * 4 + [["2"], ["1"], []], grace
+    assert "tool calls allowed after the wind-down" in instructions(requests[-1])
+    assert (run["tool_calls"], run["terminal_state"]) == (6, "loop_detected"), run
+
+
 def check_no_control_text_in_user_messages(requests: list[dict[str, Any]]) -> None:
     for body in requests:
         for message in body["messages"][1:]:
@@ -306,20 +320,11 @@ def test_a_looping_agent_is_wound_down_then_stopped(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
     before = run_ids(sidecar)
     _, info, ran, requests = run_mini(sidecar, llm, "mini", looping, tmp_path)
-    notes = [LOOP_NOTE in instructions(body) for body in requests]
-    # tool-cycle fires at the 4th identical action: the next 2 requests are wound down, with
-    # the rule's grace of 2 counted down; the 7th is final
-    assert len(requests) == 7 and notes[:6] == [False] * 4 + [True] * 2, notes
-    grace = [re.findall(r"\[grace: (\d+) tool calls? left", instructions(body))
-             for body in requests]
-    assert grace == [[]] * 4 + [["2"], ["1"], []], grace
-    assert final_asked(requests[-1]) and "tool calls allowed after the wind-down" in \
-        instructions(requests[-1])
+    check_loop_wound_down(requests, the_ended_run(sidecar, before))
+    assert final_asked(requests[-1])
     # the model loops on: its 7th answer runs too, then the stop answer ends the agent
     assert ran == ["tried"] * 7
     assert (info["exit_status"], info["submission"]) == ("Submitted", "")
-    run = the_ended_run(sidecar, before)
-    assert (run["tool_calls"], run["terminal_state"]) == (6, "loop_detected"), run
     assert len(llm.requests(_model_of(requests))) == 7  # nothing after the final request
 
 

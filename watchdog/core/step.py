@@ -192,7 +192,8 @@ class Core(CoreReads):
         live = run.copy()
         live.ended = False
         try:
-            decisions = engine.would_decide(live, run.ended_at, partial(self._session_of, run),
+            decisions = engine.would_decide(live, run.ended_at,
+                                            partial(self._session_of, run, True),
                                             changed=changed, fleet=self.fleet.activation())
         except Exception as exc:  # (as on a live run: that run's failure alone)
             step.failures.append(Failure("rules", run.key, exc))
@@ -201,13 +202,46 @@ class Core(CoreReads):
         if own in (TerminalState.COMPLETED, TerminalState.NO_RESPONSE) \
                 and run.at_budget(self._defaults(run)):
             own = TerminalState.TOOL_LIMIT_REACHED  # (as :meth:`_finish` will classify it)
-        for decision in decisions:
-            if decision.terminal_state not in (None, TerminalState.ABORTED) \
-                    and engine.loaded_before(decision.rule, run.ended_at):
-                if decision.terminal_state is not own:
-                    run.terminal_state, run.terminal_reason = decision.terminal_state, \
-                        decision.rule
-                return
+        ending = [decision for decision in decisions
+                  if decision.terminal_state not in (None, TerminalState.ABORTED)
+                  and engine.loaded_before(decision.rule, run.ended_at)]
+        if not ending:
+            return
+        decision = ending[0]
+        if len({decision.rule for decision in ending}) > 1:
+            decision = self._first_to_hold(run, ending, run.ended_at, step) or decision
+        if decision.terminal_state is not own:
+            run.terminal_state, run.terminal_reason = decision.terminal_state, decision.rule
+
+    def _first_to_hold(self, run: RunState, ending: list[Decision], now: float, step: Step
+                       ) -> Decision | None:
+        """Of ``ending`` (the decisions of several rules that hold on ``run`` at once, each
+        ending it in a state of its own), the one whose rule held first as its spans came one
+        by one, in the order they ended: the rule a span-by-span watch ends it by (a failing
+        call repeated is a tool cycle at its 4th round before it is an error loop at its 5th
+        error). Read from its records as its trace keeps them, folded one by one into a run of
+        its own; None when they are not all kept (the first of the pack's order stands)."""
+        engine = self.engine
+        records = self.tracker.kept_records(run)
+        if engine is None or not records:
+            return None
+        by_rule = {decision.rule: decision for decision in ending}
+        # (a key the engine keeps no state of: the rules that fired on the run fire again)
+        fresh = RunState(run.key + "\0replay", run.key_source, run.trace_id, run.first_seen)
+        fresh.budget = dict(run.budget)
+        session = partial(self._session_of, run, run.ended)
+        fleet = self.fleet.activation()
+        for record in sorted(records, key=lambda record: record.end_ns):
+            fresh.apply(record, now)
+            try:
+                decided = engine.would_decide(fresh, now, session, fleet=fleet)
+            except Exception as exc:  # (as on a live run: that run's failure alone)
+                step.failures.append(Failure("rules", run.key, exc))
+                return None
+            for decision in decided:
+                if decision.rule in by_rule:
+                    return by_rule[decision.rule]
+        return None
 
     def _late_at_budget(self, result: BatchResult, finished: list[RunState]) -> None:
         """A run that ended before spans of it came (an exporter's batches, two export
@@ -681,9 +715,19 @@ class Core(CoreReads):
                       changed: AbstractSet[str] | None, step: Step) -> int:
         fired = 0
         try:
-            for decision in engine.evaluate(run, now, partial(self._session_of, run),
-                                            timed_only=timed_only, changed=changed,
-                                            fleet=self.fleet.activation()):
+            decisions = engine.evaluate(run, now, partial(self._session_of, run),
+                                        timed_only=timed_only, changed=changed,
+                                        fleet=self.fleet.activation())
+            forcing = [decision for decision in decisions
+                       if forced_state(decision.action, decision.terminal_state) is not None]
+            if run.forced_state is None and len({decision.rule for decision in forcing}) > 1:
+                # (several at once, as a batch brings them: the state is that of the rule
+                # that held first, as a span-by-span watch forces it)
+                first = self._first_to_hold(run, forcing, now, step)
+                state = forced_state(first.action, first.terminal_state) if first else None
+                if first is not None and state is not None:
+                    run.force(state, first.rule)
+            for decision in decisions:
                 self._decide(decision, run, now, step)
                 fired += 1
         except Exception as exc:
@@ -796,17 +840,27 @@ class Core(CoreReads):
                 run.session_counted = True
                 note_run(run.session, run.key, now)
 
-    def _session_of(self, run: RunState) -> dict[str, Any] | None:
-        """The CEL ``session`` of a run (None: the run has no session)."""
+    def _session_of(self, run: RunState, at_end: bool = False) -> dict[str, Any] | None:
+        """The CEL ``session`` of a run (None: the run has no session); ``at_end``: of the
+        ended run as it was at its end, still running (:meth:`_classify_at_end`): the cycle's
+        orchestrator is chosen as it was then, of the runs that had not ended before it (a
+        loop whose runs all ended in one batch)."""
+        live = run.ended_at if at_end else None
         if run.session is None:
             if self.cycles.cycling and (trail := self.cycles.get(self._group(run))) is not None \
                     and trail.repeats:  # a loop across the agents of a trace's runs
                 return {"id": "", "agent_cycle": list(trail.cycle),
                         "agent_cycle_repeats": trail.repeats,
-                        "cycle_orchestrator": self._orchestrator(trail) == run.key}
+                        "cycle_orchestrator": self._orchestrator(trail, live) == run.key}
             return None
         state = self.sessions.get(run.session)
-        return state.activation(run.key) if state is not None else {"id": run.session}
+        if state is None:
+            return {"id": run.session}
+        activation = state.activation(run.key)
+        if at_end and self.cycles.cycling and state.agent_cycle_repeats \
+                and (trail := self.cycles.get(self._group(run))) is not None:
+            activation["cycle_orchestrator"] = self._orchestrator(trail, live) == run.key
+        return activation
 
     # -- loops across agents --------------------------------------------------------------------
 
@@ -854,16 +908,22 @@ class Core(CoreReads):
         return run is not None and run.ended and entry.parent is None \
             and run.terminal_state is TerminalState.COMPLETED and run.has_final_answer
 
-    def _orchestrator(self, trail: Trail) -> str | None:
+    def _orchestrator(self, trail: Trail, at: float | None = None) -> str | None:
         """The run that can stop ``trail``'s cycle: the cycling runs' parent while it runs,
-        else the group's latest run still running (None: every one has ended)."""
+        else the group's latest run still running (None: every one has ended); with ``at``,
+        a run that ended then or later counts as running (as it was at ``at``)."""
         get = self.tracker.get
+
+        def running(run: RunState) -> bool:
+            return not run.ended or (at is not None and run.ended_at is not None
+                                     and run.ended_at >= at)
+
         for entry in reversed(trail.cycling):
             if entry.parent is not None and (parent := get(entry.parent)) is not None \
-                    and not parent.ended:
+                    and running(parent):
                 return parent.key
         for entry in reversed(trail.entries):
-            if (run := get(entry.run)) is not None and not run.ended:
+            if (run := get(entry.run)) is not None and running(run):
                 return run.key
         return None
 

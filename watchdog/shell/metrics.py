@@ -29,6 +29,7 @@ Theory of operation
 from __future__ import annotations
 
 import bisect
+import logging
 import re
 import threading
 import time
@@ -59,11 +60,14 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from watchdog.core.rules.decision import Action
+from watchdog.core.shown import shown
 
 if TYPE_CHECKING:
     from watchdog.core.runs.tracker import BatchResult
     from watchdog.core.runs.view import RunView
     from watchdog.core.spans.pipeline import Decoded
+
+log = logging.getLogger("watchdog")
 
 PREFIX = "agent_watchdog_"
 OTHER = "_other"  # the label value every capped-out value collapses into
@@ -129,15 +133,17 @@ class LabelCap:
     """The first ``limit`` distinct values keep their name; later ones become ``_other``.
 
     Admission is first come, first kept, for the life of the process, so a series never changes
-    its name once it exists. Lookups of known values take no lock.
+    its name once it exists. Lookups of known values take no lock. ``full``, if given, is told
+    the first value turned away (once).
     """
 
-    __slots__ = ("_known", "_limit", "_lock")
+    __slots__ = ("_full", "_known", "_limit", "_lock")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, full: Callable[[str], None] | None = None) -> None:
         self._limit = limit
         self._known: dict[str, None] = {}
         self._lock = threading.Lock()
+        self._full = full
 
     def __call__(self, value: str | None) -> str:
         if value in self._known:
@@ -149,11 +155,20 @@ class LabelCap:
             if len(self._known) < self._limit:
                 self._known[value] = None
                 return value
+            full, self._full = self._full, None
+        if full is not None:
+            full(value)
         return OTHER
 
     def known(self) -> tuple[str, ...]:
         with self._lock:
             return tuple(self._known)
+
+
+def _agents_full(first: str) -> None:
+    log.warning("metrics: the agent label holds the %d agent names seen first; %s and every "
+                "agent named after it are counted as agent=\"%s\" until the sidecar restarts "
+                "(docs/metrics.md)", MAX_AGENTS, shown(first), OTHER)
 
 
 def _capped_within(caps: dict[str, LabelCap], agent: str, value: str, limit: int) -> str:
@@ -210,7 +225,7 @@ class Metrics:
         self._live_runs: Callable[[], Iterable[LiveRun]] | None = None
         self._log_content: Callable[[], Mapping[str, int]] | None = None
         self._now: Callable[[], float] = time.time
-        self._agents = LabelCap(MAX_AGENTS)
+        self._agents = LabelCap(MAX_AGENTS, _agents_full)
         self._tools: dict[str, LabelCap] = {}  # capped agent -> its tool names
         self._models: dict[str, LabelCap] = {}  # capped agent -> its model names
         self._error_types: dict[str, LabelCap] = {}  # capped agent -> its error types

@@ -706,6 +706,12 @@ class WatchdogService:
         engine = self.core.engine
         return engine.ruleset.acts_in_text(agent) if engine is not None and agent else None
 
+    def per_conversation(self, agent: str | None) -> bool:
+        """Whether the rule packs' budgets entry of ``agent`` covers its whole conversation
+        (``budget_per: conversation``)."""
+        engine = self.core.engine
+        return engine is not None and agent is not None and engine.ruleset.per_conversation(agent)
+
     def pack_budget(self, agent: str | None) -> Mapping[str, float]:
         """The rule packs' budget for ``agent`` (empty: none), read only."""
         engine = self.core.engine

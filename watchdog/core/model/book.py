@@ -17,7 +17,8 @@ aside, a summary it asked the model for on that history), starts the conversatio
 run, in the conversation's session — unless it is the agent's own reply at once rejecting the
 answer that ended the run at its budget or a stop (:func:`follows_at_once`): that is still the
 run's, answered with its stop (a conversation the server keeps sends only its new items:
-its length is not read). So does a conversation's first
+its length is not read); or its reply at once dropping the text answer that ended the run on
+its own (:func:`rejects_answer`): the run goes on. So does a conversation's first
 request (no longer than the one its run began with, no tool results) that comes while that run's
 first request is still with the model or after the model answered it: another invocation with
 the same first message (two agents started at the same moment), not the same one, which sends
@@ -77,7 +78,7 @@ from typing import Any, cast
 
 from watchdog.core.bounds import MAX_STOP_ANSWERS
 from watchdog.core.model.failure import looks_failed, refusal_of
-from watchdog.core.model.steer import answer_of, is_answer_tool
+from watchdog.core.model.steer import answer_of, closing_call, is_answer_tool
 from watchdog.core.model.wire import (
     CONVERSATION_ANCHOR,
     Observation,
@@ -113,9 +114,11 @@ MIN_ASIDE_CHARS = 40
 TEXT_ACTION = "text_action"
 TEXT_ACTION_ID = "text_action:"
 MAX_ACTION_CHARS = 16_384  # of an action's text, hashed as its arguments
+MAX_JSON_STARTS = 64  # braces of an answer tried that begin no JSON object (an action_key's)
 CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})  # no answer: cut short
 _FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)  # a fenced block's content
 _FENCED_WHOLE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
+_NO_BRACES = str.maketrans("{}", "()")  # (a stop note's steps for an agent acting in text)
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
 MAX_SIDE_SAID = 8  # the messages of a side request kept (digests) to know what it quoted
 # A tool call's text argument at least this long may be a task it hands a sub-agent (Crush's
@@ -265,9 +268,16 @@ class EndpointRun:
     # its agent acts on its answers' text (a rule pack's ``actions: text``): each answer
     # hands over one action (:data:`TEXT_ACTION`) and holds the run open for the next request
     acts_in_text: bool = False
+    # the tool its rule pack's ``finish:`` names when that call carries only the report
+    # (:attr:`~watchdog.core.rules.model.Finish.answers`): a response that asks only for it
+    # (or final-answer tools) gives the run's answer, as a final-answer tool's (None: none)
+    answer_tool: str | None = None
     # ... the regular expression its actions match (a rule pack's ``action_pattern``): an
     # answer it does not match holds no action, the run's answer (None: every answer is one)
     action_pattern: str | None = None
+    # ... the key whose value names the tool a JSON object in its answer asks for (a rule
+    # pack's ``action_key``): each such object is an action, an answer with none its answer
+    action_key: str | None = None
     # ... by the code blocks in them (``actions: code``): an answer with none is its answer,
     # which ends the run, as a text answer ends a run whose agent calls tools
     acts_in_code: bool = False
@@ -275,6 +285,15 @@ class EndpointRun:
     # user message is the next run's even before the tracker ends it (an evaluation interval
     # later), as a script's next ``chat`` at once is
     answered_last: bool = False
+    # ... that answer's digest (:func:`answer_digest`): a reply at once that drops it rejects
+    # it, and the run goes on (:func:`rejects_answer`)
+    ending: str | None = None
+    # ... the digest of the instructions of the request that answer came to: a reply under
+    # other instructions is another agent's turn (a pipeline's next agent), never a rejection
+    ending_prompt: str | None = None
+    # its budget covers its whole conversation (a rule pack's ``budget_per: conversation``):
+    # every new user message in it goes on in the run (:func:`goes_on_in_conversation`)
+    per_conversation: bool = False
     # ... the digest of its latest answer to a new user message, when a history may be
     # compacted to it (a text answer, at least MIN_ASIDE_CHARS): :meth:`ModelBook._compacted`
     summary: str | None = None
@@ -509,6 +528,8 @@ class ModelBook:
                         or goes_on_from_stop(known, request) or self._follows(known, request):
                     self._going_on = self._answers_calls_of(known, request)
                     return self._touch(known)
+                if goes_on_in_conversation(known, request):
+                    return self._in_conversation(known)
                 # a new user message in a conversation the server keeps, once its run has
                 # ended: the next run of the session, as for a conversation sent whole (the
                 # response it continues names that run now: the request sent again is in it)
@@ -579,10 +600,12 @@ class ModelBook:
         # session has runs of several conversations at once, a sub-agent's beside its caller's,
         # so a conversation the book does not know is not taken for its active run)
         session = client_session or "model:" + digest[:24]
-        compacted = self._compacted(request, agent, ended)
+        compacted = self._compacted(request, agent, ended) \
+            or self._rewritten(request, agent, digest, ended)
         if compacted is not None and compacted.conversation != digest:
-            # its history compacted to the summary it asked the model for: the run goes on in
-            # this conversation (taken back if that answer ended it), whatever its length
+            # its history compacted to the summary it asked the model for, or rewritten around
+            # a call it waits for: the run goes on in this conversation (taken back if that
+            # answer ended it), whatever its length
             compacted.conversation = digest
             compacted.first = compacted.messages = request.messages
             self._conversations[digest] = compacted.key
@@ -622,7 +645,12 @@ class ModelBook:
                                   or self._follows(state, request)):
             self._conversations.move_to_end(digest)  # (its agent did not take the stop)
             return self._touch(state)
-        if state is not None and goes_on_from_aside(state, request):
+        if state is not None and goes_on_in_conversation(state, request):
+            self._conversations.move_to_end(digest)
+            return self._in_conversation(state)
+        if state is not None and (goes_on_from_aside(state, request) or (
+                self._now_ns is not None
+                and rejects_answer(state, request, self._now_ns, self.at_once_ns))):
             # its history compacted to the aside's answer: the run goes on (taken back if
             # that answer ended it), whatever the request's length
             self._conversations.move_to_end(digest)
@@ -665,6 +693,15 @@ class ModelBook:
                 state.side_lines = _side_lines(said)
                 _remember(self._sides, client_session, state.key)
         return state
+
+    def _in_conversation(self, state: EndpointRun) -> EndpointRun:
+        """``state``'s run, whose budget covers its conversation, takes a new user message of
+        it (:func:`goes_on_in_conversation`): it goes on (taken back if its answer ended it),
+        or, its budget spent (its final request went upstream) or stopped, gets its stop."""
+        self._going_on = not (state.final_used or state.stop is not None)
+        if self._going_on:
+            state.answered_last = False
+        return self._touch(state)
 
     def _tasked(self, session: str, state: EndpointRun, request: Request) -> None:
         """``state``'s conversation, of ``session``, began with ``request``, which offers
@@ -744,6 +781,24 @@ class ModelBook:
                 and 0 <= self._now_ns - state.last_end_ns < self.at_once_ns):
             return None
         return state
+
+    def _rewritten(self, request: Request, agent: str | None, digest: str,
+                   ended: Callable[[str], bool]) -> EndpointRun | None:
+        """The run whose history ``request``'s conversation, one the run is not of, rewrote:
+        its results answer a call that run handed over and still waits for (the Cline CLI
+        compacts its history to a summary of its own, sent as a new first user message, and
+        keeps its latest call and result after it); the same agent's, not over by its final
+        request or a stop. A conversation the book knows is its own run's, never another's
+        rewritten (two tasks whose model server gives their calls the same id, ``call_0``)."""
+        if digest in self._conversations:
+            return None
+        for result in request.results:
+            state = self._runs.get(self._calls.get(result.call_id) or "")
+            if state is not None and state.conversation != digest and state.agent == agent \
+                    and _waits(state.pending, result.call_id) and not state.final_used \
+                    and state.stop is None and not ended(state.key):
+                return state
+        return None
 
     def _act(self, state: EndpointRun) -> None:
         """``state``, acting in text, has an answer its side requests may quote: its agent's
@@ -903,6 +958,19 @@ class ModelBook:
             state.messages = request.messages
         return records
 
+    def ran_before_answer(self, state: EndpointRun, handed: list[ToolCall], now_ns: int
+                          ) -> list[SpanRecord]:
+        """The work a response asks for beside its agent's finish (:func:`closing_call`):
+        the agent runs it, then ends, so no request brings its results. Each call a record
+        of a tool run by ``now_ns`` (the answer's start: they are booked before it, which
+        ends the run), without a result; none when the agent traces its tools itself."""
+        if state.traced or closing_call(handed, state.answer_tool) is None:
+            return []
+        ran = [self._tool_record(state, call, None, now_ns) for call in handed
+               if not is_answer_tool(call.name) and call.name != state.answer_tool]
+        state.results += len(ran)
+        return ran
+
     def answered_records(self, state: EndpointRun, now_ns: int, seen: Iterable[int]
                          ) -> list[SpanRecord] | None:
         """The records :meth:`tool_records` makes for a request that answers each of the run's
@@ -985,11 +1053,12 @@ class ModelBook:
         record.messages = request.messages + 1
         record.input_hash = request.input_hash  # the run's input, as a span's (cycles)
         record.response_id = seen.response_id
-        work = [call for call in handed if not is_answer_tool(call.name)]
+        work = [call for call in handed
+                if not is_answer_tool(call.name) and call.name != state.answer_tool]
         record.requested_tools = bool(work)
         side = is_side(state, request)
         acted = text_action(state, seen) if not handed and not seen.broke_off \
-            and not side else None
+            and not side else []
         if state.acts_in_text and not side and not seen.broke_off:
             words = " ".join(seen.text.split())
             state.quote = words[:MAX_ASIDE_CHARS] if len(words) >= MIN_ASIDE_CHARS else None
@@ -998,13 +1067,16 @@ class ModelBook:
                 if request.last_answer is None and request.anchor_text and words else None
             if state.quote is not None or state.grown is not None:
                 self._act(state)
-        if acted is not None:  # (its text is the action the agent runs: a tool call of it)
-            work, record.acted_on = [acted], True
+        if acted:  # (its text holds the actions the agent runs: tool calls of them)
+            work, record.acted_on = acted, True
         if not seen.broke_off:  # (what it handed over: an agent's span of running one pairs)
             record.asked_tools = tuple((call.name[:200], call.call_id[:200])
                                        for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
-        answer = answer_of(handed)
+        answer = answer_of(handed, state.answer_tool)
+        closing = closing_call(handed, state.answer_tool)
+        if closing is not None:  # (its work runs now, counted: :meth:`ran_before_answer`)
+            answer = answer_of([closing], state.answer_tool)
         if request.last_is_user and not side:
             state.summary = None  # (its latest answer to a new user message: this one's)
         if broke:
@@ -1032,9 +1104,16 @@ class ModelBook:
                         self._summaries.popitem(last=False)
         if not side:
             state.answered_last = record.loose and record.final_answer and not record.acted_on
+            # (the text answer that ended it, which a reply at once may drop: an answer
+            # tool's call holds no text a history keeps as the model's, rejected or not)
+            state.ending = answer_digest(seen.text) \
+                if state.answered_last and answer is None else None
+            state.ending_prompt = _said_digest(request.instructions) \
+                if state.answered_last else None
         waiting = state.begun if broke else state.pending
         for call in work:
-            waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS else None
+            waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS \
+                and (closing is None or broke) else None
             if call.call_id:
                 self._calls[call.call_id] = state.key
             if waited is not None and not broke:
@@ -1093,36 +1172,67 @@ class ModelBook:
         return record
 
 
-def text_action(state: EndpointRun, seen: Observation) -> ToolCall | None:
-    """The action a text answer hands over, for a run whose agent acts on its answers' text
+def text_action(state: EndpointRun, seen: Observation) -> list[ToolCall]:
+    """The actions a text answer hands over, for a run whose agent acts on its answers' text
     (:attr:`EndpointRun.acts_in_text`): a call of :data:`TEXT_ACTION` whose arguments are the
     answer's fenced code blocks (```` ``` ````), else its whole text, spacing aside (so the same
     command under other reasoning is the same call: the loop rules see it repeat) — or, when
     its rule pack gives the actions' pattern (:attr:`EndpointRun.action_pattern`, searched in
     the answer's first MAX_ACTION_CHARS), what it matches: its groups, else the match (a
     ReAct agent's ``Action:`` and ``Action Input:``, its ``Thought:`` aside); an answer it does
-    not match holds no action (the agent's ``Final Answer:``). Its result is what the agent's
+    not match holds no action (the agent's ``Final Answer:``) — or, when it gives the key
+    that names an action's tool (:attr:`EndpointRun.action_key`), a call per JSON object in
+    the answer that has that key (:func:`json_actions`). Its result is what the agent's
     next request says after the answer (its output). None for another run, an answer with no
     text or one cut short, and for the run's final request or stop: that answer is its
     last; and, for a run whose agent acts by the code blocks in its answers
     (:attr:`EndpointRun.acts_in_code`), an answer with none: its answer."""
     if not state.acts_in_text or state.final_used or state.stop is not None \
             or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
-        return None
+        return []
+    if state.action_key:
+        return json_actions(seen.text[:MAX_ACTION_CHARS], state.action_key)
     search = _action_search(state.action_pattern) if state.action_pattern else None
     if search is not None:
         found = search(seen.text[:MAX_ACTION_CHARS])
         if found is None:
-            return None
+            return []
         parts = [part for part in found[1:] if part] or [found[0] or ""]
     else:
         blocks = _FENCED.findall(seen.text)
         if state.acts_in_code and not blocks:
-            return None
+            return []
         parts = blocks or [seen.text]
     action = " ".join(" ".join(parts).split())
-    return ToolCall(TEXT_ACTION_ID + _random_hex(64), TEXT_ACTION,
-                    json.dumps({"action": action[:MAX_ACTION_CHARS]}))
+    return [ToolCall(TEXT_ACTION_ID + _random_hex(64), TEXT_ACTION,
+                     json.dumps({"action": action[:MAX_ACTION_CHARS]}))]
+
+
+def json_actions(text: str, key: str) -> list[ToolCall]:
+    """The actions in ``text`` when an agent asks for its tools by JSON objects in its
+    answers (a rule pack's ``action_key``: Langroid's ``{"request": "<tool>", ...}``): each
+    top-level JSON object in it, fenced or not, whose ``key`` is a string, in order, is a call
+    of the tool it names, its arguments the object (keys sorted: the same object is the same
+    call, the loop rules see it repeat). Strict JSON alone (an object the agent would repair,
+    single quotes or a trailing comma, is none); at most MAX_PENDING_CALLS, and the search
+    tries at most MAX_JSON_STARTS opening braces that begin no JSON object (prose's braces),
+    so a long answer costs time linear in it."""
+    decoder, at, misses = json.JSONDecoder(), 0, 0
+    found: list[ToolCall] = []
+    while len(found) < MAX_PENDING_CALLS and misses < MAX_JSON_STARTS:
+        start = text.find("{", at)
+        if start < 0:
+            break
+        try:
+            value, at = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            at, misses = start + 1, misses + 1
+            continue
+        name = value.get(key) if isinstance(value, dict) else None
+        if isinstance(name, str) and name:
+            found.append(ToolCall(TEXT_ACTION_ID + _random_hex(64), name[:200],
+                                  json.dumps(value, sort_keys=True)[:MAX_ACTION_CHARS]))
+    return found
 
 
 @lru_cache(maxsize=64)
@@ -1183,6 +1293,12 @@ def _wait(waiting: dict[str, ToolCall], call: ToolCall) -> str:
     return key
 
 
+def _waits(waiting: dict[str, ToolCall], call_id: str) -> bool:
+    """Whether a call of ``call_id`` waits for its result (:func:`_wait`)."""
+    prefix = call_id + "\0"
+    return call_id in waiting or any(key.startswith(prefix) for key in waiting)
+
+
 def _answered(waiting: dict[str, ToolCall], call_id: str) -> ToolCall | None:
     """The call waiting that a result of ``call_id`` answers (the first of that id), taken."""
     call = waiting.pop(call_id, None)
@@ -1215,6 +1331,16 @@ def text_stop_answer(form: str, note: str) -> str:
     when it is the run's report, may hold one): the agent must find no action but the
     form's."""
     return form.replace(STOP_NOTE_MARK, _FENCED_WHOLE.sub("", note).strip())
+
+
+def no_json(line: str) -> str:
+    """A line of a stop note for an agent that reads its actions from its answers' text (a
+    rule pack's ``actions: text`` or ``code``), with no JSON object in it: its braces shown as
+    parentheses. A step's arguments, quoted as JSON (``shell({"command": ...})``), are what
+    such an agent runs when it finds them (Langroid reads a JSON object whose fields are a
+    tool's as a call of it, its ``request`` key or not): the stop's answer must hand over
+    nothing to run."""
+    return line.translate(_NO_BRACES)
 
 
 def goes_on_from_final(state: EndpointRun, request: Request) -> bool:
@@ -1309,6 +1435,37 @@ def follows_at_once(state: EndpointRun, request: Request, now_ns: int,
         return False  # (its history is the server's, or the agent started over)
     last = answer_digest(request.last_answer)
     return last is None or last != answer_digest(state.report or "")
+
+
+def rejects_answer(state: EndpointRun, request: Request, now_ns: int,
+                   window_ns: int = AT_ONCE_NS) -> bool:
+    """Whether ``request``, a new user message in the conversation of ``state``'s run, is the
+    agent's own reply rejecting the answer that ended the run on its own (the model's text,
+    no budget spent, no stop): it comes less than ``window_ns`` after that answer, under the
+    instructions that answer came to (under others it is another agent's turn: a pipeline's
+    next agent, given the first one's work), and its conversation, sent whole and longer than
+    the run's was, does not hold that answer as its last (the agent dropped it: mini-swe-agent's
+    format error when its model answers without a tool call). The run goes on with what is
+    left of its budget: an agent that takes no answer as its end cannot begin run after run,
+    each with a budget of its own. A new message
+    that keeps the answer in its history (a script's next ``chat``, a person's next question)
+    is the session's next run: nothing in it tells a nudge from a new task."""
+    return state.answered_last and not state.final_used and state.stop is None \
+        and state.ending is not None and request.last_is_user and not request.kept \
+        and request.messages > state.messages and 0 <= now_ns - state.last_end_ns < window_ns \
+        and answer_digest(request.last_answer) != state.ending \
+        and _said_digest(request.instructions) == state.ending_prompt
+
+
+def goes_on_in_conversation(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request``, a new user message in the conversation of ``state``'s run, goes on
+    in that run because its budget covers the whole conversation (``budget_per:
+    conversation``): the conversation sent whole, longer than the run's was (another
+    invocation that begins as it began is shorter: the next run), or one the server keeps (by
+    ``previous_response_id`` or ``conversation``: its length is not read). Its nudges
+    ("continue", the task again) and a person's next question alike: one budget for all."""
+    return state.per_conversation and request.last_is_user \
+        and (request.kept or request.messages > state.messages)
 
 
 def replied_at_once(state: EndpointRun, now_ns: int) -> bool:

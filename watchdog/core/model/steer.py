@@ -130,12 +130,13 @@ def kept_calls(calls: Sequence[ToolCall], keep: int | None) -> list[ToolCall]:
     return kept
 
 
-def answer_of(calls: Iterable[ToolCall]) -> str | None:
+def answer_of(calls: Iterable[ToolCall], answer_tool: str | None = None) -> str | None:
     """The answer a response gives through final-answer calls only (None: it asks for work,
-    or for nothing): the first one's arguments — the text, when they hold only a text."""
+    or for nothing): the first one's arguments — the text, when they hold only a text.
+    ``answer_tool``: one more tool that delivers the answer (the agent's, its pack says)."""
     answers: list[ToolCall] = []
     for call in calls:
-        if not is_answer_tool(call.name):
+        if not is_answer_tool(call.name) and call.name != answer_tool:
             return None
         answers.append(call)
     if not answers:
@@ -150,6 +151,16 @@ def answer_of(calls: Iterable[ToolCall]) -> str | None:
         if isinstance(only, str):
             return only
     return arguments
+
+
+def closing_call(calls: Sequence[ToolCall], answer_tool: str | None) -> ToolCall | None:
+    """The call of ``answer_tool`` (the agent's finish that carries only its answer, its pack
+    says) that a response asks for beside work, None if none such: the agent runs the work,
+    then ends with that call's answer (adk runs each call of a response, then ends at its
+    ``exit``), so the answer comes after the work, and no request follows."""
+    if answer_tool is None or answer_of(calls, answer_tool) is not None:
+        return None
+    return next((call for call in calls if call.name == answer_tool), None)
 
 
 FINISH_CALL_ID = "call_watchdog_"  # the id of a finish call the endpoint gives: it, 96 bits

@@ -23,9 +23,16 @@ MAX_CACHED_AGENTS = 4096  # distinct agent names whose budget is remembered; the
 # Interpreter's)
 ACTIONS_TOOLS, ACTIONS_TEXT, ACTIONS_CODE = "tools", "text", "code"
 ACTS_IN_TEXT = (ACTIONS_TEXT, ACTIONS_CODE)
+# what a budget covers at the model endpoint (a budgets entry's ``budget_per``): a run (a new
+# user message after its answer starts the next run, with a budget of its own), or the whole
+# conversation (every new user message in it goes on in its run: an agent that nudges itself)
+BUDGET_PER_RUN = "run"
+BUDGET_PER_CONVERSATION = "conversation"
+BUDGET_PER = (BUDGET_PER_RUN, BUDGET_PER_CONVERSATION)
 STOP_NOTE_MARK = "${note}"  # where a ``stop_answer:`` puts the stop note
 MAX_STOP_ANSWER_CHARS = 4096
 MAX_ACTION_PATTERN_CHARS = 500  # a budgets entry's action_pattern (a regular expression)
+MAX_ACTION_KEY_CHARS = 100  # a budgets entry's action_key (a JSON object's key)
 # where a ``finish:`` call's arguments put the report: as it is, or quoted for a POSIX shell
 REPORT_MARK, REPORT_SHELL_MARK = "${report}", "${report_shell}"
 MAX_FINISH_ARGUMENTS = 16  # a finish call's arguments, each at most MAX_STOP_ANSWER_CHARS
@@ -42,6 +49,21 @@ class Finish:
 
     def describe(self) -> dict[str, Any]:
         return {"tool": self.tool, "arguments": dict(self.arguments)}
+
+    @property
+    def answers(self) -> bool:
+        """Whether the call carries the report and nothing else (each argument REPORT_MARK,
+        as adk.ExitTool's ``final_result``): a tool that only delivers the agent's answer,
+        so the model's own call of it is the run's answer, never work."""
+        return all(value == REPORT_MARK for _, value in self.arguments)
+
+    def answered_by(self, parameters: frozenset[str] | None) -> bool:
+        """Whether a request's tool of this name, offered with ``parameters`` (None: not
+        offered), is this finish (:attr:`answers`, and it takes these arguments and no
+        other): a tool of the same name that the request does not offer, or that takes other
+        arguments (another agent's the same budgets entry matches, a command's ``exit``), is
+        work, never the run's answer."""
+        return self.answers and parameters == frozenset(name for name, _ in self.arguments)
 
 
 class Repeat(StrEnum):
@@ -163,6 +185,11 @@ class Budget:
     action_pattern: str | None = None
     # ACTIONS_TOOLS: the tool call that ends their task (None: a text answer ends it)
     finish: Finish | None = None
+    # what the budget covers at the model endpoint (BUDGET_PER)
+    budget_per: str = BUDGET_PER_RUN
+    # ACTIONS_TEXT: the key whose value names the tool a JSON object in an answer asks for
+    # (each such object an action; an answer with none holds none: the agent's answer)
+    action_key: str | None = None
 
     def applies_to(self, agent: str) -> bool:
         return any(fnmatchcase(agent, glob) for glob in self.agents)
@@ -218,6 +245,12 @@ class RuleSet:
         ``code`` (read at each model request: remembered per agent, as its budget is)."""
         entry = self._entry(agent)
         return entry if entry is not None and entry.actions in ACTS_IN_TEXT else None
+
+    def per_conversation(self, agent: str) -> bool:
+        """Whether ``agent``'s budgets entry (the first matching) says its budget covers the
+        whole conversation (``budget_per: conversation``)."""
+        entry = self._entry(agent)
+        return entry is not None and entry.budget_per == BUDGET_PER_CONVERSATION
 
     def finish_of(self, agent: str) -> Finish | None:
         """The tool call that ends ``agent``'s task, as its budgets entry (the first matching)

@@ -37,6 +37,9 @@ from watchdog.core.rules.model import (
     ACTIONS_TEXT,
     ACTIONS_TOOLS,
     ACTS_IN_TEXT,
+    BUDGET_PER,
+    BUDGET_PER_RUN,
+    MAX_ACTION_KEY_CHARS,
     MAX_ACTION_PATTERN_CHARS,
     MAX_FINISH_ARGUMENTS,
     MAX_STOP_ANSWER_CHARS,
@@ -84,7 +87,7 @@ RULE_KEY_SYNONYMS = {"expr": "when", "expression": "when", "condition": "when", 
 GRACE_KEYS = ("tool_calls", "seconds")
 NO_COUNTDOWN = "none"  # ``countdown: none``: not a countdown (nor one a replaced rule had)
 BUDGET_ENTRY_KEYS = ("agents", *BUDGET_KEYS, "actions", "stop_answer", "action_pattern",
-                     "finish")
+                     "action_key", "finish", "budget_per")
 INTEGER_BUDGETS = WHOLE_BUDGET_KEYS
 
 
@@ -215,7 +218,10 @@ def ahead_form(packs: Sequence[_Pack], digest: str) -> dict[str, Any]:
         "budgets": [{"agents": list(b.agents), "limits": b.limits, "line": b.line,
                      "actions": b.actions, "stop_answer": b.stop_answer,
                      **({"action_pattern": b.action_pattern} if b.action_pattern else {}),
-                     "finish": b.finish.describe() if b.finish else None}
+                     **({"action_key": b.action_key} if b.action_key else {}),
+                     "finish": b.finish.describe() if b.finish else None,
+                     **({"budget_per": b.budget_per}
+                        if b.budget_per != BUDGET_PER_RUN else {})}
                     for b in pack.budgets],
         "disable": [[name, line] for name, line in pack.disable],
         "switch_off": [[name, line] for name, line in pack.switch_off]} for pack in packs]}
@@ -240,7 +246,9 @@ def read_ahead(file: str) -> _Pack | None:
                      [Budget(tuple(b["agents"]), {k: float(v) for k, v in b["limits"].items()},
                              file, int(b["line"]), str(b.get("actions", ACTIONS_TOOLS)),
                              b.get("stop_answer"), b.get("action_pattern"),
-                             _ahead_finish(b.get("finish")))
+                             _ahead_finish(b.get("finish")),
+                             str(b.get("budget_per", BUDGET_PER_RUN)),
+                             b.get("action_key"))
                       for b in form["budgets"]],
                      [(str(name), int(line)) for name, line in form["disable"]],
                      [(str(name), int(line)) for name, line in form.get("switch_off", ())])
@@ -422,6 +430,21 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
         if problem is not None:
             reader.problem(fields["action_pattern"], None, f"budgets: action_pattern: {problem}")
             ok = False
+    action_key = None
+    if "action_key" in fields:
+        action_key = reader.string(fields["action_key"], None, "budgets: action_key")
+        problem = None
+        if action_key is None:
+            ok = False
+        elif actions != ACTIONS_TEXT:
+            problem = f"only for agents that act in text (actions: {ACTIONS_TEXT})"
+        elif action_pattern is not None:
+            problem = "an entry gives action_key or action_pattern, not both"
+        elif not action_key or len(action_key) > MAX_ACTION_KEY_CHARS:
+            problem = f"1 to {MAX_ACTION_KEY_CHARS} characters"
+        if problem is not None:
+            reader.problem(fields["action_key"], None, f"budgets: action_key: {problem}")
+            ok = False
     finish = None
     if "finish" in fields:
         finish = _finish(reader, fields["finish"])
@@ -431,6 +454,16 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
             reader.problem(fields["finish"], None, "budgets: finish: only for agents that act "
                            f"by tool calls (for actions: {actions}, stop_answer)")
             ok = False
+    budget_per = BUDGET_PER_RUN
+    if "budget_per" in fields:
+        per = reader.string(fields["budget_per"], None, "budgets: budget_per")
+        if per in BUDGET_PER:
+            budget_per = per
+        else:
+            if per is not None:
+                reader.problem(fields["budget_per"], None, f"budgets: budget_per: {per!r} is "
+                                                           f"not {' or '.join(BUDGET_PER)}")
+            ok = False
     if not limits and ok and actions == ACTIONS_TOOLS and finish is None:
         reader.problem(node, None, "budgets: an entry sets no limit (use one of "
                                    f"{', '.join(BUDGET_KEYS)}, actions: {ACTIONS_TEXT}, "
@@ -439,7 +472,7 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
     if not ok or agents is None:
         return None
     return Budget(agents, limits, reader.file, reader.line(node), actions, stop_answer,
-                  action_pattern, finish)
+                  action_pattern, finish, budget_per, action_key)
 
 
 def _action_pattern_problem(pattern: str) -> str | None:

@@ -1122,6 +1122,15 @@ class RunTracker(RunBook):
         result.touched[parent.key] = parent
         return child
 
+    def kept_records(self, run: RunState) -> list[SpanRecord] | None:
+        """The records of ``run``, a run of a trace, as its trace keeps them (at most
+        ``MAX_RETAINED_SPANS``, while the trace's frames are kept), in the order they came;
+        None when they are not all kept (another run's, too many, or let go)."""
+        frames = self._frames.get(run.trace_id) if run.key_source is KEY_TRACE else None
+        if frames is None or not frames.complete:
+            return None
+        return [record for record in frames.records if record.run_key == run.key]
+
     def _refold(self, run: RunState, records: list[SpanRecord], now: float) -> None:
         """Fold ``run`` again from ``records`` (what it keeps once a nested agent's spans moved
         out); a run that ended unanswered (its root came first) ends through its children."""

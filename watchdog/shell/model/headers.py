@@ -90,11 +90,23 @@ def door(method: str, target: str, headers: CIMultiDict[str] | CIMultiDictProxy[
     if target.startswith(AGENT_PATH):
         named, slash, rest = target[len(AGENT_PATH):].partition("/")
         target = "/" + rest if slash else "/"
-    check_target(method, target)
-    if token is not None and not hmac.compare_digest(
-            (given or "").encode("utf-8", "replace"), token.encode("utf-8")):
-        raise Refused(401, "unauthorized", f"missing or wrong {TOKEN_HEADER} header (or "
-                      f"{TOKEN_PATH}<token>/ path): the model endpoint binds beyond loopback")
+    try:
+        check_target(method, target)
+        if token is not None and not hmac.compare_digest(
+                (given or "").encode("utf-8", "replace"), token.encode("utf-8")):
+            raise Refused(401, "unauthorized", f"missing or wrong {TOKEN_HEADER} header (or "
+                          f"{TOKEN_PATH}<token>/ path): the model endpoint binds beyond "
+                          "loopback")
+    except Refused as refused:
+        if TOKEN_PATH in target.split("?", 1)[0]:  # (a base URL put together out of order)
+            refused.message += (f" ({TOKEN_PATH}<token>/ goes first in the path, before "
+                                f"{AGENT_PATH}<name>/ and /v1/)")
+        raise
+    if token is not None and token in unquote(target):  # (sent on, in the upstream's logs)
+        raise Refused(400, "bad_request", "the token is in the request's path or query past "
+                      "where the endpoint takes it off, so it would go on to the upstream: "
+                      f"send it once, first in the path ({TOKEN_PATH}<token>/, before "
+                      f"{AGENT_PATH}<name>/ and /v1/) or as the {TOKEN_HEADER} header")
     return target, None if named is None else path_agent(named)
 
 
