@@ -30,6 +30,7 @@ from tests.test_model_proxy import (
     RawUpstream,
     Seen,
     completion_reply,
+    metric,
     post,
     reset,
     send,
@@ -161,6 +162,62 @@ def test_a_body_that_does_not_arrive_in_time_is_408_and_frees_its_slot(
         _, text = http_request("GET", sidecar.metrics + "/metrics")
         assert (f'agent_watchdog_model_requests_total{{agent="staller",api="{api}",'
                 f'outcome="refused"}} 2.0') in text.decode()
+
+
+def test_slow_bodies_hold_no_place_and_the_bodies_being_read_are_bounded(
+        relay: str, tmp_path: Path, upstream_ok: RawUpstream) -> None:
+    """Clients that send a body a few bytes at a time, more of them than
+    ``model_max_concurrent``: a request takes a place only once its body is in, so a
+    well-behaved agent's requests meanwhile are served; the bodies being read are bounded on
+    their own (2 × ``model_max_concurrent``: past them 503 with ``Retry-After``), and a slow
+    body, once in, is served too."""
+    body = json.dumps({"model": "m", "messages": [], "user": "x" * 40}).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+            f"\r\nx-watchdog-agent: trickler\r\nConnection: close\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    slow: list[socket.socket] = []
+    with sidecar_for(tmp_path, upstream_ok, model_relay=relay, model_body_timeout=30,
+                     model_max_concurrent=2) as sidecar:
+        def trickle() -> None:  # a head, then the body's first bytes, a byte a write
+            sock = socket.create_connection(sidecar.server.addresses["model"], timeout=10)
+            slow.append(sock)
+            sock.sendall(head)
+            for byte in body[:5]:
+                sock.sendall(bytes([byte]))
+
+        def held() -> float:
+            return metric(sidecar, "agent_watchdog_model_request_bytes_in_flight")
+
+        try:
+            for _ in range(3):  # more than the places
+                trickle()
+            # (each counted from its head: their declared lengths held)
+            wait_until(lambda: held() == 3 * len(body), what="3 bodies being read", timeout=10)
+            for _ in range(3):
+                status, answer = post(sidecar, "/v1/chat/completions", body)
+                assert status == 200, answer[:300]
+            assert len(upstream_ok.seen) == 3
+            trickle()  # as many bodies being read as 2 × model_max_concurrent
+            wait_until(lambda: held() == 4 * len(body), what="4 bodies being read", timeout=10)
+            answer = raw_exchange(sidecar, head + body)
+            assert answer.startswith(b"HTTP/1.1 503 "), answer[:300]
+            assert b"\r\nretry-after: 1\r\n" in answer.lower()
+            error = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+            assert error["code"] == "overloaded" and "being read" in error["message"]
+            assert len(upstream_ok.seen) == 3
+            for sock in slow:  # the rest of each slow body, in small writes; its answer
+                for at in range(5, len(body), 8):
+                    sock.sendall(body[at:at + 8])
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+                assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+            assert len(upstream_ok.seen) == 7
+        finally:
+            for sock in slow:
+                sock.close()
+        assert metric(sidecar, "agent_watchdog_model_overloaded_total"
+                      '{limit="model_max_concurrent"}') == 1.0
 
 
 @pytest.fixture

@@ -169,9 +169,17 @@ struct Shared {
     /// else what replaces them.
     releases: Mutex<HashMap<u64, oneshot::Sender<Option<Bytes>>>>,
     next_id: AtomicU64,
+    /// Requests being served now: from their head until their response has ended.
     in_flight: AtomicUsize,
+    /// Of those, the ones whose body has been read: a place each (`max_concurrent`), so a
+    /// body still coming holds none.
+    places: AtomicUsize,
+    /// Of those, the ones whose body is being read (at most `max_reading`).
+    reading: AtomicUsize,
     max_body: usize,
     max_concurrent: usize,
+    /// `READING_PER_PLACE` × `max_concurrent`.
+    max_reading: usize,
     /// The bytes of request bodies the requests in flight hold (`model_max_inflight_bytes`).
     held_bytes: Mutex<usize>,
     max_inflight: usize,
@@ -355,6 +363,17 @@ struct Ticket {
     watched: bool,
     /// Its answer is held until Python releases it (`Event::Done`'s `held`).
     holding: bool,
+    /// It holds a place (`Shared::places`): its body has been read.
+    placed: bool,
+}
+
+/// A request whose body is being read, counted in `Shared::reading` while it lives.
+struct Reading(Arc<Shared>);
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.0.reading.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// What a response's observer holds: the bytes copied as they pass (bounded), or a whole
@@ -484,6 +503,9 @@ impl Drop for Ticket {
             self.shared.releases.lock().unwrap().remove(&self.id);
         }
         self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if self.placed {
+            self.shared.places.fetch_sub(1, Ordering::SeqCst);
+        }
         *self.shared.held_bytes.lock().unwrap() -= self.held;
     }
 }
@@ -914,7 +936,7 @@ async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<RelayBody>, Infallible> {
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-    let in_flight = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    shared.in_flight.fetch_add(1, Ordering::SeqCst);
     let mut ticket = Ticket {
         shared: shared.clone(),
         id,
@@ -929,6 +951,7 @@ async fn handle(
         held: 0,
         watched: false,
         holding: false,
+        placed: false,
     };
     let (parts, incoming) = request.into_parts();
     let headers: Headers = parts
@@ -963,8 +986,15 @@ async fn handle(
         .await;
         return Ok(stopping(&parts.uri, ticket));
     }
-    if in_flight > shared.max_concurrent {
-        refusal = "overloaded";
+    // a place is taken once the body has been read (a body still coming holds none, so slow
+    // clients cannot keep the others out); the bodies being read are bounded on their own,
+    // and a client that waits for `100 Continue` is refused before it sends its body when
+    // every place is taken now
+    let reading = Reading(shared.clone());
+    let readers = shared.reading.fetch_add(1, Ordering::SeqCst) + 1;
+    let full = waits && shared.places.load(Ordering::SeqCst) >= shared.max_concurrent;
+    if readers > shared.max_reading || full {
+        refusal = if full { "overloaded" } else { "reading" };
         if !waits {
             // its body read and dropped first (at most `max_body`, within the time a body
             // has), as the Python relay does, so its client, still sending it, reads the
@@ -1005,6 +1035,18 @@ async fn handle(
             // still sending it, reads the answer: a connection closed under it may lose it
             let left = shared.body_timeout.saturating_sub(started.elapsed());
             let _ = tokio::time::timeout(left, drain(&mut incoming, shared.max_body)).await;
+        }
+    }
+    drop(reading);
+    let mut in_flight = shared.places.load(Ordering::SeqCst) + 1;
+    if refusal == "reading" {
+        in_flight = readers; // (what its answer names)
+    } else if refusal.is_empty() {
+        in_flight = shared.places.fetch_add(1, Ordering::SeqCst) + 1;
+        ticket.placed = true;
+        if in_flight > shared.max_concurrent {
+            refusal = "overloaded"; // (its body read: the connection stays open)
+            body = None;
         }
     }
     let method = parts.method.as_str().to_owned();
@@ -1267,6 +1309,10 @@ async fn booked(shared: &Shared, digest: &admit::Digest) {
 type Failure = (Ticket, &'static str, String);
 
 /// How long the body of a request that comes while the relay stops is read, to drop it.
+/// The request bodies being read at once, per place (`max_concurrent`): past them, 503 with
+/// `Retry-After` (as the Python relay's `READING_PER_PLACE`).
+const READING_PER_PLACE: usize = 2;
+
 const DRAIN_READ: Duration = Duration::from_secs(1);
 
 /// A body read whole that failed once the upstream had answered: its kind (`Event::Failed`).
@@ -1688,8 +1734,11 @@ impl Relay {
             releases: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0),
+            places: AtomicUsize::new(0),
+            reading: AtomicUsize::new(0),
             max_body,
             max_concurrent,
+            max_reading: max_concurrent.saturating_mul(READING_PER_PLACE),
             held_bytes: Mutex::new(0),
             max_inflight,
             observe_limit,
