@@ -274,6 +274,13 @@ impl Shared {
         true
     }
 
+    /// A body of `size` bytes would be held now, without taking the total past `max_inflight`
+    /// (or no request holds any): `hold`'s test, counting nothing.
+    fn fits(&self, size: usize) -> bool {
+        let total = *self.held_bytes.lock().unwrap();
+        total == 0 || total + size <= self.max_inflight
+    }
+
     fn answers(&self) -> Answers {
         self.answers.get().cloned().unwrap_or_default()
     }
@@ -887,9 +894,10 @@ fn passed_headers(upstream: &HeaderMap) -> HeaderMap {
     out
 }
 
-/// A request's body, read into one buffer (of its declared length: never copied again), counted
-/// in `held_bytes` as it comes past what it declared (a chunked one); else why not
-/// (`too_large`, `over_budget`, `unreadable`).
+/// A request's body, read into one buffer (of its declared length, up to `RESERVED_AHEAD`:
+/// past it, grown as it comes), counted in `held_bytes` as it comes (so a body declared large
+/// and sent slowly holds what has come, not what it says); else why not (`too_large`,
+/// `over_budget`, `unreadable`).
 async fn read_body(
     shared: &Shared,
     ticket: &mut Ticket,
@@ -899,7 +907,8 @@ async fn read_body(
     let mut data = BytesMut::with_capacity(
         declared
             .map_or(0, |length| length as usize)
-            .min(shared.max_body),
+            .min(shared.max_body)
+            .min(RESERVED_AHEAD),
     );
     while let Some(frame) = incoming.frame().await {
         let Ok(chunk) = frame.map_err(|_| "unreadable")?.into_data() else {
@@ -1015,12 +1024,11 @@ async fn handle(
         let mut incoming = incoming;
         // a client that waits for `100 Continue` is refused before it sends its body (hyper
         // says it only once the body is read): nothing of it to read and drop
-        let before = declared.is_some_and(|length| !shared.hold(0, length as usize));
+        let before = waits && declared.is_some_and(|length| !shared.fits(length as usize));
         let read = async {
             if before {
                 Err("over_budget")
             } else {
-                ticket.held = declared.unwrap_or(0) as usize;
                 read_body(&shared, &mut ticket, declared, &mut incoming).await
             }
         };
@@ -1030,7 +1038,7 @@ async fn handle(
             Ok(Err(why)) => refusal = why,
             Err(_) => refusal = "body_late", // (its slot is freed with the answer)
         }
-        if refusal == "over_budget" && !(before && waits) {
+        if refusal == "over_budget" && !before {
             // the rest of its body read and dropped (within the time it had), so its client,
             // still sending it, reads the answer: a connection closed under it may lose it
             let left = shared.body_timeout.saturating_sub(started.elapsed());
@@ -1312,6 +1320,10 @@ type Failure = (Ticket, &'static str, String);
 /// The request bodies being read at once, per place (`max_concurrent`): past them, 503 with
 /// `Retry-After` (as the Python relay's `READING_PER_PLACE`).
 const READING_PER_PLACE: usize = 2;
+
+/// A request body's buffer, reserved at its head (at most its declared length): past it, it
+/// grows as the body comes (a body declared large and sent slowly reserves no more).
+const RESERVED_AHEAD: usize = 1 << 20;
 
 const DRAIN_READ: Duration = Duration::from_secs(1);
 

@@ -19,11 +19,13 @@ answer, or a plan to send it upstream) is :mod:`watchdog.shell.model.plans`.
 
 Bounded: request bodies (``model_max_body_bytes``, 413; ``model_body_timeout`` to arrive, 408
 and the connection closed), requests in flight
-(``model_max_concurrent``, 503 with Retry-After), the bytes of their bodies held at once
-(``model_max_inflight_bytes``: a request whose declared length, or whose body as it is read,
-would take the total past it gets 503 with Retry-After, unless it is the only one holding
-any; counted until the request has ended), whole responses read for observation
-(``MAX_RESPONSE_BYTES``: larger ones pass unobserved), SSE events (``MAX_SSE_EVENT_BYTES``). One
+(``model_max_concurrent``, 503 with Retry-After: a place taken once the body is in; the bodies
+being read, ``READING_PER_PLACE`` × as many, likewise), the bytes of their bodies held at once
+(``model_max_inflight_bytes``: a request whose body as it is read, or, waiting for ``100
+Continue``, whose declared length, would take the total past it gets 503 with Retry-After,
+unless it is the only one holding any; counted as they come, until the request has ended),
+whole responses read for observation (``MAX_RESPONSE_BYTES``: larger ones pass unobserved),
+SSE events (``MAX_SSE_EVENT_BYTES``). One
 client session keeps a keep-alive pool to the upstreams, verifies TLS with the system's CAs and
 honours ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` (read once at start: aiohttp's per-request
 ``trust_env`` lookup cost ~1.7 ms a request). A client that goes away cancels its upstream
@@ -1043,8 +1045,6 @@ class ModelProxy:
     async def _body(self, request: web.Request, held: Held) -> bytes:
         limit = self.config.model_max_body_bytes
         self._length_taken(request)
-        if request.content_length:  # counted before it is read, as it is declared
-            self.hold(held, request.content_length)
         data = bytearray()
         try:
             async with asyncio.timeout(self.config.model_body_timeout):
@@ -1052,7 +1052,7 @@ class ModelProxy:
                     data += chunk
                     if len(data) > limit:
                         raise self.too_large(limit)
-                    self.hold(held, len(data))  # (a chunked body: as it is read)
+                    self.hold(held, len(data))  # (as it comes, whatever it declared)
         except TimeoutError:
             raise self.body_late(self.config.model_body_timeout) from None
         except EndedEarly:  # its client ended its side of the connection before its end
