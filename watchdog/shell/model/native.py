@@ -516,6 +516,8 @@ class NativeEndpoint:
             wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
             if refusal == "overloaded":
                 raise proxy.overloaded(in_flight)
+            if refusal == "reading":  # (``in_flight``: the other bodies being read)
+                raise proxy.reading_full(in_flight)
             if refusal == "over_budget":
                 raise proxy.over_budget()
             if refusal == "too_large":
