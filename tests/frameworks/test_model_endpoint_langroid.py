@@ -52,9 +52,11 @@ budgets:
     max_tool_calls: 3
     actions: text
     action_key: request
+    answer_tools: [done_tool]
   - agents: ["langroid*"]
     actions: text
     action_key: request
+    answer_tools: [done_tool]
 rules:
   - name: two-actions-then-abort
     agents: ["langroid-abort"]
@@ -182,28 +184,32 @@ def test_one_task_run_is_one_run_each_tool_it_asks_for_a_call(
     assert run["final_output"] == "All 3 steps are done."
 
 
-def test_known_gap_its_done_tool_is_one_more_call_and_holds_the_run_open(
-        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
-    """Known gap: the model that ends its task by Langroid's ``done_tool`` in its text
-    (``{"request": "done_tool", "content": ...}``, its ``DoneTool``) asks for a tool as any
-    other JSON object does: the endpoint hands a call of it over, and holds the run open for it
-    as for an action, so the run ends ``completed`` ``loose_run_gap`` after that call (the
-    call counted then), not at once (an answer with no tool, ``handle_llm_no_tool="done"``,
-    ends it at once: above). Read the moment ``Task.run`` has returned."""
+@pytest.mark.parametrize("agent", ["langroid", "langroid-budget"])
+def test_its_done_tool_is_its_answer_and_ends_the_run_at_once(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, agent: str) -> None:
+    """The model that ends its task by Langroid's ``done_tool`` in its text (``{"request":
+    "done_tool", "content": ...}``, its ``DoneTool``), a tool the pack's ``answer_tools``
+    names, gives the run's answer by it: no tool call (not one of a budget's 3), its
+    ``content`` the run's output, and the run ends ``completed`` at once, as with an answer
+    with no tool (``loose_run_gap`` is 2 min here). Read the moment ``Task.run`` has
+    returned."""
     def pick(index: int, _body: dict[str, Any]) -> fakellm.Step:
         if index == 2:
-            return fakellm.answer(json.dumps({"request": "done_tool", "content": "Both done."}))
+            return fakellm.answer("Both steps ran.\n```json\n" + json.dumps(
+                {"request": "done_tool", "content": "Both done."}) + "\n```")
         return act(f"echo step{index} >> ran.log", "text")
 
     before = run_ids(sidecar)
-    said, ran, requests, _ = run_langroid(sidecar, llm, "langroid", pick, tmp_path, "text",
+    said, ran, requests, _ = run_langroid(sidecar, llm, agent, pick, tmp_path, "text",
                                           done_tool=True)
     assert (said, ran, len(requests)) == ("Both done.", ["step0", "step1"], 3)
-    [run] = new_runs(sidecar, before, lambda runs: len(runs) == 1
-                     and runs[0]["iterations"] == 3)
-    # (its done_tool call handed over, in flight at the agent, as an action waiting for its
-    # result: the run is held open, not ended by the answer it carries)
-    assert (run["state"], run["tool_calls"], run["signals"]["in_flight"]) == ("active", 2, 1), run
+    if agent == "langroid-budget":  # (its 3rd request: 1 of 3 left, the done_tool none)
+        assert LEFT.findall(instructions(requests[2])) == [("1", "3")], requests[2]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        3, 2, "completed"), run
+    assert run["signals"]["tools"] == {"shell": 2}, run["signals"]
+    assert run["final_output"] == "Both done."
 
 
 # -- a budget -----------------------------------------------------------------------------------

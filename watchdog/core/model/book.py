@@ -278,6 +278,9 @@ class EndpointRun:
     # ... the key whose value names the tool a JSON object in its answer asks for (a rule
     # pack's ``action_key``): each such object is an action, an answer with none its answer
     action_key: str | None = None
+    # ... the tools whose action is the agent's answer (a rule pack's ``answer_tools``:
+    # Langroid's ``done_tool``): an answer whose actions are all theirs is the run's answer
+    answer_tools: tuple[str, ...] = ()
     # ... by the code blocks in them (``actions: code``): an answer with none is its answer,
     # which ends the run, as a text answer ends a run whose agent calls tools
     acts_in_code: bool = False
@@ -1043,6 +1046,9 @@ class ModelBook:
         side = is_side(state, request)
         acted = text_action(state, seen) if not handed and not seen.broke_off \
             and not side else []
+        said = text_answer(acted, state.answer_tools, state.action_key)
+        if said is not None:  # (its own finishing action: its answer, no work)
+            acted = []
         if state.acts_in_text and not side and not seen.broke_off:
             words = " ".join(seen.text.split())
             state.quote = words[:MAX_ASIDE_CHARS] if len(words) >= MIN_ASIDE_CHARS else None
@@ -1057,7 +1063,7 @@ class ModelBook:
             record.asked_tools = tuple((call.name[:200], call.call_id[:200])
                                        for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
-        answer = answer_of(handed, state.answer_tool)
+        answer = answer_of(handed, state.answer_tool) if said is None else said
         if request.last_is_user and not side:
             state.summary = None  # (its latest answer to a new user message: this one's)
         if broke:
@@ -1175,6 +1181,10 @@ def text_action(state: EndpointRun, seen: Observation) -> list[ToolCall]:
         found = search(seen.text[:MAX_ACTION_CHARS])
         if found is None:
             return []
+        if len(found) > 1 and found[1] in state.answer_tools:  # (its answer's: its first group)
+            rest = "\n".join(part.strip() for part in found[2:] if part and part.strip())
+            return [ToolCall(TEXT_ACTION_ID + _random_hex(64), found[1],
+                             json.dumps({"answer": rest[:MAX_ACTION_CHARS]}))]
         parts = [part for part in found[1:] if part] or [found[0] or ""]
     else:
         blocks = _FENCED.findall(seen.text)
@@ -1211,6 +1221,30 @@ def json_actions(text: str, key: str) -> list[ToolCall]:
             found.append(ToolCall(TEXT_ACTION_ID + _random_hex(64), name[:200],
                                   json.dumps(value, sort_keys=True)[:MAX_ACTION_CHARS]))
     return found
+
+
+def text_answer(acted: Sequence[ToolCall], answer_tools: Sequence[str],
+                action_key: str | None) -> str | None:
+    """The answer a text answer gives by the agent's own finishing action (a rule pack's
+    ``answer_tools``: Langroid's ``{"request": "done_tool", "content": "..."}``), when every
+    action in it (:func:`text_action`) is one: the first one's content — a JSON object's
+    fields but ``action_key``, the text when they hold only a text (an action_pattern's: its
+    groups after the first) — else None (no action, or work among them)."""
+    if not acted or not all(call.name in answer_tools for call in acted):
+        return None
+    try:
+        value = json.loads(acted[0].arguments)
+    except (ValueError, RecursionError):
+        return acted[0].arguments
+    if isinstance(value, dict):
+        value.pop(action_key or "", None)
+        if len(value) == 1:
+            (only,) = value.values()
+            if isinstance(only, str):
+                return only
+        if not value:
+            return ""
+    return json.dumps(value, sort_keys=True)
 
 
 @lru_cache(maxsize=64)

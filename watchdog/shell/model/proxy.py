@@ -573,6 +573,7 @@ class ModelProxy:
             state.answer_tool = finish.tool if finish is not None and finish.answers else None
             state.per_conversation = service.per_conversation(run.agent)
             state.action_key = acting.action_key if acting is not None else None
+            state.answer_tools = acting.answer_tools if acting is not None else ()
             return state, decide(counts, service.board(run.key), parsed.instructions,
                                  parsed.has_tools, parsed.structured, state.acts_in_text,
                                  quotes_answer(state, parsed)), \
