@@ -185,6 +185,11 @@ def test_an_answer_tools_action_is_the_runs_answer_not_a_call() -> None:
                                                + done), [], 1, 2)
     assert (record.ends_run, record.acted_on, run.handed) == (False, True, 2)
     assert [name for name, _ in record.asked_tools] == ["shell", "done_tool"]
+    # (its final request answered by it: the report its content, as with a plain answer)
+    run.final_used = True
+    record = book.call_record(run, first, said(done), [], 3, 4)
+    assert (record.final_answer, record.final_output, record.acted_on) == (
+        True, "2 files.", False)
 
 
 def test_an_action_key_searches_a_long_answer_in_time_linear_in_it() -> None:

@@ -1044,9 +1044,12 @@ class ModelBook:
                 if not is_answer_tool(call.name) and call.name != state.answer_tool]
         record.requested_tools = bool(work)
         side = is_side(state, request)
-        acted = text_action(state, seen) if not handed and not seen.broke_off \
-            and not side else []
-        said = text_answer(acted, state.answer_tools, state.action_key)
+        reads = not handed and not seen.broke_off and not side
+        acted = text_action(state, seen) if reads else []
+        # (its final request's answer, an action of none, may still give it by one)
+        said = text_answer(acted or (text_action(state, seen, last=True)
+                                     if reads and state.answer_tools else []),
+                           state.answer_tools, state.action_key)
         if said is not None:  # (its own finishing action: its answer, no work)
             acted = []
         if state.acts_in_text and not side and not seen.broke_off:
@@ -1156,7 +1159,7 @@ class ModelBook:
         return record
 
 
-def text_action(state: EndpointRun, seen: Observation) -> list[ToolCall]:
+def text_action(state: EndpointRun, seen: Observation, last: bool = False) -> list[ToolCall]:
     """The actions a text answer hands over, for a run whose agent acts on its answers' text
     (:attr:`EndpointRun.acts_in_text`): a call of :data:`TEXT_ACTION` whose arguments are the
     answer's fenced code blocks (```` ``` ````), else its whole text, spacing aside (so the same
@@ -1170,8 +1173,9 @@ def text_action(state: EndpointRun, seen: Observation) -> list[ToolCall]:
     next request says after the answer (its output). None for another run, an answer with no
     text or one cut short, and for the run's final request or stop: that answer is its
     last; and, for a run whose agent acts by the code blocks in its answers
-    (:attr:`EndpointRun.acts_in_code`), an answer with none: its answer."""
-    if not state.acts_in_text or state.final_used or state.stop is not None \
+    (:attr:`EndpointRun.acts_in_code`), an answer with none: its answer. ``last``: read the
+    answer of the run's final request or stop too (for the answer it gives by an action)."""
+    if not state.acts_in_text or (not last and (state.final_used or state.stop is not None)) \
             or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
         return []
     if state.action_key:
