@@ -11,7 +11,8 @@ of its own: the endpoint's records are all the sidecar has of it.
 
 The sidecar's rule pack declares the agents ``actions: text`` with ``action_key: request``
 (named by the base URL's ``/agent/<name>/``): each JSON object in an answer whose ``request``
-names a tool is a call of it, an answer with none the run's answer; no ``stop_answer``: the
+names a tool is a call of it, an answer with none the run's answer, and ``answer_tools:
+[done_tool]``: its ``DoneTool`` object is its answer too; no ``stop_answer``: the
 stop note alone is an answer with no tool, which ends Langroid's task with it as its result.
 Behind the sidecar, the scripted upstream (:mod:`tests.frameworks.fakellm`); its recorded
 request bodies are what the model read. Nothing waits for a directive.
@@ -238,6 +239,26 @@ def test_a_budget_of_three_counts_down_and_its_final_request_asks_for_the_report
     run = the_ended_run(sidecar, before)
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         4, 3, "tool_limit_reached"), run
+
+
+def test_its_final_request_answered_by_its_done_tool_gives_the_report(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """At the budget, the model that ends the task as asked by its ``done_tool`` (the report
+    its ``content``): Langroid returns the report, and it is the run's output, not the JSON
+    around it."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if final_asked(body):
+            return fakellm.answer(json.dumps({"request": "done_tool", "content": REPORT}))
+        return act(f"echo step{index} >> ran.log", "text")
+
+    before = run_ids(sidecar)
+    said, ran, requests, _ = run_langroid(sidecar, llm, "langroid-budget", pick, tmp_path,
+                                          "text", done_tool=True)
+    assert (said, ran, len(requests)) == (REPORT, ["step0", "step1", "step2"], 4)
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "tool_limit_reached"), run
+    assert run["final_output"] == REPORT
 
 
 def test_two_tools_in_one_answer_are_two_calls_of_the_budget(
