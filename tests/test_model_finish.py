@@ -22,8 +22,15 @@ from watchdog.core.model.book import AT_ONCE_NS, MAX_CHAINED_RUNS, Caller, Model
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
-from watchdog.core.model.steer import answer_of, finish_call
-from watchdog.core.model.wire import Observation, Request, ToolCall, Wire, read_stream
+from watchdog.core.model.steer import answer_of, closing_call, finish_call
+from watchdog.core.model.wire import (
+    Observation,
+    Request,
+    ToolCall,
+    Wire,
+    read_stream,
+    tool_parameters,
+)
 from watchdog.core.rules.model import Finish
 from watchdog.core.rules.pack import RulePackError, load_text
 
@@ -93,6 +100,32 @@ def test_a_finish_that_carries_only_the_report_delivers_the_answer() -> None:
     assert answer_of([said], "exit") == "the sums: 100, 101"
     assert answer_of([said]) is None and answer_of([said, work], "exit") is None
     assert answer_of([work], "add") == work.arguments  # (whatever its pack names)
+    # asked beside work: the answer after the work (adk runs each call, then ends at exit)
+    assert closing_call([work, said], "exit") is said
+    assert closing_call([said], "exit") is None and closing_call([work, said], None) is None
+    assert closing_call([work], "exit") is None
+
+
+def test_it_is_the_answer_only_where_the_request_offers_it_as_the_finish_takes_it() -> None:
+    """The tool offered in each API's shape (Chat Completions, its legacy ``functions``,
+    Responses, Messages) with the finish's arguments and no other: another ``exit`` (one
+    that takes a ``code``), or none offered, is no answer (the real client's test, on both
+    relays: :mod:`tests.test_model_finish_answer`)."""
+    exit_ = Finish("exit", (("final_result", "${report}"),))
+    schema = {"type": "object", "properties": {"final_result": {"type": "string"}}}
+    for body in ({"tools": [{"type": "function", "function": {"name": "exit",
+                                                              "parameters": schema}}]},
+                 {"functions": [{"name": "exit", "parameters": schema}]},
+                 {"tools": [{"type": "function", "name": "exit", "parameters": schema}]},
+                 {"tools": [{"name": "exit", "input_schema": schema}]}):
+        assert tool_parameters(body, "exit") == {"final_result"}
+        assert exit_.answered_by(tool_parameters(body, "exit"))
+    other = {"tools": [{"name": "exit", "input_schema": {"properties": {"code": {}}}}]}
+    assert not exit_.answered_by(tool_parameters(other, "exit"))
+    assert tool_parameters({"tools": [{"name": "exit"}, 3, None]}, "exit") == frozenset()
+    assert tool_parameters({"tools": [{"name": "add"}]}, "exit") is None
+    assert tool_parameters({"tools": "exit"}, "exit") is None
+    assert not exit_.answered_by(None) and not FINISH.answered_by(frozenset({"command"}))
 
 
 # -- the answers that carry it ----------------------------------------------------------------
@@ -267,6 +300,32 @@ def test_a_reply_at_once_that_drops_an_answer_the_run_ended_on_goes_on_in_the_ru
         found = book.identify("chat", request, Caller(), "mini", lambda _key: True,
                               now_ns=now_ns)
         assert found is not own and not found.going_on
+
+
+def test_the_next_question_after_an_answer_tools_call_is_the_next_run() -> None:
+    """A run that ended on the model's call of a final-answer tool (pydantic-ai's
+    ``final_result``, a pack's ``exit``): the script's next question at once, with that call
+    and its result kept in the history (``message_history``), is the next run. The call's
+    message has no text, so nothing there is the answer "kept": before, it read as the agent
+    dropping its answer, and the next task went on in the ended run with what was left of its
+    budget."""
+    for name, answer_tool in (("final_result", None), ("exit", "exit")):
+        said = ToolCall("c9", name, json.dumps({"final_result": "done"}))
+        book = ModelBook()
+        own = book.identify("chat", chat(STEP, RESULT), Caller(), "mini", not_ended, now_ns=0)
+        own.answer_tool = answer_tool
+        book.tool_records(own, chat(STEP, RESULT), 0)
+        book.call_record(own, chat(STEP, RESULT), Observation(
+            finish_reason="tool_calls", calls=[said], complete=True), [said], 1, 10)
+        book.settle(own)
+        assert own.answered_last, name
+        kept = chat(STEP, RESULT, {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "c9", "type": "function", "function": {
+                "name": name, "arguments": said.arguments}}]},
+            {"role": "tool", "tool_call_id": "c9", "content": "Final result processed."},
+            {"role": "user", "content": "And the next one?"})
+        found = book.identify("chat", kept, Caller(), "mini", lambda _key: True, now_ns=11)
+        assert found is not own and not found.going_on, name
 
 
 def test_a_budget_per_conversation_takes_every_new_message_of_it_into_its_run() -> None:

@@ -805,6 +805,37 @@ def test_a_history_rewritten_around_a_call_the_run_waits_for_goes_on_in_that_run
                              lambda _key: False) is not done
 
 
+def test_a_known_conversation_whose_call_id_another_run_waits_for_stays_its_own() -> None:
+    """Two tasks of one agent at once, their model server giving each answer's call the same
+    id (``call_0``): the first task's next request, its result of its own ``call_0``, goes on
+    in its own run, never taken for the other's history rewritten. (Before, it moved into
+    the run that last handed ``call_0`` over: two tasks one run, one budget.)"""
+    call = Call("call_0", "run_commands", '{"commands": ["ls"]}')
+    asked = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_0", "type": "function",
+         "function": {"name": "run_commands", "arguments": '{"commands": ["ls"]}'}}]}
+
+    def task(name: str, *messages: dict[str, Any]) -> Request:
+        return ChatWire().read_request({"model": "m", "tools": [1], "messages": [
+            {"role": "system", "content": "sys"}, {"role": "user", "content": name},
+            *messages]})
+
+    book = ModelBook()
+    runs = []
+    for name in ("task A", "task B"):
+        request = task(name)
+        state = book.identify("chat", request, Caller(), "a", lambda _key: False)
+        book.call_record(state, request, Observation(finish_reason="tool_calls", calls=[call],
+                                                     complete=True), [call], 1, 2)
+        runs.append(state)
+    assert runs[0] is not runs[1]
+    for state, name in zip(runs, ("task A", "task B"), strict=True):
+        going = book.identify("chat", task(name, asked, {"role": "tool", "tool_call_id": "call_0",
+                                                          "content": "a.txt"}),
+                              Caller(), "a", lambda _key: False)
+        assert going is state, name
+
+
 def test_a_conversation_seeded_with_an_earlier_runs_answer_is_a_run_of_its_own() -> None:
     """A conversation that opens with the model's message by design (a chat seeded with the
     agent's greeting, a transcript replayed) whose words an earlier run of the agent happened

@@ -389,6 +389,32 @@ def test_its_own_exit_call_is_the_runs_answer(
             run["signals"]["tools"]) == (3, 2, "completed", EXITED, {"add": 2}), run
 
 
+def sums_and_exit(index: int, body: dict[str, Any]) -> fakellm.Step:
+    """A sum, then another sum and ``exit`` asked together in one answer."""
+    if calls_asked(body) >= 1:
+        return fakellm.Step(tool_calls=(fakellm.ToolCall("add", {"a": 1, "b": 100}),
+                                        fakellm.ToolCall("exit", {"final_result": EXITED})))
+    return fakellm.call("add", a=index, b=100)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
+def test_its_exit_asked_beside_work_is_the_runs_answer_after_the_work(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, stream: bool) -> None:
+    """The model asks for a sum and ``exit`` in one answer: Eino runs both calls, then ends
+    with ``exit``'s ``final_result``, and sends no request more. The run ends with that answer,
+    the sum counted. (Before, the answer was taken for work only: the run was held open for
+    results that never come, its last sum uncounted, till ``run_end_timeout`` took it as
+    abandoned.)"""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "eino-exit", sums_and_exit, tmp_path, kind="adk", stream=stream,
+                exits=True)
+    assert it.outcomes == [{"output": EXITED, "error": ""}]
+    assert it.ran == [*added(1), 'add {"a":1,"b":100}'] and len(it.requests) == 2
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"],
+            run["signals"]["tools"]) == (2, 2, "completed", EXITED, {"add": 2}), run
+
+
 def test_its_final_report_is_given_as_its_exit_call(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
     """At the budget, the final request's report reaches the agent as the ``exit`` call its

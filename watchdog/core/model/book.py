@@ -78,7 +78,7 @@ from typing import Any, cast
 
 from watchdog.core.bounds import MAX_STOP_ANSWERS
 from watchdog.core.model.failure import looks_failed, refusal_of
-from watchdog.core.model.steer import answer_of, is_answer_tool
+from watchdog.core.model.steer import answer_of, closing_call, is_answer_tool
 from watchdog.core.model.wire import (
     CONVERSATION_ANCHOR,
     Observation,
@@ -791,7 +791,10 @@ class ModelBook:
         its results answer a call that run handed over and still waits for (the Cline CLI
         compacts its history to a summary of its own, sent as a new first user message, and
         keeps its latest call and result after it); the same agent's, not over by its final
-        request or a stop."""
+        request or a stop. A conversation the book knows is its own run's, never another's
+        rewritten (two tasks whose model server gives their calls the same id, ``call_0``)."""
+        if digest in self._conversations:
+            return None
         for result in request.results:
             state = self._runs.get(self._calls.get(result.call_id) or "")
             if state is not None and state.conversation != digest and state.agent == agent \
@@ -958,6 +961,19 @@ class ModelBook:
             state.messages = request.messages
         return records
 
+    def ran_before_answer(self, state: EndpointRun, handed: list[ToolCall], now_ns: int
+                          ) -> list[SpanRecord]:
+        """The work a response asks for beside its agent's finish (:func:`closing_call`):
+        the agent runs it, then ends, so no request brings its results. Each call a record
+        of a tool run by ``now_ns`` (the answer's start: they are booked before it, which
+        ends the run), without a result; none when the agent traces its tools itself."""
+        if state.traced or closing_call(handed, state.answer_tool) is None:
+            return []
+        ran = [self._tool_record(state, call, None, now_ns) for call in handed
+               if not is_answer_tool(call.name) and call.name != state.answer_tool]
+        state.results += len(ran)
+        return ran
+
     def answered_records(self, state: EndpointRun, now_ns: int, seen: Iterable[int]
                          ) -> list[SpanRecord] | None:
         """The records :meth:`tool_records` makes for a request that answers each of the run's
@@ -1067,6 +1083,9 @@ class ModelBook:
                                        for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
         answer = answer_of(handed, state.answer_tool) if said is None else said
+        closing = closing_call(handed, state.answer_tool)
+        if closing is not None:  # (its work runs now, counted: :meth:`ran_before_answer`)
+            answer = answer_of([closing], state.answer_tool)
         if request.last_is_user and not side:
             state.summary = None  # (its latest answer to a new user message: this one's)
         if broke:
@@ -1094,13 +1113,17 @@ class ModelBook:
                         self._summaries.popitem(last=False)
         if not side:
             state.answered_last = record.loose and record.final_answer and not record.acted_on
-            state.ending = answer_digest(seen.text if answer is None else answer) \
-                if state.answered_last else None
+            # (the text answer that ended it, which a reply at once may drop: an answer
+            # tool's call holds no text a history keeps as the model's, rejected or not; an
+            # answer given by a finishing action in text does)
+            state.ending = answer_digest(seen.text) \
+                if state.answered_last and (answer is None or said is not None) else None
             state.ending_prompt = _said_digest(request.instructions) \
                 if state.answered_last else None
         waiting = state.begun if broke else state.pending
         for call in work:
-            waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS else None
+            waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS \
+                and (closing is None or broke) else None
             if call.call_id:
                 self._calls[call.call_id] = state.key
             if waited is not None and not broke:

@@ -153,6 +153,16 @@ def answer_of(calls: Iterable[ToolCall], answer_tool: str | None = None) -> str 
     return arguments
 
 
+def closing_call(calls: Sequence[ToolCall], answer_tool: str | None) -> ToolCall | None:
+    """The call of ``answer_tool`` (the agent's finish that carries only its answer, its pack
+    says) that a response asks for beside work, None if none such: the agent runs the work,
+    then ends with that call's answer (adk runs each call of a response, then ends at its
+    ``exit``), so the answer comes after the work, and no request follows."""
+    if answer_tool is None or answer_of(calls, answer_tool) is not None:
+        return None
+    return next((call for call in calls if call.name == answer_tool), None)
+
+
 FINISH_CALL_ID = "call_watchdog_"  # the id of a finish call the endpoint gives: it, 96 bits
 _ids = random.Random()
 

@@ -108,6 +108,24 @@ def can_call(tools: object, choice: object) -> bool:
         isinstance(choice, dict) and choice.get("type") == "none")
 
 
+def tool_parameters(body: dict[str, Any], name: str) -> frozenset[str] | None:
+    """The names of the parameters a request offers its function tool ``name`` with (Chat
+    Completions' ``function.parameters``, its legacy ``functions``, the Responses API's flat
+    ``parameters``, Messages' ``input_schema``; a schema with no properties: none), or None
+    when it offers no tool of that name."""
+    for key in ("tools", "functions"):
+        listed = body.get(key)
+        for tool in listed if isinstance(listed, list) else ():
+            function = tool.get("function") if isinstance(tool, dict) else None
+            spec = function if isinstance(function, dict) else tool
+            if not isinstance(spec, dict) or spec.get("name") != name:
+                continue
+            schema = spec.get("parameters", spec.get("input_schema"))
+            properties = schema.get("properties") if isinstance(schema, dict) else None
+            return frozenset(properties) if isinstance(properties, dict) else frozenset()
+    return None
+
+
 def json_format(answer_format: object) -> str | None:
     """The JSON format a request's answer format asks for (a schema, or any JSON object), or
     None (text)."""

@@ -58,6 +58,14 @@ class Finish:
         so the model's own call of it is the run's answer, never work."""
         return all(value == REPORT_MARK for _, value in self.arguments)
 
+    def answered_by(self, parameters: frozenset[str] | None) -> bool:
+        """Whether a request's tool of this name, offered with ``parameters`` (None: not
+        offered), is this finish (:attr:`answers`, and it takes these arguments and no
+        other): a tool of the same name that the request does not offer, or that takes other
+        arguments (another agent's the same budgets entry matches, a command's ``exit``), is
+        work, never the run's answer."""
+        return self.answers and parameters == frozenset(name for name, _ in self.arguments)
+
 
 class Repeat(StrEnum):
     ONCE = "once"  # fire once per run

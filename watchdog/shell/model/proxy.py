@@ -82,6 +82,7 @@ from watchdog.core.model.wire import (
     answer_digest,
     dumps,
     read_stream,
+    tool_parameters,
     unjudged,
 )
 from watchdog.core.rules.model import ACTIONS_CODE
@@ -444,7 +445,7 @@ class ModelProxy:
                           ) from None
         parsed = wire.read_request(body)
         agent = named or self.config.model_agent_name
-        call = self._observe_request(wire, parsed, Caller(
+        call = self._observe_request(wire, body, parsed, Caller(
             given.get("traceparent"), run_header, agent, client_session(given),
             client_subagent(given)), agent, budget)
         if call is None:  # the state cannot take it: forward unobserved (fail open)
@@ -526,8 +527,8 @@ class ModelProxy:
         except BadCoding as exc:
             raise ValueError(f"it is not valid {coding} data ({exc})") from None
 
-    def _observe_request(self, wire: Wire, parsed: Any, caller: Caller, agent: str | None,
-                         budget: dict[str, float] | None
+    def _observe_request(self, wire: Wire, body: dict[str, Any], parsed: Any, caller: Caller,
+                         agent: str | None, budget: dict[str, float] | None
                          ) -> tuple[EndpointRun, Turn, str, str] | None:
         """The request's run and what it gets. When the state cannot take the run's records
         (:class:`Overloaded`, :class:`StateUnavailable`) the call goes on unrecorded: steered
@@ -571,7 +572,8 @@ class ModelProxy:
             state.acts_in_code = acting is not None and acting.actions == ACTIONS_CODE
             state.action_pattern = acting.action_pattern if acting is not None else None
             finish = service.finish_of(run.agent)
-            state.answer_tool = finish.tool if finish is not None and finish.answers else None
+            state.answer_tool = finish.tool if finish is not None and finish.answered_by(
+                tool_parameters(body, finish.tool)) else None
             state.per_conversation = service.per_conversation(run.agent)
             state.action_key = acting.action_key if acting is not None else None
             state.answer_tools = acting.answer_tools if acting is not None else ()
@@ -915,7 +917,13 @@ class ModelProxy:
             return None
         finish = self.service.finish_of(exchange.agent) \
             if exchange.request.answer_format is None else None
-        if seen.text.strip():
+        # (the model's report in the finish call that carries only it, trimmed as the
+        # withdrawn tools' calls are: the report it is, as that call)
+        said = answer_of([call for call in seen.calls if call.name == exchange.state.answer_tool
+                          ][:1], exchange.state.answer_tool) if finish is not None else None
+        if said is not None and said.strip():
+            note = seen.text = said
+        elif seen.text.strip():
             if finish is None:
                 return None
             # (an agent that ends its task by a tool call: the report, as that call)
@@ -938,9 +946,11 @@ class ModelProxy:
         exchange.release()  # what it handed over is counted from here
         exchange.broke = seen.broke_off
         if exchange.turn.act is Act.FINAL:
-            state.report = seen.text or answer_of(handed) or state.report
+            state.report = seen.text or answer_of(handed, state.answer_tool) or state.report
         aside = quotes_answer(state, exchange.request)
         try:
+            ran = [] if seen.broke_off else \
+                self.book.ran_before_answer(state, handed, exchange.started_ns)
             record = self.book.call_record(state, exchange.request, seen, handed,
                                            exchange.started_ns, time.time_ns(), exchange.key)
         except Exception:  # the answer has gone to the agent; the run misses this call
@@ -949,8 +959,10 @@ class ModelProxy:
         # (a response that broke off handed nothing over: no tool of it runs at the agent;
         # an answer the agent acts on runs there as its actions, one per JSON object with an
         # action_key; a side request's run has the action it quotes still running)
-        running = len(state.pending) if aside else 0 if seen.broke_off \
+        running = len(state.pending) if aside else 0 if seen.broke_off or ran \
             else len(handed) + (len(record.asked_tools) if record.acted_on else 0)
+        for tool in ran:  # (the work its answer came after: run, and counted, before it)
+            self._book(Booked(tool, exchange.key, 0), into)
         self._book(Booked(record, exchange.key, running, exchange.arrived), into)
 
     def _book(self, booked: Booked, into: list[Booked] | None) -> None:
