@@ -158,7 +158,7 @@ def test_an_answer_tools_action_is_the_runs_answer_not_a_call() -> None:
     first group names, an XML agent's ``attempt_completion``): an answer whose actions are all
     of them is the run's answer, its content the output (a JSON object's one field but the
     key; the pattern's groups after the first), no tool call, and it ends the run at once;
-    with work beside it, it is an action as any other."""
+    so with other actions beside it, none of them counted (the agent's task ends at it)."""
     done = 'Finished.\n```json\n{"request": "done_tool", "content": "2 files."}\n```'
     xml = "<attempt_completion>\n<result>\n2 files.\n</result>\n</attempt_completion>"
     pattern = ("(?s)<(execute_command|attempt_completion)>(.*?)"
@@ -183,8 +183,8 @@ def test_an_answer_tools_action_is_the_runs_answer_not_a_call() -> None:
     run.acts_in_text, run.action_key, run.answer_tools = True, "request", ("done_tool",)
     record = book.call_record(run, first, said('{"request": "shell", "command": "ls"} '
                                                + done), [], 1, 2)
-    assert (record.ends_run, record.acted_on, run.handed) == (False, True, 2)
-    assert [name for name, _ in record.asked_tools] == ["shell", "done_tool"]
+    assert (record.ends_run, record.final_output, record.acted_on, record.asked_tools,
+            run.handed) == (True, "2 files.", False, (), 0)
     # (its final request answered by it: the report its content, as with a plain answer)
     run.final_used = True
     record = book.call_record(run, first, said(done), [], 3, 4)

@@ -241,6 +241,25 @@ def test_a_budget_of_three_counts_down_and_its_final_request_asks_for_the_report
         4, 3, "tool_limit_reached"), run
 
 
+def test_its_done_tool_beside_a_tool_is_its_answer_and_neither_runs(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """An answer with a ``shell`` object and its ``done_tool`` after it: Langroid ends its
+    task with the ``done_tool``'s content and runs no command, so the run ends at once with
+    that answer, no tool call counted (not held open for the command)."""
+    def pick(_index: int, _body: dict[str, Any]) -> fakellm.Step:
+        return fakellm.answer(json.dumps({"request": "shell", "command": "echo a >> ran.log"})
+                              + "\n" + json.dumps({"request": "done_tool", "content": "Done."}))
+
+    before = run_ids(sidecar)
+    said, ran, requests, _ = run_langroid(sidecar, llm, "langroid", pick, tmp_path, "text",
+                                          done_tool=True)
+    assert (said, ran, len(requests)) == ("Done.", [], 1)
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        1, 0, "completed"), run
+    assert run["final_output"] == "Done."
+
+
 def test_its_final_request_answered_by_its_done_tool_gives_the_report(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
     """At the budget, the model that ends the task as asked by its ``done_tool`` (the report

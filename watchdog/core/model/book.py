@@ -1253,16 +1253,18 @@ def json_actions(text: str, key: str) -> list[ToolCall]:
 def text_answer(acted: Sequence[ToolCall], answer_tools: Sequence[str],
                 action_key: str | None) -> str | None:
     """The answer a text answer gives by the agent's own finishing action (a rule pack's
-    ``answer_tools``: Langroid's ``{"request": "done_tool", "content": "..."}``), when every
-    action in it (:func:`text_action`) is one: the first one's content — a JSON object's
-    fields but ``action_key``, the text when they hold only a text (an action_pattern's: its
-    groups after the first) — else None (no action, or work among them)."""
-    if not acted or not all(call.name in answer_tools for call in acted):
+    ``answer_tools``: Langroid's ``{"request": "done_tool", "content": "..."}``) among its
+    actions (:func:`text_action`): the first one's content — a JSON object's fields but
+    ``action_key``, the text when they hold only a text (an action_pattern's: its groups
+    after the first) — else None (no such action). The actions beside it are none the
+    agent runs: its task ends at it (Langroid runs none of them)."""
+    found = next((call for call in acted if call.name in answer_tools), None)
+    if found is None:
         return None
     try:
-        value = json.loads(acted[0].arguments)
+        value = json.loads(found.arguments)
     except (ValueError, RecursionError):
-        return acted[0].arguments
+        return found.arguments
     if isinstance(value, dict):
         value.pop(action_key or "", None)
         if len(value) == 1:
