@@ -133,6 +133,10 @@ enum Event {
     /// half-closed, waiting for its answer, or went away: an SDK's timeout): Python may let
     /// the request go (`Relay.let_go`) when its client sends it, or its run's next, again.
     Ended { id: u64 },
+    /// A request that continues the conversation `digest` waits for Python to book the call
+    /// before it (`booked`): Python books that call first, before the events queued with
+    /// this one, and says what the request gets.
+    Awaited { digest: admit::Digest },
 }
 
 /// Python's answer to a request.
@@ -1245,9 +1249,11 @@ async fn handle(
 
 /// Until Python has said what the next request of the conversation `digest` gets, when it is
 /// booking the call before it (at most `admit::WAIT_BOOKED`): that request is then judged on
-/// what Python said, at once, rather than queued for Python behind that booking.
+/// what Python said, at once, rather than queued for Python behind that booking. Python is
+/// told that the request waits (`Event::Awaited`), so it books that call before the others.
 async fn booked(shared: &Shared, digest: &admit::Digest) {
     let deadline = tokio::time::Instant::now() + admit::WAIT_BOOKED;
+    let mut told_python = false;
     loop {
         let told = shared.told.notified();
         tokio::pin!(told);
@@ -1258,7 +1264,14 @@ async fn booked(shared: &Shared, digest: &admit::Digest) {
             .unwrap()
             .as_ref()
             .is_some_and(|admission| admission.booking(digest));
-        if !booking || tokio::time::timeout_at(deadline, told).await.is_err() {
+        if !booking {
+            return;
+        }
+        if !told_python {
+            shared.push(Event::Awaited { digest: *digest });
+            told_python = true;
+        }
+        if tokio::time::timeout_at(deadline, told).await.is_err() {
             return;
         }
     }
@@ -1731,7 +1744,9 @@ impl Relay {
     /// (None: read ``body``); ``unread``: a Chat Completions response whose tool calls could
     /// not be read here, to be told once booked (``sight``);
     /// ``("ended", id)``: the client of a request forwarded (and not yet done) ended its side
-    /// of the connection (``let_go``).
+    /// of the connection (``let_go``);
+    /// ``("awaited", 0, conversation)``: a request continuing the conversation (its digest's
+    /// 24 hex digits) waits for the booking of the call before it (``admit_next``).
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let mut sink = [0u8; 256];
         while matches!((&self.wake_reader).read_some(&mut sink), Some(n) if n > 0) {}
@@ -1822,6 +1837,9 @@ impl Relay {
                         .into_pyobject(py)?
                         .into_any(),
                     Event::Ended { id } => ("ended", id).into_pyobject(py)?.into_any(),
+                    Event::Awaited { digest } => ("awaited", 0u64, admit::hex(&digest))
+                        .into_pyobject(py)?
+                        .into_any(),
                 })
             })
             .collect()
@@ -2218,6 +2236,23 @@ impl Relay {
             .iter()
             .filter(|event| matches!(event, Event::Request { .. }))
             .count()
+    }
+
+    /// The conversations (their digests' 24 hex digits) of the continuing requests that wait
+    /// for their call's booking, told to Python and not yet taken (`Event::Awaited`): Python
+    /// looks between the events it takes, to book those calls before going on.
+    #[getter]
+    fn awaited(&self) -> Vec<String> {
+        self.shared
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|event| match event {
+                Event::Awaited { digest } => Some(admit::hex(digest)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Requests being served now.
