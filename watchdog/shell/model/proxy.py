@@ -403,9 +403,10 @@ class ModelProxy:
     def agent_named(self, headers: CIMultiDict[str] | CIMultiDictProxy[str] | None
                     ) -> str | None:
         """The agent a request names (``x-watchdog-agent``, when it is a name the endpoint
-        takes), else ``model_agent_name``."""
+        takes: never one with the token in it), else ``model_agent_name``."""
         named = headers.get(AGENT_HEADER) if headers is not None else None
         return named if named is not None and agent_allowed(named) \
+            and (self.token is None or self.token not in named) \
             else self.config.model_agent_name
 
     def refusal(self, wire: Wire | None, refused: Refused,
@@ -602,6 +603,7 @@ class ModelProxy:
                 tool_parameters(body, finish.tool)) else None
             state.per_conversation = service.per_conversation(run.agent)
             state.action_key = acting.action_key if acting is not None else None
+            state.answer_tools = acting.answer_tools if acting is not None else ()
             return state, decide(counts, service.board(run.key), parsed.instructions,
                                  parsed.has_tools, parsed.structured, state.acts_in_text,
                                  quotes_answer(state, parsed)), \
