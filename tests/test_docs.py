@@ -136,6 +136,13 @@ failing on a changed block. The kinds:
     set (``tests/frameworks/test_model_endpoint_langroid.py``'s ``settings``), the sidecar's
     default model endpoint with ``/agent/langroid/`` in place of the test's, its model
     ``gpt-4.1``.
+``agentscope-config``
+    AgentScope's model in Python, ``import os``, its imports of ``OpenAICredential`` and
+    ``OpenAIChatModel``, then ``credential = OpenAICredential(api_key=os.environ[...], ...)``
+    and ``model = OpenAIChatModel(credential=credential, ...)``, the other keyword arguments
+    literals: exactly what its tests set (``tests/frameworks/test_model_endpoint_agentscope.py``'s
+    ``settings``), the sidecar's default model endpoint with ``/agent/agentscope/`` in place of
+    the test's, its model ``gpt-4.1``.
 ``codex-config``
     The OpenAI Codex CLI's ``config.toml`` (TOML): a model provider it selects must be the
     sidecar's model endpoint (``base_url`` ``http://127.0.0.1:9478/v1``) on the Responses API
@@ -191,7 +198,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
          "crush-config", "continue-config", "cline-settings",
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
-         "llamaindex-ts-config"}
+         "agentscope-config", "llamaindex-ts-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -892,6 +899,30 @@ def check_langroid_config(block: Block, stack: Stack, state: DocState) -> None:
                              "gpt-4.1"), block.where
 
 
+def check_agentscope_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_agentscope import settings
+
+    *imports, credential, model = ast.parse(block.text).body
+    assert [ast.unparse(line) for line in imports] == [
+        "import os", "from agentscope.credential import OpenAICredential",
+        "from agentscope.model import OpenAIChatModel"], block.where
+    shown: dict[str, dict[str, object]] = {}
+    for line, name, call in ((credential, "credential", "OpenAICredential"),
+                             (model, "model", "OpenAIChatModel")):
+        assert isinstance(line, ast.Assign) and isinstance(line.value, ast.Call), block.where
+        assert ast.unparse(line.value.func) == call and not line.value.args, block.where
+        assert [ast.unparse(target) for target in line.targets] == [name], block.where
+        shown[name] = {keyword.arg: ast.unparse(keyword.value)
+                       if keyword.arg in ("api_key", "credential")
+                       else ast.literal_eval(keyword.value)
+                       for keyword in line.value.keywords if keyword.arg is not None}
+    assert shown["credential"].pop("api_key", None) == "os.environ['OPENAI_API_KEY']", \
+        block.where
+    assert shown["model"].pop("credential", None) == "credential", block.where
+    assert shown == settings(f"http://{MODEL_ENDPOINT_DEFAULT}/agent/agentscope/v1",
+                             "gpt-4.1"), block.where
+
+
 def check_crush_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_crush import config
 
@@ -988,6 +1019,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "aider-command": check_aider_command,
     "open-interpreter-settings": check_open_interpreter_settings,
     "langroid-config": check_langroid_config,
+    "agentscope-config": check_agentscope_config,
     "llamaindex-ts-config": check_llamaindex_ts_config,
 }
 assert set(CHECKS) == KINDS
@@ -1101,6 +1133,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
                                   "interpreter.auto_run = False"),
     "langroid-config": (DOCS / "agents.md", 'handle_llm_no_tool="done"',
                         'handle_llm_no_tool="user"'),
+    "agentscope-config": (DOCS / "agents.md", "/agent/agentscope/v1", "/agent/agentscope/v2"),
     "llamaindex-ts-config": (DOCS / "agents.md", "/agent/llamaindex/v1", "/agent/llamaindex/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}

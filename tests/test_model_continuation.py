@@ -197,6 +197,63 @@ def test_a_continuing_request_goes_on_once_per_call_booked(
         assert native.missed == 0
 
 
+def streamed(handler: Any, seen: Any) -> None:
+    """The model's plain answer, streamed (what it said is read by the relay)."""
+    from tests.test_model_proxy import send
+
+    chunks = [{"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": "m",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
+              for delta, reason in (({"role": "assistant", "content": "done"}, None),
+                                    ({}, "stop"))]
+    send(handler, 200, b"".join(b"data: %s\n\n" % json.dumps(chunk).encode()
+                                for chunk in chunks) + b"data: [DONE]\n\n",
+         {"Content-Type": "text/event-stream"})
+
+
+def streaming(body: bytes) -> bytes:
+    return json.dumps({**json.loads(body), "stream": True}).encode()
+
+
+def test_a_request_waiting_for_its_calls_booking_has_that_call_booked_first(
+        tmp_path: Path) -> None:
+    """Two conversations' calls end while the loop is busy, "first"'s before "second"'s, and
+    the next request of "second" comes at once: it waits in the relay for its call's booking,
+    and the relay tells the loop so. Once free, the loop books that call in a step of its own,
+    before the one that ended before it, and the request goes on as the booking said."""
+    raw = RawUpstream(streamed)
+    try:
+        with sidecar(tmp_path, raw) as server:
+            native = native_of(server)
+            keys: list[str] = []
+            for task in ("first", "second"):  # (decided by the loop)
+                assert post(server, PATHS["chat"], streaming(turn(task)))[0] == 200
+                told(server, len(keys) + 1)
+                keys.append(next(key for key in native.next_of if key not in keys))
+            steps: list[list[str]] = []
+            book_calls = native.proxy.book_calls
+
+            def booking(calls: list[Any]) -> None:
+                steps.append([call.key for call in calls])
+                book_calls(calls)
+
+            native.proxy.book_calls = booking  # type: ignore[method-assign]
+            waiting = streaming(tool_turn("second", 2))
+            with busy(server):
+                for task in ("first", "second"):  # sent on as told, answered while held
+                    assert post(server, PATHS["chat"],
+                                streaming(tool_turn(task, 1)))[0] == 200
+                third = in_background(lambda: post(server, PATHS["chat"], waiting))
+                wait_until(lambda: len(native.relay.awaited) == 1, "the request waiting")
+            assert third()[0] == 200
+            assert raw.seen[-1].body == waiting  # byte for byte
+            wait_until(lambda: not server.call(lambda: native.pending or native.ended),
+                       "all booked")
+            assert steps[0] == [keys[1]] and keys[0] in steps[1], steps
+            assert native.missed == 0
+    finally:
+        raw.close()
+
+
 def test_a_countdown_request_read_by_the_loop_leaves_its_next_request_waiting_for_its_booking(
         tmp_path: Path) -> None:
     """A run with a rule pack's budget of three calls: every request carries the countdown, so

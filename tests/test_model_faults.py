@@ -30,6 +30,7 @@ from tests.test_model_proxy import (
     RawUpstream,
     Seen,
     completion_reply,
+    metric,
     post,
     reset,
     send,
@@ -161,6 +162,97 @@ def test_a_body_that_does_not_arrive_in_time_is_408_and_frees_its_slot(
         _, text = http_request("GET", sidecar.metrics + "/metrics")
         assert (f'agent_watchdog_model_requests_total{{agent="staller",api="{api}",'
                 f'outcome="refused"}} 2.0') in text.decode()
+
+
+def test_slow_bodies_hold_no_place_and_the_bodies_being_read_are_bounded(
+        relay: str, tmp_path: Path, upstream_ok: RawUpstream) -> None:
+    """Clients that send a body a few bytes at a time, more of them than
+    ``model_max_concurrent``: a request takes a place only once its body is in, so a
+    well-behaved agent's requests meanwhile are served; the bodies being read are bounded on
+    their own (2 × ``model_max_concurrent``: past them 503 with ``Retry-After``), and a slow
+    body, once in, is served too."""
+    body = json.dumps({"model": "m", "messages": [], "user": "x" * 40}).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+            f"\r\nx-watchdog-agent: trickler\r\nConnection: close\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    slow: list[socket.socket] = []
+    with sidecar_for(tmp_path, upstream_ok, model_relay=relay, model_body_timeout=30,
+                     model_max_concurrent=2) as sidecar:
+        def trickle() -> None:  # a head, then the body's first bytes, a byte a write
+            sock = socket.create_connection(sidecar.server.addresses["model"], timeout=10)
+            slow.append(sock)
+            sock.sendall(head)
+            for byte in body[:5]:
+                sock.sendall(bytes([byte]))
+
+        def held() -> float:
+            return metric(sidecar, "agent_watchdog_model_request_bytes_in_flight")
+
+        try:
+            for _ in range(3):  # more than the places
+                trickle()
+            # (each counted as its bytes come: 5 each)
+            wait_until(lambda: held() == 3 * 5, what="3 bodies being read", timeout=10)
+            for _ in range(3):
+                status, answer = post(sidecar, "/v1/chat/completions", body)
+                assert status == 200, answer[:300]
+            assert len(upstream_ok.seen) == 3
+            trickle()  # as many bodies being read as 2 × model_max_concurrent
+            wait_until(lambda: held() == 4 * 5, what="4 bodies being read", timeout=10)
+            answer = raw_exchange(sidecar, head + body)
+            assert answer.startswith(b"HTTP/1.1 503 "), answer[:300]
+            assert b"\r\nretry-after: 1\r\n" in answer.lower()
+            error = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+            assert error["code"] == "overloaded" and "being read" in error["message"]
+            assert len(upstream_ok.seen) == 3
+            for sock in slow:  # the rest of each slow body, in small writes; its answer
+                for at in range(5, len(body), 8):
+                    sock.sendall(body[at:at + 8])
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+                assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+            assert len(upstream_ok.seen) == 7
+        finally:
+            for sock in slow:
+                sock.close()
+        assert metric(sidecar, "agent_watchdog_model_overloaded_total"
+                      '{limit="model_max_concurrent"}') == 1.0
+
+
+def test_slow_bodies_declared_large_hold_what_has_come_of_the_byte_budget(
+        relay: str, tmp_path: Path, upstream_ok: RawUpstream) -> None:
+    """Clients that each declare a body of ``model_max_body_bytes`` and send it a few bytes at
+    a time hold what has come of ``model_max_inflight_bytes``, not what they declare: a
+    well-behaved agent's request meanwhile is served; one that waits for ``100 Continue`` is
+    still refused, before it sends its body, by the length it declares."""
+    body = json.dumps({"model": "m", "messages": []}).encode()
+    with sidecar_for(tmp_path, upstream_ok, model_relay=relay, model_body_timeout=30,
+                     model_max_body_bytes=4096, model_max_inflight_bytes=4100) as sidecar:
+        host, port = sidecar.server.addresses["model"]
+        slow: list[socket.socket] = []
+        try:
+            for _ in range(4):  # 4 × 4096 declared: 4 times the budget
+                sock = socket.create_connection((host, port), timeout=10)
+                slow.append(sock)
+                sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Type: application/json\r\nContent-Length: 4096\r\n\r\n")
+                for byte in b'{"mo':
+                    sock.sendall(bytes([byte]))
+            wait_until(lambda: metric(sidecar, "agent_watchdog_model_request_bytes_in_flight")
+                       == 4 * 4, what="4 bodies being read", timeout=10)
+            status, answer = post(sidecar, "/v1/chat/completions", body)
+            assert status == 200, answer[:300]
+            waits = raw_exchange(sidecar, (
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                b"application/json\r\nContent-Length: 4096\r\nExpect: 100-continue\r\n"
+                b"Connection: close\r\n\r\n"), wait=5)
+            assert waits.startswith(b"HTTP/1.1 503 "), waits[:300]
+            assert b"model_max_inflight_bytes" in waits
+        finally:
+            for sock in slow:
+                sock.close()
+    assert len(upstream_ok.seen) == 1
 
 
 @pytest.fixture

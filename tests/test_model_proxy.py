@@ -509,6 +509,48 @@ def test_the_token_never_goes_on_to_the_upstream_in_the_target(
     assert [seen.path for seen in upstream.seen] == ["/v1/chat/completions"]
 
 
+def test_the_token_as_a_name_is_refused_never_kept(
+        tmp_path: Path, upstream: RawUpstream, caplog: pytest.LogCaptureFixture) -> None:
+    """The token pasted where a request names its agent, run or session (the path's
+    ``/agent/<name>/``, whole or in part; the ``x-watchdog-agent``, ``x-watchdog-run`` and
+    ``x-session-id`` headers: a confused environment) is refused with a 400 on both relays,
+    never echoed, before anything goes upstream or is booked: kept, the name would be in the
+    runs the API lists, the metrics' labels and the logs. A new conversation's first chat
+    request (the one the compiled relay sends on ahead of Python)."""
+    caplog.set_level(logging.DEBUG)
+    token = "t0ken-for-the-model-endpoint-1234"
+    config = sidecar_config(tmp_path / "state", model_address="0.0.0.0:0", api_token=token,
+                            model_upstream=upstream.base + "/v1")
+    body = b'{"model":"m","messages":[{"role":"user","content":"Count the files."}]}'
+    cases = [(f"/token/{token}/agent/{token}/v1/chat/completions", {}, "agent name"),
+             (f"/token/{token}/agent/team-{token.replace('-', '%2D')}/v1/chat/completions",
+              {}, "agent name"),
+             (f"/agent/{token}/v1/chat/completions", {"x-watchdog-token": token},
+              "agent name")]
+    for header in ("x-watchdog-agent", "x-watchdog-run", "x-session-id"):
+        cases.append((f"/token/{token}/v1/chat/completions", {header: token}, header))
+    with running_server(config) as sidecar:
+        for target, headers, where in cases:
+            answer = raw_http_whole(sidecar, (
+                f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+                + f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+                + body)
+            head, _, said = answer.partition(b"\r\n\r\n")
+            assert head.split(b" ", 2)[1] == b"400", (target, headers, answer[:300])
+            message = json.loads(said)["error"]["message"]
+            assert f"the token is in the {where}" in message or (
+                where == "agent name" and "the token is in the path's agent name" in message), \
+                message
+            assert token.encode() not in answer
+        assert upstream.seen == []
+        assert sidecar.get_json("/v1/runs", {"Authorization": f"Bearer {token}"})["runs"] == []
+        metrics = http_request("GET", sidecar.metrics + "/metrics")[1].decode()
+        assert 'outcome="refused"' in metrics  # (counted: under the default agent)
+        kept = metrics + caplog.text
+    assert token not in kept and "team-" not in kept
+
+
 def post_to(sidecar: RunningServer, target: str) -> int:
     answer = raw_http_whole(sidecar, (
         f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -153,6 +153,45 @@ def test_a_regular_expression_over_json_takes_the_wrong_action_out() -> None:
     assert greedy.arguments.count("request") == 2 and "Then {this} one" in greedy.arguments
 
 
+def test_an_answer_tools_action_is_the_runs_answer_not_a_call() -> None:
+    """A pack's ``answer_tools`` (Langroid's ``done_tool``; the tool an ``action_pattern``'s
+    first group names, an XML agent's ``attempt_completion``): an answer whose actions are all
+    of them is the run's answer, its content the output (a JSON object's one field but the
+    key; the pattern's groups after the first), no tool call, and it ends the run at once;
+    so with other actions beside it, none of them counted (the agent's task ends at it)."""
+    done = 'Finished.\n```json\n{"request": "done_tool", "content": "2 files."}\n```'
+    xml = "<attempt_completion>\n<result>\n2 files.\n</result>\n</attempt_completion>"
+    pattern = ("(?s)<(execute_command|attempt_completion)>(.*?)"
+               "</(?:execute_command|attempt_completion)>")
+    for key, form, answer, output in (
+            ("request", None, done, "2 files."),
+            ("request", None, done.replace('"content": "2 files."',
+                                          '"content": "2 files.", "n": 2'),
+             '{"content": "2 files.", "n": 2}'),
+            (None, pattern, xml, "<result>\n2 files.\n</result>")):
+        book = ModelBook()
+        first = request()
+        run = book.identify("chat", first, Caller(), "agent", not_ended)
+        run.acts_in_text, run.action_key, run.action_pattern = True, key, form
+        run.answer_tools = ("done_tool", "attempt_completion")
+        record = book.call_record(run, first, said(answer), [], 1, 2)
+        assert (record.final_answer, record.final_output, record.acted_on, record.ends_run,
+                record.asked_tools, run.handed) == (True, output, False, True, (), 0), answer
+    book = ModelBook()
+    first = request()
+    run = book.identify("chat", first, Caller(), "agent", not_ended)
+    run.acts_in_text, run.action_key, run.answer_tools = True, "request", ("done_tool",)
+    record = book.call_record(run, first, said('{"request": "shell", "command": "ls"} '
+                                               + done), [], 1, 2)
+    assert (record.ends_run, record.final_output, record.acted_on, record.asked_tools,
+            run.handed) == (True, "2 files.", False, (), 0)
+    # (its final request answered by it: the report its content, as with a plain answer)
+    run.final_used = True
+    record = book.call_record(run, first, said(done), [], 3, 4)
+    assert (record.final_answer, record.final_output, record.acted_on) == (
+        True, "2 files.", False)
+
+
 def test_an_action_key_searches_a_long_answer_in_time_linear_in_it() -> None:
     """A model's answer is outside data: braces that begin no JSON object are tried at most
     MAX_JSON_STARTS times, objects read once each, within the answer's first

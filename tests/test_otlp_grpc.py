@@ -16,7 +16,14 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.harness import RunningServer, running_server, sidecar_config, wait_until
 from tests.spans import SpanMaker, chat_attrs, encode
-from tests.test_otlp_http import EXPECTED_SIGNALS, agent_run, assert_run, export_outcomes
+from tests.test_otlp_http import (
+    EXPECTED_SIGNALS,
+    agent_run,
+    assert_run,
+    export_outcomes,
+    rejecting_run,
+    spans_rejected,
+)
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
@@ -175,3 +182,40 @@ def test_a_call_cancelled_while_its_spans_are_applied_is_counted_and_applied_who
     assert export_outcomes(sidecar, "grpc") == {"cancelled": 1, "duplicate": 1}
     assert spans_received(sidecar) == runs
     assert sidecar.get_json("/v1/runs/c-5999")["signals"]["iterations"] == 1
+
+
+def test_a_retry_gets_the_first_answers_partial_success(sidecar: RunningServer,
+                                                        channel: grpc.Channel) -> None:
+    """An exporter's retry of a message already applied (gzipped this time) is answered
+    with what the first answer said, its ``partial_success``, the spans not counted again."""
+    body = encode(rejecting_run()).SerializeToString()
+    first = export_raw(channel, body)
+    retry = export_raw(channel, body, compression=grpc.Compression.Gzip)
+    assert first.partial_success.rejected_spans == 1
+    assert retry == first
+    assert export_outcomes(sidecar, "grpc") == {"partial": 1, "duplicate": 1}
+    assert spans_rejected(sidecar) == 1
+
+
+def test_a_retry_while_the_first_is_applied_waits_for_its_answer(
+        sidecar: RunningServer, channel: grpc.Channel) -> None:
+    """A retry that comes while its message is still being applied (in slices, the event
+    loop served in between: an exporter whose deadline passed first) gets the answer the
+    message gets once applied, rejection and all, not an empty one before it is known."""
+    maker = SpanMaker()
+    runs = 6000
+    for index in range(runs):
+        maker.span("chat m", {**chat_attrs(), "watchdog.run.id": f"w-{index}"},
+                   start=time.time())
+    maker.span("chat m", {**chat_attrs(), "watchdog.run.id": "bad\nid"}, start=time.time())
+    body = encode(maker.take()).SerializeToString()
+    call = channel.unary_unary(EXPORT_METHOD).future(body, timeout=60)
+    while not 0 < spans_received(sidecar) < runs:  # the moment: some slices applied
+        assert not call.done(), "answered before the retry could come: make the batch larger"
+        time.sleep(0.001)
+    retry = export_raw(channel, body)
+    first = ExportTraceServiceResponse.FromString(call.result())
+    assert first.partial_success.rejected_spans == 1
+    assert retry == first
+    assert export_outcomes(sidecar, "grpc") == {"partial": 1, "duplicate": 1}
+    assert spans_received(sidecar) == runs + 1

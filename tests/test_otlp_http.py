@@ -6,11 +6,13 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -197,6 +199,86 @@ def test_exporter_retry_is_counted_once(sidecar: RunningServer) -> None:
         assert status == 200
     assert_run(sidecar, key)
     assert export_outcomes(sidecar, "http") == {"ok": 1, "duplicate": 1}
+
+
+def rejecting_run() -> list[ReadableSpan]:
+    """A run's spans of which the sidecar rejects one (a run id with a line break in it)."""
+    maker = SpanMaker()
+    with maker.agent():
+        maker.span("chat", chat_attrs(7, 3))
+        maker.span("chat", {**chat_attrs(7, 3), "watchdog.run.id": "bad\nid"})
+    return maker.take()
+
+
+def spans_rejected(sidecar: RunningServer) -> float:
+    metrics = sidecar.server.metrics
+    assert metrics is not None
+    return sum(sample.value for family in metrics.registry.collect()
+               if family.name == "agent_watchdog_spans_rejected"
+               for sample in family.samples if sample.name.endswith("_total"))
+
+
+def test_an_exporters_retry_gets_the_first_answers_partial_success(
+        sidecar: RunningServer) -> None:
+    """The SDK's exporter whose first answer is lost (the connection closed before it: a
+    proxy's, a load balancer's) sends the very same body again at once, on its own; that
+    retry, already applied, is answered with what the first answer said, its
+    ``partial_success`` (else the exporter never learns of the rejection), the spans not
+    counted again. What the exporter got is read between it and the sidecar."""
+    answers: list[bytes] = []
+
+    class LosesTheFirstAnswer(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            status, headers, answer = post_full(sidecar, body, self.headers["Content-Type"])
+            answers.append(answer)
+            if len(answers) == 1:
+                self.close_connection = True  # (no answer: the connection closes)
+                return
+            self.send_response(status)
+            self.send_header("Content-Type", headers["Content-Type"])
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    middle = ThreadingHTTPServer(("127.0.0.1", 0), LosesTheFirstAnswer)
+    thread = threading.Thread(target=middle.serve_forever, daemon=True)
+    thread.start()
+    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{middle.server_port}/v1/traces",
+                                timeout=10)
+    try:
+        assert exporter.export(rejecting_run()) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()  # type: ignore[no-untyped-call]
+        middle.shutdown()
+        middle.server_close()
+    first, retry = (ExportTraceServiceResponse.FromString(answer) for answer in answers)
+    assert first.partial_success.rejected_spans == 1
+    assert "run id 'bad\\nid' is not allowed" in first.partial_success.error_message
+    assert retry == first
+    assert export_outcomes(sidecar, "http") == {"partial": 1, "duplicate": 1}
+    assert spans_rejected(sidecar) == 1
+
+
+@pytest.mark.parametrize("content_type", [PROTOBUF, JSON])
+def test_a_retry_gets_the_first_answer_in_its_encoding(sidecar: RunningServer,
+                                                       content_type: str) -> None:
+    """The same body sent again (OTLP/HTTP protobuf or JSON, gzipped the second time: the
+    digest is the body's, read) is answered as the first was, rejection and all."""
+    request = encode(rejecting_run())
+    body = request.SerializeToString() if content_type == PROTOBUF else request_json(request)
+    first = post(sidecar, body, content_type)
+    retry = post(sidecar, gzip.compress(body), content_type, {"Content-Encoding": "gzip"})
+    assert first[0] == 200 and first == retry
+    said = ExportTraceServiceResponse.FromString(first[1]) if content_type == PROTOBUF \
+        else json.loads(first[1])
+    assert (said.partial_success.rejected_spans if content_type == PROTOBUF
+            else said["partialSuccess"]["rejectedSpans"]) in (1, "1"), said
+    assert export_outcomes(sidecar, "http") == {"partial": 1, "duplicate": 1}
+    assert spans_rejected(sidecar) == 1
 
 
 def test_same_spans_in_both_encodings_apply_once_each(sidecar: RunningServer) -> None:

@@ -642,6 +642,47 @@ budgets:
     assert entry is not None and entry.action_key == "request" and entry.action_pattern is None
 
 
+def test_answer_tools_problems_and_its_entry(tmp_path: Path) -> None:
+    """``answer_tools`` (the tools whose action is the agent's answer): with an
+    ``action_key`` or ``action_pattern`` (what names an action's tool), 1 to 16 names of 1
+    to 100 characters; kept in order, once each."""
+    path = write(tmp_path / "t.yaml", """\
+        budgets:
+          - agents: ["a"]
+            actions: text
+            answer_tools: [done_tool]
+          - agents: ["a"]
+            actions: text
+            action_key: request
+            answer_tools: []
+          - agents: ["a"]
+            actions: text
+            action_key: request
+            answer_tools: ["%s"]
+          - agents: ["a"]
+            actions: text
+            action_key: request
+            answer_tools: done_tool
+    """ % ("x" * 101))
+    found = problems(path)
+    assert found[:3] == [
+        f"{path}:7: budgets: answer_tools: only with an action_key or action_pattern (what "
+        "names an action's tool)",
+        f"{path}:11: budgets: answer_tools: 1 to 16 names, each 1 to 100 characters",
+        f"{path}:15: budgets: answer_tools: 1 to 16 names, each 1 to 100 characters"]
+    assert found[3].startswith(f"{path}:19: budgets: answer_tools: expected a list of strings")
+    assert len(found) == 4
+    ruleset = load_text(HEADER + """\
+budgets:
+  - agents: ["langroid*"]
+    actions: text
+    action_key: request
+    answer_tools: [done_tool, final_result_tool, done_tool]
+""")
+    entry = ruleset.acts_in_text("langroid-agent")
+    assert entry is not None and entry.answer_tools == ("done_tool", "final_result_tool")
+
+
 def test_an_entry_may_say_its_agents_act_in_text(tmp_path: Path) -> None:
     """``actions: text`` needs no limit; its ``stop_answer`` is kept as written; the first
     matching entry says how an agent acts, as it says its budget."""

@@ -227,9 +227,9 @@ def test_an_open_files_limit_too_low_to_start_is_one_line(tmp_path: Path, relay:
                           preexec_fn=open_files_limit(30, 30))
     assert (done.returncode, done.stderr) == (EXIT_STARTUP, (
         "watchdog: the open-files limit (ulimit -n) is 30 (hard limit 30): the sidecar needs at "
-        "least 64 to start (its listeners and state files) and 11640 for what it lets in at "
-        "once (max_pending_requests OTLP exports; model_max_concurrent model requests at 2 "
-        "each; the control API's directive streams and long-polls): raise it (ulimit -n 11640; "
+        "least 64 to start (its listeners and state files) and 12152 for what it lets in at "
+        "once (max_pending_requests OTLP exports; model_max_concurrent model requests at 4 "
+        "each; the control API's directive streams and long-polls): raise it (ulimit -n 12152; "
         "systemd LimitNOFILE=, docker run --ulimit nofile=)\n"))
     assert not (tmp_path / "state").exists()  # refused before anything was opened
 
@@ -242,8 +242,8 @@ def test_a_low_soft_open_files_limit_is_raised_to_what_the_sidecar_needs(
     API's long-polls); a hard limit that is enough to start but not for all of it is a warning,
     and the sidecar serves."""
     ours = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    assert ours == resource.RLIM_INFINITY or ours >= 11640, ours
-    raised = 11640 if hard is None else hard
+    assert ours == resource.RLIM_INFINITY or ours >= 12152, ours
+    raised = 12152 if hard is None else hard
     ports = {**fresh_ports(), "model": 0}
     with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
         process = subprocess.Popen([sys.executable, "-m", "watchdog", "serve"], stderr=log,
@@ -260,7 +260,7 @@ def test_a_low_soft_open_files_limit_is_raised_to_what_the_sidecar_needs(
         said = (log.seek(0), log.read())[1]
     (line,) = [line for line in limits.splitlines() if line.startswith("Max open files")]
     assert line.split()[3] == str(raised), line
-    warned = "the open-files limit (ulimit -n) is 100, below the 11640" in said
+    warned = "the open-files limit (ulimit -n) is 100, below the 12152" in said
     assert warned == (hard == 100), said
     assert "Traceback" not in said, said
 

@@ -136,6 +136,8 @@ PRELOAD: dict[str, tuple[str, ...]] = {
                  "agno.team", *_OPENAI),
     "anthropic": (*_OTEL, "anthropic", *_HTTP),
     "anthropic_oi": (*_OTEL, "anthropic", "openinference.instrumentation.anthropic", *_HTTP),
+    "agentscope": (*_OTEL, "agentscope.agent", "agentscope.middleware", "agentscope.model",
+                   "agentscope.tool", *_OPENAI),
     "autogen": (*_OTEL, "opentelemetry.instrumentation.openai_v2", "autogen_agentchat.agents",
                 "autogen_agentchat.teams", "autogen_ext.models.openai", *_OPENAI),
     "autogen_oi": (*_OTEL, "openinference.instrumentation.autogen_agentchat",

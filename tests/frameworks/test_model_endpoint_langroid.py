@@ -11,7 +11,8 @@ of its own: the endpoint's records are all the sidecar has of it.
 
 The sidecar's rule pack declares the agents ``actions: text`` with ``action_key: request``
 (named by the base URL's ``/agent/<name>/``): each JSON object in an answer whose ``request``
-names a tool is a call of it, an answer with none the run's answer; no ``stop_answer``: the
+names a tool is a call of it, an answer with none the run's answer, and ``answer_tools:
+[done_tool]``: its ``DoneTool`` object is its answer too; no ``stop_answer``: the
 stop note alone is an answer with no tool, which ends Langroid's task with it as its result.
 Behind the sidecar, the scripted upstream (:mod:`tests.frameworks.fakellm`); its recorded
 request bodies are what the model read. Nothing waits for a directive.
@@ -52,9 +53,11 @@ budgets:
     max_tool_calls: 3
     actions: text
     action_key: request
+    answer_tools: [done_tool]
   - agents: ["langroid*"]
     actions: text
     action_key: request
+    answer_tools: [done_tool]
 rules:
   - name: two-actions-then-abort
     agents: ["langroid-abort"]
@@ -182,28 +185,32 @@ def test_one_task_run_is_one_run_each_tool_it_asks_for_a_call(
     assert run["final_output"] == "All 3 steps are done."
 
 
-def test_known_gap_its_done_tool_is_one_more_call_and_holds_the_run_open(
-        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
-    """Known gap: the model that ends its task by Langroid's ``done_tool`` in its text
-    (``{"request": "done_tool", "content": ...}``, its ``DoneTool``) asks for a tool as any
-    other JSON object does: the endpoint hands a call of it over, and holds the run open for it
-    as for an action, so the run ends ``completed`` ``loose_run_gap`` after that call (the
-    call counted then), not at once (an answer with no tool, ``handle_llm_no_tool="done"``,
-    ends it at once: above). Read the moment ``Task.run`` has returned."""
+@pytest.mark.parametrize("agent", ["langroid", "langroid-budget"])
+def test_its_done_tool_is_its_answer_and_ends_the_run_at_once(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, agent: str) -> None:
+    """The model that ends its task by Langroid's ``done_tool`` in its text (``{"request":
+    "done_tool", "content": ...}``, its ``DoneTool``), a tool the pack's ``answer_tools``
+    names, gives the run's answer by it: no tool call (not one of a budget's 3), its
+    ``content`` the run's output, and the run ends ``completed`` at once, as with an answer
+    with no tool (``loose_run_gap`` is 2 min here). Read the moment ``Task.run`` has
+    returned."""
     def pick(index: int, _body: dict[str, Any]) -> fakellm.Step:
         if index == 2:
-            return fakellm.answer(json.dumps({"request": "done_tool", "content": "Both done."}))
+            return fakellm.answer("Both steps ran.\n```json\n" + json.dumps(
+                {"request": "done_tool", "content": "Both done."}) + "\n```")
         return act(f"echo step{index} >> ran.log", "text")
 
     before = run_ids(sidecar)
-    said, ran, requests, _ = run_langroid(sidecar, llm, "langroid", pick, tmp_path, "text",
+    said, ran, requests, _ = run_langroid(sidecar, llm, agent, pick, tmp_path, "text",
                                           done_tool=True)
     assert (said, ran, len(requests)) == ("Both done.", ["step0", "step1"], 3)
-    [run] = new_runs(sidecar, before, lambda runs: len(runs) == 1
-                     and runs[0]["iterations"] == 3)
-    # (its done_tool call handed over, in flight at the agent, as an action waiting for its
-    # result: the run is held open, not ended by the answer it carries)
-    assert (run["state"], run["tool_calls"], run["signals"]["in_flight"]) == ("active", 2, 1), run
+    if agent == "langroid-budget":  # (its 3rd request: 1 of 3 left, the done_tool none)
+        assert LEFT.findall(instructions(requests[2])) == [("1", "3")], requests[2]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        3, 2, "completed"), run
+    assert run["signals"]["tools"] == {"shell": 2}, run["signals"]
+    assert run["final_output"] == "Both done."
 
 
 # -- a budget -----------------------------------------------------------------------------------
@@ -232,6 +239,45 @@ def test_a_budget_of_three_counts_down_and_its_final_request_asks_for_the_report
     run = the_ended_run(sidecar, before)
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         4, 3, "tool_limit_reached"), run
+
+
+def test_its_done_tool_beside_a_tool_is_its_answer_and_neither_runs(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """An answer with a ``shell`` object and its ``done_tool`` after it: Langroid ends its
+    task with the ``done_tool``'s content and runs no command, so the run ends at once with
+    that answer, no tool call counted (not held open for the command)."""
+    def pick(_index: int, _body: dict[str, Any]) -> fakellm.Step:
+        return fakellm.answer(json.dumps({"request": "shell", "command": "echo a >> ran.log"})
+                              + "\n" + json.dumps({"request": "done_tool", "content": "Done."}))
+
+    before = run_ids(sidecar)
+    said, ran, requests, _ = run_langroid(sidecar, llm, "langroid", pick, tmp_path, "text",
+                                          done_tool=True)
+    assert (said, ran, len(requests)) == ("Done.", [], 1)
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        1, 0, "completed"), run
+    assert run["final_output"] == "Done."
+
+
+def test_its_final_request_answered_by_its_done_tool_gives_the_report(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """At the budget, the model that ends the task as asked by its ``done_tool`` (the report
+    its ``content``): Langroid returns the report, and it is the run's output, not the JSON
+    around it."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if final_asked(body):
+            return fakellm.answer(json.dumps({"request": "done_tool", "content": REPORT}))
+        return act(f"echo step{index} >> ran.log", "text")
+
+    before = run_ids(sidecar)
+    said, ran, requests, _ = run_langroid(sidecar, llm, "langroid-budget", pick, tmp_path,
+                                          "text", done_tool=True)
+    assert (said, ran, len(requests)) == (REPORT, ["step0", "step1", "step2"], 4)
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "tool_limit_reached"), run
+    assert run["final_output"] == REPORT
 
 
 def test_two_tools_in_one_answer_are_two_calls_of_the_budget(

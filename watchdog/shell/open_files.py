@@ -22,8 +22,9 @@ from watchdog.shell.config import Config
 # measured once started, 36 after a first gRPC export; with room for the files imports and the
 # rule packs open on the way, and a few connections.
 START_FILES = 64
-# A request through the model endpoint holds two: the agent's connection and the upstream's.
-FILES_PER_MODEL_REQUEST = 2
+# Per model_max_concurrent place: its request holds two (the agent's connection and the
+# upstream's), and the bodies being read, 2 a place (proxy.READING_PER_PLACE), one each.
+FILES_PER_MODEL_REQUEST = 4
 # How often a listener that cannot accept (out of files) is logged: asyncio retries it every
 # second, and logged each time with its traceback it wrote tens of megabytes a minute.
 ACCEPT_FAILURE_LOG_INTERVAL = 60.0

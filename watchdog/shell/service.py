@@ -60,7 +60,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("watchdog")
 
+# what an export request's answer said: the spans it rejected, by reason, and the first error
+Answered = tuple[tuple[tuple[str, int], ...], str]
+
 MAX_RECENT_REQUESTS = 1024  # digests of recent export bodies, to drop exporter retries
+MAX_ANSWERED_ERROR_CHARS = 1024  # of the first error each kept export's answer names
 MAX_BOARDS = 10_000  # runs whose latest directives the model endpoint can read
 MAX_FAILED_RUNS_LOGGED = 1000  # runs whose failure was logged (each is logged once per stage)
 INGEST_SLICE = 32  # spans applied between two yields to the event loop
@@ -178,8 +182,11 @@ class WatchdogService:
         # runs first seen before this (the clock's time a flush that stored every changed run
         # began) are in the store: a directive decided on one needs no snapshot of it
         self._stored_before = float("-inf")
-        self._recent_requests: OrderedDict[bytes, None] = OrderedDict()
-        self._in_progress: set[bytes] = set()  # digests of requests being applied in slices
+        # ... each with what its answer said (the spans it rejected by reason, the first
+        # error): an exporter's retry of it, its answer lost, gets the same answer
+        self._recent_requests: OrderedDict[bytes, Answered] = OrderedDict()
+        # digests of requests being applied in slices: a retry meanwhile waits for the answer
+        self._in_progress: dict[bytes, asyncio.Event] = {}
         self._failed_logged: set[tuple[str, str]] = set()  # (stage, run) already logged
         self._rule_errors = logs.RuleErrorLog()
         self.boards: OrderedDict[str, Board] = OrderedDict()  # run -> its latest directives
@@ -484,14 +491,14 @@ class WatchdogService:
                digest: bytes | None = None) -> Decoded:
         """Apply one OTLP export request at once. ``digest`` (of the body) lets a retried
         request that was already applied be acknowledged without counting its spans twice."""
-        from watchdog.core.spans.pipeline import Decoded, slices_of
+        from watchdog.core.spans.pipeline import slices_of
 
         if self._is_duplicate(digest):
-            return Decoded(duplicate=True)
+            return self._answered_again(digest)
         self.state.admit()
         decoded = next(slices_of(request, None, self.log_join, self.clock.now()))
         self._apply(decoded, protocol)
-        self._remember(digest)
+        self._remember(digest, decoded)
         return decoded
 
     async def export_in_slices(self, parse: Callable[[], TraceRequest],
@@ -506,15 +513,17 @@ class WatchdogService:
         await self._pipeline_loaded()
         from watchdog.core.spans.pipeline import Decoded, slices_of
 
+        while digest is not None and (applying := self._in_progress.get(digest)) is not None:
+            await applying.wait()  # (a retry while the request is applied: its answer)
         if self._is_duplicate(digest):
-            return Decoded(duplicate=True)
+            return self._answered_again(digest)
         self.state.admit()
-        if not self.pricer.ready:  # the first export: the price data loads off the loop
-            await self.pricer.loaded()
         if digest is not None:
-            self._in_progress.add(digest)
+            self._in_progress[digest] = asyncio.Event()
         total = Decoded()
         try:
+            if not self.pricer.ready:  # the first export: the price data loads off the loop
+                await self.pricer.loaded()
             await self.priority.turn()  # the parse is a slice of its own
             request = parse()
             for part in slices_of(request, INGEST_SLICE, self.log_join, self.clock.now()):
@@ -522,10 +531,10 @@ class WatchdogService:
                 self._apply(part, protocol)
                 total.rejected.update(part.rejected)
                 total.first_error = total.first_error or part.first_error
+            self._remember(digest, total)
         finally:
             if digest is not None:
-                self._in_progress.discard(digest)
-        self._remember(digest)
+                self._in_progress.pop(digest).set()
         return total
 
     async def export_logs(self, parse: Callable[[], ExportLogsServiceRequest],
@@ -573,9 +582,23 @@ class WatchdogService:
         return digest is not None and (digest in self._recent_requests
                                        or digest in self._in_progress)
 
-    def _remember(self, digest: bytes | None) -> None:
+    def _answered_again(self, digest: bytes | None) -> Decoded:
+        """An exporter's retry of a request applied (or being applied, by :meth:`export`):
+        acknowledged, not counted, with what the request's answer said (its
+        ``partial_success``: the exporter whose answer was lost learns of the rejection)."""
+        from collections import Counter
+
+        from watchdog.core.spans.pipeline import Decoded
+
+        rejected, first_error = self._recent_requests.get(digest or b"", ((), ""))
+        return Decoded(rejected=Counter(dict(rejected)), first_error=first_error,
+                       duplicate=True)
+
+    def _remember(self, digest: bytes | None, decoded: Decoded | None = None) -> None:
         if digest is not None:
-            self._recent_requests[digest] = None
+            self._recent_requests[digest] = (
+                tuple(decoded.rejected.items()), decoded.first_error[:MAX_ANSWERED_ERROR_CHARS]
+            ) if decoded is not None and decoded.rejected else ((), "")
             if len(self._recent_requests) > MAX_RECENT_REQUESTS:
                 self._recent_requests.popitem(last=False)
 

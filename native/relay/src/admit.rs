@@ -210,11 +210,13 @@ impl First {
     }
 
     pub fn hex(&self) -> String {
-        self.digest
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect()
+        hex(&self.digest)
     }
+}
+
+/// A conversation's digest in hex: its session's id after `model:`.
+pub fn hex(digest: &Digest) -> String {
+    digest.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// A request to send on now: where, with which headers, the API it speaks, its bound; the
@@ -1336,6 +1338,15 @@ mod tests {
                             "messages":[{"role":"user","content":"task"}]}"#;
         let request = read(&settings(), "POST", "/v1/messages", &headers, messages).unwrap();
         assert!(matches!(admission.judge(request, &headers), Verdict::No));
+    }
+
+    #[test]
+    fn a_conversation_is_told_to_python_as_its_sessions_hex_digits() {
+        let first = read_chat(&body("")).unwrap();
+        let told = hex(&first.digest);
+        assert_eq!(told, first.hex());
+        assert_eq!(told.len(), 24);
+        assert_eq!(parse_digest(&told), Some(first.digest));
     }
 
     #[test]

@@ -133,6 +133,10 @@ enum Event {
     /// half-closed, waiting for its answer, or went away: an SDK's timeout): Python may let
     /// the request go (`Relay.let_go`) when its client sends it, or its run's next, again.
     Ended { id: u64 },
+    /// A request that continues the conversation `digest` waits for Python to book the call
+    /// before it (`booked`): Python books that call first, before the events queued with
+    /// this one, and says what the request gets.
+    Awaited { digest: admit::Digest },
 }
 
 /// Python's answer to a request.
@@ -169,9 +173,17 @@ struct Shared {
     /// else what replaces them.
     releases: Mutex<HashMap<u64, oneshot::Sender<Option<Bytes>>>>,
     next_id: AtomicU64,
+    /// Requests being served now: from their head until their response has ended.
     in_flight: AtomicUsize,
+    /// Of those, the ones whose body has been read: a place each (`max_concurrent`), so a
+    /// body still coming holds none.
+    places: AtomicUsize,
+    /// Of those, the ones whose body is being read (at most `max_reading`).
+    reading: AtomicUsize,
     max_body: usize,
     max_concurrent: usize,
+    /// `READING_PER_PLACE` × `max_concurrent`.
+    max_reading: usize,
     /// The bytes of request bodies the requests in flight hold (`model_max_inflight_bytes`).
     held_bytes: Mutex<usize>,
     max_inflight: usize,
@@ -266,6 +278,13 @@ impl Shared {
         true
     }
 
+    /// A body of `size` bytes would be held now, without taking the total past `max_inflight`
+    /// (or no request holds any): `hold`'s test, counting nothing.
+    fn fits(&self, size: usize) -> bool {
+        let total = *self.held_bytes.lock().unwrap();
+        total == 0 || total + size <= self.max_inflight
+    }
+
     fn answers(&self) -> Answers {
         self.answers.get().cloned().unwrap_or_default()
     }
@@ -355,6 +374,17 @@ struct Ticket {
     watched: bool,
     /// Its answer is held until Python releases it (`Event::Done`'s `held`).
     holding: bool,
+    /// It holds a place (`Shared::places`): its body has been read.
+    placed: bool,
+}
+
+/// A request whose body is being read, counted in `Shared::reading` while it lives.
+struct Reading(Arc<Shared>);
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.0.reading.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// What a response's observer holds: the bytes copied as they pass (bounded), or a whole
@@ -484,6 +514,9 @@ impl Drop for Ticket {
             self.shared.releases.lock().unwrap().remove(&self.id);
         }
         self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if self.placed {
+            self.shared.places.fetch_sub(1, Ordering::SeqCst);
+        }
         *self.shared.held_bytes.lock().unwrap() -= self.held;
     }
 }
@@ -865,9 +898,10 @@ fn passed_headers(upstream: &HeaderMap) -> HeaderMap {
     out
 }
 
-/// A request's body, read into one buffer (of its declared length: never copied again), counted
-/// in `held_bytes` as it comes past what it declared (a chunked one); else why not
-/// (`too_large`, `over_budget`, `unreadable`).
+/// A request's body, read into one buffer (of its declared length, up to `RESERVED_AHEAD`:
+/// past it, grown as it comes), counted in `held_bytes` as it comes (so a body declared large
+/// and sent slowly holds what has come, not what it says); else why not (`too_large`,
+/// `over_budget`, `unreadable`).
 async fn read_body(
     shared: &Shared,
     ticket: &mut Ticket,
@@ -877,7 +911,8 @@ async fn read_body(
     let mut data = BytesMut::with_capacity(
         declared
             .map_or(0, |length| length as usize)
-            .min(shared.max_body),
+            .min(shared.max_body)
+            .min(RESERVED_AHEAD),
     );
     while let Some(frame) = incoming.frame().await {
         let Ok(chunk) = frame.map_err(|_| "unreadable")?.into_data() else {
@@ -914,7 +949,7 @@ async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<RelayBody>, Infallible> {
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-    let in_flight = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    shared.in_flight.fetch_add(1, Ordering::SeqCst);
     let mut ticket = Ticket {
         shared: shared.clone(),
         id,
@@ -929,6 +964,7 @@ async fn handle(
         held: 0,
         watched: false,
         holding: false,
+        placed: false,
     };
     let (parts, incoming) = request.into_parts();
     let headers: Headers = parts
@@ -963,8 +999,15 @@ async fn handle(
         .await;
         return Ok(stopping(&parts.uri, ticket));
     }
-    if in_flight > shared.max_concurrent {
-        refusal = "overloaded";
+    // a place is taken once the body has been read (a body still coming holds none, so slow
+    // clients cannot keep the others out); the bodies being read are bounded on their own,
+    // and a client that waits for `100 Continue` is refused before it sends its body when
+    // every place is taken now
+    let reading = Reading(shared.clone());
+    let readers = shared.reading.fetch_add(1, Ordering::SeqCst) + 1;
+    let full = waits && shared.places.load(Ordering::SeqCst) >= shared.max_concurrent;
+    if readers > shared.max_reading || full {
+        refusal = if full { "overloaded" } else { "reading" };
         if !waits {
             // its body read and dropped first (at most `max_body`, within the time a body
             // has), as the Python relay does, so its client, still sending it, reads the
@@ -985,12 +1028,11 @@ async fn handle(
         let mut incoming = incoming;
         // a client that waits for `100 Continue` is refused before it sends its body (hyper
         // says it only once the body is read): nothing of it to read and drop
-        let before = declared.is_some_and(|length| !shared.hold(0, length as usize));
+        let before = waits && declared.is_some_and(|length| !shared.fits(length as usize));
         let read = async {
             if before {
                 Err("over_budget")
             } else {
-                ticket.held = declared.unwrap_or(0) as usize;
                 read_body(&shared, &mut ticket, declared, &mut incoming).await
             }
         };
@@ -1000,11 +1042,23 @@ async fn handle(
             Ok(Err(why)) => refusal = why,
             Err(_) => refusal = "body_late", // (its slot is freed with the answer)
         }
-        if refusal == "over_budget" && !(before && waits) {
+        if refusal == "over_budget" && !before {
             // the rest of its body read and dropped (within the time it had), so its client,
             // still sending it, reads the answer: a connection closed under it may lose it
             let left = shared.body_timeout.saturating_sub(started.elapsed());
             let _ = tokio::time::timeout(left, drain(&mut incoming, shared.max_body)).await;
+        }
+    }
+    drop(reading);
+    let mut in_flight = shared.places.load(Ordering::SeqCst) + 1;
+    if refusal == "reading" {
+        in_flight = readers; // (what its answer names)
+    } else if refusal.is_empty() {
+        in_flight = shared.places.fetch_add(1, Ordering::SeqCst) + 1;
+        ticket.placed = true;
+        if in_flight > shared.max_concurrent {
+            refusal = "overloaded"; // (its body read: the connection stays open)
+            body = None;
         }
     }
     let method = parts.method.as_str().to_owned();
@@ -1245,9 +1299,11 @@ async fn handle(
 
 /// Until Python has said what the next request of the conversation `digest` gets, when it is
 /// booking the call before it (at most `admit::WAIT_BOOKED`): that request is then judged on
-/// what Python said, at once, rather than queued for Python behind that booking.
+/// what Python said, at once, rather than queued for Python behind that booking. Python is
+/// told that the request waits (`Event::Awaited`), so it books that call before the others.
 async fn booked(shared: &Shared, digest: &admit::Digest) {
     let deadline = tokio::time::Instant::now() + admit::WAIT_BOOKED;
+    let mut told_python = false;
     loop {
         let told = shared.told.notified();
         tokio::pin!(told);
@@ -1258,7 +1314,14 @@ async fn booked(shared: &Shared, digest: &admit::Digest) {
             .unwrap()
             .as_ref()
             .is_some_and(|admission| admission.booking(digest));
-        if !booking || tokio::time::timeout_at(deadline, told).await.is_err() {
+        if !booking {
+            return;
+        }
+        if !told_python {
+            shared.push(Event::Awaited { digest: *digest });
+            told_python = true;
+        }
+        if tokio::time::timeout_at(deadline, told).await.is_err() {
             return;
         }
     }
@@ -1267,6 +1330,14 @@ async fn booked(shared: &Shared, digest: &admit::Digest) {
 type Failure = (Ticket, &'static str, String);
 
 /// How long the body of a request that comes while the relay stops is read, to drop it.
+/// The request bodies being read at once, per place (`max_concurrent`): past them, 503 with
+/// `Retry-After` (as the Python relay's `READING_PER_PLACE`).
+const READING_PER_PLACE: usize = 2;
+
+/// A request body's buffer, reserved at its head (at most its declared length): past it, it
+/// grows as the body comes (a body declared large and sent slowly reserves no more).
+const RESERVED_AHEAD: usize = 1 << 20;
+
 const DRAIN_READ: Duration = Duration::from_secs(1);
 
 /// A body read whole that failed once the upstream had answered: its kind (`Event::Failed`).
@@ -1688,8 +1759,11 @@ impl Relay {
             releases: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0),
+            places: AtomicUsize::new(0),
+            reading: AtomicUsize::new(0),
             max_body,
             max_concurrent,
+            max_reading: max_concurrent.saturating_mul(READING_PER_PLACE),
             held_bytes: Mutex::new(0),
             max_inflight,
             observe_limit,
@@ -1731,7 +1805,9 @@ impl Relay {
     /// (None: read ``body``); ``unread``: a Chat Completions response whose tool calls could
     /// not be read here, to be told once booked (``sight``);
     /// ``("ended", id)``: the client of a request forwarded (and not yet done) ended its side
-    /// of the connection (``let_go``).
+    /// of the connection (``let_go``);
+    /// ``("awaited", 0, conversation)``: a request continuing the conversation (its digest's
+    /// 24 hex digits) waits for the booking of the call before it (``admit_next``).
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let mut sink = [0u8; 256];
         while matches!((&self.wake_reader).read_some(&mut sink), Some(n) if n > 0) {}
@@ -1822,6 +1898,9 @@ impl Relay {
                         .into_pyobject(py)?
                         .into_any(),
                     Event::Ended { id } => ("ended", id).into_pyobject(py)?.into_any(),
+                    Event::Awaited { digest } => ("awaited", 0u64, admit::hex(&digest))
+                        .into_pyobject(py)?
+                        .into_any(),
                 })
             })
             .collect()
@@ -2218,6 +2297,23 @@ impl Relay {
             .iter()
             .filter(|event| matches!(event, Event::Request { .. }))
             .count()
+    }
+
+    /// The conversations (their digests' 24 hex digits) of the continuing requests that wait
+    /// for their call's booking, told to Python and not yet taken (`Event::Awaited`): Python
+    /// looks between the events it takes, to book those calls before going on.
+    #[getter]
+    fn awaited(&self) -> Vec<String> {
+        self.shared
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|event| match event {
+                Event::Awaited { digest } => Some(admit::hex(digest)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Requests being served now.

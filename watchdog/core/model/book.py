@@ -278,6 +278,9 @@ class EndpointRun:
     # ... the key whose value names the tool a JSON object in its answer asks for (a rule
     # pack's ``action_key``): each such object is an action, an answer with none its answer
     action_key: str | None = None
+    # ... the tools whose action is the agent's answer (a rule pack's ``answer_tools``:
+    # Langroid's ``done_tool``): an answer whose actions are all theirs is the run's answer
+    answer_tools: tuple[str, ...] = ()
     # ... by the code blocks in them (``actions: code``): an answer with none is its answer,
     # which ends the run, as a text answer ends a run whose agent calls tools
     acts_in_code: bool = False
@@ -1057,8 +1060,14 @@ class ModelBook:
                 if not is_answer_tool(call.name) and call.name != state.answer_tool]
         record.requested_tools = bool(work)
         side = is_side(state, request)
-        acted = text_action(state, seen) if not handed and not seen.broke_off \
-            and not side else []
+        reads = not handed and not seen.broke_off and not side
+        acted = text_action(state, seen) if reads else []
+        # (its final request's answer, an action of none, may still give it by one)
+        said = text_answer(acted or (text_action(state, seen, last=True)
+                                     if reads and state.answer_tools else []),
+                           state.answer_tools, state.action_key)
+        if said is not None:  # (its own finishing action: its answer, no work)
+            acted = []
         if state.acts_in_text and not side and not seen.broke_off:
             words = " ".join(seen.text.split())
             state.quote = words[:MAX_ASIDE_CHARS] if len(words) >= MIN_ASIDE_CHARS else None
@@ -1073,7 +1082,7 @@ class ModelBook:
             record.asked_tools = tuple((call.name[:200], call.call_id[:200])
                                        for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
-        answer = answer_of(handed, state.answer_tool)
+        answer = answer_of(handed, state.answer_tool) if said is None else said
         closing = closing_call(handed, state.answer_tool)
         if closing is not None:  # (its work runs now, counted: :meth:`ran_before_answer`)
             answer = answer_of([closing], state.answer_tool)
@@ -1105,9 +1114,10 @@ class ModelBook:
         if not side:
             state.answered_last = record.loose and record.final_answer and not record.acted_on
             # (the text answer that ended it, which a reply at once may drop: an answer
-            # tool's call holds no text a history keeps as the model's, rejected or not)
+            # tool's call holds no text a history keeps as the model's, rejected or not; an
+            # answer given by a finishing action in text does)
             state.ending = answer_digest(seen.text) \
-                if state.answered_last and answer is None else None
+                if state.answered_last and (answer is None or said is not None) else None
             state.ending_prompt = _said_digest(request.instructions) \
                 if state.answered_last else None
         waiting = state.begun if broke else state.pending
@@ -1172,7 +1182,7 @@ class ModelBook:
         return record
 
 
-def text_action(state: EndpointRun, seen: Observation) -> list[ToolCall]:
+def text_action(state: EndpointRun, seen: Observation, last: bool = False) -> list[ToolCall]:
     """The actions a text answer hands over, for a run whose agent acts on its answers' text
     (:attr:`EndpointRun.acts_in_text`): a call of :data:`TEXT_ACTION` whose arguments are the
     answer's fenced code blocks (```` ``` ````), else its whole text, spacing aside (so the same
@@ -1186,8 +1196,9 @@ def text_action(state: EndpointRun, seen: Observation) -> list[ToolCall]:
     next request says after the answer (its output). None for another run, an answer with no
     text or one cut short, and for the run's final request or stop: that answer is its
     last; and, for a run whose agent acts by the code blocks in its answers
-    (:attr:`EndpointRun.acts_in_code`), an answer with none: its answer."""
-    if not state.acts_in_text or state.final_used or state.stop is not None \
+    (:attr:`EndpointRun.acts_in_code`), an answer with none: its answer. ``last``: read the
+    answer of the run's final request or stop too (for the answer it gives by an action)."""
+    if not state.acts_in_text or (not last and (state.final_used or state.stop is not None)) \
             or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
         return []
     if state.action_key:
@@ -1197,6 +1208,10 @@ def text_action(state: EndpointRun, seen: Observation) -> list[ToolCall]:
         found = search(seen.text[:MAX_ACTION_CHARS])
         if found is None:
             return []
+        if len(found) > 1 and found[1] in state.answer_tools:  # (its answer's: its first group)
+            rest = "\n".join(part.strip() for part in found[2:] if part and part.strip())
+            return [ToolCall(TEXT_ACTION_ID + _random_hex(64), found[1],
+                             json.dumps({"answer": rest[:MAX_ACTION_CHARS]}))]
         parts = [part for part in found[1:] if part] or [found[0] or ""]
     else:
         blocks = _FENCED.findall(seen.text)
@@ -1233,6 +1248,32 @@ def json_actions(text: str, key: str) -> list[ToolCall]:
             found.append(ToolCall(TEXT_ACTION_ID + _random_hex(64), name[:200],
                                   json.dumps(value, sort_keys=True)[:MAX_ACTION_CHARS]))
     return found
+
+
+def text_answer(acted: Sequence[ToolCall], answer_tools: Sequence[str],
+                action_key: str | None) -> str | None:
+    """The answer a text answer gives by the agent's own finishing action (a rule pack's
+    ``answer_tools``: Langroid's ``{"request": "done_tool", "content": "..."}``) among its
+    actions (:func:`text_action`): the first one's content — a JSON object's fields but
+    ``action_key``, the text when they hold only a text (an action_pattern's: its groups
+    after the first) — else None (no such action). The actions beside it are none the
+    agent runs: its task ends at it (Langroid runs none of them)."""
+    found = next((call for call in acted if call.name in answer_tools), None)
+    if found is None:
+        return None
+    try:
+        value = json.loads(found.arguments)
+    except (ValueError, RecursionError):
+        return found.arguments
+    if isinstance(value, dict):
+        value.pop(action_key or "", None)
+        if len(value) == 1:
+            (only,) = value.values()
+            if isinstance(only, str):
+                return only
+        if not value:
+            return ""
+    return json.dumps(value, sort_keys=True)
 
 
 @lru_cache(maxsize=64)

@@ -33,6 +33,7 @@ STOP_NOTE_MARK = "${note}"  # where a ``stop_answer:`` puts the stop note
 MAX_STOP_ANSWER_CHARS = 4096
 MAX_ACTION_PATTERN_CHARS = 500  # a budgets entry's action_pattern (a regular expression)
 MAX_ACTION_KEY_CHARS = 100  # a budgets entry's action_key (a JSON object's key)
+MAX_ANSWER_TOOLS = 16  # a budgets entry's answer_tools, each at most MAX_ACTION_KEY_CHARS
 # where a ``finish:`` call's arguments put the report: as it is, or quoted for a POSIX shell
 REPORT_MARK, REPORT_SHELL_MARK = "${report}", "${report_shell}"
 MAX_FINISH_ARGUMENTS = 16  # a finish call's arguments, each at most MAX_STOP_ANSWER_CHARS
@@ -190,6 +191,10 @@ class Budget:
     # ACTIONS_TEXT: the key whose value names the tool a JSON object in an answer asks for
     # (each such object an action; an answer with none holds none: the agent's answer)
     action_key: str | None = None
+    # ACTIONS_TEXT, with an action_key or action_pattern: the tools whose action is the agent's
+    # answer, not work (Langroid's done_tool; the tool an action_pattern's first group names):
+    # an answer whose actions are all of them ends the run with it, counted as no tool call
+    answer_tools: tuple[str, ...] = ()
 
     def applies_to(self, agent: str) -> bool:
         return any(fnmatchcase(agent, glob) for glob in self.agents)

@@ -41,6 +41,7 @@ from watchdog.core.rules.model import (
     BUDGET_PER_RUN,
     MAX_ACTION_KEY_CHARS,
     MAX_ACTION_PATTERN_CHARS,
+    MAX_ANSWER_TOOLS,
     MAX_FINISH_ARGUMENTS,
     MAX_STOP_ANSWER_CHARS,
     Budget,
@@ -87,7 +88,7 @@ RULE_KEY_SYNONYMS = {"expr": "when", "expression": "when", "condition": "when", 
 GRACE_KEYS = ("tool_calls", "seconds")
 NO_COUNTDOWN = "none"  # ``countdown: none``: not a countdown (nor one a replaced rule had)
 BUDGET_ENTRY_KEYS = ("agents", *BUDGET_KEYS, "actions", "stop_answer", "action_pattern",
-                     "action_key", "finish", "budget_per")
+                     "action_key", "answer_tools", "finish", "budget_per")
 INTEGER_BUDGETS = WHOLE_BUDGET_KEYS
 
 
@@ -219,6 +220,7 @@ def ahead_form(packs: Sequence[_Pack], digest: str) -> dict[str, Any]:
                      "actions": b.actions, "stop_answer": b.stop_answer,
                      **({"action_pattern": b.action_pattern} if b.action_pattern else {}),
                      **({"action_key": b.action_key} if b.action_key else {}),
+                     **({"answer_tools": list(b.answer_tools)} if b.answer_tools else {}),
                      "finish": b.finish.describe() if b.finish else None,
                      **({"budget_per": b.budget_per}
                         if b.budget_per != BUDGET_PER_RUN else {})}
@@ -248,7 +250,7 @@ def read_ahead(file: str) -> _Pack | None:
                              b.get("stop_answer"), b.get("action_pattern"),
                              _ahead_finish(b.get("finish")),
                              str(b.get("budget_per", BUDGET_PER_RUN)),
-                             b.get("action_key"))
+                             b.get("action_key"), tuple(b.get("answer_tools", ())))
                       for b in form["budgets"]],
                      [(str(name), int(line)) for name, line in form["disable"]],
                      [(str(name), int(line)) for name, line in form.get("switch_off", ())])
@@ -445,6 +447,25 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
         if problem is not None:
             reader.problem(fields["action_key"], None, f"budgets: action_key: {problem}")
             ok = False
+    answer_tools: tuple[str, ...] = ()
+    if "answer_tools" in fields:
+        items = reader.strings(fields["answer_tools"], None, "budgets: answer_tools")
+        names = [name for name, _ in items] if items is not None else None
+        problem = None
+        if names is None:
+            ok = False
+        elif action_key is None and action_pattern is None:
+            problem = ("only with an action_key or action_pattern (what names an action's "
+                       "tool)")
+        elif not names or len(names) > MAX_ANSWER_TOOLS \
+                or not all(0 < len(name) <= MAX_ACTION_KEY_CHARS for name in names):
+            problem = (f"1 to {MAX_ANSWER_TOOLS} names, each 1 to {MAX_ACTION_KEY_CHARS} "
+                       "characters")
+        else:
+            answer_tools = tuple(dict.fromkeys(names))
+        if problem is not None:
+            reader.problem(fields["answer_tools"], None, f"budgets: answer_tools: {problem}")
+            ok = False
     finish = None
     if "finish" in fields:
         finish = _finish(reader, fields["finish"])
@@ -472,7 +493,7 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
     if not ok or agents is None:
         return None
     return Budget(agents, limits, reader.file, reader.line(node), actions, stop_answer,
-                  action_pattern, finish, budget_per, action_key)
+                  action_pattern, finish, budget_per, action_key, answer_tools)
 
 
 def _action_pattern_problem(pattern: str) -> str | None:

@@ -340,6 +340,28 @@ RIG = Convention(
           "(model-endpoint.md) prices them by the model the request names)",
 )
 
+AGENTSCOPE = Convention(
+    name="AgentScope",
+    emitted_by="AgentScope 2's own GenAI spans (`TracingMiddleware` on the agent: "
+               "`invoke_agent`, `chat`, `execute_tool`) on the global tracer provider",
+    # a tool that raised: AgentScope hands the model its text as the result, the tool's span
+    # ends OK and its gen_ai.tool.call.result (the ToolResponse as JSON) says "state": "error"
+    tool_result_errors=(ErrorResult("gen_ai.tool.call.result", ((("state",), "error"),),
+                                    ("content",)),),
+    # max_iters' last call asked for a tool anyway (it runs): the reply ends with this text of
+    # AgentScope's in place of an answer
+    limit_answers=(("The maximum reasoning-acting iterations are exceeded.", "max_iters"),),
+    notes="a tool's exception is only in its result (`state` `error` on a span that ends OK); "
+          "`max_iters` asks the model once more with `tool_choice` none and a hint the spans "
+          "leave out of the input messages, and the reply's `exceed_max_iters` is on no span: "
+          "the run reads `completed` with that last answer (a known gap)" + ON_NO_SPAN
+          + "; a last call that asks for a tool anyway ends the reply with AgentScope's \"The "
+          "maximum reasoning-acting iterations are exceeded.\": `max_iters`"
+          + "; a tool function asks the user's permission unless given one: the reply parks "
+          "(`agentscope.agent.hitl_pending_tools`) and reads `completed` with AgentScope's "
+          "\"I'm waiting for your permission…\" as its answer (a known gap)",
+)
+
 AUTOGEN = Convention(
     name="AutoGen AgentChat",
     emitted_by="autogen-core's own GenAI spans; model calls by opentelemetry-instrumentation-"
@@ -1017,7 +1039,7 @@ CONVENTIONS: tuple[Convention, ...] = (
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     GOOGLE_ADK_RECORDS,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,
-    OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG,
+    OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG, AGENTSCOPE,
     SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG, CODEX, CODEX_NAMES,
     AGENTOPS, LAMINAR, LANGTRACE, CLAUDE_CODE, QWEN_CODE, GEMINI_CLI,
     GEMINI_CLI_RECORDS,

@@ -8,6 +8,7 @@ class Relay:
     in_flight: int
     held_bytes: int
     queued_requests: int
+    awaited: list[str]
 
     def __init__(self, host: str, port: int, max_body: int, max_concurrent: int,
                  connect_timeout: float, read_timeout: float, observe_limit: int,

@@ -107,7 +107,32 @@ def door(method: str, target: str, headers: CIMultiDict[str] | CIMultiDictProxy[
                       "where the endpoint takes it off, so it would go on to the upstream: "
                       f"send it once, first in the path ({TOKEN_PATH}<token>/, before "
                       f"{AGENT_PATH}<name>/ and /v1/) or as the {TOKEN_HEADER} header")
+    if token is not None:
+        names_it(token, named, headers)
     return target, None if named is None else path_agent(named)
+
+
+def names_it(token: str, segment: str | None,
+             headers: CIMultiDict[str] | CIMultiDictProxy[str]) -> None:
+    """Refused when ``token`` is in what names the request's agent, run, session or sub-agent
+    (the path's ``/agent/<name>/`` ``segment``, the ``x-watchdog-*`` headers but the token's,
+    :data:`SESSION_HEADERS`, :data:`SUBAGENT_HEADERS`): a name goes into the runs the API
+    lists, the metrics' labels and the logs (a confused environment's token pasted there).
+    Never echoed."""
+    where = f"the path's agent name ({AGENT_PATH}<name>/)" \
+        if segment is not None and token in unquote(segment) else None
+    for name, value in headers.items() if where is None else ():
+        name = name.lower()
+        if token in value and name != TOKEN_HEADER and (
+                name.startswith(WATCHDOG_PREFIX) or name in SESSION_HEADERS
+                or name in SUBAGENT_HEADERS):
+            where = f"the {name} header"
+            break
+    if where is not None:
+        raise Refused(400, "bad_request", f"the token is in {where}: a name the endpoint "
+                      "keeps (the runs the API lists, the metrics' labels, the logs); name "
+                      f"it otherwise, and send the token only first in the path "
+                      f"({TOKEN_PATH}<token>/) or as the {TOKEN_HEADER} header")
 
 
 def path_agent(segment: str) -> str | None:

@@ -114,7 +114,9 @@ until this process has booked it and told the relay the ids it read it as handin
 (``sight``), no continuing request goes on ahead. A request that may be told so (``forward``'s
 ``ahead``: its conversation) marks its conversation in the relay, whose next request then waits
 for this booking (at most 50 ms), which publishes or takes the mark back (``admit_next_clear``):
-an agent that sends its next request as soon as it has the answer still finds it said. The relay
+an agent that sends its next request as soon as it has the answer still finds it said. A request
+that waits so is told here (``awaited``), and its call is booked before the other calls that
+ended and the events queued after its end (:meth:`NativeEndpoint._drain`). The relay
 uses what it was told once, and forgets it when a call of the conversation goes upstream (it was
 of the run before that call: said, say, while this loop decided that very request, having booked
 the call before it then); this process takes it back when the run's directives or its end change
@@ -183,6 +185,7 @@ NEXT_HOLD = 60.0
 NEXT_MARGIN = 30.0
 MAX_EXPECTED = 64  # tool calls handed over whose results the relay checks (more: the loop's)
 DRAIN_POLL = 0.05  # seconds between looks at the requests left in flight, while stopping
+MAX_TAKES = 8  # takes of the relay's events in one drain while requests sent on are still unread
 
 
 def missing_relay() -> str | None:
@@ -213,6 +216,13 @@ def countdown_or_pass(turn: Turn, board: Board | None) -> bool:
     """Whether ``turn`` of a run with ``board`` is a plain pass or the tool-call countdown's
     note and nothing else (what a request sent on ahead may get; its usage not asked)."""
     return not turn.usage and budget_only(board) and turn.act in (Act.PASS, Act.NOTE)
+
+
+def awaits(plan: Plan, awaited: set[str]) -> bool:
+    """Whether ``plan``'s conversation is one of ``awaited`` (digests' 24 hex digits)."""
+    return plan.exchange is not None and (
+        conversation := plan.exchange.state.conversation) is not None \
+        and conversation[:24] in awaited
 
 
 class Forwarded:
@@ -260,6 +270,9 @@ class NativeEndpoint:
         self.unread = 0  # responses whose tool calls the relay could not read
         self.to_sight: dict[int, Plan] = {}  # of those, the ones still to book (by id(plan))
         self.ahead = True  # continuing requests may go on ahead (False: the loop decides all)
+        # conversations whose next request waits in the relay for the booking of their call
+        # (its digest's 24 hex digits; until booked)
+        self.awaiting: set[str] = set()
         # runs whose next request the relay was told -> their conversation's 24 hex digits
         self.next_of: OrderedDict[str, str] = OrderedDict()
         self._basis: tuple[object, object] | None = None  # the rules and fleet learned from
@@ -328,33 +341,92 @@ class NativeEndpoint:
 
     def _drain(self) -> None:
         """The queued events in their order: a response's end comes before any request its
-        client sent after it (so the next request of a conversation finds the call booked)."""
-        events = self.relay.take()
-        self.taken_at = self.proxy.service.now()  # (a request's event: how long ago it came)
-        self.check_basis()
-        for event in events:
-            kind, number = event[0], event[1]
-            try:
-                if kind == "request":
-                    self._request(number, *event[2:])
-                elif kind == "taken":
-                    self._taken(number, *event[2:])
-                elif kind == "done":
-                    self._done(number, *event[2:])
-                elif kind == "ended":
-                    if (forwarded := self.forwarded.get(number)) is not None:
-                        forwarded.ended = True
-                else:
-                    self._upstream_failed(number, event[2], event[3])
-            except Exception:  # a bug: the request is answered, the loop goes on
-                log.exception("the model endpoint failed on a %s event", kind)
-                self.relay.respond(number, 500, [("Content-Type", "application/json")],
-                                   b'{"error":{"code":"internal_error","message":'
-                                   b'"the model endpoint failed on this request"}}')
+        client sent after it (so the next request of a conversation finds the call booked).
+        A request waiting in the relay for its call's booking (``awaited``) has that call
+        booked as soon as its end has been taken, before the events after it, with those of
+        the other requests waiting then (:meth:`_book_awaited`; looked for again after each
+        request decided or read here). While any does, the requests the relay sent on
+        (``taken``: on their way already, nobody waits for their reading) are read last:
+        before the next request this loop decides, before what follows of the same request,
+        and once the relay has nothing more queued (what came meanwhile taken first, up to
+        ``MAX_TAKES`` takes)."""
+        sent: dict[int, tuple[float, tuple[Any, ...]]] = {}  # taken events, with when
+        for _ in range(MAX_TAKES):
+            events = self.relay.take()
+            self.taken_at = self.proxy.service.now()  # (a request's event: how long ago it came)
+            self.check_basis()
+            awaiting = self.awaiting
+            for event in events:
+                if event[0] == "awaited" and len(awaiting) < MAX_NEXT:
+                    awaiting.add(event[2])
+            self._book_awaited()
+            for event in events:
+                kind, number = event[0], event[1]
+                if kind == "awaited":
+                    continue
+                if kind == "taken" and (sent or awaiting):
+                    sent[number] = (self.taken_at, event)
+                    continue
+                if sent and (kind == "request" or number in sent):
+                    self._read_sent(sent, None if kind == "request" else number)
+                self._event(kind, number, event)
+                if kind in ("request", "taken") or (
+                        awaiting and kind == "done" and self.ended
+                        and awaits(self.ended[-1][0], awaiting)):
+                    self._book_awaited()
+            if not sent or not self.relay.queued:
+                break
+        self._read_sent(sent, None)
         if self.ended and not self.booking:
             assert self.loop is not None
             self.booking = True
             self.loop.call_soon(self._book_soon)
+
+    def _read_sent(self, sent: dict[int, tuple[float, tuple[Any, ...]]],
+                   number: int | None) -> None:
+        """The requests the relay sent on that ``_drain`` put off (``number``: that one only),
+        read now, each with when its event was taken; between two, the calls of the requests
+        that came meanwhile to wait for their booking are booked."""
+        taken_at = self.taken_at
+        for key in list(sent) if number is None else [number]:
+            self.taken_at, event = sent.pop(key)
+            self._event("taken", key, event)
+            self._book_awaited()
+        self.taken_at = taken_at
+
+    def _event(self, kind: str, number: int, event: tuple[Any, ...]) -> None:
+        """One event of the relay's, handled."""
+        try:
+            if kind == "request":
+                self._request(number, *event[2:])
+            elif kind == "taken":
+                self._taken(number, *event[2:])
+            elif kind == "done":
+                self._done(number, *event[2:])
+            elif kind == "ended":
+                if (forwarded := self.forwarded.get(number)) is not None:
+                    forwarded.ended = True
+            else:
+                self._upstream_failed(number, event[2], event[3])
+        except Exception:  # a bug: the request is answered, the loop goes on
+            log.exception("the model endpoint failed on a %s event", kind)
+            self.relay.respond(number, 500, [("Content-Type", "application/json")],
+                               b'{"error":{"code":"internal_error","message":'
+                               b'"the model endpoint failed on this request"}}')
+
+    def _book_awaited(self) -> None:
+        """The calls that ended (their ends taken) of the conversations whose next request
+        waits in the relay for their booking (``awaiting``, and those the relay has queued
+        since: :attr:`Relay.awaited`), booked now, in one step of the core, before the other
+        calls that ended (:meth:`_book_soon`) and the events queued after. Any request of
+        those conversations would book them first (:meth:`_before_identify`)."""
+        if not self.ended:
+            return
+        awaiting = self.awaiting.union(self.relay.awaited)
+        chosen = {index for index, (plan, *_) in enumerate(self.ended)
+                  if awaits(plan, awaiting)}
+        if chosen:
+            self._book_ended(chosen)
 
     def _book_soon(self) -> None:
         """The calls that ended are booked, after the requests queued meanwhile (taken here,
@@ -395,6 +467,17 @@ class NativeEndpoint:
             self.ended = [item for index, item in enumerate(ended) if index not in only]
             ended = [item for index, item in enumerate(ended) if index in only]
         calls: list[Booked] = []
+        if self.awaiting:  # (booked now: no request waits for these any more, nor for a call
+            # not in flight: its booking came before the request said it waits)
+            if only is None:
+                self.awaiting.intersection_update(
+                    conversation[:24] for plan in self.pending.values()
+                    if plan.exchange is not None
+                    and (conversation := plan.exchange.state.conversation) is not None)
+            else:
+                self.awaiting.difference_update(
+                    conversation[:24] for plan, *_ in ended if plan.exchange is not None
+                    and (conversation := plan.exchange.state.conversation) is not None)
         try:
             for plan, status, outcome, body, content_type, seconds, changed, seen in ended:
                 try:
@@ -433,6 +516,8 @@ class NativeEndpoint:
             wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
             if refusal == "overloaded":
                 raise proxy.overloaded(in_flight)
+            if refusal == "reading":  # (``in_flight``: the other bodies being read)
+                raise proxy.reading_full(in_flight)
             if refusal == "over_budget":
                 raise proxy.over_budget()
             if refusal == "too_large":

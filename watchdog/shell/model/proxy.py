@@ -19,11 +19,13 @@ answer, or a plan to send it upstream) is :mod:`watchdog.shell.model.plans`.
 
 Bounded: request bodies (``model_max_body_bytes``, 413; ``model_body_timeout`` to arrive, 408
 and the connection closed), requests in flight
-(``model_max_concurrent``, 503 with Retry-After), the bytes of their bodies held at once
-(``model_max_inflight_bytes``: a request whose declared length, or whose body as it is read,
-would take the total past it gets 503 with Retry-After, unless it is the only one holding
-any; counted until the request has ended), whole responses read for observation
-(``MAX_RESPONSE_BYTES``: larger ones pass unobserved), SSE events (``MAX_SSE_EVENT_BYTES``). One
+(``model_max_concurrent``, 503 with Retry-After: a place taken once the body is in; the bodies
+being read, ``READING_PER_PLACE`` × as many, likewise), the bytes of their bodies held at once
+(``model_max_inflight_bytes``: a request whose body as it is read, or, waiting for ``100
+Continue``, whose declared length, would take the total past it gets 503 with Retry-After,
+unless it is the only one holding any; counted as they come, until the request has ended),
+whole responses read for observation (``MAX_RESPONSE_BYTES``: larger ones pass unobserved),
+SSE events (``MAX_SSE_EVENT_BYTES``). One
 client session keeps a keep-alive pool to the upstreams, verifies TLS with the system's CAs and
 honours ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` (read once at start: aiohttp's per-request
 ``trust_env`` lookup cost ~1.7 ms a request). A client that goes away cancels its upstream
@@ -131,6 +133,9 @@ log = logging.getLogger("watchdog.model")
 
 CONNECT_TIMEOUT = 30.0  # seconds to open a connection to the upstream
 RETRY_AFTER = "1"  # seconds, when too many requests are in flight
+# request bodies being read at once, per model_max_concurrent place (a body still coming
+# holds no place; the compiled relay's READING_PER_PLACE too)
+READING_PER_PLACE = 2
 MAX_REPORT_LINES = 20  # the run's last steps in an abort answer
 MAX_FAILURES_LOGGED = 20  # tracebacks of failed observations logged (then only counted)
 # the id of a Responses answer the endpoint gave (ResponsesWire.answer, answer_stream)
@@ -219,7 +224,9 @@ class ModelProxy:
         self.anthropic = config.model_upstream_anthropic.rstrip("/")
         host, _ = split_address("model_address", config.model_address or "127.0.0.1:0")
         self.token = config.api_token if not is_loopback(host) else None
-        self.in_flight = 0
+        self.in_flight = 0  # holding a place: their bodies read
+        self.reading = 0  # their bodies being read (at most max_reading)
+        self.max_reading = READING_PER_PLACE * config.model_max_concurrent
         self.held_bytes = 0  # of the bodies of the requests in flight (model_max_inflight_bytes)
         if observer is not None:  # (the compiled relay's own count instead, where it serves)
             observer.model_bytes_from(lambda: self.held_bytes)
@@ -293,13 +300,25 @@ class ModelProxy:
             target, agent = door(request.method, request.raw_path, request.headers,
                                  self.token)
             wire = self.wire_of(request.method, unquote(target.split("?", 1)[0]))
-            if self.in_flight >= self.config.model_max_concurrent:
-                raise self.overloaded(self.in_flight)
-            self.in_flight += 1
+            if self.reading >= self.max_reading:
+                raise self.reading_full(self.reading)
             held = Held()
             try:
-                plan = self.plan(wire, request.method, target, request.headers,
-                                 await self._body(request, held), agent, arrived)
+                # a place is taken once the body is in: a body still coming holds none
+                self.reading += 1
+                try:
+                    body = await self._body(request, held)
+                finally:
+                    self.reading -= 1
+                if self.in_flight >= self.config.model_max_concurrent:
+                    raise self.overloaded(self.in_flight)
+                self.in_flight += 1
+            except BaseException:
+                self.held_bytes -= held.bytes
+                raise
+            try:
+                plan = self.plan(wire, request.method, target, request.headers, body, agent,
+                                 arrived)
                 if isinstance(plan, Answer):
                     return web.Response(status=plan.status, body=plan.body,
                                         headers=plan.headers)
@@ -339,6 +358,14 @@ class ModelProxy:
         return Refused(503, "overloaded", f"{in_flight} model requests are in flight "
                        f"(model_max_concurrent): retry shortly", {"Retry-After": RETRY_AFTER})
 
+    def reading_full(self, reading: int) -> Refused:
+        """The request bodies being read are ``READING_PER_PLACE`` × ``model_max_concurrent``."""
+        if self.metrics is not None:
+            self.metrics.model_overloaded("model_max_concurrent")
+        return Refused(503, "overloaded", f"{reading} model request bodies are being read "
+                       f"({READING_PER_PLACE} × model_max_concurrent): retry shortly",
+                       {"Retry-After": RETRY_AFTER})
+
     def over_budget(self) -> Refused:
         """The request would take the bodies held past ``model_max_inflight_bytes`` (the rest
         of its body is read and dropped, so its client, still sending it, reads the answer)."""
@@ -376,9 +403,10 @@ class ModelProxy:
     def agent_named(self, headers: CIMultiDict[str] | CIMultiDictProxy[str] | None
                     ) -> str | None:
         """The agent a request names (``x-watchdog-agent``, when it is a name the endpoint
-        takes), else ``model_agent_name``."""
+        takes: never one with the token in it), else ``model_agent_name``."""
         named = headers.get(AGENT_HEADER) if headers is not None else None
         return named if named is not None and agent_allowed(named) \
+            and (self.token is None or self.token not in named) \
             else self.config.model_agent_name
 
     def refusal(self, wire: Wire | None, refused: Refused,
@@ -575,6 +603,7 @@ class ModelProxy:
                 tool_parameters(body, finish.tool)) else None
             state.per_conversation = service.per_conversation(run.agent)
             state.action_key = acting.action_key if acting is not None else None
+            state.answer_tools = acting.answer_tools if acting is not None else ()
             return state, decide(counts, service.board(run.key), parsed.instructions,
                                  parsed.has_tools, parsed.structured, state.acts_in_text,
                                  quotes_answer(state, parsed)), \
@@ -995,11 +1024,16 @@ class ModelProxy:
     # -- bits -----------------------------------------------------------------------------------
 
     async def _expect(self, request: web.Request) -> web.StreamResponse | None:
-        """``Expect: 100-continue``: a body longer than taken is refused before it is sent (as
-        the compiled relay does), else the client is told to go on. Any other expectation is
-        read as none (RFC 9110 §10.1.1 lets a server answer it 417; the compiled relay does
-        not), and the header is not passed on."""
+        """``Expect: 100-continue``: a body longer than taken, or one that comes when every
+        place is taken now (or as many bodies are being read as are taken), is refused before
+        it is sent (as the compiled relay does), else the client is told to go on. Any other
+        expectation is read as none (RFC 9110 §10.1.1 lets a server answer it 417; the
+        compiled relay does not), and the header is not passed on."""
         try:
+            if self.in_flight >= self.config.model_max_concurrent:
+                raise self.overloaded(self.in_flight)
+            if self.reading >= self.max_reading:
+                raise self.reading_full(self.reading)
             self._length_taken(request)
             size = request.content_length or 0
             if self.held_bytes > 0 and \
@@ -1025,8 +1059,6 @@ class ModelProxy:
     async def _body(self, request: web.Request, held: Held) -> bytes:
         limit = self.config.model_max_body_bytes
         self._length_taken(request)
-        if request.content_length:  # counted before it is read, as it is declared
-            self.hold(held, request.content_length)
         data = bytearray()
         try:
             async with asyncio.timeout(self.config.model_body_timeout):
@@ -1034,7 +1066,7 @@ class ModelProxy:
                     data += chunk
                     if len(data) > limit:
                         raise self.too_large(limit)
-                    self.hold(held, len(data))  # (a chunked body: as it is read)
+                    self.hold(held, len(data))  # (as it comes, whatever it declared)
         except TimeoutError:
             raise self.body_late(self.config.model_body_timeout) from None
         except EndedEarly:  # its client ended its side of the connection before its end
