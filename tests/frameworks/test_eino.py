@@ -164,6 +164,57 @@ def added(count: int) -> list[str]:
     return [f'add {{"a":{index},"b":100}}' for index in range(count)]
 
 
+def paired(index: int, body: dict[str, Any]) -> fakellm.Step:
+    """Two sums asked at a time; the report once no tool is offered."""
+    if not fakellm.offers_tools(body):
+        return fakellm.answer(REPORT)
+    return fakellm.Step(tool_calls=(fakellm.ToolCall("add", {"a": 2 * index, "b": 100}),
+                                    fakellm.ToolCall("add", {"a": 2 * index + 1, "b": 100})))
+
+
+def check_trimmed_to_the_budget(sidecar: RunningServer, before: set[str],
+                                requests: list[dict[str, Any]],
+                                outcomes: list[dict[str, str]]) -> None:
+    """What the agent ran of :func:`paired` with a budget of 3 is what it was handed: 2 calls,
+    then 1 (the second taken out of the answer), each with its result; the report its output."""
+    assert [(message["role"], len(message.get("tool_calls") or ()))
+            for message in requests[-1]["messages"][2:]] == [
+        ("assistant", 2), ("tool", 0), ("tool", 0), ("assistant", 1), ("tool", 0)]
+    assert outcomes == [{"output": REPORT, "error": ""}]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (3, "tool_limit_reached"), run
+
+
+def check_wound_down_to_the_report(sidecar: RunningServer, before: set[str],
+                                   requests: list[dict[str, Any]], ran: list[str],
+                                   outcomes: list[dict[str, str]]) -> None:
+    """:func:`rereading`'s loop: tool-cycle fires at the 4th identical call, the next 2
+    requests are wound down (grace 2 and 1), the 7th is final, its tools withdrawn; the
+    report is the agent's output and the run ends ``loop_detected``."""
+    assert len(requests) == 7
+    assert [LOOP_NOTE in instructions(body) for body in requests] == [False] * 4 + [True] * 3
+    assert [GRACE_LEFT.findall(instructions(body)) for body in requests] == [[]] * 4 + [
+        ["2"], ["1"], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * 6 + [False]
+    assert ran == ['read_file {"path":"notes.txt"}'] * 6
+    assert outcomes == [{"output": REPORT, "error": ""}]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"], run["final_output"]) == (
+        6, "loop_detected", REPORT), run
+
+
+def check_the_stop_is_the_output(sidecar: RunningServer, before: set[str],
+                                 outcomes: list[dict[str, str]]) -> None:
+    """The rule's abort after 2 tool calls is the caller's output, no error; the run
+    ``aborted``."""
+    [outcome] = outcomes
+    assert outcome["error"] == "", outcome
+    assert outcome["output"].startswith(
+        f"{STOPPED}: Stopped by the test's rule after 2 tool calls"), outcome
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
 # -- one run per call; a budget -----------------------------------------------------------------
 
 @pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
@@ -195,24 +246,12 @@ def test_calls_past_the_budget_are_trimmed_from_the_answer(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, stream: bool) -> None:
     """The model asks for two sums at a time: both run with 3 left; with 1 left, the second is
     taken out of the answer (streamed: out of its chunks) before Eino reads it."""
-    def pairs(index: int, body: dict[str, Any]) -> fakellm.Step:
-        if not fakellm.offers_tools(body):
-            return fakellm.answer(REPORT)
-        return fakellm.Step(tool_calls=(fakellm.ToolCall("add", {"a": 2 * index, "b": 100}),
-                                        fakellm.ToolCall("add", {"a": 2 * index + 1, "b": 100})))
-
     before = run_ids(sidecar)
-    it = invoke(sidecar, llm, "eino-budget", pairs, tmp_path, stream=stream)
+    it = invoke(sidecar, llm, "eino-budget", paired, tmp_path, stream=stream)
     assert sorted(it.ran) == added(3)
     assert [LEFT.findall(instructions(body)) for body in it.requests] == [
         [("3", "3")], [("1", "3")], []]
-    # what Eino ran is what it was handed: 2 calls, then 1, each with its result
-    assert [(message["role"], len(message.get("tool_calls") or ()))
-            for message in it.requests[-1]["messages"][2:]] == [
-        ("assistant", 2), ("tool", 0), ("tool", 0), ("assistant", 1), ("tool", 0)]
-    assert it.outcomes == [{"output": REPORT, "error": ""}]
-    run = the_ended_run(sidecar, before)
-    assert (run["tool_calls"], run["terminal_state"]) == (3, "tool_limit_reached"), run
+    check_trimmed_to_the_budget(sidecar, before, it.requests, it.outcomes)
 
 
 @pytest.mark.parametrize(("kind", "steps", "error"), [
@@ -260,18 +299,7 @@ def test_a_loop_is_wound_down_then_its_report_is_the_answer(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, stream: bool) -> None:
     before = run_ids(sidecar)
     it = invoke(sidecar, llm, "eino", rereading, tmp_path, stream=stream)
-    # tool-cycle fires at the 4th identical call: the next 2 requests are wound down (grace 2
-    # and 1), the 7th is final, its tools withdrawn
-    assert len(it.requests) == 7
-    assert [LOOP_NOTE in instructions(body) for body in it.requests] == [False] * 4 + [True] * 3
-    assert [GRACE_LEFT.findall(instructions(body)) for body in it.requests] == [[]] * 4 + [
-        ["2"], ["1"], []]
-    assert [fakellm.offers_tools(body) for body in it.requests] == [True] * 6 + [False]
-    assert it.ran == ['read_file {"path":"notes.txt"}'] * 6
-    assert it.outcomes == [{"output": REPORT, "error": ""}]
-    run = the_ended_run(sidecar, before)
-    assert (run["tool_calls"], run["terminal_state"], run["final_output"]) == (
-        6, "loop_detected", REPORT), run
+    check_wound_down_to_the_report(sidecar, before, it.requests, it.ran, it.outcomes)
 
 
 @pytest.mark.parametrize(("kind", "stream"), [("react", False), ("react", True), ("adk", True)])
@@ -282,12 +310,7 @@ def test_an_abort_is_the_agents_final_answer(
     before = run_ids(sidecar)
     it = invoke(sidecar, llm, "eino-abort", sums, tmp_path, kind=kind, stream=stream)
     assert it.ran == added(2) and len(it.requests) == 2
-    [outcome] = it.outcomes
-    assert outcome["error"] == "", outcome
-    assert outcome["output"].startswith(
-        f"{STOPPED}: Stopped by the test's rule after 2 tool calls"), outcome
-    run = the_ended_run(sidecar, before)
-    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+    check_the_stop_is_the_output(sidecar, before, it.outcomes)
 
 
 def test_an_abort_as_the_apis_error_is_the_calls_error(

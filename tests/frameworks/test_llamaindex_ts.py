@@ -46,17 +46,21 @@ import pytest
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
-from tests.frameworks.steering import GRACE_LEFT, LEFT, instructions, user_text
+from tests.frameworks.steering import LEFT, instructions, user_text
 from tests.frameworks.test_eino import (
     REPORT,
     added,
     calls_asked,
+    check_the_stop_is_the_output,
+    check_trimmed_to_the_budget,
+    check_wound_down_to_the_report,
+    paired,
     pointed,
     rereading,
     sums,
     tool_names,
 )
-from tests.frameworks.test_langchaingo import LOOP_NOTE, STOPPED
+from tests.frameworks.test_langchaingo import STOPPED
 from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
 from tests.harness import RunningServer, endpoint_with_pack
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
@@ -218,23 +222,11 @@ def test_calls_past_the_budget_are_trimmed_from_the_answer(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
     """The model asks for two sums at a time: both run with 3 left; with 1 left, the second is
     taken out of the streamed answer before LlamaIndex reads it."""
-    def pairs(index: int, body: dict[str, Any]) -> fakellm.Step:
-        if not fakellm.offers_tools(body):
-            return fakellm.answer(REPORT)
-        return fakellm.Step(tool_calls=(fakellm.ToolCall("add", {"a": 2 * index, "b": 100}),
-                                        fakellm.ToolCall("add", {"a": 2 * index + 1, "b": 100})))
-
     before = run_ids(sidecar)
-    it = invoke(sidecar, llm, "li-budget", pairs, tmp_path)
+    it = invoke(sidecar, llm, "li-budget", paired, tmp_path)
     assert sorted(it.ran) == added(3)
     assert budget_left(it.requests) == [[("3", "3")], [("1", "3")], []]
-    # what LlamaIndex ran is what it was handed: 2 calls, then 1, each with its result
-    assert [(message["role"], len(message.get("tool_calls") or ()))
-            for message in it.requests[-1]["messages"][2:]] == [
-        ("assistant", 2), ("tool", 0), ("tool", 0), ("assistant", 1), ("tool", 0)]
-    assert it.outcomes == [{"output": REPORT, "error": ""}]
-    run = the_ended_run(sidecar, before)
-    assert (run["tool_calls"], run["terminal_state"]) == (3, "tool_limit_reached"), run
+    check_trimmed_to_the_budget(sidecar, before, it.requests, it.outcomes)
 
 
 # -- loops and aborts -----------------------------------------------------------------------------
@@ -243,18 +235,7 @@ def test_a_loop_is_wound_down_then_its_report_is_the_result(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
     before = run_ids(sidecar)
     it = invoke(sidecar, llm, "li", rereading, tmp_path, stream=True)
-    # tool-cycle fires at the 4th identical call: the next 2 requests are wound down (grace 2
-    # and 1), the 7th is final, its tools withdrawn
-    assert len(it.requests) == 7
-    assert [LOOP_NOTE in instructions(body) for body in it.requests] == [False] * 4 + [True] * 3
-    assert [GRACE_LEFT.findall(instructions(body)) for body in it.requests] == [[]] * 4 + [
-        ["2"], ["1"], []]
-    assert [fakellm.offers_tools(body) for body in it.requests] == [True] * 6 + [False]
-    assert it.ran == ['read_file {"path":"notes.txt"}'] * 6
-    assert it.outcomes == [{"output": REPORT, "error": ""}]
-    run = the_ended_run(sidecar, before)
-    assert (run["tool_calls"], run["terminal_state"], run["final_output"]) == (
-        6, "loop_detected", REPORT), run
+    check_wound_down_to_the_report(sidecar, before, it.requests, it.ran, it.outcomes)
 
 
 def test_a_loop_that_asks_for_tools_at_the_final_request_is_stopped(
@@ -284,12 +265,7 @@ def test_an_abort_is_the_agents_result(
     it = invoke(sidecar, llm, "li-abort", script, tmp_path, kind=kind, stream=stream)
     assert len(it.requests) == 2
     assert it.ran == (['add {"a":1,"b":100}'] if kind == "multi" else added(2))
-    [outcome] = it.outcomes
-    assert outcome["error"] == "", outcome
-    assert outcome["output"].startswith(
-        f"{STOPPED}: Stopped by the test's rule after 2 tool calls"), outcome
-    run = the_ended_run(sidecar, before)
-    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+    check_the_stop_is_the_output(sidecar, before, it.outcomes)
 
 
 def test_an_abort_as_the_apis_error_kills_the_agents_process(
