@@ -8,7 +8,8 @@ Langfuse's docs set it up), LangChain's
 smolagents, AutoGen AgentChat, Agno (Chat Completions and
 Responses), LlamaIndex's ``FunctionAgent``, Strands, google-adk (``LiteLlm``, ``OpenAILlm``,
 ``OpenAIResponsesLlm``), LiteLLM's SDK (``litellm.completion``), Haystack's ``Agent``, AG2's
-``Agent``, an Apache Burr state machine, AgentScope's ``Agent``, CAMEL-AI's ``ChatAgent``, Griptape's ``Agent`` and
+``Agent``, an Apache Burr state machine, AgentScope's ``Agent``, CAMEL-AI's ``ChatAgent``,
+Griptape's ``Agent`` and
 Semantic Kernel's ``ChatCompletionAgent`` (and DSPy's ReAct, whose tools are text: its own
 tests at the end), each in its framework's venv
 (``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,

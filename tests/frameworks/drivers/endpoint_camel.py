@@ -12,8 +12,8 @@ import sys
 
 import _camel  # noqa: F401 (first: tiktoken's file)
 from camel.agents import ChatAgent
-from camel.responses import ChatAgentResponse
 from camel.models import ModelFactory
+from camel.responses import ChatAgentResponse
 from camel.toolkits import FunctionTool
 from camel.types import ModelPlatformType
 from endpoint_common import INSTRUCTIONS, TASK, done, model, search
