@@ -2,21 +2,37 @@
 its OpenAI model (``ModelFactory.create(ModelPlatformType.OPENAI, ...)``: the ``openai`` client
 beneath reads ``OPENAI_BASE_URL``), so the base URL alone points it at the sidecar. Mode
 (argv[1]): ``step`` (a whole response per request), ``step_stream`` (``stream: True`` in its
-model config), ``astep`` and ``astep_stream`` (the same, awaited). See :mod:`endpoint_common`.
+model config), ``astep`` and ``astep_stream`` (the same, awaited); ``url``: a ``step`` on an
+``OPENAI_COMPATIBLE_MODEL`` whose ``url`` is ``CAMEL_URL`` (docs/agents.md's), with
+``max_iteration`` ``CAMEL_MAX_ITERATION`` if set, printing ``error`` too (what the step raised,
+else ""); ``roleplay``: a ``RolePlaying`` society, its assistant (the tool, model
+``ENDPOINT_MODEL``, at ``CAMEL_URL``) instructed by its user agent (model ``CAMEL_USER_MODEL``,
+at ``CAMEL_USER_URL``) turn by turn until the user agent says ``CAMEL_TASK_DONE`` (at most 4
+turns), printing ``turns`` too. See :mod:`endpoint_common`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import sys
 
 import _camel  # noqa: F401 (first: tiktoken's file)
 from camel.agents import ChatAgent
-from camel.models import ModelFactory
+from camel.models import BaseModelBackend, ModelFactory
 from camel.responses import ChatAgentResponse
+from camel.societies import RolePlaying
 from camel.toolkits import FunctionTool
 from camel.types import ModelPlatformType
-from endpoint_common import INSTRUCTIONS, TASK, done, model, search
+from endpoint_common import INSTRUCTIONS, RAN, TASK, done, model, search
+
+
+def compatible(name: str, url: str) -> BaseModelBackend:
+    """The model as docs/agents.md sets it: an OpenAI-compatible model at the sidecar's URL."""
+    return ModelFactory.create(model_platform=ModelPlatformType.OPENAI_COMPATIBLE_MODEL,
+                               model_type=name, url=url,
+                               api_key=os.environ["OPENAI_API_KEY"])
 
 
 def agent(stream: bool) -> ChatAgent:
@@ -37,8 +53,46 @@ async def astep(camel: ChatAgent, stream: bool) -> str:
     return "".join([text(delta) async for delta in response])  # its deltas, as they come
 
 
+def at_url() -> None:
+    limit = os.environ.get("CAMEL_MAX_ITERATION")
+    camel = ChatAgent(system_message=INSTRUCTIONS,
+                      model=compatible(model(), os.environ["CAMEL_URL"]),
+                      tools=[FunctionTool(search)],
+                      max_iteration=int(limit) if limit else None)
+    try:
+        output, error = text(camel.step(TASK)), ""
+    except Exception as exc:  # what the user's code catches: the step's error
+        output, error = "", f"{type(exc).__name__}: {exc}"
+    print(json.dumps({"ran": RAN, "output": output, "error": error}), flush=True)
+
+
+def role_play() -> None:
+    society = RolePlaying(
+        assistant_role_name="Researcher", user_role_name="Lead", task_prompt=TASK,
+        with_task_specify=False,
+        assistant_agent_kwargs={"model": compatible(model(), os.environ["CAMEL_URL"]),
+                                "tools": [FunctionTool(search)]},
+        user_agent_kwargs={"model": compatible(os.environ["CAMEL_USER_MODEL"],
+                                               os.environ["CAMEL_USER_URL"])})
+    message, turns, output = society.init_chat(), 0, ""
+    while turns < 4:
+        turns += 1
+        assistant, user = society.step(message)
+        if user.terminated or assistant.terminated or "CAMEL_TASK_DONE" in text(user):
+            break
+        message = assistant.msgs[0]
+        output = message.content
+    print(json.dumps({"ran": RAN, "output": output, "turns": turns}), flush=True)
+
+
 def main(mode: str) -> None:
-    assert mode in ("step", "step_stream", "astep", "astep_stream"), mode
+    assert mode in ("step", "step_stream", "astep", "astep_stream", "url", "roleplay"), mode
+    if mode == "url":
+        at_url()
+        return
+    if mode == "roleplay":
+        role_play()
+        return
     stream = mode.endswith("_stream")
     camel = agent(stream)
     if mode.startswith("astep"):
