@@ -29,10 +29,14 @@ from endpoint_common import INSTRUCTIONS, RAN, TASK, done, model, search
 
 
 def compatible(name: str, url: str) -> BaseModelBackend:
-    """The model as docs/agents.md sets it: an OpenAI-compatible model at the sidecar's URL."""
+    """The model as docs/agents.md sets it: an OpenAI-compatible model at the sidecar's URL;
+    with ``CAMEL_RUN`` set, its client's ``default_headers`` name the run
+    (``x-watchdog-run``)."""
+    run = os.environ.get("CAMEL_RUN")
     return ModelFactory.create(model_platform=ModelPlatformType.OPENAI_COMPATIBLE_MODEL,
                                model_type=name, url=url,
-                               api_key=os.environ["OPENAI_API_KEY"])
+                               api_key=os.environ["OPENAI_API_KEY"],
+                               **({"default_headers": {"x-watchdog-run": run}} if run else {}))
 
 
 def agent(stream: bool) -> ChatAgent:
@@ -54,11 +58,12 @@ async def astep(camel: ChatAgent, stream: bool) -> str:
 
 
 def at_url() -> None:
-    limit = os.environ.get("CAMEL_MAX_ITERATION")
+    limit, tokens = os.environ.get("CAMEL_MAX_ITERATION"), os.environ.get("CAMEL_TOKEN_LIMIT")
     camel = ChatAgent(system_message=INSTRUCTIONS,
                       model=compatible(model(), os.environ["CAMEL_URL"]),
                       tools=[FunctionTool(search)],
-                      max_iteration=int(limit) if limit else None)
+                      max_iteration=int(limit) if limit else None,
+                      token_limit=int(tokens) if tokens else None)
     try:
         output, error = text(camel.step(TASK)), ""
     except Exception as exc:  # what the user's code catches: the step's error
