@@ -55,21 +55,29 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
 
 
 def url(sidecar: RunningServer, agent: str) -> str:
-    """What a user sets as the model's ``url`` to name the agent (docs/agents.md)."""
+    """The sidecar's model endpoint with ``/agent/<agent>/`` in it: the agent named."""
     return f"{sidecar.url('model')}/agent/{agent}/v1"
+
+
+def settings(base_url: str, model: str) -> dict[str, object]:
+    """What a user sets to point CAMEL's model at the model endpoint: the keyword arguments of
+    ``ModelFactory.create`` for an ``OPENAI_COMPATIBLE_MODEL`` (its platform and key aside).
+    The tests run it so, and docs/agents.md shows it (``camel-config``, checked in
+    tests/test_docs.py)."""
+    return {"model_type": model, "url": base_url}
 
 
 def run_camel(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
               mode: str = "url", **extra: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One invocation of the driver, its model at ``url(agent)``: what it printed and the
-    upstream's requests."""
+    """One invocation of the driver, its model set by :func:`settings` at ``url(agent)``: what
+    it printed and the upstream's requests."""
     case = next(_CASES)
     model = llm.script(f"camel-{agent}-{case}", script)
     base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1",
             "OTEL_SDK_DISABLED": "true"}
     env = {**base, "OPENAI_API_KEY": KEY, "ENDPOINT_MODEL": model,
-           "ENDPOINT_TASK": f"Find the file. (case {case})", "CAMEL_URL": url(sidecar, agent),
-           **extra}
+           "ENDPOINT_TASK": f"Find the file. (case {case})",
+           "CAMEL_SETTINGS": json.dumps(settings(url(sidecar, agent), model)), **extra}
     result = drive_command("camel", "endpoint_camel", mode, base, env)
     return json.loads(result.stdout.strip().splitlines()[-1]), llm.requests(model)
 
@@ -137,8 +145,8 @@ def test_role_playing_each_turn_of_its_assistant_is_a_run_with_its_budget(
         fakellm.answer("Instruction: search once more.\nInput: None"),
         fakellm.answer("CAMEL_TASK_DONE")))
     said, requests = run_camel(sidecar, llm, "camel-budget-researcher", searching,
-                               "roleplay", CAMEL_USER_MODEL=lead,
-                               CAMEL_USER_URL=url(sidecar, "camel-budget-lead"))
+                               "roleplay", CAMEL_USER_SETTINGS=json.dumps(
+                                   settings(url(sidecar, "camel-budget-lead"), lead)))
     assert said == {"ran": ["term 0", "term 1", "term 2", "term 4", "term 5", "term 6"],
                     "output": REPORT, "turns": 3}
     assert [LEFT.findall(instructions(body)) for body in requests] == [

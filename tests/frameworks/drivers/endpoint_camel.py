@@ -3,12 +3,13 @@ its OpenAI model (``ModelFactory.create(ModelPlatformType.OPENAI, ...)``: the ``
 beneath reads ``OPENAI_BASE_URL``), so the base URL alone points it at the sidecar. Mode
 (argv[1]): ``step`` (a whole response per request), ``step_stream`` (``stream: True`` in its
 model config), ``astep`` and ``astep_stream`` (the same, awaited); ``url``: a ``step`` on an
-``OPENAI_COMPATIBLE_MODEL`` whose ``url`` is ``CAMEL_URL`` (docs/agents.md's), with
-``max_iteration`` ``CAMEL_MAX_ITERATION`` if set, printing ``error`` too (what the step raised,
-else ""); ``roleplay``: a ``RolePlaying`` society, its assistant (the tool, model
-``ENDPOINT_MODEL``, at ``CAMEL_URL``) instructed by its user agent (model ``CAMEL_USER_MODEL``,
-at ``CAMEL_USER_URL``) turn by turn until the user agent says ``CAMEL_TASK_DONE`` (at most 4
-turns), printing ``turns`` too. See :mod:`endpoint_common`.
+``OPENAI_COMPATIBLE_MODEL`` made with ``CAMEL_SETTINGS`` (JSON: the keyword arguments of
+``ModelFactory.create`` but its platform and key, docs/agents.md's: its ``url``), with
+``max_iteration`` ``CAMEL_MAX_ITERATION`` and ``token_limit`` ``CAMEL_TOKEN_LIMIT`` if set,
+printing ``error`` too (what the step raised, else ""); ``roleplay``: a ``RolePlaying``
+society, its assistant (the tool, its model ``CAMEL_SETTINGS``') instructed by its user
+agent (its model ``CAMEL_USER_SETTINGS``') turn by turn until the user agent says
+``CAMEL_TASK_DONE`` (at most 4 turns), printing ``turns`` too. See :mod:`endpoint_common`.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from camel.types import ModelPlatformType
 from endpoint_common import INSTRUCTIONS, RAN, TASK, done, model, search
 
 
-def compatible(name: str, url: str) -> BaseModelBackend:
-    """The model as docs/agents.md sets it: an OpenAI-compatible model at the sidecar's URL;
-    with ``CAMEL_RUN`` set, its client's ``default_headers`` name the run
-    (``x-watchdog-run``)."""
+def compatible(variable: str) -> BaseModelBackend:
+    """The model as docs/agents.md sets it: an OpenAI-compatible model, its keyword arguments
+    (the key aside) the JSON of the environment variable ``variable``; with ``CAMEL_RUN`` set,
+    its client's ``default_headers`` name the run (``x-watchdog-run``)."""
     run = os.environ.get("CAMEL_RUN")
     return ModelFactory.create(model_platform=ModelPlatformType.OPENAI_COMPATIBLE_MODEL,
-                               model_type=name, url=url,
+                               **json.loads(os.environ[variable]),
                                api_key=os.environ["OPENAI_API_KEY"],
                                **({"default_headers": {"x-watchdog-run": run}} if run else {}))
 
@@ -60,7 +61,7 @@ async def astep(camel: ChatAgent, stream: bool) -> str:
 def at_url() -> None:
     limit, tokens = os.environ.get("CAMEL_MAX_ITERATION"), os.environ.get("CAMEL_TOKEN_LIMIT")
     camel = ChatAgent(system_message=INSTRUCTIONS,
-                      model=compatible(model(), os.environ["CAMEL_URL"]),
+                      model=compatible("CAMEL_SETTINGS"),
                       tools=[FunctionTool(search)],
                       max_iteration=int(limit) if limit else None,
                       token_limit=int(tokens) if tokens else None)
@@ -75,10 +76,9 @@ def role_play() -> None:
     society = RolePlaying(
         assistant_role_name="Researcher", user_role_name="Lead", task_prompt=TASK,
         with_task_specify=False,
-        assistant_agent_kwargs={"model": compatible(model(), os.environ["CAMEL_URL"]),
+        assistant_agent_kwargs={"model": compatible("CAMEL_SETTINGS"),
                                 "tools": [FunctionTool(search)]},
-        user_agent_kwargs={"model": compatible(os.environ["CAMEL_USER_MODEL"],
-                                               os.environ["CAMEL_USER_URL"])})
+        user_agent_kwargs={"model": compatible("CAMEL_USER_SETTINGS")})
     message, turns, output = society.init_chat(), 0, ""
     while turns < 4:
         turns += 1
