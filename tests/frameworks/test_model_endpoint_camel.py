@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,17 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVERS, clean_environ, drive_command
+from tests.frameworks.harness import (
+    DRIVERS,
+    RECORDINGS,
+    clean_environ,
+    drive_command,
+    recorded_spans,
+    replay,
+)
 from tests.frameworks.test_model_endpoint_frameworks import LEFT, instructions
 from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
-from tests.harness import RunningServer, endpoint_with_pack
+from tests.harness import RunningServer, endpoint_with_pack, running_server, sidecar_config
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 KEY = "sk-camel-0123456789abcdefSECRET"
@@ -68,9 +76,13 @@ def settings(base_url: str, model: str) -> dict[str, object]:
 
 
 def run_camel(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
-              mode: str = "url", **extra: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+              mode: str = "url", traced: str | None = None, direct: bool = False,
+              **extra: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One invocation of the driver, its model set by :func:`settings` at ``url(agent)``: what
-    it printed and the upstream's requests."""
+    it printed and the upstream's requests. ``traced``: opentelemetry-instrumentation-openai-v2
+    on, its spans to the sidecar's OTLP receiver (with ``RECORD_SPANS`` set, recorded as
+    ``recordings/endpoint_camel/TRACED.jsonl``); ``direct``: the model is the upstream's, not
+    the sidecar's (watched only)."""
     case = next(_CASES)
     model = llm.script(f"camel-{agent}-{case}", script)
     base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1",
@@ -78,6 +90,19 @@ def run_camel(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.
     env = {**base, "OPENAI_API_KEY": KEY, "ENDPOINT_MODEL": model,
            "ENDPOINT_TASK": f"Find the file. (case {case})",
            "CAMEL_SETTINGS": json.dumps(settings(url(sidecar, agent), model)), **extra}
+    if traced is not None:  # (the instrumentation's spans name no agent: the service does)
+        env.update(CAMEL_OTEL="1", OTEL_EXPORTER_OTLP_ENDPOINT=sidecar.otlp_http,
+                   OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_SERVICE_NAME=agent,
+                   OTEL_BSP_SCHEDULE_DELAY="50", OTEL_SDK_DISABLED="false",
+                   OTEL_SEMCONV_STABILITY_OPT_IN="gen_ai_latest_experimental",
+                   OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT="span_only")
+        if direct:
+            env["CAMEL_SETTINGS"] = json.dumps(settings(llm.base_url, model))
+        if os.environ.get("RECORD_SPANS"):
+            recording = RECORDINGS / "endpoint_camel" / f"{traced}.jsonl"
+            recording.parent.mkdir(exist_ok=True)
+            recording.unlink(missing_ok=True)
+            env["RECORD_SPANS"] = str(recording)
     result = drive_command("camel", "endpoint_camel", mode, base, env)
     return json.loads(result.stdout.strip().splitlines()[-1]), llm.requests(model)
 
@@ -233,3 +258,66 @@ def test_its_context_summary_unnamed_starts_a_run_with_a_budget_of_its_own_known
     assert len(summaries) == 3 and {run["terminal_state"] for run in summaries} == {"completed"}
     left = [run for run in runs if run["state"] == "active"]
     assert left and all(run["signals"]["in_flight"] == 1 for run in left), left
+
+
+# -- traced by the OpenAI client's instrumentation ---------------------------------------------
+# CAMEL emits no OpenTelemetry of its own; a user traces its model calls by instrumenting the
+# openai client beneath it (opentelemetry-instrumentation-openai-v2): a ``chat <model>`` span
+# per model call, each a trace of its own, no agent or tool span (the service names the agent).
+
+
+def test_traced_alone_its_calls_are_one_run_of_loose_calls(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    before = run_ids(sidecar)
+    said, requests = run_camel(sidecar, llm, "camel-watched", counting, traced="watched",
+                               direct=True)
+    assert said == {"ran": ["alpha", "beta"], "output": ANSWER, "error": ""}
+    assert len(requests) == 3
+    watched_alone(sidecar, before)
+
+
+def test_traced_alone_from_its_recording(tmp_path: Path) -> None:
+    recording = RECORDINGS / "endpoint_camel" / "watched.jsonl"
+    spans = recorded_spans(recording)
+    assert {span["name"] for span in spans} == {f"chat {span_model(spans)}"}, spans
+    with running_server(sidecar_config(tmp_path / "state", eval_interval=0.2)) as sidecar:
+        replay(sidecar, recording)
+        watched_alone(sidecar, set())
+
+
+def test_traced_and_steered_at_once_its_calls_are_counted_once(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """Steered through the endpoint and traced at once: its requests carry no
+    ``traceparent``, but each ``chat`` span names the response the endpoint relayed
+    (``gen_ai.response.id``): one run, each model call counted once."""
+    before = run_ids(sidecar)
+    said, requests = run_camel(sidecar, llm, "camel-traced", counting, traced="steered")
+    assert said == {"ran": ["alpha", "beta"], "output": ANSWER, "error": ""}
+    assert len(requests) == 3 and not any("traceparent" in headers
+                                          for headers in llm.request_headers(
+                                              requests[0]["model"]))
+    run = the_ended_run(sidecar, before)
+    assert (run["agent"], run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["final_output"]) == ("camel-traced", 3, 2, "completed", ANSWER), run
+
+
+def counting(index: int, body: dict[str, Any]) -> fakellm.Step:
+    return fakellm.tools_then_answer("search", [{"q": "alpha"}, {"q": "beta"}], ANSWER)(
+        index, body)
+
+
+def span_model(spans: list[dict[str, Any]]) -> str:
+    return str(spans[0]["name"]).removeprefix("chat ")
+
+
+def watched_alone(sidecar: RunningServer, before: set[str]) -> None:
+    """What the instrumentation's spans alone tell: its 3 model calls, each a trace of its own
+    with no parent, the first two asking for a tool: one run of loose calls, ended by the
+    answer, no tool call counted (none traced)."""
+    def done(runs: list[dict[str, Any]]) -> bool:
+        return len(ours := [run for run in runs if run["agent"] == "camel-watched"]) == 1 \
+            and ours[0]["state"] == "ended"
+
+    [run] = [run for run in new_runs(sidecar, before, done) if run["agent"] == "camel-watched"]
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["final_output"]) == (3, 0, "completed", ANSWER), run

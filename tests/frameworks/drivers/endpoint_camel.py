@@ -6,10 +6,12 @@ model config), ``astep`` and ``astep_stream`` (the same, awaited); ``url``: a ``
 ``OPENAI_COMPATIBLE_MODEL`` made with ``CAMEL_SETTINGS`` (JSON: the keyword arguments of
 ``ModelFactory.create`` but its platform and key, docs/agents.md's: its ``url``), with
 ``max_iteration`` ``CAMEL_MAX_ITERATION`` and ``token_limit`` ``CAMEL_TOKEN_LIMIT`` if set,
-printing ``error`` too (what the step raised, else ""); ``roleplay``: a ``RolePlaying``
-society, its assistant (the tool, its model ``CAMEL_SETTINGS``') instructed by its user
-agent (its model ``CAMEL_USER_SETTINGS``') turn by turn until the user agent says
-``CAMEL_TASK_DONE`` (at most 4 turns), printing ``turns`` too. See :mod:`endpoint_common`.
+printing ``error`` too (what the step raised, else ""), and with ``CAMEL_OTEL`` set traced by
+opentelemetry-instrumentation-openai-v2 to the sidecar (``OTEL_EXPORTER_OTLP_*``);
+``roleplay``: a ``RolePlaying`` society, its assistant (the tool, its model
+``CAMEL_SETTINGS``') instructed by its user agent (its model ``CAMEL_USER_SETTINGS``') turn by
+turn until the user agent says ``CAMEL_TASK_DONE`` (at most 4 turns), printing ``turns`` too.
+See :mod:`endpoint_common`.
 """
 
 from __future__ import annotations
@@ -59,6 +61,13 @@ async def astep(camel: ChatAgent, stream: bool) -> str:
 
 
 def at_url() -> None:
+    provider = None
+    if os.environ.get("CAMEL_OTEL"):  # traced as a user of the openai client traces it
+        from _otel import setup_tracing
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
+        provider = setup_tracing(os.environ.get("OTEL_SERVICE_NAME", "camel-agent"))
+        OpenAIInstrumentor().instrument()
     limit, tokens = os.environ.get("CAMEL_MAX_ITERATION"), os.environ.get("CAMEL_TOKEN_LIMIT")
     camel = ChatAgent(system_message=INSTRUCTIONS,
                       model=compatible("CAMEL_SETTINGS"),
@@ -69,6 +78,8 @@ def at_url() -> None:
         output, error = text(camel.step(TASK)), ""
     except Exception as exc:  # what the user's code catches: the step's error
         output, error = "", f"{type(exc).__name__}: {exc}"
+    if provider is not None:
+        provider.shutdown()
     print(json.dumps({"ran": RAN, "output": output, "error": error}), flush=True)
 
 
