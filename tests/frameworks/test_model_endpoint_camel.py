@@ -1,8 +1,10 @@
 """CAMEL-AI's ``ChatAgent`` (driver ``endpoint_camel``) steered through the model endpoint by
 its model's ``url`` (docs/agents.md's lines), on both relays, beyond what
 test_model_endpoint_frameworks checks of it by ``OPENAI_BASE_URL`` (counts, a budget of 3, a
-loop wound down): a rule's abort, answered or as the API's error; its own iteration limit; a
-``RolePlaying`` society, its user agent instructing its assistant turn by turn. What the
+loop wound down): a rule's abort, answered or as the API's error; its own iteration limit; its
+client's retry of a rate-limited request; its context summary, the run named and not; a
+``RolePlaying`` society, its user agent instructing its assistant turn by turn; traced by the
+OpenAI client's instrumentation, alone and steered at once. What the
 upstream saw is asserted at each request; nothing waits for a directive.
 """
 from __future__ import annotations
@@ -154,6 +156,23 @@ def test_its_own_iteration_limit_leaves_its_run_open_known_gap(
     [run] = new_runs(sidecar, before, lambda runs: True)
     assert (run["state"], run["iterations"], run["signals"]["in_flight"]) == (
         "active", 2, 1), run
+
+
+def test_a_rate_limited_request_retried_by_its_client_is_one_call_of_the_run(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """The upstream refuses the second request (429, ``retry-after-ms``), which passes to the
+    agent as it came; CAMEL's OpenAI client sends it again at once (``max_retries``, 3 by
+    default): the same run goes on, the refused attempt uncounted (no model call, no error:
+    a rate limit says nothing of the request), no new run."""
+    before = run_ids(sidecar)
+    script = fakellm.steps(fakellm.call("search", q="alpha"), fakellm.Step(status=429),
+                           fakellm.call("search", q="beta"), fakellm.answer(ANSWER))
+    said, requests = run_camel(sidecar, llm, "camel-retried", script)
+    assert said == {"ran": ["alpha", "beta"], "output": ANSWER, "error": ""}
+    assert len(requests) == 4 and requests[1]["messages"] == requests[2]["messages"]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["errors"], run["terminal_state"]) == (
+        3, 2, 0, "completed"), run
 
 
 def test_role_playing_each_turn_of_its_assistant_is_a_run_with_its_budget(
