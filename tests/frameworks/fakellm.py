@@ -17,8 +17,9 @@ blocks, ``stop_reason`` ``tool_use`` / ``end_turn``) and Google's Gemini API,
 ``POST /v1beta/models/MODEL:generateContent`` and ``:streamGenerateContent`` (``?alt=sse``:
 ``functionCall`` parts, the model named by the path), from the same scripts;
 the same paths without ``/v1`` too, for clients configured without it. A step may be an error
-instead (``Step(status=429)``: that status, an OpenAI-shaped error body, ``retry-after-ms``). Each request's raw body and
-headers are recorded too (:meth:`FakeLLM.raw_requests`, :meth:`FakeLLM.request_headers`).
+instead (``Step(status=429)``: that status, an OpenAI-shaped error body, ``retry-after-ms``).
+Each request's raw body and headers are recorded too (:meth:`FakeLLM.raw_requests`,
+:meth:`FakeLLM.request_headers`).
 Standard library only: it runs inside the test process, whatever venv the framework lives in.
 """
 
