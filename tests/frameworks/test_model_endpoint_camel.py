@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -225,18 +225,19 @@ def summarizing(index: int, body: dict[str, Any]) -> fakellm.Step:
     return searching(index, body)
 
 
-def compacting(sidecar: RunningServer, llm: FakeLLM, **extra: str
+def compacting(sidecar: RunningServer, llm: FakeLLM,
+               done: Callable[[list[dict[str, Any]]], bool], **extra: str
                ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """A step whose context CAMEL summarises (``token_limit`` 300: over half of it, it asks a
     summariser agent of its own for a summary, a conversation of its own with the history
     written out in one user message and no tools, then goes on from ``[system, assistant:
     "[CONTEXT_SUMMARY] ..." quoting it, user: "Based on the previous CONTEXT_SUMMARY, continue
     with my current message: <task>"]``), under a budget of 5; the model searches on. What the
-    driver printed, the upstream's requests and the runs (right after the step)."""
+    driver printed, the upstream's requests and the runs, once ``done`` holds for them."""
     before = run_ids(sidecar)
     said, requests = run_camel(sidecar, llm, "camel-compact", summarizing,
                                CAMEL_TOKEN_LIMIT="300", **extra)
-    return said, requests, new_runs(sidecar, before, lambda runs: True)
+    return said, requests, new_runs(sidecar, before, done)
 
 
 def asides(requests: list[dict[str, Any]]) -> list[int]:
@@ -250,7 +251,9 @@ def test_its_context_summary_with_the_run_named_goes_on_in_the_run_on_its_budget
     request is a request aside of the run (no tools: no countdown) and the compacted
     conversation goes on in it, counted down against what is left: 5 tool calls in all, then
     the final request, one run ``tool_limit_reached``."""
-    said, requests, runs = compacting(sidecar, llm, CAMEL_RUN="camel-compact-1")
+    said, requests, runs = compacting(
+        sidecar, llm, lambda runs: all(run["state"] == "ended" for run in runs),
+        CAMEL_RUN="camel-compact-1")
     assert said["ran"] == ["term 0", "term 1", "term 2", "term 4", "term 5"], said
     assert asides(requests) == [3, 6]
     assert requests[4]["messages"][1]["content"].startswith("[CONTEXT_SUMMARY]")
@@ -271,7 +274,9 @@ def test_its_context_summary_unnamed_starts_a_run_with_a_budget_of_its_own_known
     in CAMEL's words (not the run's answer) and carries no tool result, is another run, with a
     budget of its own; the run it left waits for the call it last handed over. More tool calls
     run than the budget's 5."""
-    said, requests, runs = compacting(sidecar, llm)
+    said, requests, runs = compacting(sidecar, llm, lambda runs: any(
+        run["terminal_state"] == "tool_limit_reached" for run in runs) and len(
+        [run for run in runs if run["final_output"] == SUMMARY and run["iterations"] == 1]) == 3)
     assert len(said["ran"]) > 5 and len(asides(requests)) == 3, said
     summaries = [run for run in runs if run["final_output"] == SUMMARY and run["iterations"] == 1]
     assert len(summaries) == 3 and {run["terminal_state"] for run in summaries} == {"completed"}
