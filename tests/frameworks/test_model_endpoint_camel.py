@@ -3,7 +3,8 @@ its model's ``url`` (docs/agents.md's lines), on both relays, beyond what
 test_model_endpoint_frameworks checks of it by ``OPENAI_BASE_URL`` (counts, a budget of 3, a
 loop wound down): a rule's abort, answered or as the API's error; its own iteration limit; its
 client's retry of a rate-limited request; its context summary, the run named and not; a
-``RolePlaying`` society, its user agent instructing its assistant turn by turn; traced by the
+``RolePlaying`` society, its user agent instructing its assistant turn by turn; a
+``Workforce``; traced by the
 OpenAI client's instrumentation, alone and steered at once. What the
 upstream saw is asserted at each request; nothing waits for a directive.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -223,6 +225,52 @@ def summarizing(index: int, body: dict[str, Any]) -> fakellm.Step:
     if not fakellm.offers_tools(body):
         return fakellm.answer(SUMMARY)
     return searching(index, body)
+
+
+def staffed(index: int, body: dict[str, Any]) -> fakellm.Step:
+    """A model a ``Workforce`` talks to, as a real one answers each of its prompts: the task
+    agent's decomposition (one subtask, in its ``<tasks>`` format), the coordinator's
+    assignment (the JSON it asks for, the worker's id read from the prompt), its quality check
+    (a score of 95), and the worker's (its tools offered: the model searches on; withdrawn: its
+    result, the report, in the JSON it asks for)."""
+    text = str([message for message in body["messages"] if message["role"] == "user"][-1][
+        "content"])
+    if "decompose a complex task" in text:
+        return fakellm.answer("<tasks>\n<task>Search the files for it.</task>\n</tasks>")
+    if "assign multiple tasks to worker nodes" in text:
+        worker = re.findall(r"<([0-9a-f-]{36})>:", text)[0]
+        return fakellm.answer(json.dumps({"assignments": [
+            {"task_id": task, "assignee_id": worker, "dependencies": []}
+            for task in re.findall(r"Task ID: (\S+)", text)]}))
+    if "evaluate its quality" in text:
+        return fakellm.answer(json.dumps({"reasoning": "Done.", "recovery_strategy": None,
+                                          "quality_score": 95, "issues": []}))
+    if fakellm.offers_tools(body):
+        return searching(index, body)
+    return fakellm.answer(json.dumps({"content": REPORT, "failed": False}))
+
+
+def test_a_workforce_each_agents_conversation_is_a_run_its_worker_on_the_budget(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """A ``Workforce`` on one model (one agent name): its task agent decomposes the task, its
+    coordinator assigns the subtask, the worker runs it with its tools, the task agent checks
+    the result. Each is a conversation of its own, so a run of its own: the worker's is the
+    one with tools, counted down (3, 2, 1 left), its last request without them, its report
+    the subtask's result; the others offer no tools, a call each, ``completed``."""
+    before = run_ids(sidecar)
+    said, requests = run_camel(sidecar, llm, "camel-budget-team", staffed, "workforce")
+    assert said == {"ran": ["term 2", "term 3", "term 4"],
+                    "output": f"--- Subtask 0.1 Result ---\n{REPORT}"}, said
+    assert [fakellm.offers_tools(body) for body in requests] == [False] * 2 + [True] * 3 + [
+        False] * 2
+    assert [LEFT.findall(instructions(body)) for body in requests] == [[]] * 2 + [
+        [("3", "3")], [("2", "3")], [("1", "3")], [], []]
+    assert "Tools are withdrawn" in instructions(requests[5])
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 4 and all(
+        run["state"] == "ended" for run in runs))
+    assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"])
+                  for run in runs) == [(1, 0, "completed")] * 3 + [
+        (4, 3, "tool_limit_reached")], runs
 
 
 def compacting(sidecar: RunningServer, llm: FakeLLM,

@@ -10,7 +10,9 @@ printing ``error`` too (what the step raised, else ""), and with ``CAMEL_OTEL`` 
 opentelemetry-instrumentation-openai-v2 to the sidecar (``OTEL_EXPORTER_OTLP_*``);
 ``roleplay``: a ``RolePlaying`` society, its assistant (the tool, its model
 ``CAMEL_SETTINGS``') instructed by its user agent (its model ``CAMEL_USER_SETTINGS``') turn by
-turn until the user agent says ``CAMEL_TASK_DONE`` (at most 4 turns), printing ``turns`` too.
+turn until the user agent says ``CAMEL_TASK_DONE`` (at most 4 turns), printing ``turns`` too;
+``workforce``: a ``Workforce`` (its task agent, its coordinator and one single-agent worker with
+the tool, all on the model ``CAMEL_SETTINGS``') processing the task.
 See :mod:`endpoint_common`.
 """
 
@@ -26,6 +28,8 @@ from camel.agents import ChatAgent
 from camel.models import BaseModelBackend, ModelFactory
 from camel.responses import ChatAgentResponse
 from camel.societies import RolePlaying
+from camel.societies.workforce import Workforce
+from camel.tasks import Task
 from camel.toolkits import FunctionTool
 from camel.types import ModelPlatformType
 from endpoint_common import INSTRUCTIONS, RAN, TASK, done, model, search
@@ -101,8 +105,22 @@ def role_play() -> None:
     print(json.dumps({"ran": RAN, "output": output, "turns": turns}), flush=True)
 
 
+def workforce() -> None:
+    team = Workforce("Research team", coordinator_agent=ChatAgent(model=compatible(
+        "CAMEL_SETTINGS")), task_agent=ChatAgent(model=compatible("CAMEL_SETTINGS")),
+        default_model=compatible("CAMEL_SETTINGS"))
+    team.add_single_agent_worker("A researcher who searches files", worker=ChatAgent(
+        INSTRUCTIONS, model=compatible("CAMEL_SETTINGS"), tools=[FunctionTool(search)]))
+    task = team.process_task(Task(content=TASK, id="0"))
+    done(task.result)
+
+
 def main(mode: str) -> None:
-    assert mode in ("step", "step_stream", "astep", "astep_stream", "url", "roleplay"), mode
+    assert mode in ("step", "step_stream", "astep", "astep_stream", "url", "roleplay",
+                    "workforce"), mode
+    if mode == "workforce":
+        workforce()
+        return
     if mode == "url":
         at_url()
         return
