@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import select
 import socket
 import threading
 import time
@@ -177,7 +178,7 @@ def test_slow_bodies_hold_no_place_and_the_bodies_being_read_are_bounded(
             f"Content-Length: {len(body)}\r\n\r\n").encode()
     slow: list[socket.socket] = []
     with sidecar_for(tmp_path, upstream_ok, model_relay=relay, model_body_timeout=30,
-                     model_max_concurrent=2) as sidecar:
+                     model_body_rate_window=30, model_max_concurrent=2) as sidecar:
         def trickle() -> None:  # a head, then the body's first bytes, a byte a write
             sock = socket.create_connection(sidecar.server.addresses["model"], timeout=10)
             slow.append(sock)
@@ -228,7 +229,8 @@ def test_slow_bodies_declared_large_hold_what_has_come_of_the_byte_budget(
     still refused, before it sends its body, by the length it declares."""
     body = json.dumps({"model": "m", "messages": []}).encode()
     with sidecar_for(tmp_path, upstream_ok, model_relay=relay, model_body_timeout=30,
-                     model_max_body_bytes=4096, model_max_inflight_bytes=4100) as sidecar:
+                     model_body_rate_window=30, model_max_body_bytes=4096,
+                     model_max_inflight_bytes=4100) as sidecar:
         host, port = sidecar.server.addresses["model"]
         slow: list[socket.socket] = []
         try:
@@ -253,6 +255,161 @@ def test_slow_bodies_declared_large_hold_what_has_come_of_the_byte_budget(
             for sock in slow:
                 sock.close()
     assert len(upstream_ok.seen) == 1
+
+
+def sent_slowly(sidecar: RunningServer, request: bytes, every: float, more: bytes = b"",
+                most: float = 10) -> bytes:
+    """What the endpoint answers to ``request`` sent at once, then ``more`` a byte each
+    ``every`` seconds (none: the client stalls), until it closes the connection (or ``most``
+    seconds pass: the answer so far, and ``<no end>``)."""
+    host, port = sidecar.server.addresses["model"]
+    answer, left = b"", more
+    with socket.create_connection((host, port), timeout=most) as sock:
+        sock.sendall(request)
+        ends = time.monotonic() + most
+        while time.monotonic() < ends:
+            ready, _, _ = select.select([sock], [], [], every)
+            try:
+                if ready:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return answer
+                    answer += chunk
+                elif left:
+                    sock.sendall(left[:1])
+                    left = left[1:]
+            except OSError:  # (reset once it was closed: what came is the answer)
+                return answer
+    return answer + b"<no end>"
+
+
+def test_a_body_that_stalls_or_crawls_is_408_within_a_window_and_frees_what_it_held(
+        relay: str, tmp_path: Path, upstream_ok: RawUpstream) -> None:
+    """A client whose body stalls after its first bytes, and one that sends it a byte at a
+    time, slower than ``model_body_min_rate``: each is answered 408 in the API's error shape
+    at the end of a ``model_body_rate_window`` that brought too few bytes, long before
+    ``model_body_timeout``, its connection closed, and the bodies being read and their bytes
+    are free again; a body sent in small pieces fast enough, and a well-behaved agent's
+    requests meanwhile, are served."""
+    body = json.dumps({"model": "m", "messages": [], "user": "x" * 200}).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+            f"application/json\r\nx-watchdog-agent: crawler\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    # a window of 0.2 s must bring 20 bytes: the crawler's byte each 0.05 s brings 4
+    with sidecar_for(tmp_path, upstream_ok, model_relay=relay, model_body_timeout=30,
+                     model_body_min_rate=100, model_body_rate_window=0.2,
+                     model_max_concurrent=1) as sidecar:
+        answers: dict[str, bytes] = {}
+        clients = {
+            "staller": lambda: sent_slowly(sidecar, head + body[:30], 0.05),
+            "crawler": lambda: sent_slowly(sidecar, head + body[:5], 0.05, body[5:]),
+        }
+        threads = [threading.Thread(target=lambda name=name, client=client: answers.update(
+            {name: client()})) for name, client in clients.items()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(15)
+        for name in clients:
+            answer = answers[name]
+            assert answer.startswith(b"HTTP/1.1 408 "), (name, answer[:300])
+            assert not answer.endswith(b"<no end>")  # the connection was closed
+            error = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+            assert error["code"] == "request_timeout"
+            assert "model_body_min_rate" in error["message"], error
+        wait_until(lambda: metric(sidecar, "agent_watchdog_model_request_bytes_in_flight")
+                   == 0, what="the slow bodies' bytes freed", timeout=10)
+        # (the bodies being read, 2 × model_max_concurrent, are free again: neither is 503)
+        for _ in range(2):
+            status, answer = post(sidecar, "/v1/chat/completions", body)
+            assert status == 200, answer[:300]
+        pieces = sent_slowly(sidecar, head.replace(b"\r\n\r\n", b"\r\nConnection: close"
+                                                   b"\r\n\r\n") + body[:40], 0.001, body[40:])
+        assert pieces.startswith(b"HTTP/1.1 200 "), pieces[:300]
+        assert len(upstream_ok.seen) == 3
+        _, text = http_request("GET", sidecar.metrics + "/metrics")
+        assert ('agent_watchdog_model_requests_total{agent="crawler",api="chat",'
+                'outcome="refused"} 2.0') in text.decode()
+
+
+def completion_of(text: str) -> bytes:
+    """A whole Chat Completions answer saying ``text``."""
+    return json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "created": 1,
+                       "model": "m", "choices": [{"index": 0, "message": {
+                           "role": "assistant", "content": text}, "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
+
+
+def test_whole_responses_held_at_once_are_bounded_and_past_it_a_judged_one_is_503(
+        relay: str, tmp_path: Path, released: threading.Event) -> None:
+    """Whole responses held before they are answered count in
+    ``model_max_held_response_bytes`` as their bytes come: while one holds most of it (its
+    upstream stalls mid-body), a response that must be judged (a run with a tool-call bound)
+    and would take the total past it is answered 503 with ``Retry-After`` in the API's error
+    shape, never held; one only observed is passed on as it comes, and a well-behaved
+    agent's small answer is served; once the first has been answered, the judged one is
+    served."""
+    big, held_part = completion_of("b" * 7000), 6000
+    large = completion_of("l" * 5000)
+
+    def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        said = json.loads(seen.body)["messages"][0]["content"]
+        if said == "stall":  # its head and most of its body, then nothing until released
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(big)))
+            handler.end_headers()
+            handler.wfile.write(big[:held_part])
+            handler.wfile.flush()
+            released.wait(15)
+            handler.wfile.write(big[held_part:])
+        else:
+            send(handler, 200, large if said.startswith("large") else COMPLETION)
+
+    def ask(said: str, agent: str, budget: str | None = None) -> tuple[int, bytes, str]:
+        headers = {"x-watchdog-agent": agent}
+        if budget is not None:
+            headers["x-watchdog-budget-tool-calls"] = budget
+        host, port = sidecar.server.addresses["model"]
+        connection = http.client.HTTPConnection(host, port, timeout=15)
+        connection.request("POST", "/v1/chat/completions", json.dumps({
+            "model": "m", "messages": [{"role": "user", "content": said}]}), headers)
+        answer = connection.getresponse()
+        try:
+            return answer.status, answer.read(), answer.getheader("Retry-After") or ""
+        finally:
+            connection.close()
+
+    def held() -> float:
+        return metric(sidecar, "agent_watchdog_model_response_bytes_held")
+
+    upstream = RawUpstream(reply)
+    try:
+        with sidecar_for(tmp_path, upstream, model_relay=relay,
+                         model_max_held_response_bytes=10_000) as sidecar:
+            stalled: list[tuple[int, bytes, str]] = []
+            first = threading.Thread(target=lambda: stalled.append(ask("stall", "holder")))
+            first.start()
+            wait_until(lambda: held() == held_part, what="the stalled response held",
+                       timeout=10)
+            status, answer, retry = ask("large, judged", "bounded", "3")
+            assert status == 503, answer[:300]
+            assert retry == "1"
+            error = json.loads(answer)["error"]
+            assert error["code"] == "overloaded", error
+            assert "model_max_held_response_bytes" in error["message"], error
+            assert ask("large, observed", "watched")[:2] == (200, large)
+            assert ask("small", "agent")[:2] == (200, COMPLETION)
+            assert held() == held_part
+            released.set()
+            first.join(15)
+            assert stalled and stalled[0][:2] == (200, big)
+            wait_until(lambda: held() == 0, what="the held responses let go", timeout=10)
+            assert ask("large, judged again", "bounded", "3")[:2] == (200, large)
+            assert metric(sidecar, "agent_watchdog_model_overloaded_total"
+                          '{limit="model_max_held_response_bytes"}') == 1.0
+    finally:
+        upstream.close()
 
 
 @pytest.fixture
