@@ -17,14 +17,16 @@ passed on event by event (:mod:`watchdog.shell.model.streams`). When the respons
 the call becomes records of its run through the service, as spans do. What a request gets (an
 answer, or a plan to send it upstream) is :mod:`watchdog.shell.model.plans`.
 
-Bounded: request bodies (``model_max_body_bytes``, 413; ``model_body_timeout`` to arrive, 408
-and the connection closed), requests in flight
+Bounded: request bodies (``model_max_body_bytes``, 413; ``model_body_timeout`` to arrive, and
+``model_body_min_rate`` over each ``model_body_rate_window``, 408 and the connection closed),
+requests in flight
 (``model_max_concurrent``, 503 with Retry-After: a place taken once the body is in; the bodies
 being read, ``READING_PER_PLACE`` × as many, likewise), the bytes of their bodies held at once
 (``model_max_inflight_bytes``: a request whose body as it is read, or, waiting for ``100
 Continue``, whose declared length, would take the total past it gets 503 with Retry-After,
 unless it is the only one holding any; counted as they come, until the request has ended),
-whole responses read for observation (``MAX_RESPONSE_BYTES``: larger ones pass unobserved),
+whole responses read for observation (``MAX_RESPONSE_BYTES``: larger ones pass unobserved;
+those held at once, ``model_max_held_response_bytes``: past it one to be judged is 503),
 SSE events (``MAX_SSE_EVENT_BYTES``). One
 client session keeps a keep-alive pool to the upstreams, verifies TLS with the system's CAs and
 honours ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` (read once at start: aiohttp's per-request
