@@ -348,13 +348,39 @@ def test_whole_responses_held_at_once_are_bounded_and_past_it_a_judged_one_is_50
     and would take the total past it is answered 503 with ``Retry-After`` in the API's error
     shape, never held; one only observed is passed on as it comes, and a well-behaved
     agent's small answer is served; once the first has been answered, the judged one is
-    served."""
+    served. A run's final answer, held until it ends, goes on as it comes once it would take
+    the total past it."""
     big, held_part = completion_of("b" * 7000), 6000
     large = completion_of("l" * 5000)
+    go = threading.Event()  # the final answer's end may come
 
     def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
-        said = json.loads(seen.body)["messages"][0]["content"]
-        if said == "stall":  # its head and most of its body, then nothing until released
+        asked = json.loads(seen.body)
+        said = next(message["content"] for message in asked["messages"]
+                    if message["role"] == "user")  # (a final turn's instructions go first)
+        if said == "final run" and not asked.get("stream"):  # its one tool call
+            send(handler, 200, json.dumps({
+                "id": "chatcmpl-1", "object": "chat.completion", "model": "m",
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                    "role": "assistant", "content": None, "tool_calls": [
+                        {"id": "call_1", "type": "function",
+                         "function": {"name": "search", "arguments": "{}"}}]}}]}).encode())
+        elif said == "final run":  # its final answer: 5 events of 1000 bytes, then its end
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream")
+            handler.end_headers()
+            for _ in range(5):
+                chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                         "choices": [{"index": 0, "delta": {"content": "f" * 1000},
+                                      "finish_reason": None}]}
+                handler.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            handler.wfile.flush()
+            go.wait(15)
+            end = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                   "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+            handler.wfile.write(b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n")
+            handler.close_connection = True
+        elif said == "stall":  # its head and most of its body, then nothing until released
             handler.send_response(200)
             handler.send_header("Content-Type", "application/json")
             handler.send_header("Content-Length", str(len(big)))
@@ -383,6 +409,33 @@ def test_whole_responses_held_at_once_are_bounded_and_past_it_a_judged_one_is_50
     def held() -> float:
         return metric(sidecar, "agent_watchdog_model_response_bytes_held")
 
+    def final_answer_comes_before_its_end() -> None:
+        messages: list[dict[str, object]] = [{"role": "user", "content": "final run"}]
+        headers = {"x-watchdog-agent": "finisher", "x-watchdog-budget-tool-calls": "1"}
+        status, answer = post(sidecar, "/v1/chat/completions", json.dumps({
+            "model": "m", "tools": TOOLS, "messages": messages}).encode(), headers)
+        assert status == 200, answer[:300]
+        messages += [json.loads(answer)["choices"][0]["message"],
+                     {"role": "tool", "tool_call_id": "call_1", "content": "found"}]
+        body = json.dumps({"model": "m", "stream": True, "tools": TOOLS,
+                           "messages": messages}).encode()
+        with socket.create_connection(sidecar.server.addresses["model"], timeout=10) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: "
+                         b"close\r\nx-watchdog-agent: finisher\r\nx-watchdog-budget-tool-"
+                         b"calls: 1\r\nContent-Type: application/json\r\nContent-Length: %d"
+                         b"\r\n\r\n%s" % (len(body), body))
+            got = b""
+            while b"f" * 1000 not in got:  # (held until its end, it would not come)
+                chunk = sock.recv(65536)
+                assert chunk, got[:300]
+                got += chunk
+            go.set()
+            while chunk := sock.recv(65536):
+                got += chunk
+        assert got.startswith(b"HTTP/1.1 200 "), got[:300]
+        assert got.count(b"f" * 1000) == 5 and b"data: [DONE]" in got, got[-300:]
+        assert json.loads(upstream.seen[-1].body)["tool_choice"] == "none"  # the final turn
+
     upstream = RawUpstream(reply)
     try:
         with sidecar_for(tmp_path, upstream, model_relay=relay,
@@ -400,6 +453,7 @@ def test_whole_responses_held_at_once_are_bounded_and_past_it_a_judged_one_is_50
             assert "model_max_held_response_bytes" in error["message"], error
             assert ask("large, observed", "watched")[:2] == (200, large)
             assert ask("small", "agent")[:2] == (200, COMPLETION)
+            final_answer_comes_before_its_end()
             assert held() == held_part
             released.set()
             first.join(15)

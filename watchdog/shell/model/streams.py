@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Protocol
 
 import aiohttp
@@ -62,8 +63,14 @@ class ModelProxy(Protocol):
 
 
 class HeldFull(Exception):
-    """A whole response to be judged would take the whole responses held at once past
-    ``model_max_held_response_bytes``: it is not held, and not passed on unjudged (a 503)."""
+    """A whole response read would take the whole responses held at once past
+    ``model_max_held_response_bytes``: it is held no further (``data``: what was read of it;
+    the rest is still the response's). One to be judged is not passed on unjudged (a 503)."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__("past model_max_held_response_bytes")
+        self.data = data
+
 
 log = logging.getLogger("watchdog.model")
 
@@ -86,32 +93,20 @@ async def relay(request: web.Request, upstream: aiohttp.ClientResponse,
     return response
 
 
-async def read_upto(upstream: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+async def read_upto(upstream: aiohttp.ClientResponse, limit: int,
+                    hold: Callable[[int], bool] | None = None) -> tuple[bytes, bool]:
     """The first bytes of the upstream's body, up to ``limit`` and one more, and whether they
-    are all of it."""
+    are all of it; with ``hold``, their count is told to it as they come, and when it
+    refuses them: :class:`HeldFull`."""
     buffer = bytearray()
     while len(buffer) <= limit:
         chunk = await upstream.content.read(limit + 1 - len(buffer))
         if not chunk:
             return bytes(buffer), True
         buffer += chunk
+        if hold is not None and not hold(len(buffer)):
+            raise HeldFull(bytes(buffer))
     return bytes(buffer), False
-
-async def read_held(proxy: ModelProxy, upstream: aiohttp.ClientResponse, limit: int,
-                    held: Held) -> tuple[bytes, bool, bool]:
-    """:func:`read_upto`, its bytes counted as they come in what ``held`` holds of the whole
-    responses' budget (:meth:`ModelProxy.hold_response`); and whether they went past it (the
-    rest is then still the response's, what was read counted no further)."""
-    buffer = bytearray()
-    while len(buffer) <= limit:
-        chunk = await upstream.content.read(limit + 1 - len(buffer))
-        if not chunk:
-            return bytes(buffer), True, False
-        buffer += chunk
-        if not proxy.hold_response(held, len(buffer)):
-            return bytes(buffer), False, True
-    return bytes(buffer), False, False
-
 
 async def pump(request: web.Request, upstream: aiohttp.ClientResponse,
                response: web.StreamResponse) -> bool:
@@ -157,12 +152,18 @@ async def _relay_held(proxy: ModelProxy, request: web.Request, upstream: aiohttp
     passed on as it comes, as one too long to read."""
     keep = exchange.turn.keep
     closing = _closing(upstream)
-    data, whole, full = await read_held(proxy, upstream, MAX_RESPONSE_BYTES, held)
+    try:
+        data, whole = await read_upto(upstream, MAX_RESPONSE_BYTES,
+                                      functools.partial(proxy.hold_response, held))
+    except HeldFull as full:  # past the whole responses' budget: passed on as it comes
+        if strict:
+            raise
+        return _passed(exchange, await relay(request, upstream, full.data))
     if whole and _reset(closing):  # its end a reset: broken off (502), as the compiled relay
         raise aiohttp.ClientPayloadError("the connection was reset")
-    if not whole:  # too long to read (or to hold), passed on as it comes
+    if not whole:  # no length said: too long to read, passed on as it comes
         if strict:
-            raise HeldFull() if full else Unjudged("too long to read")
+            raise Unjudged("too long to read")
         return _passed(exchange, await relay(request, upstream, data))
     coding = coding_of(upstream.headers)
     text: bytes | None = data
