@@ -46,6 +46,13 @@ def relay(model_relay: str) -> str:  # noqa: F811
 
 
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+# a whole answer asking for one call of TOOLS' tool
+ONE_TOOL_CALL = json.dumps({
+    "id": "chatcmpl-1", "object": "chat.completion", "model": "m",
+    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "search", "arguments": "{}"}}]}}]}).encode()
 
 
 @pytest.fixture
@@ -359,12 +366,7 @@ def test_whole_responses_held_at_once_are_bounded_and_past_it_a_judged_one_is_50
         said = next(message["content"] for message in asked["messages"]
                     if message["role"] == "user")  # (a final turn's instructions go first)
         if said == "final run" and not asked.get("stream"):  # its one tool call
-            send(handler, 200, json.dumps({
-                "id": "chatcmpl-1", "object": "chat.completion", "model": "m",
-                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                    "role": "assistant", "content": None, "tool_calls": [
-                        {"id": "call_1", "type": "function",
-                         "function": {"name": "search", "arguments": "{}"}}]}}]}).encode())
+            send(handler, 200, ONE_TOOL_CALL)
         elif said == "final run":  # its final answer: 5 events of 1000 bytes, then its end
             handler.send_response(200)
             handler.send_header("Content-Type", "text/event-stream")
@@ -1002,12 +1004,7 @@ def test_a_final_answer_broken_off_or_left_goes_upstream_again_when_sent_again(
     carries the three final requests itself)."""
     def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         if len(raw.seen) == 1:  # the one tool call
-            send(handler, 200, json.dumps({
-                "id": "chatcmpl-1", "object": "chat.completion", "model": "m",
-                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                    "role": "assistant", "content": None, "tool_calls": [
-                        {"id": "call_1", "type": "function",
-                         "function": {"name": "search", "arguments": "{}"}}]}}]}).encode())
+            send(handler, 200, ONE_TOOL_CALL)
             return
         handler.send_response(200)
         handler.send_header("Content-Type", "text/event-stream")

@@ -2609,6 +2609,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_budget_takes_one_holder_alone_whatever_its_size_and_others_within_it() {
+        let total = Mutex::new(0);
+        assert!(take_bytes(&total, 10, 0, 25)); // alone: taken past the budget
+        assert!(!take_bytes(&total, 10, 0, 1)); // another, with 25 held: refused
+        assert_eq!(*total.lock().unwrap(), 25);
+        assert!(take_bytes(&total, 10, 25, 30)); // the one holding it all grows on
+        *total.lock().unwrap() -= 30;
+        assert!(take_bytes(&total, 10, 0, 6));
+        assert!(take_bytes(&total, 10, 0, 4)); // 10: within it
+        assert!(!take_bytes(&total, 10, 6, 7)); // one more byte of the first: past it
+        assert!(take_bytes(&total, 10, 6, 6)); // no more than it held: nothing to take
+        assert_eq!(*total.lock().unwrap(), 10);
+    }
+
+    #[test]
     fn a_whole_plain_response_is_held_once() {
         // what the observer holds of a plain whole response is the client's bytes, not a copy
         let read = Bytes::from(vec![b'x'; 1 << 20]);
