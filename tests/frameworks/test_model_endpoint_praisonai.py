@@ -53,6 +53,14 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
         yield server
 
 
+def pointed(endpoint: str, agent: str) -> dict[str, str]:
+    """What a user sets to point PraisonAI's ``Agent`` (a model name with no ``provider/``: its
+    default client, the ``openai`` client) at the model endpoint ``endpoint``, named ``agent``:
+    its environment. The tests run it so, and docs/agents.md shows it (``praisonai-env``,
+    checked in tests/test_docs.py)."""
+    return {"OPENAI_BASE_URL": f"{endpoint}/agent/{agent}/v1"}
+
+
 def run_praisonai(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
                   mode: str = "start", **settings: Any) -> tuple[dict[str, Any],
                                                                  list[dict[str, Any]]]:
@@ -63,7 +71,7 @@ def run_praisonai(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fake
     model = llm.script(f"praisonai-{agent}-{case}", script)
     base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1"}
     env = {**base, "OPENAI_API_KEY": KEY, "ENDPOINT_MODEL": model,
-           "OPENAI_BASE_URL": f"{sidecar.url('model')}/agent/{agent}/v1",
+           **pointed(sidecar.url("model"), agent),
            "ENDPOINT_TASK": f"Find the file. (case {case})", "PA_AGENT": json.dumps(settings)}
     result = drive_command("praisonai", "endpoint_praisonai", mode, base, env)
     return json.loads(result.stdout.strip().splitlines()[-1]), llm.requests(model)
