@@ -215,16 +215,49 @@ def test_a_hierarchical_managers_decisions_are_runs_of_their_own(
     check_team(sidecar, before, said, requests, 3)
 
 
-def test_self_reflection_regenerates_in_a_run_of_its_own_known_gap(
+def test_self_reflection_and_its_regeneration_go_on_in_the_run(
         sidecar: RunningServer, llm: FakeLLM) -> None:
-    """Known gap: PraisonAI's self-reflection asks, after the answer, ``Reflect on your
-    previous response: '<the answer>'`` on the run's first messages alone (its tool turns
-    left out; structured output, no tools), then ``Now regenerate your response`` with its
-    tools again: a conversation that begins with the run's first request after the run's
-    answer, which the endpoint takes for another invocation (docs/model-endpoint.md, two
-    invocations with the same first request; its new user message quotes the answer, which
-    no rule reads). Under a budget of 3, each regeneration is a run of its own, with a
-    budget of its own: 3 searches each round, 9 in all."""
+    """PraisonAI's self-reflection asks, after the answer, ``Reflect on your previous
+    response: '<the answer>'`` on the run's first messages alone (its tool turns left out;
+    structured output, no tools), then ``Now regenerate your response`` with its tools: a
+    conversation begun again at once, its new user message quoting the answer that ended the
+    run (40 characters or more). The reflection and the regeneration go on in the run (its
+    second search counted in it). Known gap: PraisonAI then sends the regeneration's request
+    again, the same as before (it runs its tools again), after the answer that ended the run:
+    that starts a run of its own (a request sent again after a whole answer is another
+    invocation's), and so does the reflection on its answer, which quotes it after a message of
+    PraisonAI's own as the model's."""
+    reflections = iter(["no", "yes"])
+
+    def pick(_index: int, body: dict[str, Any]) -> fakellm.Step:
+        if body.get("response_format"):
+            return fakellm.answer(json.dumps({"reflection": "Search once more.",
+                                              "satisfactory": next(reflections)}))
+        if fakellm.offers_tools(body) and not _results(body):
+            return fakellm.call("search", q=f"term {len(body['messages'])}")
+        return fakellm.answer(REPORT)
+
+    before = run_ids(sidecar)
+    said, requests = run_praisonai(sidecar, llm, "praisonai", pick,
+                                   reflection={"max_iterations": 3})
+    assert said == {"ran": ["term 2", "term 5", "term 5"], "output": REPORT}
+    assert [(len(body["messages"]), bool(body.get("response_format")))
+            for body in requests] == [(2, False), (4, False), (3, True), (5, False), (7, False),
+                                      (5, False), (7, False), (6, True)]
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 3
+                    and all(run["state"] == "ended" for run in runs))
+    assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"])
+                  for run in runs) == [(1, 0, "completed"), (2, 1, "completed"),
+                                       (5, 2, "completed")], runs
+
+
+def test_self_reflection_after_the_budget_gets_the_stop_and_runs_no_more_tools(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """Under a budget of 3, the reflection on the report (its final request's answer) goes on
+    in the spent run: it gets the stop answer, not the upstream, which PraisonAI cannot parse
+    as its reflection; it asks again and gets the stop, up to its own limit, and returns the
+    report: 3 searches, one run. (Each reflection began a run of its own, with a budget of its
+    own: 9 searches.)"""
     def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
         if body.get("response_format"):
             return fakellm.answer(json.dumps({"reflection": "Search more.",
@@ -234,16 +267,10 @@ def test_self_reflection_regenerates_in_a_run_of_its_own_known_gap(
     before = run_ids(sidecar)
     said, requests = run_praisonai(sidecar, llm, "praisonai-budget", pick,
                                    reflection={"max_iterations": 2})
-    # three rounds (its answer, then 2 regenerations), each 3 searches and its final request
-    assert said == {"ran": ["term 0", "term 1", "term 2"] * 3, "output": REPORT}
-    reflecting = [body for body in requests if body.get("response_format")]
-    # (the 1st reflection goes upstream; the 2nd, after the 2nd round's final, gets that
-    # run's stop answer, which PraisonAI fails to parse as its reflection: it regenerates)
-    assert len(requests) == 13 and len(reflecting) == 1
-    assert not fakellm.offers_tools(reflecting[0])
-    assert [LEFT.findall(instructions(body)) for body in requests
-            if fakellm.offers_tools(body)] == [[("3", "3")], [("2", "3")], [("1", "3")]] * 3
-    runs = new_runs(sidecar, before, lambda runs: len(runs) == 3
-                    and all(run["state"] == "ended" for run in runs))
-    assert [(run["tool_calls"], run["terminal_state"]) for run in runs] == [
-        (3, "tool_limit_reached")] * 3, runs
+    assert said == {"ran": ["term 0", "term 1", "term 2"], "output": REPORT}
+    assert len(requests) == 4 and not any(body.get("response_format") for body in requests)
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"], run["final_output"]) == (
+        3, "tool_limit_reached", REPORT), run
