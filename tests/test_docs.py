@@ -136,6 +136,10 @@ failing on a changed block. The kinds:
     set (``tests/frameworks/test_model_endpoint_langroid.py``'s ``settings``), the sidecar's
     default model endpoint with ``/agent/langroid/`` in place of the test's, its model
     ``gpt-4.1``.
+``praisonai-env``
+    PraisonAI Agents' environment, ``NAME=VALUE`` lines: exactly what its tests set
+    (``tests/frameworks/test_model_endpoint_praisonai.py``'s ``pointed``), the sidecar's
+    default model endpoint, the agent ``praisonai``.
 ``agentscope-config``
     AgentScope's model in Python, ``import os``, its imports of ``OpenAICredential`` and
     ``OpenAIChatModel``, then ``credential = OpenAICredential(api_key=os.environ[...], ...)``
@@ -205,7 +209,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
          "crush-config", "continue-config", "cline-settings",
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
-         "agentscope-config", "llamaindex-ts-config", "camel-config"}
+         "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -850,6 +854,13 @@ def check_langchaingo_env(block: Block, stack: Stack, state: DocState) -> None:
     assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "langchaingo"), block.where
 
 
+def check_praisonai_env(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_praisonai import pointed
+
+    shown = dict(line.split("=", 1) for line in block.text.split("\n") if line.strip())
+    assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "praisonai"), block.where
+
+
 def check_eino_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_eino import AGENT_DIR, pointed
 
@@ -1044,6 +1055,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "continue-config": check_continue_config,
     "cline-settings": check_cline_settings,
     "langchaingo-env": check_langchaingo_env,
+    "praisonai-env": check_praisonai_env,
     "eino-config": check_eino_config,
     "aider-command": check_aider_command,
     "open-interpreter-settings": check_open_interpreter_settings,
@@ -1166,6 +1178,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "agentscope-config": (DOCS / "agents.md", "/agent/agentscope/v1", "/agent/agentscope/v2"),
     "llamaindex-ts-config": (DOCS / "agents.md", "/agent/llamaindex/v1", "/agent/llamaindex/v2"),
     "camel-config": (DOCS / "agents.md", "/agent/camel/v1", "/agent/camel/v2"),
+    "praisonai-env": (DOCS / "agents.md", "/agent/praisonai/v1", "/agent/praisonai/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 
