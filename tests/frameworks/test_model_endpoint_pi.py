@@ -1,0 +1,233 @@
+"""pi — a TypeScript coding agent on npm (``@mariozechner/pi-coding-agent``), its own tool loop
+on its own model library, ``@mariozechner/pi-ai`` — steered through the sidecar's model endpoint
+with no code in it (DESIGN §12), on both relays.
+
+``make test`` installs it with ``npm ci`` from ``pi/package-lock.json`` (pi 0.73.1, its optional
+clipboard package omitted). Each test runs ``pi -p`` (print mode: the task, then the last
+answer on stdout) once in a temp dir of its own, its ``HOME`` there with the one file a user of
+it writes to add a model server, ``~/.pi/agent/models.json``: a provider of ``"api":
+"openai-completions"`` (Chat Completions) and one of ``"api": "anthropic-messages"``
+(Messages), each with the sidecar's base URL, its key the name of an environment variable.
+``PI_OFFLINE=1`` turns off its startup requests (update checks, its install ping): nothing
+reaches the network.
+
+What pi sends, on either API: every request streamed (pi-ai has no other mode), the whole
+conversation each time: its system prompt (the countdown lands at its end), the task, each call
+with its result. It offers 4 tools (``read``, ``bash``, ``edit``, ``write``); ``bash`` really
+runs in the temp dir (each appends its term to ``ran.txt``). An answer with no tool call ends
+the run. pi has no limit of its own on a run's turns (scripted to call tools for ever, it calls
+them for ever), no sub-agents, no OpenTelemetry; behind the sidecar is the scripted upstream
+(:mod:`tests.frameworks.fakellm`), whose recorded request bodies are what the model read.
+
+Steered: a budget counts down and ends in the report (Chat Completions and Messages); a tool
+cycle is wound down, then its final request; a rule's abort is answered by the endpoint, as an
+answer or as the API's error.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import (
+    DRIVER_TIMEOUT,
+    clean_environ,
+    installed_bin,
+    run_coding_agent,
+)
+from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its sidecars)
+    AGENT,
+    BUDGET,
+    KEY,
+    LEFT,
+    REPORT,
+    budgeted,
+    check_cycle_wound_down,
+    check_no_control_text_in_user_messages,
+    instructions,
+    plain,
+    run_ids,
+    the_new_run,
+)
+from tests.frameworks.test_model_endpoint_stop import NOTE, STOP_PACK, stopping  # noqa: F401
+from tests.harness import RunningServer, endpoint_with_pack
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+
+PI_DIR = Path(__file__).resolve().parent / "pi"
+PI = PI_DIR / "node_modules" / ".bin" / "pi"
+TOOL = "bash"  # pi's shell tool: {"command": "..."}
+APIS = {"openai": "openai-completions", "anthropic": "anthropic-messages"}
+
+
+def pi() -> Path:
+    return installed_bin(PI)
+
+
+def models_json(base_url: str, api: str, model: str) -> dict[str, Any]:
+    """``~/.pi/agent/models.json``: a provider ``watchdog`` of ``api`` at ``base_url`` (Chat
+    Completions: the sidecar's URL and ``/v1``; Messages: its URL), its key the value of
+    ``WATCHDOG_PI_KEY`` (a value that names an environment variable is read from it)."""
+    return {"providers": {"watchdog": {"baseUrl": base_url, "api": api,
+                                       "apiKey": "WATCHDOG_PI_KEY", "models": [{"id": model}]}}}
+
+
+def pi_invocation(base_url: str, api: str, model: str, tmp: Path,
+                  settings: dict[str, Any] | None = None
+                  ) -> tuple[list[str], dict[str, str], Path]:
+    """``pi -p`` in ``tmp/work`` against ``base_url``, as a user sets it up: its command, its
+    environment and its directory. ``settings``: its ``settings.json``."""
+    work, home = tmp / "work", tmp / "home"
+    work.mkdir()
+    agent_dir = home / ".pi" / "agent"
+    agent_dir.mkdir(parents=True)
+    (agent_dir / "models.json").write_text(json.dumps(models_json(base_url, api, model)))
+    if settings is not None:
+        (agent_dir / "settings.json").write_text(json.dumps(settings))
+    env = {**clean_environ("PI_", "ANTHROPIC_"), "HOME": str(home), "PI_OFFLINE": "1",
+           "WATCHDOG_PI_KEY": KEY}
+    return [str(pi()), "-p", "--model", f"watchdog/{model}", "Find the file."], env, work
+
+
+def run_pi(base_url: str, api: str, model: str, tmp: Path,
+           settings: dict[str, Any] | None = None) -> tuple[list[str], str]:
+    """``pi -p`` once (it must exit 0): the terms its shell commands appended to ``ran.txt``,
+    and the answer it printed."""
+    return run_coding_agent(*pi_invocation(base_url, api, model, tmp, settings))
+
+
+@dataclass(frozen=True)
+class Invocation:
+    ran: list[str]  # the terms its shell commands wrote
+    printed: str  # its answer
+    requests: list[dict[str, Any]]  # what the upstream read
+    run: dict[str, Any]  # the sidecar's one run of it, ended
+    after: int  # the requests the upstream had got once the run had ended
+
+
+def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Path,
+           api: str = "openai", settings: dict[str, Any] | None = None) -> Invocation:
+    """``pi -p`` once through ``sidecar``'s model endpoint on ``api`` (``openai``:
+    Chat Completions; ``anthropic``: Messages), its model ``script``."""
+    model = llm.script(f"pi-{api}-{tmp.name}", script)
+    before = run_ids(sidecar)
+    base_url = sidecar.url("model") + ("/v1" if api == "openai" else "")
+    ran, printed = run_pi(base_url, APIS[api], model, tmp, settings)
+    requests = llm.requests(model)
+    run = the_new_run(sidecar, before)
+    return Invocation(ran, printed, requests, run, len(llm.requests(model)))
+
+
+def shell(term: str) -> dict[str, Any]:
+    return {"command": f"echo '{term}' >> ran.txt"}
+
+
+def searching() -> fakellm.Script:
+    return fakellm.looping(TOOL, lambda i: shell(f"term {i}"), REPORT)
+
+
+def cycling(work: Path) -> fakellm.Script:
+    """Its shell tool, then its file-writing tool, with the same arguments round and round (a
+    tool cycle; the report when no tools are offered)."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if not fakellm.offers_tools(body):
+            return fakellm.answer(REPORT)
+        if index % 2 == 0:
+            return fakellm.call(TOOL, **shell("the file"))
+        return fakellm.call("write", path=str(work / "notes.txt"), content="searched")
+    return pick
+
+
+def messages(body: dict[str, Any]) -> int:
+    return len(body["messages"])
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_pi_budget_counts_down_then_the_report_is_its_answer(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path, api: str) -> None:  # noqa: F811
+    it = invoke(budgeted, llm, searching(), tmp_path, api)
+    requests = it.requests
+    assert it.ran == ["term 0", "term 1", "term 2"]  # never past the budget
+    assert len(requests) == BUDGET + 1
+    # what pi sends: the whole conversation, streamed, each call with its result (Chat
+    # Completions: a message per result; Messages: the results in a user message)
+    assert all(body.get("stream") is True for body in requests)
+    assert [messages(body) for body in requests] == ([2, 4, 6, 8] if api == "openai"
+                                                      else [1, 3, 5, 7])
+    # the true number left, in the instructions of every request that offers tools
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * BUDGET + [False]
+    assert f"all {BUDGET} tool calls used" in instructions(requests[-1])
+    check_no_control_text_in_user_messages(requests)
+    assert it.printed == REPORT  # the last upstream answer is what pi -p prints
+    assert (it.run["iterations"], it.run["tool_calls"], it.run["terminal_state"],
+            it.run["has_final_answer"]) == (BUDGET + 1, BUDGET, "tool_limit_reached", True)
+    assert it.after == BUDGET + 1  # and nothing more reached the upstream
+
+
+def test_a_looping_pi_is_wound_down_then_stopped(
+        plain: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """tool-cycle fires at the 8th call (the pair 4 times), the next request winds down with a
+    grace of 2, the 11th is the final request: no tools, its answer what ``pi -p`` prints."""
+    it = invoke(plain, llm, cycling(tmp_path / "work"), tmp_path)
+    check_cycle_wound_down(it.requests)
+    assert it.ran == ["the file"] * 5  # the shell's half of the 10 calls, really run
+    assert (tmp_path / "work" / "notes.txt").read_text() == "searched"
+    check_no_control_text_in_user_messages(it.requests)
+    assert it.printed == REPORT
+    assert (it.run["tool_calls"], it.run["terminal_state"], it.run["has_final_answer"]) == (
+        10, "loop_detected", True), it.run
+    assert it.after == 11  # the upstream got nothing after the final request
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_stopped_pi_prints_the_stop_and_the_upstream_gets_nothing_more(
+        stopping: RunningServer, llm: FakeLLM, tmp_path: Path, api: str) -> None:  # noqa: F811
+    """A rule's abort at two tool calls: the endpoint answers pi's next request itself, a
+    well-formed streamed answer carrying the stop note, which ``pi -p`` prints; the upstream
+    got the run's calls before the stop and nothing after."""
+    it = invoke(stopping, llm, searching(), tmp_path, api)
+    assert it.ran == ["term 0", "term 1"]
+    assert NOTE in it.printed, it.printed
+    assert len(it.requests) == it.after == 2
+    assert (it.run["tool_calls"], it.run["terminal_state"]) == (2, "loop_detected"), it.run
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_an_abort_as_the_apis_error_ends_pi_with_the_stop_note(
+        llm: FakeLLM, tmp_path: Path, api: str, model_relay: str) -> None:  # noqa: F811
+    """With ``model_abort: error`` the 3rd request is answered HTTP 400 ``watchdog_aborted``:
+    pi does not retry it (its retries are for rate limits and server errors), prints the
+    status and the stop note on stderr (Chat Completions: the error's message; Messages: the
+    error's body) and exits 1; the upstream got 2 requests."""
+    model = llm.script(f"pi-error-{api}-{tmp_path.name}", searching())
+    (tmp_path / "sidecar").mkdir()
+    with endpoint_with_pack(tmp_path / "sidecar", STOP_PACK, llm.base_url, model_relay,
+                            model_abort="error", model_agent_name=AGENT,
+                            model_upstream_anthropic=llm.base_url.removesuffix("/v1")
+                            ) as sidecar:
+        before = run_ids(sidecar)
+        base_url = sidecar.url("model") + ("/v1" if api == "openai" else "")
+        command, env, work = pi_invocation(base_url, APIS[api], model, tmp_path)
+        result = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True,
+                                timeout=DRIVER_TIMEOUT, stdin=subprocess.DEVNULL)
+        run = the_new_run(sidecar, before)
+    assert result.returncode == 1 and result.stdout == "", result
+    stopped = f"The agent-watchdog stopped this run: {NOTE}"
+    if api == "openai":  # the OpenAI SDK's error: the status and the message
+        assert result.stderr.startswith(f"400 {stopped}"), result
+    else:  # the Anthropic SDK's: the status and the body
+        status, body = result.stderr.split(" ", 1)
+        error = json.loads(body)["error"]
+        assert (status, error["code"]) == ("400", "watchdog_aborted"), result
+        assert error["message"].startswith(stopped), result
+    assert (work / "ran.txt").read_text().splitlines() == ["term 0", "term 1"]
+    assert len(llm.requests(model)) == 2
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "loop_detected"), run
