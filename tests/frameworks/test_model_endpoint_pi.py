@@ -5,9 +5,10 @@ with no code in it (DESIGN §12), on both relays.
 ``make test`` installs it with ``npm ci`` from ``pi/package-lock.json`` (pi 0.73.1, its optional
 clipboard package omitted). Each test runs ``pi -p`` (print mode: the task, then the last
 answer on stdout) once in a temp dir of its own, its ``HOME`` there with the one file a user of
-it writes to add a model server, ``~/.pi/agent/models.json``: a provider of ``"api":
-"openai-completions"`` (Chat Completions) and one of ``"api": "anthropic-messages"``
-(Messages), each with the sidecar's base URL, its key the name of an environment variable.
+it writes to add a model server, ``~/.pi/agent/models.json``: the sidecar as a provider of
+``"api": "openai-completions"`` (Chat Completions) and one of ``"api": "anthropic-messages"``
+(Messages), their keys read from ``OPENAI_API_KEY`` and ``ANTHROPIC_API_KEY`` (a value that names
+an environment variable is read from it); ``--model PROVIDER/MODEL`` picks one.
 ``PI_OFFLINE=1`` turns off its startup requests (update checks, its install ping): nothing
 reaches the network.
 
@@ -21,7 +22,8 @@ them for ever), no sub-agents, no OpenTelemetry; behind the sidecar is the scrip
 
 Steered: a budget counts down and ends in the report (Chat Completions and Messages); a tool
 cycle is wound down, then its final request; a rule's abort is answered by the endpoint, as an
-answer or as the API's error.
+answer or as the API's error; its history compacted when the model API refuses a request as
+past its context window keeps its budget.
 """
 
 from __future__ import annotations
@@ -63,43 +65,49 @@ from tests.model_relays import model_relay  # noqa: F401 (each test on both rela
 PI_DIR = Path(__file__).resolve().parent / "pi"
 PI = PI_DIR / "node_modules" / ".bin" / "pi"
 TOOL = "bash"  # pi's shell tool: {"command": "..."}
-APIS = {"openai": "openai-completions", "anthropic": "anthropic-messages"}
+PROVIDERS = {"openai": "watchdog", "anthropic": "watchdog-anthropic"}  # (models_json)
 
 
 def pi() -> Path:
     return installed_bin(PI)
 
 
-def models_json(base_url: str, api: str, model: str) -> dict[str, Any]:
-    """``~/.pi/agent/models.json``: a provider ``watchdog`` of ``api`` at ``base_url`` (Chat
-    Completions: the sidecar's URL and ``/v1``; Messages: its URL), its key the value of
-    ``WATCHDOG_PI_KEY`` (a value that names an environment variable is read from it)."""
-    return {"providers": {"watchdog": {"baseUrl": base_url, "api": api,
-                                       "apiKey": "WATCHDOG_PI_KEY", "models": [{"id": model}]}}}
+def models_json(url: str, openai_model: str, anthropic_model: str) -> dict[str, Any]:
+    """``~/.pi/agent/models.json``: the sidecar's model endpoint at ``url`` as two providers,
+    ``watchdog`` (``openai-completions``, Chat Completions: ``url`` and ``/v1``) and
+    ``watchdog-anthropic`` (``anthropic-messages``, Messages: ``url``; its SDK adds ``/v1``),
+    each key the value of the environment variable it names."""
+    return {"providers": {
+        "watchdog": {"baseUrl": url + "/v1", "api": "openai-completions",
+                     "apiKey": "OPENAI_API_KEY", "models": [{"id": openai_model}]},
+        "watchdog-anthropic": {"baseUrl": url, "api": "anthropic-messages",
+                               "apiKey": "ANTHROPIC_API_KEY",
+                               "models": [{"id": anthropic_model}]}}}
 
 
-def pi_invocation(base_url: str, api: str, model: str, tmp: Path,
+def pi_invocation(url: str, api: str, model: str, tmp: Path,
                   settings: dict[str, Any] | None = None
                   ) -> tuple[list[str], dict[str, str], Path]:
-    """``pi -p`` in ``tmp/work`` against ``base_url``, as a user sets it up: its command, its
-    environment and its directory. ``settings``: its ``settings.json``."""
+    """``pi -p`` in ``tmp/work`` against the model endpoint at ``url`` on ``api``
+    (``openai``: Chat Completions; ``anthropic``: Messages), as a user sets it up: its
+    command, its environment and its directory. ``settings``: its ``settings.json``."""
     work, home = tmp / "work", tmp / "home"
     work.mkdir()
     agent_dir = home / ".pi" / "agent"
     agent_dir.mkdir(parents=True)
-    (agent_dir / "models.json").write_text(json.dumps(models_json(base_url, api, model)))
+    (agent_dir / "models.json").write_text(json.dumps(models_json(url, model, model)))
     if settings is not None:
         (agent_dir / "settings.json").write_text(json.dumps(settings))
     env = {**clean_environ("PI_", "ANTHROPIC_"), "HOME": str(home), "PI_OFFLINE": "1",
-           "WATCHDOG_PI_KEY": KEY}
-    return [str(pi()), "-p", "--model", f"watchdog/{model}", "Find the file."], env, work
+           "OPENAI_API_KEY": KEY, "ANTHROPIC_API_KEY": KEY}
+    return [str(pi()), "-p", "--model", f"{PROVIDERS[api]}/{model}", "Find the file."], env, work
 
 
-def run_pi(base_url: str, api: str, model: str, tmp: Path,
+def run_pi(url: str, api: str, model: str, tmp: Path,
            settings: dict[str, Any] | None = None) -> tuple[list[str], str]:
     """``pi -p`` once (it must exit 0): the terms its shell commands appended to ``ran.txt``,
     and the answer it printed."""
-    return run_coding_agent(*pi_invocation(base_url, api, model, tmp, settings))
+    return run_coding_agent(*pi_invocation(url, api, model, tmp, settings))
 
 
 @dataclass(frozen=True)
@@ -117,8 +125,7 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Pa
     Chat Completions; ``anthropic``: Messages), its model ``script``."""
     model = llm.script(f"pi-{api}-{tmp.name}", script)
     before = run_ids(sidecar)
-    base_url = sidecar.url("model") + ("/v1" if api == "openai" else "")
-    ran, printed = run_pi(base_url, APIS[api], model, tmp, settings)
+    ran, printed = run_pi(sidecar.url("model"), api, model, tmp, settings)
     requests = llm.requests(model)
     run = the_new_run(sidecar, before)
     return Invocation(ran, printed, requests, run, len(llm.requests(model)))
@@ -214,8 +221,7 @@ def test_an_abort_as_the_apis_error_ends_pi_with_the_stop_note(
                             model_upstream_anthropic=llm.base_url.removesuffix("/v1")
                             ) as sidecar:
         before = run_ids(sidecar)
-        base_url = sidecar.url("model") + ("/v1" if api == "openai" else "")
-        command, env, work = pi_invocation(base_url, APIS[api], model, tmp_path)
+        command, env, work = pi_invocation(sidecar.url("model"), api, model, tmp_path)
         result = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True,
                                 timeout=DRIVER_TIMEOUT, stdin=subprocess.DEVNULL)
         run = the_new_run(sidecar, before)
@@ -269,7 +275,7 @@ def test_a_pi_history_compacted_at_an_overflow_keeps_its_budget(
     own (``completed``, its answer the summary), not a model call of the run it summarises."""
     model = llm.script(f"pi-overflow-{tmp_path.name}", overflowing())
     before = run_ids(budgeted)
-    ran, printed = run_pi(budgeted.url("model") + "/v1", APIS["openai"], model, tmp_path)
+    ran, printed = run_pi(budgeted.url("model"), "openai", model, tmp_path)
     requests = llm.requests(model)
     asides = ["<conversation>" in json.dumps(body["messages"]) for body in requests]
     assert asides == [False, False, False, True, False, False]
