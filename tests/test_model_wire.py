@@ -805,6 +805,42 @@ def test_a_history_rewritten_around_a_call_the_run_waits_for_goes_on_in_that_run
                              lambda _key: False) is not done
 
 
+def test_a_first_message_whose_cache_marker_moves_on_is_one_conversation() -> None:
+    """On Messages a client marks its latest message for the prompt cache (``cache_control``),
+    so the task carries the marker at its first request and not after (pi): the conversation
+    is the same. Two invocations of one task in a row are two runs, each invocation's
+    requests in its own. (Before, the second's next request was taken for the first's, over,
+    and began a third run: the second's first call uncounted, its run never ended.)"""
+    marker = {"type": "ephemeral"}
+
+    def request(cached: bool, *messages: dict[str, Any]) -> Request:
+        task = {"type": "text", "text": "Find the file.",
+                **({"cache_control": marker} if cached else {})}
+        return MessagesWire().read_request({"model": "m", "tools": [{"name": "bash"}],
+                                            "system": "sys", "messages": [
+            {"role": "user", "content": [task]}, *messages]})
+
+    def invocation(book: ModelBook, call_id: str) -> list[EndpointRun]:
+        call = Call(call_id, "bash", '{"command": "ls"}')
+        first = request(True)
+        run = book.identify("messages", first, Caller(), "a", lambda _key: False)
+        book.call_record(run, first, Observation(finish_reason="tool_use", calls=[call],
+                                                 complete=True), [call], 1, 2)
+        going = request(False, {"role": "assistant", "content": [
+            {"type": "tool_use", "id": call_id, "name": "bash", "input": {"command": "ls"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id,
+                                          "content": "a.txt", "cache_control": marker}]})
+        assert going.anchor == first.anchor  # (the marker aside)
+        after = book.identify("messages", going, Caller(), "a", lambda _key: False)
+        book.call_record(after, going, Observation(finish_reason="end_turn", text="Found.",
+                                                   complete=True), [], 3, 4)
+        return [run, after]
+
+    book = ModelBook()
+    one, two = invocation(book, "toolu_1"), invocation(book, "toolu_2")
+    assert one[0] is one[1] and two[0] is two[1] and one[0] is not two[0]
+
+
 def test_a_history_rewritten_after_a_refusal_goes_on_in_that_run() -> None:
     """A run's request that carried a call's result, refused by the model API as past its
     context window: a conversation the book does not know that carries that result again is

@@ -86,28 +86,39 @@ def models_json(url: str, openai_model: str, anthropic_model: str) -> dict[str, 
 
 
 def pi_invocation(url: str, api: str, model: str, tmp: Path,
-                  settings: dict[str, Any] | None = None
-                  ) -> tuple[list[str], dict[str, str], Path]:
+                  settings: dict[str, Any] | None = None, context_window: int | None = None,
+                  task: str | None = None) -> tuple[list[str], dict[str, str], Path]:
     """``pi -p`` in ``tmp/work`` against the model endpoint at ``url`` on ``api``
     (``openai``: Chat Completions; ``anthropic``: Messages), as a user sets it up: its
-    command, its environment and its directory. ``settings``: its ``settings.json``."""
+    command, its environment and its directory. ``settings``: its ``settings.json``;
+    ``context_window``: its models' ``contextWindow`` (else pi's default, 128,000 tokens);
+    ``task``: its prompt (else one of ``tmp``'s own: the same task given again within
+    ``model_reply_window`` of its run's end at the budget is a chain the endpoint holds at its
+    third run, docs/model-endpoint.md, so each test's is its own)."""
     work, home = tmp / "work", tmp / "home"
     work.mkdir()
     agent_dir = home / ".pi" / "agent"
     agent_dir.mkdir(parents=True)
-    (agent_dir / "models.json").write_text(json.dumps(models_json(url, model, model)))
+    models = models_json(url, model, model)
+    for provider in models["providers"].values():
+        for entry in provider["models"]:
+            entry.update({} if context_window is None else {"contextWindow": context_window})
+    (agent_dir / "models.json").write_text(json.dumps(models))
     if settings is not None:
         (agent_dir / "settings.json").write_text(json.dumps(settings))
     env = {**clean_environ("PI_", "ANTHROPIC_"), "HOME": str(home), "PI_OFFLINE": "1",
            "OPENAI_API_KEY": KEY, "ANTHROPIC_API_KEY": KEY}
-    return [str(pi()), "-p", "--model", f"{PROVIDERS[api]}/{model}", "Find the file."], env, work
+    task = f"Find the file ({tmp.name})." if task is None else task
+    return [str(pi()), "-p", "--model", f"{PROVIDERS[api]}/{model}", task], env, work
 
 
-def run_pi(url: str, api: str, model: str, tmp: Path,
-           settings: dict[str, Any] | None = None) -> tuple[list[str], str]:
+def run_pi(url: str, api: str, model: str, tmp: Path, settings: dict[str, Any] | None = None,
+           context_window: int | None = None, task: str | None = None
+           ) -> tuple[list[str], str]:
     """``pi -p`` once (it must exit 0): the terms its shell commands appended to ``ran.txt``,
     and the answer it printed."""
-    return run_coding_agent(*pi_invocation(url, api, model, tmp, settings))
+    return run_coding_agent(*pi_invocation(url, api, model, tmp, settings, context_window,
+                                           task))
 
 
 @dataclass(frozen=True)
@@ -120,12 +131,13 @@ class Invocation:
 
 
 def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Path,
-           api: str = "openai", settings: dict[str, Any] | None = None) -> Invocation:
+           api: str = "openai", settings: dict[str, Any] | None = None,
+           task: str | None = None) -> Invocation:
     """``pi -p`` once through ``sidecar``'s model endpoint on ``api`` (``openai``:
     Chat Completions; ``anthropic``: Messages), its model ``script``."""
     model = llm.script(f"pi-{api}-{tmp.name}", script)
     before = run_ids(sidecar)
-    ran, printed = run_pi(sidecar.url("model"), api, model, tmp, settings)
+    ran, printed = run_pi(sidecar.url("model"), api, model, tmp, settings, task=task)
     requests = llm.requests(model)
     run = the_new_run(sidecar, before)
     return Invocation(ran, printed, requests, run, len(llm.requests(model)))
@@ -177,6 +189,24 @@ def test_pi_budget_counts_down_then_the_report_is_its_answer(
     assert (it.run["iterations"], it.run["tool_calls"], it.run["terminal_state"],
             it.run["has_final_answer"]) == (BUDGET + 1, BUDGET, "tool_limit_reached", True)
     assert it.after == BUDGET + 1  # and nothing more reached the upstream
+
+
+def test_two_pis_in_a_row_with_the_same_task_are_two_runs(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """On Messages pi marks its latest message for the prompt cache (``cache_control``): the
+    task carries the marker at its first request only. The same task run twice in a row is
+    two runs, each counted down from 3 to its report, each request in its own run."""
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        it = invoke(budgeted, llm, searching(), tmp_path / name, "anthropic",
+                    task="Find the file.")
+        assert "cache_control" in it.requests[0]["messages"][0]["content"][0]
+        assert "cache_control" not in it.requests[1]["messages"][0]["content"][0]
+        assert [LEFT.findall(instructions(body)) for body in it.requests] == [
+            [("3", "3")], [("2", "3")], [("1", "3")], []], name
+        assert (it.ran, it.printed) == (["term 0", "term 1", "term 2"], REPORT)
+        assert (it.run["iterations"], it.run["tool_calls"], it.run["terminal_state"]) == (
+            BUDGET + 1, BUDGET, "tool_limit_reached")
 
 
 def test_a_looping_pi_is_wound_down_then_stopped(
@@ -244,11 +274,11 @@ SUMMARY = ("## Goal\nFind the file.\n\n## Progress\nSearched twice with bash; no
 OVERFLOW = "This model's input exceeds the context window: 128000 tokens"  # (as OpenAI says)
 
 
-def overflowing() -> fakellm.Script:
-    """Its shell tool, but its 3rd request is refused once as past the model's context window
-    (the scripted upstream's HTTP 400, its message OpenAI's); the summary when asked for one
-    (no tools, the conversation written out in one user message), the report when no tools
-    are offered otherwise."""
+def summarised(refuse: int | None = None) -> fakellm.Script:
+    """Its shell tool; the summary when asked for one (no tools, the conversation written out
+    in one user message), the report when no tools are offered otherwise. ``refuse``: that
+    request (from 0) is refused once as past the model's context window (the scripted
+    upstream's HTTP 400, its message OpenAI's)."""
     refused: list[int] = []
 
     def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
@@ -256,15 +286,16 @@ def overflowing() -> fakellm.Script:
             return fakellm.answer(SUMMARY)
         if not fakellm.offers_tools(body):
             return fakellm.answer(REPORT)
-        if index == 2 and not refused:
+        if index == refuse and not refused:
             refused.append(index)
             raise ValueError(OVERFLOW)
         return fakellm.call(TOOL, **shell(f"term {index}"))
     return pick
 
 
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
 def test_a_pi_history_compacted_at_an_overflow_keeps_its_budget(
-        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path, api: str) -> None:  # noqa: F811
     """The model API refuses pi's 3rd request as past its context window (HTTP 400): pi
     compacts its history, asking for a summary in a conversation of its own (its own system
     prompt, the session written out in one user message, no tools), then sends the refused
@@ -273,9 +304,9 @@ def test_a_pi_history_compacted_at_an_overflow_keeps_its_budget(
     carried: it goes on in the run, its count kept (1 left, then the final request), 3 calls
     run in all, the report the run's answer. Known gap: the summary request is a run of its
     own (``completed``, its answer the summary), not a model call of the run it summarises."""
-    model = llm.script(f"pi-overflow-{tmp_path.name}", overflowing())
+    model = llm.script(f"pi-overflow-{api}-{tmp_path.name}", summarised(refuse=2))
     before = run_ids(budgeted)
-    ran, printed = run_pi(budgeted.url("model"), "openai", model, tmp_path)
+    ran, printed = run_pi(budgeted.url("model"), api, model, tmp_path)
     requests = llm.requests(model)
     asides = ["<conversation>" in json.dumps(body["messages"]) for body in requests]
     assert asides == [False, False, False, True, False, False]
@@ -283,8 +314,10 @@ def test_a_pi_history_compacted_at_an_overflow_keeps_its_budget(
         [("3", "3")], [("2", "3")], [("1", "3")], [], [("1", "3")], []]
     assert [fakellm.offers_tools(body) for body in requests] == [
         True, True, True, False, True, False]
-    assert requests[4]["messages"][1]["content"][0]["text"].startswith(
-        "The conversation history before this point was compacted into the following summary")
+    first = requests[4]["messages"][1 if api == "openai" else 0]  # (after Chat's system)
+    assert (first["role"], first["content"][0]["text"].split(":")[0]) == (
+        "user", "The conversation history before this point was compacted into the following "
+        "summary")
     assert ran == ["term 0", "term 1", "term 4"]  # never past the budget
     # (pi's own: ``pi -p`` prints the last message it has when its task's first loop ends, at
     # the refusal, before it compacts and goes on: nothing, exit 0; the report is the run's)
@@ -300,4 +333,38 @@ def test_a_pi_history_compacted_at_an_overflow_keeps_its_budget(
                   key=lambda run: run["started_at"])
     assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
             for run in runs] == [(5, BUDGET, "tool_limit_reached", REPORT),
+                                 (1, 0, "completed", SUMMARY)]
+
+
+def test_a_pi_history_compacted_after_its_answer_is_a_run_of_its_own(
+        budgeted: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:  # noqa: F811
+    """Past its threshold (``contextWindow`` 4,000 tokens less ``compaction.reserveTokens``
+    3,000), pi compacts its history after the task's answer, the report: a summary request
+    (no tools, the session written out in one user message) once the run has ended at its
+    final request. Its run is as before; ``pi -p`` prints the report. Known gap: the summary
+    request is a run of its own (``completed``, its answer the summary), its tokens not the
+    run's."""
+    model = llm.script(f"pi-threshold-{tmp_path.name}", summarised())
+    before = run_ids(budgeted)
+    ran, printed = run_pi(budgeted.url("model"), "openai", model, tmp_path,
+                          {"compaction": {"reserveTokens": 3000, "keepRecentTokens": 100}},
+                          context_window=4000)
+    requests = llm.requests(model)
+    assert ["<conversation>" in json.dumps(body["messages"]) for body in requests] == [
+        False] * (BUDGET + 1) + [True]
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], [], []]
+    assert ran == ["term 0", "term 1", "term 2"]
+    assert printed == REPORT
+
+    def ended() -> list[dict[str, Any]] | None:
+        runs = [budgeted.get_json(f"/v1/runs/{run['id']}")
+                for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
+                if run["id"] not in before]
+        return runs if len(runs) == 2 and all(run["state"] == "ended" for run in runs) else None
+
+    runs = sorted(wait_until(ended, what="its run and its summary's to end"),
+                  key=lambda run: run["started_at"])
+    assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
+            for run in runs] == [(BUDGET + 1, BUDGET, "tool_limit_reached", REPORT),
                                  (1, 0, "completed", SUMMARY)]
