@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +57,7 @@ from tests.frameworks.test_model_endpoint_frameworks import (  # noqa: F401 (its
     run_ids,
     the_new_run,
 )
+from tests.frameworks.test_model_endpoint_qwen_code import Invocation
 from tests.frameworks.test_model_endpoint_stop import NOTE, STOP_PACK, stopping  # noqa: F401
 from tests.harness import RunningServer, endpoint_with_pack, wait_until
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
@@ -119,15 +119,6 @@ def run_pi(url: str, api: str, model: str, tmp: Path, settings: dict[str, Any] |
     and the answer it printed."""
     return run_coding_agent(*pi_invocation(url, api, model, tmp, settings, context_window,
                                            task))
-
-
-@dataclass(frozen=True)
-class Invocation:
-    ran: list[str]  # the terms its shell commands wrote
-    printed: str  # its answer
-    requests: list[dict[str, Any]]  # what the upstream read
-    run: dict[str, Any]  # the sidecar's one run of it, ended
-    after: int  # the requests the upstream had got once the run had ended
 
 
 def invoke(sidecar: RunningServer, llm: FakeLLM, script: fakellm.Script, tmp: Path,
@@ -293,6 +284,21 @@ def summarised(refuse: int | None = None) -> fakellm.Script:
     return pick
 
 
+def run_and_summary(sidecar: RunningServer, before: set[str]) -> list[tuple[Any, ...]]:
+    """The invocation's two runs once ended, its own and its summary request's, in the order
+    they began: each one's model calls, tool calls, terminal state and answer."""
+    def ended() -> list[dict[str, Any]] | None:
+        runs = [sidecar.get_json(f"/v1/runs/{run['id']}")
+                for run in sidecar.get_json("/v1/runs?limit=1000")["runs"]
+                if run["id"] not in before]
+        return runs if len(runs) == 2 and all(run["state"] == "ended" for run in runs) else None
+
+    runs = sorted(wait_until(ended, what="its run and its summary's to end"),
+                  key=lambda run: run["started_at"])
+    return [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
+            for run in runs]
+
+
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 def test_a_pi_history_compacted_at_an_overflow_keeps_its_budget(
         budgeted: RunningServer, llm: FakeLLM, tmp_path: Path, api: str) -> None:  # noqa: F811
@@ -323,17 +329,8 @@ def test_a_pi_history_compacted_at_an_overflow_keeps_its_budget(
     # the refusal, before it compacts and goes on: nothing, exit 0; the report is the run's)
     assert printed == ""
 
-    def ended() -> list[dict[str, Any]] | None:
-        runs = [budgeted.get_json(f"/v1/runs/{run['id']}")
-                for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
-                if run["id"] not in before]
-        return runs if len(runs) == 2 and all(run["state"] == "ended" for run in runs) else None
-
-    runs = sorted(wait_until(ended, what="its run and its summary's to end"),
-                  key=lambda run: run["started_at"])
-    assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
-            for run in runs] == [(5, BUDGET, "tool_limit_reached", REPORT),
-                                 (1, 0, "completed", SUMMARY)]
+    assert run_and_summary(budgeted, before) == [(5, BUDGET, "tool_limit_reached", REPORT),
+                                                 (1, 0, "completed", SUMMARY)]
 
 
 def test_a_pi_history_compacted_after_its_answer_is_a_run_of_its_own(
@@ -357,14 +354,5 @@ def test_a_pi_history_compacted_after_its_answer_is_a_run_of_its_own(
     assert ran == ["term 0", "term 1", "term 2"]
     assert printed == REPORT
 
-    def ended() -> list[dict[str, Any]] | None:
-        runs = [budgeted.get_json(f"/v1/runs/{run['id']}")
-                for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
-                if run["id"] not in before]
-        return runs if len(runs) == 2 and all(run["state"] == "ended" for run in runs) else None
-
-    runs = sorted(wait_until(ended, what="its run and its summary's to end"),
-                  key=lambda run: run["started_at"])
-    assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
-            for run in runs] == [(BUDGET + 1, BUDGET, "tool_limit_reached", REPORT),
-                                 (1, 0, "completed", SUMMARY)]
+    assert run_and_summary(budgeted, before) == [
+        (BUDGET + 1, BUDGET, "tool_limit_reached", REPORT), (1, 0, "completed", SUMMARY)]
