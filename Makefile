@@ -256,6 +256,16 @@ $(CLINE_AGENT): tests/frameworks/cline/package.json tests/frameworks/cline/packa
 	cd tests/frameworks/cline && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+## pi (tests/frameworks/pi: @mariozechner/pi-coding-agent, a TypeScript coding agent on its own
+## @mariozechner/pi-ai model library), exactly as locked, from the npm registry, without its
+## optional clipboard packages (pi -p reads no clipboard); nothing is downloaded at install or first
+## run. Cold npm cache: about 20 s, a 76 MB download, 174 MB on disk (the SDKs of pi-ai's
+## providers: Google's, Mistral's, AWS Bedrock's, OpenAI's, Anthropic's)
+PI_AGENT := tests/frameworks/pi/node_modules/.installed
+$(PI_AGENT): tests/frameworks/pi/package.json tests/frameworks/pi/package-lock.json
+	cd tests/frameworks/pi && npm ci --omit=optional --no-audit --no-fund --loglevel=error
+	touch $@
+
 ## the Go agents of the model endpoint's tests (tests/frameworks/go: openai-go and
 ## anthropic-sdk-go, as its go.mod and go.sum pin them, from the Go module proxy), built into the
 ## user's cache (AGENT_WATCHDOG_CACHE/goagent/<hash of its sources>/, as Go's module and build
@@ -563,7 +573,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_LLAMAINDEX) $(TS_ADK) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(GEMINI_CLI_AGENT) $(CODEX_AGENT) $(OPENCODE_AGENT) $(CONTINUE_CLI_AGENT) $(CLINE_AGENT) $(GO_AGENT) $(GENKIT_GO) $(FANTASY_AGENT) $(LANGCHAINGO_AGENT) $(EINO_AGENT) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_LLAMAINDEX) $(TS_ADK) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(GEMINI_CLI_AGENT) $(CODEX_AGENT) $(OPENCODE_AGENT) $(CONTINUE_CLI_AGENT) $(CLINE_AGENT) $(PI_AGENT) $(GO_AGENT) $(GENKIT_GO) $(FANTASY_AGENT) $(LANGCHAINGO_AGENT) $(EINO_AGENT) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 

@@ -108,6 +108,11 @@ failing on a changed block. The kinds:
     ``providers`` and ``GLOBAL_SETTINGS``), the sidecar's default model endpoint
     (``http://127.0.0.1:9478/v1``) in place of the test's, its model ``gpt-4.1``, its key
     ``YOUR_API_KEY``.
+``pi-models``
+    pi's ``~/.pi/agent/models.json``, as JSON: exactly what its tests write
+    (``tests/frameworks/test_model_endpoint_pi.py``'s ``models_json``), the sidecar's default
+    model endpoint (``http://127.0.0.1:9478``) in place of the test's, its models ``gpt-4.1``
+    and ``claude-sonnet-4-5``.
 ``langchaingo-env``
     What points LangChainGo at the sidecar, ``NAME=VALUE`` lines: exactly what its tests set
     (``tests/frameworks/test_langchaingo.py``'s ``pointed``), the sidecar's default model
@@ -207,7 +212,7 @@ FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
-         "crush-config", "continue-config", "cline-settings",
+         "crush-config", "continue-config", "cline-settings", "pi-models",
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
          "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env"}
 RUNNABLE = {"sh", "python"}
@@ -986,6 +991,13 @@ def check_cline_settings(block: Block, stack: Stack, state: DocState) -> None:
     assert json.loads(block.text) == written[block.options["file"]], block.where
 
 
+def check_pi_models(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_pi import models_json
+
+    assert json.loads(block.text) == models_json(f"http://{MODEL_ENDPOINT_DEFAULT}", "gpt-4.1",
+                                                 "claude-sonnet-4-5"), block.where
+
+
 def check_promql(block: Block, stack: Stack, state: DocState) -> None:
     from tests.test_prometheus import ENDED_BY_STATE
 
@@ -1054,6 +1066,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "crush-config": check_crush_config,
     "continue-config": check_continue_config,
     "cline-settings": check_cline_settings,
+    "pi-models": check_pi_models,
     "langchaingo-env": check_langchaingo_env,
     "praisonai-env": check_praisonai_env,
     "eino-config": check_eino_config,
@@ -1169,6 +1182,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "aider-command": (DOCS / "agents.md", "/agent/aider/v1", "/agent/aider/v2"),
     "continue-config": (DOCS / "agents.md", "provider: openai", "provider: openai-compat"),
     "cline-settings": (DOCS / "agents.md", '"telemetryOptOut": true', '"telemetryOptOut": false'),
+    "pi-models": (DOCS / "agents.md", '"api": "anthropic-messages"', '"api": "anthropic"'),
     "langchaingo-env": (DOCS / "agents.md", "/agent/langchaingo/v1", "/agent/langchain/v1"),
     "eino-config": (DOCS / "agents.md", "/agent/eino/v1", "/agent/eino/v2"),
     "open-interpreter-settings": (DOCS / "agents.md", "interpreter.auto_run = True",

@@ -241,6 +241,11 @@ class EndpointRun:
     # what its last request carried past the model's last answer (:func:`_asked`): a request
     # that carries the same, answering none of the calls handed over since, sends it again
     asked: tuple[object, ...] | None = None
+    # the call ids of the results its latest request carried, when the model API refused that
+    # request as bad (past the model's context window): an agent that compacts its history
+    # then sends them again in a conversation of its own (:meth:`ModelBook._rewritten`);
+    # empty once a response of the run is recorded
+    refused: frozenset[str] = frozenset()
     # its last answer passed on a line no client reads (:attr:`Observation.unreadable`): the
     # agent may send its request again (:func:`_sent_again`)
     unread: bool = False
@@ -796,15 +801,19 @@ class ModelBook:
         """The run whose history ``request``'s conversation, one the run is not of, rewrote:
         its results answer a call that run handed over and still waits for (the Cline CLI
         compacts its history to a summary of its own, sent as a new first user message, and
-        keeps its latest call and result after it); the same agent's, not over by its final
-        request or a stop. A conversation the book knows is its own run's, never another's
-        rewritten (two tasks whose model server gives their calls the same id, ``call_0``)."""
+        keeps its latest call and result after it), or that the run's latest request answered
+        when the model API refused it (pi compacts its history so when told it is past the
+        model's context window, then sends the refused request's results again); the same
+        agent's, not over by its final request or a stop. A conversation the book knows is
+        its own run's, never another's rewritten (two tasks whose model server gives their
+        calls the same id, ``call_0``)."""
         if digest in self._conversations:
             return None
         for result in request.results:
             state = self._runs.get(self._calls.get(result.call_id) or "")
             if state is not None and state.conversation != digest and state.agent == agent \
-                    and _waits(state.pending, result.call_id) and not state.final_used \
+                    and (_waits(state.pending, result.call_id)
+                         or result.call_id in state.refused) and not state.final_used \
                     and state.stop is None and not ended(state.key):
                 return state
         return None
@@ -1142,7 +1151,7 @@ class ModelBook:
         if not broke:  # (its request may be sent again: the same run's, not a twin's)
             state.handed += len(work)
             state.answered += 1
-        state.unread = seen.unreadable
+        state.unread, state.refused = seen.unreadable, frozenset()
         state.last_end_ns = end_ns
         if seen.response_id:
             self._responses[seen.response_id] = state.key
@@ -1167,6 +1176,9 @@ class ModelBook:
         record.error_message = brief(message, MAX_BRIEF_CHARS)
         record.error_signature = stable_hash(record.error_type + ":"
                                              + mask(record.error_message))
+        if not is_side(state, request):  # (what a history rewritten then sends again)
+            state.refused = frozenset(result.call_id
+                                      for result in request.results[:MAX_PENDING_CALLS])
         return record
 
     @staticmethod
