@@ -1,0 +1,205 @@
+"""Strands Agents for TypeScript (npm ``@strands-agents/sdk`` 1.19.0), steered through the model
+endpoint with no code in it: ``ts/strands/agent.ts``, its own ``package-lock.json``, installed
+by ``make tests/frameworks/ts/strands/node_modules/.installed``. Its agent: an ``Agent`` on
+``OpenAIModel`` with ``api: 'chat'`` (Chat Completions; the default is the Responses API), its
+tools ``tool()``s with a zod schema, pointed at the sidecar by ``OPENAI_BASE_URL`` or the
+model's ``clientConfig.baseURL`` alone, which also names the agent (``/agent/<name>/v1``).
+It streams every model request (``stream: true``) whether the caller ``invoke()``s or
+``stream()``s.
+
+* each ``invoke()``/``stream()`` is one run;
+* a budget of 3: the true count at each request, 3 tools run, the 4th request final (its tools
+  withdrawn: ``tool_choice: none``, their definitions kept), its answer the result the caller
+  gets, ``tool_limit_reached``; calls asked past the budget are trimmed from the answer;
+* a loop wound down by ``tool-cycle``, its final request's report the caller's result;
+* an abort: the stop answer is the agent's result, not an error; with ``model_abort: error``
+  the 400 is the invocation's error;
+
+Nothing waits for a directive: what the upstream saw at each request is asserted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
+from tests.frameworks.steering import LEFT, instructions, user_text
+from tests.frameworks.test_eino import (
+    REPORT,
+    added,
+    check_the_stop_is_the_output,
+    check_wound_down_to_the_report,
+    paired,
+    pointed,
+    rereading,
+    sums,
+    tool_names,
+)
+from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
+from tests.harness import RunningServer, endpoint_with_pack
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+
+TS_DIR = Path(__file__).resolve().parent / "ts"
+AGENT = TS_DIR / "strands" / "agent.ts"  # tsx from TS_DIR's node_modules
+KEY = "sk-strands-0123456789abcdefSECRET"
+PACK = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: strands-ts
+budgets:
+  - agents: ["st-budget"]
+    max_tool_calls: 3
+rules:
+  - name: two-calls-then-abort
+    agents: ["st-abort"]
+    when: "!run.ended && run.tool_calls >= 2"
+    action: abort
+    message: "Stopped by the test's rule after 2 tool calls"
+"""
+_CASES = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+            model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
+    with endpoint_with_pack(tmp_path_factory.mktemp("strands-ts"), PACK, llm.base_url,
+                            model_relay) as server:
+        yield server
+
+
+@dataclass(frozen=True)
+class Invocation:
+    outcomes: list[dict[str, str]]  # per task: the output the caller got, its stop, the error
+    ran: list[str]  # what its tools were given
+    requests: list[dict[str, Any]]  # what the upstream read
+    stderr: str
+
+
+def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
+           tmp: Path, kind: str = "single", stream: bool = False,
+           tasks: tuple[str, ...] = (), by_model: bool = False, fresh: bool = True,
+           turns: int = 0, env: dict[str, str] | None = None) -> Invocation:
+    """The agent once, in ``tmp``, named ``agent`` by its base URL (``by_model``: given as the
+    model's ``clientConfig.baseURL``, else by ``OPENAI_BASE_URL``): one ``invoke()``
+    (``stream``: ``stream()``) per task (by default one, a task of its own), of a new agent
+    each (``fresh``) or of one that keeps its conversation; its model scripted by ``script``."""
+    assert (AGENT.parent / "node_modules" / "@strands-agents" / "sdk").is_dir(), (
+        "run `make tests/frameworks/ts/strands/node_modules/.installed` (part of make test)")
+    case = next(_CASES)
+    tasks = tasks or (f"Add 100 to 0, 1 and 2 in turn (case {case}).",)
+    model = llm.script(f"{agent}-{case}", script)
+    url = pointed(sidecar.url("model"), agent)
+    environ = {**clean_environ(), "OPENAI_API_KEY": KEY, "OPENAI_MODEL": model,
+               "AGENT_KIND": kind, "AGENT_STREAM": "1" if stream else "0",
+               "AGENT_TASKS": json.dumps(tasks), "AGENT_RAN_LOG": str(tmp / "ran.log"),
+               "AGENT_FRESH": "1" if fresh else "0", "AGENT_TURNS": str(turns),
+               **({"AGENT_LLM_BASE_URL": url} if by_model else {"OPENAI_BASE_URL": url}),
+               **(env or {})}
+    result = subprocess.run(["node", "--import", "tsx", str(AGENT)], env=environ, cwd=TS_DIR,
+                            capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    ran = tmp / "ran.log"
+    return Invocation([json.loads(line) for line in result.stdout.splitlines()
+                       if line.startswith("{")],
+                      ran.read_text().splitlines() if ran.exists() else [],
+                      llm.requests(model), result.stderr)
+
+
+def budget_left(requests: list[dict[str, Any]]) -> list[list[tuple[str, str]]]:
+    return [LEFT.findall(instructions(body)) for body in requests]
+
+
+def results(it: Invocation) -> list[dict[str, str]]:
+    """Each task's output and error, as the shared checks read them."""
+    return [{"output": outcome["output"], "error": outcome["error"]} for outcome in it.outcomes]
+
+
+COUNTDOWN = [[("3", "3")], [("2", "3")], [("1", "3")], []]
+DONE = {"output": REPORT, "stop": "endTurn", "error": ""}
+
+
+# -- one run per invoke(); a budget ---------------------------------------------------------------
+
+@pytest.mark.parametrize("stream", [False, True], ids=["invoke", "stream"])
+def test_each_invocation_is_a_run_its_budget_counted_down_to_the_report(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, stream: bool) -> None:
+    """Two ``invoke()``s (or ``stream()``s), each of a new agent, each a run with a budget of
+    3: the model reads the true count at each request, 3 tools run, the 4th request is final
+    (tools withdrawn, their definitions kept) and its answer is the result the caller gets."""
+    before = run_ids(sidecar)
+    tasks = (f"Add 100 to 0, 1 and 2 ({stream}).", f"And to 4, 5, 6 ({stream}).")
+    it = invoke(sidecar, llm, "st-budget", sums, tmp_path, stream=stream, tasks=tasks)
+    assert it.outcomes == [DONE] * 2, it.stderr[-2000:]
+    assert it.ran == [f'add {{"a":{index},"b":100}}' for index in (0, 1, 2, 4, 5, 6)]
+    assert budget_left(it.requests) == COUNTDOWN * 2
+    assert [(fakellm.offers_tools(body), tool_names(body), body["stream"])
+            for body in it.requests] == (
+        [(True, ["add", "read_file"], True)] * 3 + [(False, ["add", "read_file"], True)]) * 2
+    assert all("[budget" not in user_text(body) for body in it.requests)
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
+                    and all(run["state"] == "ended" for run in runs))
+    assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
+            for run in runs] == [(4, 3, "tool_limit_reached", REPORT)] * 2, runs
+
+
+def test_the_models_base_url_alone_points_it(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """``clientConfig: { baseURL }`` with no ``OPENAI_BASE_URL``: the same run, the same
+    budget."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "st-budget", sums, tmp_path, by_model=True)
+    assert it.outcomes == [DONE]
+    assert it.ran == added(3) and budget_left(it.requests) == COUNTDOWN
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (3, "tool_limit_reached"), run
+
+
+def test_of_calls_asked_together_it_runs_the_last_alone(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """Known gap, Strands': its Chat Completions stream reader opens a block per tool call and
+    closes them all at the finish, so of two calls asked together only the last is kept, run
+    and answered (the next request carries it alone). The endpoint counts what the model asked:
+    2, then 1 (the second of the next pair trimmed at 1 left): 3 counted, 2 run."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "st-budget", paired, tmp_path)
+    assert it.ran == ['add {"a":1,"b":100}', 'add {"a":2,"b":100}']
+    assert budget_left(it.requests) == [[("3", "3")], [("1", "3")], []]
+    assert [(message["role"], len(message.get("tool_calls") or ()))
+            for message in it.requests[-1]["messages"][2:]] == [
+        ("assistant", 1), ("tool", 0), ("assistant", 1), ("tool", 0)]
+    assert it.outcomes == [DONE]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (3, "tool_limit_reached"), run
+
+
+# -- loops and aborts -----------------------------------------------------------------------------
+
+def test_a_loop_is_wound_down_then_its_report_is_the_result(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "st", rereading, tmp_path, stream=True)
+    check_wound_down_to_the_report(sidecar, before, it.requests, it.ran, results(it))
+    assert [outcome["stop"] for outcome in it.outcomes] == ["endTurn"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["invoke", "stream"])
+def test_an_abort_is_the_agents_result(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, stream: bool) -> None:
+    """The rule aborts after 2 tool calls: the 3rd request gets the stop answer, not the
+    upstream, and Strands takes it as the model's last answer: the caller's result."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "st-abort", sums, tmp_path, stream=stream)
+    assert len(it.requests) == 2 and it.ran == added(2)
+    check_the_stop_is_the_output(sidecar, before, results(it))
+    assert [outcome["stop"] for outcome in it.outcomes] == ["endTurn"]
