@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,7 +33,13 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
+from tests.frameworks.harness import (
+    DRIVER_TIMEOUT,
+    RECORDINGS,
+    clean_environ,
+    recorded_spans,
+    replay,
+)
 from tests.frameworks.steering import LEFT, instructions, user_text
 from tests.frameworks.test_eino import (
     REPORT,
@@ -45,8 +52,9 @@ from tests.frameworks.test_eino import (
     sums,
     tool_names,
 )
+from tests.frameworks.test_llamaindex_ts_olm import three_sums
 from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
-from tests.harness import RunningServer, endpoint_with_pack
+from tests.harness import RunningServer, endpoint_with_pack, running_server, sidecar_config
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 TS_DIR = Path(__file__).resolve().parent / "ts"
@@ -98,7 +106,7 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
     case = next(_CASES)
     tasks = tasks or (f"Add 100 to 0, 1 and 2 in turn (case {case}).",)
     model = llm.script(f"{agent}-{case}", script)
-    url = pointed(sidecar.url("model"), agent)
+    url = pointed(sidecar.url("model"), agent) if by_model or not env else ""
     environ = {**clean_environ(), "OPENAI_API_KEY": KEY, "OPENAI_MODEL": model,
                "AGENT_KIND": kind, "AGENT_STREAM": "1" if stream else "0",
                "AGENT_TASKS": json.dumps(tasks), "AGENT_RAN_LOG": str(tmp / "ran.log"),
@@ -203,3 +211,88 @@ def test_an_abort_is_the_agents_result(
     assert len(it.requests) == 2 and it.ran == added(2)
     check_the_stop_is_the_output(sidecar, before, results(it))
     assert [outcome["stop"] for outcome in it.outcomes] == ["endTurn"]
+
+
+# -- its own OpenTelemetry ------------------------------------------------------------------------
+
+OTEL_DRIVER = "strands_ts"
+RECORDING = RECORDINGS / OTEL_DRIVER / "two_runs.jsonl"
+
+
+@pytest.fixture
+def watching(tmp_path: Path) -> Iterator[RunningServer]:
+    """A sidecar that watches only (conftest's settings)."""
+    config = sidecar_config(tmp_path / "state", loose_run_gap=1.0, eval_interval=0.2)
+    with running_server(config) as server:
+        yield server
+
+
+def check_watched(sidecar: RunningServer, before: set[str], agent: str = "adder") -> None:
+    """Each invocation a run of its own, named by its agent: 4 model calls, 3 tool calls,
+    ``completed`` with its answer, its tokens counted."""
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
+                    and all(run["state"] == "ended" for run in runs))
+    assert sorted((run["agent"], run["iterations"], run["tool_calls"], run["terminal_state"],
+                   run["final_output"], run["signals"]["tools"]) for run in runs) == [
+        (agent, 4, 3, "completed", "SUMS 0", {"add": 3}),
+        (agent, 4, 3, "completed", "SUMS 1", {"add": 3})], runs
+    assert all(run["signals"]["total_tokens"] > 0 for run in runs), runs
+
+
+def traced(sidecar: RunningServer, llm: FakeLLM, tmp: Path, record_to: Path | None = None,
+           agent: str = "") -> Invocation:
+    """Two invocations of the agent with Strands' telemetry on, exported to ``sidecar``: by
+    ``setupTracer({ exporters: { otlp: true } })`` (OTLP/HTTP JSON), or, with ``record_to``,
+    by ../recording.ts (OTLP/HTTP protobuf, and recorded there); its model the upstream
+    itself, or, with ``agent``, the sidecar's endpoint naming it so."""
+    assert (AGENT.parent / "node_modules" / "@opentelemetry" / "sdk-metrics").is_dir(), (
+        "run `make tests/frameworks/ts/strands/node_modules/.installed` (part of make test)")
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": sidecar.otlp_http,
+           "OPENAI_BASE_URL": pointed(sidecar.url("model"), agent) if agent else llm.base_url,
+           **({"RECORD_SPANS": str(record_to)} if record_to else {"AGENT_OTEL": "1"})}
+    return invoke(sidecar, llm, agent or "watched", three_sums, tmp, env=env,
+                  tasks=("Add 100 to 0, 1, 2.", "Add 100 to 4, 5, 6."))
+
+
+def test_its_own_spans_are_read_live(watching: RunningServer, llm: FakeLLM,
+                                     tmp_path: Path) -> None:
+    """Turned on as its docs say, exported as OTLP/HTTP JSON: each invocation one run (with
+    ``RECORD_SPANS`` set, exported by ../recording.ts instead, and recorded)."""
+    if os.environ.get("RECORD_SPANS"):
+        RECORDING.unlink(missing_ok=True)
+    it = traced(watching, llm, tmp_path, RECORDING if os.environ.get("RECORD_SPANS") else None)
+    assert results(it) == [{"output": "SUMS 0", "error": ""}, {"output": "SUMS 1", "error": ""}]
+    check_watched(watching, set())
+
+
+def test_its_own_spans_recorded(watching: RunningServer) -> None:
+    """What it emitted (the recording, ``RECORD_SPANS=1``): per invocation a trace,
+    ``invoke_agent adder`` > ``execute_agent_loop_cycle`` per model call > ``chat`` and the
+    ``execute_tool add`` its answer asked for (GenAI's operation names, ``gen_ai.system``
+    ``strands-agents``; the messages, answers and tool arguments only in span events), read as
+    the live export is."""
+    spans = recorded_spans(RECORDING)
+    assert [span["name"] for span in spans] == ([
+        "chat", "execute_tool add", "execute_agent_loop_cycle"] * 3 + [
+        "chat", "execute_agent_loop_cycle", "invoke_agent adder"]) * 2
+    assert len({span["traceId"] for span in spans}) == 2
+    attributes = [{item["key"]: item["value"] for item in span["attributes"]} for span in spans]
+    assert {attribute.get("gen_ai.system", {}).get("stringValue") for attribute in attributes} \
+        == {"strands-agents", None}  # (a cycle's span has no GenAI attribute)
+    assert [[event["name"] for event in span.get("events", [])] for span in spans][:2] == [
+        ["gen_ai.system.message", "gen_ai.user.message", "gen_ai.choice"],
+        ["gen_ai.tool.message", "gen_ai.choice"]]
+    replay(watching, RECORDING)
+    check_watched(watching, set())
+
+
+def test_steered_and_traced_each_invocation_is_one_run(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """Its model the endpoint and its spans the same sidecar's: the spans and the endpoint's
+    calls are one run per invocation, each model call and tool call counted once; the run
+    takes the spans' agent name."""
+    before = run_ids(sidecar)
+    it = traced(sidecar, llm, tmp_path, agent="st-traced")
+    assert results(it) == [{"output": "SUMS 0", "error": ""}, {"output": "SUMS 1", "error": ""}]
+    assert len(it.requests) == 8
+    check_watched(sidecar, before)
