@@ -44,6 +44,7 @@ from tests.frameworks.steering import LEFT, instructions, user_text
 from tests.frameworks.test_eino import (
     REPORT,
     added,
+    calls_asked,
     check_the_stop_is_the_output,
     check_wound_down_to_the_report,
     paired,
@@ -211,6 +212,96 @@ def test_an_abort_is_the_agents_result(
     assert len(it.requests) == 2 and it.ran == added(2)
     check_the_stop_is_the_output(sidecar, before, results(it))
     assert [outcome["stop"] for outcome in it.outcomes] == ["endTurn"]
+
+
+def test_an_abort_as_the_apis_error_is_the_invocations_error(
+        llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
+    """With ``model_abort: error`` the 3rd request is answered HTTP 400 ``watchdog_aborted``:
+    Strands throws it out of ``invoke()`` as its ``ModelError``, the stop note its message."""
+    (tmp_path / "sidecar").mkdir()
+    with endpoint_with_pack(tmp_path / "sidecar", PACK, llm.base_url, model_relay,
+                            model_abort="error") as sidecar:
+        before = run_ids(sidecar)
+        it = invoke(sidecar, llm, "st-abort", sums, tmp_path)
+        run = the_ended_run(sidecar, before)
+    [outcome] = it.outcomes
+    assert outcome["output"] == "" and "400" in outcome["error"], outcome
+    assert "Stopped by the test's rule after 2 tool calls" in outcome["error"], outcome
+    assert it.ran == added(2) and len(it.requests) == 2
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+def test_its_own_turn_limit_leaves_the_run_open(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """Known gap (as Eino's ``MaxStep``): ``limits: { turns: 2 }`` ends the invocation after
+    its 2nd model call's tool ran (``stopReason: 'limitTurns'``, no text) with no request more,
+    so the run is held open for the call it last handed over (it ends ``abandoned`` after
+    ``run_end_timeout``)."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "st", sums, tmp_path, turns=2)
+    assert it.outcomes == [{"output": "", "stop": "limitTurns", "error": ""}]
+    assert it.ran == added(2) and len(it.requests) == 2
+    [run] = new_runs(sidecar, before, lambda runs: runs[0]["iterations"] == 2)
+    assert (run["state"], run["terminal_state"]) == ("active", None), run
+
+
+def test_a_chats_next_question_is_the_next_run(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """One agent invoked twice keeps its conversation (its ``messages``): the second request
+    carries the first question and its result, and it is a run of its own with a budget of its
+    own (3, 2, 1 left again)."""
+    before = run_ids(sidecar)
+    tasks = ("Add 100 to 0, 1 and 2 (chat).", "Now to 4, 5, 6 (chat).")
+    it = invoke(sidecar, llm, "st-budget", sums, tmp_path, tasks=tasks, fresh=False)
+    assert it.outcomes == [DONE] * 2
+    assert [message["role"] for message in it.requests[4]["messages"]][-3:] == [
+        "tool", "assistant", "user"]
+    assert budget_left(it.requests) == COUNTDOWN * 2
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
+                    and all(run["state"] == "ended" for run in runs))
+    assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
+            for run in runs] == [(4, 3, "tool_limit_reached", REPORT)] * 2, runs
+
+
+# -- several agents -------------------------------------------------------------------------------
+
+def delegated(index: int, body: dict[str, Any]) -> fakellm.Step:
+    """The coordinator asks its ``worker`` tool (an agent); the worker adds twice and answers;
+    back with its answer, the coordinator answers."""
+    if not fakellm.offers_tools(body):
+        return fakellm.answer(REPORT)
+    if "add" in tool_names(body):
+        return fakellm.answer(WORKED) if calls_asked(body) >= 2 else \
+            fakellm.call("add", a=index, b=100)
+    if any(message["role"] == "tool" for message in body["messages"]):
+        return fakellm.answer(FINAL)
+    return fakellm.call("worker", input="Add 100 to 1 and 2")
+
+
+WORKED = "WORKER: the sums are 101 and 102"
+FINAL = "FINAL: the worker did the sums"
+
+
+def test_an_agent_as_a_tool_is_a_run_of_its_own(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """``asTool()``: the coordinator's ``worker`` call is its run's tool call; the worker's
+    requests are a conversation of their own (its instructions, the call's input as its task),
+    so a run of their own with a budget of their own (3, 2, 1 left); the coordinator's next
+    request counts the one call it made (2 left) and its answer is the caller's result."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "st-budget", delegated, tmp_path, kind="tool")
+    assert [tool_names(body) for body in it.requests] == [["worker"]] + [
+        ["add", "read_file"]] * 3 + [["worker"]]
+    assert budget_left(it.requests) == [[("3", "3")], [("3", "3")], [("2", "3")],
+                                        [("1", "3")], [("2", "3")]]
+    assert it.ran == ['add {"a":1,"b":100}', 'add {"a":2,"b":100}']
+    assert it.outcomes == [{"output": FINAL, "stop": "endTurn", "error": ""}]
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
+                    and all(run["state"] == "ended" for run in runs))
+    assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
+                   run["final_output"], run["signals"]["tools"]) for run in runs) == [
+        (2, 1, "completed", FINAL, {"worker": 1}),
+        (3, 2, "completed", WORKED, {"add": 2})], runs
 
 
 # -- its own OpenTelemetry ------------------------------------------------------------------------
