@@ -123,6 +123,12 @@ failing on a changed block. The kinds:
     (``tests/frameworks/ts/llamaindex/endpoint.ts``, whitespace aside), its ``baseURL`` read
     from ``AGENT_LLM_BASE_URL`` there and written out here: ``test_llamaindex_ts.py``'s
     ``pointed`` of the sidecar's default model endpoint, the agent ``llamaindex``.
+``strands-ts-config``
+    What points a Strands for TypeScript agent's model (``OpenAIModel``) at the sidecar, in
+    TypeScript: exactly the lines its tests' agent runs (``tests/frameworks/ts/strands/agent.ts``,
+    whitespace aside), its ``baseURL`` read from ``AGENT_LLM_BASE_URL`` there and written out
+    here: ``test_strands_ts.py``'s ``pointed`` of the sidecar's default model endpoint, the agent
+    ``strands-ts``.
 ``open-interpreter-settings``
     Open Interpreter's settings in Python, ``from interpreter import interpreter`` then
     ``interpreter.NAME = VALUE`` lines: exactly what its tests set
@@ -198,7 +204,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
          "crush-config", "continue-config", "cline-settings",
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
-         "agentscope-config", "llamaindex-ts-config"}
+         "agentscope-config", "llamaindex-ts-config", "strands-ts-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -863,6 +869,16 @@ def check_llamaindex_ts_config(block: Block, stack: Stack, state: DocState) -> N
         assert " ".join(line.split()) in agent, (block.where, line)
 
 
+def check_strands_ts_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_strands_ts import AGENT, pointed
+
+    url = json.dumps(pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "strands-ts"))
+    assert f"baseURL: {url} }}" in block.text, block.where
+    agent = " ".join(AGENT.read_text().split())
+    for line in block.text.replace(url, "process.env.AGENT_LLM_BASE_URL").splitlines():
+        assert " ".join(line.split()) in agent, (block.where, line)
+
+
 def check_open_interpreter_settings(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_open_interpreter import settings
 
@@ -1021,6 +1037,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "langroid-config": check_langroid_config,
     "agentscope-config": check_agentscope_config,
     "llamaindex-ts-config": check_llamaindex_ts_config,
+    "strands-ts-config": check_strands_ts_config,
 }
 assert set(CHECKS) == KINDS
 
@@ -1135,6 +1152,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
                         'handle_llm_no_tool="user"'),
     "agentscope-config": (DOCS / "agents.md", "/agent/agentscope/v1", "/agent/agentscope/v2"),
     "llamaindex-ts-config": (DOCS / "agents.md", "/agent/llamaindex/v1", "/agent/llamaindex/v2"),
+    "strands-ts-config": (DOCS / "agents.md", "/agent/strands-ts/v1", "/agent/strands-ts/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

@@ -62,9 +62,9 @@ const readFile = tool({
 });
 
 // (no AGENT_LLM_BASE_URL: `baseURL` undefined, and the OpenAI client reads OPENAI_BASE_URL)
-const model = () => new OpenAIModel({
+const model = new OpenAIModel({
   api: "chat", modelId: MODEL,
-  clientConfig: { baseURL: process.env.AGENT_LLM_BASE_URL, maxRetries: 0 },
+  clientConfig: { baseURL: process.env.AGENT_LLM_BASE_URL },
 });
 const tools = [add, readFile];
 
@@ -76,23 +76,23 @@ type Runner = {
 function build(): Runner {
   if (KIND === "tool") {
     const worker = new Agent({
-      model: model(), name: "worker", tools, printer: false,
+      model, name: "worker", tools, printer: false,
       description: "Does sums with the add tool.",
       systemPrompt: "You are the worker. Add with the add tool, then answer.",
     });
     return new Agent({
-      model: model(), name: "coordinator", tools: [worker.asTool({ name: "worker" })],
+      model, name: "coordinator", tools: [worker.asTool({ name: "worker" })],
       printer: false, systemPrompt: "You are the coordinator. Ask the worker for the sums.",
     });
   }
   if (KIND === "swarm") {
     const coordinator = new Agent({
-      model: model(), id: "coordinator", name: "coordinator", printer: false,
+      model, id: "coordinator", name: "coordinator", printer: false,
       description: "Hands the sums to the worker.",
       systemPrompt: "You are the coordinator. Hand the sums to the worker.",
     });
     const worker = new Agent({
-      model: model(), id: "worker", name: "worker", tools, printer: false,
+      model, id: "worker", name: "worker", tools, printer: false,
       description: "Does sums with the add tool.",
       systemPrompt: "You are the worker. Add with the add tool, then answer.",
     });
@@ -100,17 +100,17 @@ function build(): Runner {
   }
   if (KIND === "graph") {
     const researcher = new Agent({
-      model: model(), id: "researcher", name: "researcher", tools, printer: false,
+      model, id: "researcher", name: "researcher", tools, printer: false,
       systemPrompt: "You are the researcher. Add with the add tool, then answer.",
     });
     const writer = new Agent({
-      model: model(), id: "writer", name: "writer", printer: false,
+      model, id: "writer", name: "writer", printer: false,
       systemPrompt: "You are the writer. Write the research up.",
     });
     return new Graph({ nodes: [researcher, writer], edges: [["researcher", "writer"]] });
   }
   return new Agent({
-    model: model(), name: "adder", tools, printer: false,
+    model, name: "adder", tools, printer: false,
     systemPrompt: "You add numbers with the add tool, then answer.",
   });
 }
