@@ -13,7 +13,14 @@ It streams every model request (``stream: true``) whether the caller ``invoke()`
   gets, ``tool_limit_reached``; calls asked past the budget are trimmed from the answer;
 * a loop wound down by ``tool-cycle``, its final request's report the caller's result;
 * an abort: the stop answer is the agent's result, not an error; with ``model_abort: error``
-  the 400 is the invocation's error;
+  the 400 is ``invoke()``'s ``ModelError``;
+* an agent invoked again keeps its conversation: the next question is a run of its own, with a
+  budget of its own; an agent as a tool (``asTool()``) is a run of its own, with a budget of
+  its own;
+* known gaps, Strands': of calls asked together it runs only the last (the run counts all);
+  its ``limits.turns`` ends the invocation with no request more, leaving the run open;
+* its own OpenTelemetry (``setupTracer``, OTLP/HTTP JSON; a recording): one run per
+  invocation, its model and tool calls counted, counted once when also steered.
 
 Nothing waits for a directive: what the upstream saw at each request is asserted.
 """

@@ -7,16 +7,15 @@
 // `invoke()` (AGENT_STREAM=1: `stream()`, its events read to its result) of the same agent
 // (AGENT_FRESH=1: a new agent for each, else the agent keeps its conversation, as a chat does).
 // AGENT_KIND: `single` (one agent), `tool` (a `coordinator` whose tool `worker` is an agent:
-// `asTool()`), `swarm` (a `Swarm` whose `coordinator` hands off to `worker`, which has the
-// tools) or `graph` (a `Graph`: `researcher`, which has the tools, then `writer`).
+// `asTool()`).
 // AGENT_TURNS: the invocation's own `limits.turns`. With AGENT_OTEL=1, Strands' own
 // OpenTelemetry is on as its docs say (`telemetry.setupTracer({ exporters: { otlp: true } })`:
 // OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT); with RECORD_SPANS set, a NodeTracerProvider of
 // ../recording.ts's processors instead (the recording's). It prints one JSON line per task:
-// {"output": the result's text, "stop": its stop reason or status, "error": its error}.
+// {"output": the result's text, "stop": its stop reason, "error": its error}.
 import { appendFileSync } from "node:fs";
 
-import { Agent, Graph, Swarm, tool } from "@strands-agents/sdk";
+import { Agent, tool } from "@strands-agents/sdk";
 import { OpenAIModel } from "@strands-agents/sdk/models/openai";
 import { z } from "zod";
 
@@ -85,39 +84,15 @@ function build(): Runner {
       printer: false, systemPrompt: "You are the coordinator. Ask the worker for the sums.",
     });
   }
-  if (KIND === "swarm") {
-    const coordinator = new Agent({
-      model, id: "coordinator", name: "coordinator", printer: false,
-      description: "Hands the sums to the worker.",
-      systemPrompt: "You are the coordinator. Hand the sums to the worker.",
-    });
-    const worker = new Agent({
-      model, id: "worker", name: "worker", tools, printer: false,
-      description: "Does sums with the add tool.",
-      systemPrompt: "You are the worker. Add with the add tool, then answer.",
-    });
-    return new Swarm({ nodes: [coordinator, worker], start: "coordinator", maxSteps: 4 });
-  }
-  if (KIND === "graph") {
-    const researcher = new Agent({
-      model, id: "researcher", name: "researcher", tools, printer: false,
-      systemPrompt: "You are the researcher. Add with the add tool, then answer.",
-    });
-    const writer = new Agent({
-      model, id: "writer", name: "writer", printer: false,
-      systemPrompt: "You are the writer. Write the research up.",
-    });
-    return new Graph({ nodes: [researcher, writer], edges: [["researcher", "writer"]] });
-  }
   return new Agent({
     model, name: "adder", tools, printer: false,
     systemPrompt: "You add numbers with the add tool, then answer.",
   });
 }
 
-// the result's text: an agent's last message, or a multi-agent's content
+// the result's text: its last message's
 function text(result: any): string {
-  const blocks = result?.lastMessage?.content ?? result?.content ?? [];
+  const blocks = result?.lastMessage?.content ?? [];
   return blocks.filter((block: any) => block.type === "textBlock")
     .map((block: any) => block.text).join("");
 }
@@ -137,7 +112,7 @@ for (const task of TASKS) {
     } else {
       result = await runner.invoke(task, options);
     }
-    console.log(JSON.stringify({ output: text(result), stop: result.stopReason ?? result.status,
+    console.log(JSON.stringify({ output: text(result), stop: result.stopReason,
                                  error: String(result.error ?? "") }));
   } catch (error) {
     console.log(JSON.stringify({ output: "", stop: "", error: String(error) }));
