@@ -859,24 +859,26 @@ def check_eino_config(block: Block, stack: Stack, state: DocState) -> None:
     assert shown in agent, block.where
 
 
+def _check_ts_config(block: Block, agent_file: Path, url: str) -> None:
+    """A TypeScript agent's config as its tests' agent ``agent_file`` runs it (whitespace
+    aside), its ``baseURL`` ``url`` read from ``AGENT_LLM_BASE_URL`` there."""
+    url = json.dumps(url)
+    assert f"baseURL: {url} }}" in block.text, block.where
+    agent = " ".join(agent_file.read_text().split())
+    for line in block.text.replace(url, "process.env.AGENT_LLM_BASE_URL").splitlines():
+        assert " ".join(line.split()) in agent, (block.where, line)
+
+
 def check_llamaindex_ts_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_llamaindex_ts import AGENT, pointed
 
-    url = json.dumps(pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "llamaindex"))
-    assert f"baseURL: {url} }}" in block.text, block.where
-    agent = " ".join(AGENT.read_text().split())
-    for line in block.text.replace(url, "process.env.AGENT_LLM_BASE_URL").splitlines():
-        assert " ".join(line.split()) in agent, (block.where, line)
+    _check_ts_config(block, AGENT, pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "llamaindex"))
 
 
 def check_strands_ts_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_strands_ts import AGENT, pointed
 
-    url = json.dumps(pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "strands-ts"))
-    assert f"baseURL: {url} }}" in block.text, block.where
-    agent = " ".join(AGENT.read_text().split())
-    for line in block.text.replace(url, "process.env.AGENT_LLM_BASE_URL").splitlines():
-        assert " ".join(line.split()) in agent, (block.where, line)
+    _check_ts_config(block, AGENT, pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "strands-ts"))
 
 
 def check_open_interpreter_settings(block: Block, stack: Stack, state: DocState) -> None:

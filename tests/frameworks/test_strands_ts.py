@@ -60,9 +60,9 @@ from tests.frameworks.test_eino import (
     sums,
     tool_names,
 )
-from tests.frameworks.test_llamaindex_ts_olm import three_sums
+from tests.frameworks.test_llamaindex_ts_olm import three_sums, watching  # noqa: F401
 from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
-from tests.harness import RunningServer, endpoint_with_pack, running_server, sidecar_config
+from tests.harness import RunningServer, endpoint_with_pack
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 TS_DIR = Path(__file__).resolve().parent / "ts"
@@ -317,14 +317,6 @@ OTEL_DRIVER = "strands_ts"
 RECORDING = RECORDINGS / OTEL_DRIVER / "two_runs.jsonl"
 
 
-@pytest.fixture
-def watching(tmp_path: Path) -> Iterator[RunningServer]:
-    """A sidecar that watches only (conftest's settings)."""
-    config = sidecar_config(tmp_path / "state", loose_run_gap=1.0, eval_interval=0.2)
-    with running_server(config) as server:
-        yield server
-
-
 def check_watched(sidecar: RunningServer, before: set[str], agent: str = "adder") -> None:
     """Each invocation a run of its own, named by its agent: 4 model calls, 3 tool calls,
     ``completed`` with its answer, its tokens counted."""
@@ -352,7 +344,7 @@ def traced(sidecar: RunningServer, llm: FakeLLM, tmp: Path, record_to: Path | No
                   tasks=("Add 100 to 0, 1, 2.", "Add 100 to 4, 5, 6."))
 
 
-def test_its_own_spans_are_read_live(watching: RunningServer, llm: FakeLLM,
+def test_its_own_spans_are_read_live(watching: RunningServer, llm: FakeLLM,  # noqa: F811
                                      tmp_path: Path) -> None:
     """Turned on as its docs say, exported as OTLP/HTTP JSON: each invocation one run (with
     ``RECORD_SPANS`` set, exported by ../recording.ts instead, and recorded)."""
@@ -363,7 +355,7 @@ def test_its_own_spans_are_read_live(watching: RunningServer, llm: FakeLLM,
     check_watched(watching, set())
 
 
-def test_its_own_spans_recorded(watching: RunningServer) -> None:
+def test_its_own_spans_recorded(watching: RunningServer) -> None:  # noqa: F811
     """What it emitted (the recording, ``RECORD_SPANS=1``): per invocation a trace,
     ``invoke_agent adder`` > ``execute_agent_loop_cycle`` per model call > ``chat`` and the
     ``execute_tool add`` its answer asked for (GenAI's operation names, ``gen_ai.system``
