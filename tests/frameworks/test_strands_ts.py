@@ -270,6 +270,30 @@ def test_a_chats_next_question_is_the_next_run(
             for run in runs] == [(4, 3, "tool_limit_reached", REPORT)] * 2, runs
 
 
+def failing(index: int, _body: dict[str, Any]) -> fakellm.Step:
+    """``add`` of -1 (its tool throws), then the answer; again for the next task."""
+    return fakellm.answer(SORRY) if index % 2 else fakellm.call("add", a=-1, b=100)
+
+
+SORRY = "SORRY: the sum failed"
+
+
+def test_a_tool_that_throws_is_a_failed_call(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """Strands hands a tool's exception to the model as its result, ``[ERROR] Error: ...``
+    (the tool message's only text): the endpoint reads it as the call's failure, its error the
+    run's last."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "st", failing, tmp_path)
+    assert it.requests[1]["messages"][-1]["content"] == "[ERROR] Error: cannot add to -1"
+    assert it.outcomes == [{"output": SORRY, "stop": "endTurn", "error": ""}]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"], run["final_output"]) == (
+        1, "completed", SORRY), run
+    assert (run["signals"]["errors"], run["signals"]["last_error"]) == (
+        1, "ToolError: [ERROR] Error: cannot add to -1"), run["signals"]
+
+
 # -- several agents -------------------------------------------------------------------------------
 
 def delegated(index: int, body: dict[str, Any]) -> fakellm.Step:
