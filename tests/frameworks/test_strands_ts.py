@@ -19,6 +19,8 @@ It streams every model request (``stream: true``) whether the caller ``invoke()`
   its own;
 * known gaps, Strands': of calls asked together it runs only the last (the run counts all);
   its ``limits.turns`` ends the invocation with no request more, leaving the run open;
+* a ``Swarm``: each node a run with a budget of its own, ended by its structured output (a
+  final-answer tool); at the budget the final request offers it alone, forced;
 * a tool that throws: Strands hands the model ``[ERROR] Error: ...``, read as the call's failure;
 * traced by its own OpenTelemetry too (``setupTracer``), its spans and the endpoint's calls are
   one run per invocation, counted once (watched only: ``test_strands_ts_otel.py``).
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -327,6 +330,65 @@ def test_an_agent_as_a_tool_is_a_run_of_its_own(
                    run["final_output"], run["signals"]["tools"]) for run in runs) == [
         (2, 1, "completed", FINAL, {"worker": 1}),
         (3, 2, "completed", WORKED, {"add": 2})], runs
+
+
+STRUCTURED = "strands_structured_output"  # a Swarm's hand-off, and its answer
+
+
+def swarmed(index: int, body: dict[str, Any]) -> fakellm.Step:
+    """The coordinator hands off to the worker by its structured output; the worker adds (twice,
+    or, ``greedy``, while it may) and answers by its structured output, the report when only
+    that is offered."""
+    names = tool_names(body)
+    if "add" not in names:
+        return fakellm.call(STRUCTURED, message=REPORT) if body.get("tool_choice") else \
+            fakellm.call(STRUCTURED, agentId="worker", message="Add 100 to 1 and 2")
+    if calls_asked(body) >= 2 and not GREEDY.search(instructions(body)):
+        return fakellm.call(STRUCTURED, message=WORKED)
+    return fakellm.call("add", a=index, b=100)
+
+
+GREEDY = re.compile(r"\[budget: ")
+
+
+def test_a_swarms_nodes_are_a_run_each_ended_by_their_structured_output(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """A ``Swarm``: each node's agent is invoked with a conversation of its own, so a run of
+    its own; its hand-off or its answer is its structured output, the
+    ``strands_structured_output`` call that ends its invocation with no request more: that call
+    is the run's answer (the conventions' final-answer tools), which ends it ``completed``
+    (before, it was held open for the call until ``run_end_timeout``)."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "st", swarmed, tmp_path, kind="swarm")
+    assert it.outcomes == [{"output": WORKED, "stop": "COMPLETED", "error": ""}]
+    assert it.ran == ['add {"a":1,"b":100}', 'add {"a":2,"b":100}']
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
+                    and all(run["state"] == "ended" for run in runs))
+    assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
+                   run["final_output"]) for run in runs) == [
+        (1, 0, "completed", json.dumps({"agentId": "worker", "message": "Add 100 to 1 and 2"})),
+        (3, 2, "completed", WORKED)], runs
+
+
+def test_a_swarm_nodes_budget_ends_in_its_structured_output(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """The worker's run has a budget of 3 (its own: the coordinator's hand-off was another
+    run); its final request offers only the structured output, forced, and the report it
+    carries is the swarm's result."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "st-budget", swarmed, tmp_path, kind="swarm")
+    assert it.ran == added(4)[1:]
+    final = it.requests[-1]
+    assert tool_names(final) == [STRUCTURED] and final["tool_choice"] == {
+        "type": "function", "function": {"name": STRUCTURED}}, final
+    assert budget_left(it.requests[1:]) == COUNTDOWN
+    assert it.outcomes == [{"output": REPORT, "stop": "COMPLETED", "error": ""}]
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
+                    and all(run["state"] == "ended" for run in runs))
+    assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
+                   run["final_output"]) for run in runs) == [
+        (1, 0, "completed", json.dumps({"agentId": "worker", "message": "Add 100 to 1 and 2"})),
+        (4, 3, "tool_limit_reached", REPORT)], runs
 
 
 # -- its own OpenTelemetry ------------------------------------------------------------------------

@@ -91,6 +91,17 @@ STRANDS = Convention(
           "`tool_limit_reached` (a known gap)",
 )
 
+STRANDS_STRUCTURED = Convention(
+    name="strands-agents (structured output)",
+    emitted_by="Strands for TypeScript's structured output, read on any span and by the model "
+               "endpoint",
+    # `structuredOutputSchema`, and a Swarm's hand-off: the call ends the agent's invocation,
+    # its arguments the result (no request follows it)
+    answer_tools=frozenset({"strands_structured_output"}),
+    notes="its call is the agent's answer, never work: a Swarm node's (hand-off or final) ends "
+          "that node's run",
+)
+
 SEMANTIC_KERNEL = Convention(
     name="Semantic Kernel",
     emitted_by="Semantic Kernel's model diagnostics (Python; GenAI, with its own operation names)",
@@ -1036,6 +1047,7 @@ LANGTRACE = Convention(
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
+    STRANDS_STRUCTURED,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     GOOGLE_ADK_RECORDS,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,

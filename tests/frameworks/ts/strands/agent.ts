@@ -7,7 +7,8 @@
 // `invoke()` (AGENT_STREAM=1: `stream()`, its events read to its result) of the same agent
 // (AGENT_FRESH=1: a new agent for each, else the agent keeps its conversation, as a chat does).
 // AGENT_KIND: `single` (one agent), `tool` (a `coordinator` whose tool `worker` is an agent:
-// `asTool()`).
+// `asTool()`) or `swarm` (a `Swarm` whose `coordinator` hands off to `worker`, which has the
+// tools: a hand-off is its structured output, the `strands_structured_output` tool).
 // AGENT_TURNS: the invocation's own `limits.turns`. With AGENT_OTEL=1, Strands' own
 // OpenTelemetry is on as its docs say (`telemetry.setupTracer({ exporters: { otlp: true } })`:
 // OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT); with RECORD_SPANS set, a NodeTracerProvider of
@@ -15,7 +16,7 @@
 // {"output": the result's text, "stop": its stop reason, "error": its error}.
 import { appendFileSync } from "node:fs";
 
-import { Agent, tool } from "@strands-agents/sdk";
+import { Agent, Swarm, tool } from "@strands-agents/sdk";
 import { OpenAIModel } from "@strands-agents/sdk/models/openai";
 import { z } from "zod";
 
@@ -84,15 +85,28 @@ function build(): Runner {
       printer: false, systemPrompt: "You are the coordinator. Ask the worker for the sums.",
     });
   }
+  if (KIND === "swarm") {
+    const coordinator = new Agent({
+      model, id: "coordinator", name: "coordinator", printer: false,
+      description: "Hands the sums to the worker.",
+      systemPrompt: "You are the coordinator. Hand the sums to the worker.",
+    });
+    const worker = new Agent({
+      model, id: "worker", name: "worker", tools, printer: false,
+      description: "Does sums with the add tool.",
+      systemPrompt: "You are the worker. Add with the add tool, then answer.",
+    });
+    return new Swarm({ nodes: [coordinator, worker], start: "coordinator", maxSteps: 4 });
+  }
   return new Agent({
     model, name: "adder", tools, printer: false,
     systemPrompt: "You add numbers with the add tool, then answer.",
   });
 }
 
-// the result's text: its last message's
+// the result's text: an agent's last message's, or a swarm's content
 function text(result: any): string {
-  const blocks = result?.lastMessage?.content ?? [];
+  const blocks = result?.lastMessage?.content ?? result?.content ?? [];
   return blocks.filter((block: any) => block.type === "textBlock")
     .map((block: any) => block.text).join("");
 }
@@ -112,7 +126,7 @@ for (const task of TASKS) {
     } else {
       result = await runner.invoke(task, options);
     }
-    console.log(JSON.stringify({ output: text(result), stop: result.stopReason,
+    console.log(JSON.stringify({ output: text(result), stop: result.stopReason ?? result.status,
                                  error: String(result.error ?? "") }));
   } catch (error) {
     console.log(JSON.stringify({ output: "", stop: "", error: String(error) }));
