@@ -175,8 +175,8 @@ $(TS_LLAMAINDEX): tests/frameworks/ts/llamaindex/package.json \
 	touch $@
 
 ## ... and Strands Agents for TypeScript (tests/frameworks/ts/strands: @strands-agents/sdk, which asks
-## for openai 6.x and @opentelemetry/exporter-trace-otlp-http 0.219.x as peers); it takes tsx from
-## the first. Cold npm cache: about 7 s, a 66 MB download, 117 MB on disk
+## for openai 6.x and the OpenTelemetry JS 0.219.x OTLP exporters as peers); it takes tsx from the
+## first. Cold npm cache: about 20 s, a 50 MB download, 126 MB on disk
 TS_STRANDS := tests/frameworks/ts/strands/node_modules/.installed
 $(TS_STRANDS): tests/frameworks/ts/strands/package.json tests/frameworks/ts/strands/package-lock.json
 	cd tests/frameworks/ts/strands && npm ci --omit=optional --no-audit --no-fund --loglevel=error
