@@ -35,7 +35,6 @@ import json
 import re
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,7 @@ from tests.frameworks.test_eino import (
     sums,
     tool_names,
 )
+from tests.frameworks.test_llamaindex_ts import Invocation
 from tests.frameworks.test_llamaindex_ts_olm import three_sums
 from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
 from tests.harness import RunningServer, endpoint_with_pack
@@ -88,14 +88,6 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
     with endpoint_with_pack(tmp_path_factory.mktemp("strands-ts"), PACK, llm.base_url,
                             model_relay) as server:
         yield server
-
-
-@dataclass(frozen=True)
-class Invocation:
-    outcomes: list[dict[str, str]]  # per task: the output the caller got, its stop, the error
-    ran: list[str]  # what its tools were given
-    requests: list[dict[str, Any]]  # what the upstream read
-    stderr: str
 
 
 def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
@@ -351,6 +343,18 @@ def swarmed(index: int, body: dict[str, Any]) -> fakellm.Step:
 GREEDY = re.compile(r"\[budget: ")
 
 
+def check_nodes_runs(sidecar: RunningServer, before: set[str],
+                     worker: tuple[int, int, str, str]) -> None:
+    """The swarm's two runs, ended: the coordinator's (its hand-off its answer) and the
+    worker's (``worker``: iterations, tool calls, terminal state, answer)."""
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
+                    and all(run["state"] == "ended" for run in runs))
+    assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
+                   run["final_output"]) for run in runs) == [
+        (1, 0, "completed", json.dumps({"agentId": "worker", "message": "Add 100 to 1 and 2"})),
+        worker], runs
+
+
 def test_a_swarms_nodes_are_a_run_each_ended_by_their_structured_output(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
     """A ``Swarm``: each node's agent is invoked with a conversation of its own, so a run of
@@ -362,12 +366,7 @@ def test_a_swarms_nodes_are_a_run_each_ended_by_their_structured_output(
     it = invoke(sidecar, llm, "st", swarmed, tmp_path, kind="swarm")
     assert it.outcomes == [{"output": WORKED, "stop": "COMPLETED", "error": ""}]
     assert it.ran == ['add {"a":1,"b":100}', 'add {"a":2,"b":100}']
-    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
-                    and all(run["state"] == "ended" for run in runs))
-    assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
-                   run["final_output"]) for run in runs) == [
-        (1, 0, "completed", json.dumps({"agentId": "worker", "message": "Add 100 to 1 and 2"})),
-        (3, 2, "completed", WORKED)], runs
+    check_nodes_runs(sidecar, before, (3, 2, "completed", WORKED))
 
 
 def test_a_swarm_nodes_budget_ends_in_its_structured_output(
@@ -383,12 +382,7 @@ def test_a_swarm_nodes_budget_ends_in_its_structured_output(
         "type": "function", "function": {"name": STRUCTURED}}, final
     assert budget_left(it.requests[1:]) == COUNTDOWN
     assert it.outcomes == [{"output": REPORT, "stop": "COMPLETED", "error": ""}]
-    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
-                    and all(run["state"] == "ended" for run in runs))
-    assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
-                   run["final_output"]) for run in runs) == [
-        (1, 0, "completed", json.dumps({"agentId": "worker", "message": "Add 100 to 1 and 2"})),
-        (4, 3, "tool_limit_reached", REPORT)], runs
+    check_nodes_runs(sidecar, before, (4, 3, "tool_limit_reached", REPORT))
 
 
 # -- its own OpenTelemetry ------------------------------------------------------------------------
