@@ -404,7 +404,9 @@ def check_watched(sidecar: RunningServer, before: set[str], agent: str = "adder"
 
 
 def traced(sidecar: RunningServer, llm: FakeLLM, tmp: Path, record_to: Path | None = None,
-           agent: str = "", script: fakellm.Script = three_sums) -> Invocation:
+           agent: str = "", script: fakellm.Script = three_sums,
+           tasks: tuple[str, ...] = ("Add 100 to 0, 1, 2.", "Add 100 to 4, 5, 6."),
+           turns: int = 0) -> Invocation:
     """Two invocations of the agent with Strands' telemetry on, exported to ``sidecar``: by
     ``setupTracer({ exporters: { otlp: true } })`` (OTLP/HTTP JSON), or, with ``record_to``,
     by ../recording.ts (OTLP/HTTP protobuf, and recorded there); its model the upstream
@@ -414,8 +416,8 @@ def traced(sidecar: RunningServer, llm: FakeLLM, tmp: Path, record_to: Path | No
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": sidecar.otlp_http,
            "OPENAI_BASE_URL": pointed(sidecar.url("model"), agent) if agent else llm.base_url,
            **({"RECORD_SPANS": str(record_to)} if record_to else {"AGENT_OTEL": "1"})}
-    return invoke(sidecar, llm, agent or "watched", script, tmp, env=env,
-                  tasks=("Add 100 to 0, 1, 2.", "Add 100 to 4, 5, 6."))
+    return invoke(sidecar, llm, agent or "watched", script, tmp, env=env, tasks=tasks,
+                  turns=turns)
 
 
 def test_steered_and_traced_each_invocation_is_one_run(

@@ -19,6 +19,7 @@ import pytest
 
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import recorded_spans, replay
+from tests.frameworks.test_eino import sums
 from tests.frameworks.test_llamaindex_ts_olm import watching  # noqa: F401 (its sidecar)
 from tests.frameworks.test_model_endpoint_text_actions import new_runs
 from tests.frameworks.test_strands_ts import (
@@ -34,6 +35,7 @@ from tests.frameworks.test_strands_ts import (
 from tests.harness import RunningServer
 
 THREW = RECORDINGS / OTEL_DRIVER / "tool_error.jsonl"
+LIMITED = RECORDINGS / OTEL_DRIVER / "limit_turns.jsonl"
 
 
 def test_its_own_spans_are_read_live(watching: RunningServer, llm: FakeLLM,  # noqa: F811
@@ -92,3 +94,30 @@ def test_a_tool_that_throws_is_an_error_in_its_spans(
              run["signals"]["errors"]) for run in runs] == [
         (2, 1, "completed", SORRY, 1)] * 2, runs
     assert all("cannot add to -1" in run["signals"]["last_error"] for run in runs), runs
+
+
+@pytest.mark.parametrize("live", [True, False], ids=["live", "recorded"])
+def test_its_own_turn_limit_is_the_runs_limit(
+        watching: RunningServer, llm: FakeLLM, tmp_path: Path, live: bool) -> None:  # noqa: F811
+    """``limits: { turns: 2 }``: its ``invoke_agent`` span's ``gen_ai.choice`` says
+    ``finish_reason`` ``limitTurns`` (Strands for Python's ``limit_turns``, camelCase), no
+    text: the run stopped at its limit, ``tool_limit_reached``, as Python's (before, it read
+    ``no_response``)."""
+    if live:
+        record = os.environ.get("RECORD_SPANS")
+        if record:
+            LIMITED.unlink(missing_ok=True)
+        it = traced(watching, llm, tmp_path, LIMITED if record else None, script=sums,
+                    tasks=("Add 100 to 0, 1, 2.",), turns=2)
+        assert it.outcomes == [{"output": "", "stop": "limitTurns", "error": ""}]
+    else:
+        [agent] = [span for span in recorded_spans(LIMITED)
+                   if span["name"] == "invoke_agent adder"]
+        [choice] = [event for event in agent["events"] if event["name"] == "gen_ai.choice"]
+        assert {item["key"]: item["value"]["stringValue"] for item in choice["attributes"]} \
+            == {"message": "", "finish_reason": "limitTurns"}
+        replay(watching, LIMITED)
+    [run] = new_runs(watching, set(), lambda runs: runs[0]["state"] == "ended")
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        2, 2, "tool_limit_reached"), run
+

@@ -78,8 +78,11 @@ HERMES = Convention(
 STRANDS = Convention(
     name="strands-agents",
     emitted_by="Strands' native tracer (default and `gen_ai_latest_experimental` formats)",
-    # limits={"turns"|"total_tokens"|"output_tokens": n} stop the agent loop (no exception)
-    limit_finish_reasons=frozenset({"limit_turns", "limit_total_tokens", "limit_output_tokens"}),
+    # limits={"turns"|"total_tokens"|"output_tokens": n} stop the agent loop (no exception);
+    # for TypeScript, `limits: { turns, totalTokens, outputTokens }`, its stop reasons camelCase
+    # (`limitTurns`: read in lower case)
+    limit_finish_reasons=frozenset({"limit_turns", "limit_total_tokens", "limit_output_tokens",
+                                    "limitturns", "limittotaltokens", "limitoutputtokens"}),
     # `gen_ai_unredacted_attributes=<list>` in OTEL_SEMCONV_STABILITY_OPT_IN: every sensitive
     # attribute (and event attribute) not listed is "[REDACTED]" (on its tracer's spans: another
     # instrumentation's "[REDACTED]" is its content)
