@@ -128,6 +128,12 @@ failing on a changed block. The kinds:
     (``tests/frameworks/ts/llamaindex/endpoint.ts``, whitespace aside), its ``baseURL`` read
     from ``AGENT_LLM_BASE_URL`` there and written out here: ``test_llamaindex_ts.py``'s
     ``pointed`` of the sidecar's default model endpoint, the agent ``llamaindex``.
+``strands-ts-config``
+    What points a Strands for TypeScript agent's model (``OpenAIModel``) at the sidecar, in
+    TypeScript: exactly the lines its tests' agent runs (``tests/frameworks/ts/strands/agent.ts``,
+    whitespace aside), its ``baseURL`` read from ``AGENT_LLM_BASE_URL`` there and written out
+    here: ``test_strands_ts.py``'s ``pointed`` of the sidecar's default model endpoint, the agent
+    ``strands-ts``.
 ``open-interpreter-settings``
     Open Interpreter's settings in Python, ``from interpreter import interpreter`` then
     ``interpreter.NAME = VALUE`` lines: exactly what its tests set
@@ -214,7 +220,8 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
          "crush-config", "continue-config", "cline-settings", "pi-models",
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
-         "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env"}
+         "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env",
+         "strands-ts-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -876,14 +883,26 @@ def check_eino_config(block: Block, stack: Stack, state: DocState) -> None:
     assert shown in agent, block.where
 
 
+def _check_ts_config(block: Block, agent_file: Path, url: str) -> None:
+    """A TypeScript agent's config as its tests' agent ``agent_file`` runs it (whitespace
+    aside), its ``baseURL`` ``url`` read from ``AGENT_LLM_BASE_URL`` there."""
+    url = json.dumps(url)
+    assert f"baseURL: {url} }}" in block.text, block.where
+    agent = " ".join(agent_file.read_text().split())
+    for line in block.text.replace(url, "process.env.AGENT_LLM_BASE_URL").splitlines():
+        assert " ".join(line.split()) in agent, (block.where, line)
+
+
 def check_llamaindex_ts_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_llamaindex_ts import AGENT, pointed
 
-    url = json.dumps(pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "llamaindex"))
-    assert f"baseURL: {url} }}" in block.text, block.where
-    agent = " ".join(AGENT.read_text().split())
-    for line in block.text.replace(url, "process.env.AGENT_LLM_BASE_URL").splitlines():
-        assert " ".join(line.split()) in agent, (block.where, line)
+    _check_ts_config(block, AGENT, pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "llamaindex"))
+
+
+def check_strands_ts_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_strands_ts import AGENT, pointed
+
+    _check_ts_config(block, AGENT, pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "strands-ts"))
 
 
 def check_open_interpreter_settings(block: Block, stack: Stack, state: DocState) -> None:
@@ -1076,6 +1095,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "agentscope-config": check_agentscope_config,
     "camel-config": check_camel_config,
     "llamaindex-ts-config": check_llamaindex_ts_config,
+    "strands-ts-config": check_strands_ts_config,
 }
 assert set(CHECKS) == KINDS
 
@@ -1193,6 +1213,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "llamaindex-ts-config": (DOCS / "agents.md", "/agent/llamaindex/v1", "/agent/llamaindex/v2"),
     "camel-config": (DOCS / "agents.md", "/agent/camel/v1", "/agent/camel/v2"),
     "praisonai-env": (DOCS / "agents.md", "/agent/praisonai/v1", "/agent/praisonai/v2"),
+    "strands-ts-config": (DOCS / "agents.md", "/agent/strands-ts/v1", "/agent/strands-ts/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 
