@@ -1518,6 +1518,18 @@ def replied_at_once(state: EndpointRun, now_ns: int) -> bool:
     return state.replies <= MAX_AT_ONCE_REPLIES
 
 
+def asks_again(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request``, which goes on from ``state``'s stop answer, carries nothing after
+    it (no user message, no tool result: the agent asks its model to go on from its own
+    answer, as tiny-agents does once after a text answer that followed tool results): it gets
+    the stop answer again, not the error (it did not reject it), up to
+    :data:`MAX_AT_ONCE_REPLIES` times a run."""
+    if request.last_is_user or request.results or request.said or request.kept:
+        return False
+    state.replies += 1
+    return state.replies <= MAX_AT_ONCE_REPLIES
+
+
 def _stop_tokens(request: Request) -> tuple[str, ...]:
     """What ``request`` may go on from a stop answer by: its last answer's digest, the id of
     the response it continues, the id of the conversation the server keeps."""
