@@ -1082,7 +1082,7 @@ class ModelBook:
             record.asked_tools = tuple((call.name[:200], call.call_id[:200])
                                        for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
-        answer = answer_of(handed, state.answer_tool) if said is None else said
+        answer = answer_of(handed, state.answer_tool, seen.text) if said is None else said
         closing = closing_call(handed, state.answer_tool)
         if closing is not None:  # (its work runs now, counted: :meth:`ran_before_answer`)
             answer = answer_of([closing], state.answer_tool)
