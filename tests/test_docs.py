@@ -123,6 +123,11 @@ failing on a changed block. The kinds:
     (``tests/frameworks/ts/llamaindex/endpoint.ts``, whitespace aside), its ``baseURL`` read
     from ``AGENT_LLM_BASE_URL`` there and written out here: ``test_llamaindex_ts.py``'s
     ``pointed`` of the sidecar's default model endpoint, the agent ``llamaindex``.
+``tiny-agents-config``
+    A tiny-agents ``agent.json`` (JSON): exactly what its tests write
+    (``tests/frameworks/test_tiny_agents.py``'s ``agent_json``), its ``endpointUrl`` the
+    sidecar's default model endpoint with ``/agent/tiny-agents/``, its model ``gpt-4.1``, its
+    MCP filesystem server on ``/home/me/project``.
 ``open-interpreter-settings``
     Open Interpreter's settings in Python, ``from interpreter import interpreter`` then
     ``interpreter.NAME = VALUE`` lines: exactly what its tests set
@@ -198,7 +203,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
          "crush-config", "continue-config", "cline-settings",
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
-         "agentscope-config", "llamaindex-ts-config"}
+         "agentscope-config", "llamaindex-ts-config", "tiny-agents-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -863,6 +868,15 @@ def check_llamaindex_ts_config(block: Block, stack: Stack, state: DocState) -> N
         assert " ".join(line.split()) in agent, (block.where, line)
 
 
+def check_tiny_agents_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_eino import pointed
+    from tests.frameworks.test_tiny_agents import agent_json
+
+    assert json.loads(block.text) == agent_json(
+        pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "tiny-agents"), "gpt-4.1",
+        "/home/me/project"), block.where
+
+
 def check_open_interpreter_settings(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_open_interpreter import settings
 
@@ -1021,6 +1035,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "langroid-config": check_langroid_config,
     "agentscope-config": check_agentscope_config,
     "llamaindex-ts-config": check_llamaindex_ts_config,
+    "tiny-agents-config": check_tiny_agents_config,
 }
 assert set(CHECKS) == KINDS
 
@@ -1135,6 +1150,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
                         'handle_llm_no_tool="user"'),
     "agentscope-config": (DOCS / "agents.md", "/agent/agentscope/v1", "/agent/agentscope/v2"),
     "llamaindex-ts-config": (DOCS / "agents.md", "/agent/llamaindex/v1", "/agent/llamaindex/v2"),
+    "tiny-agents-config": (DOCS / "agents.md", '"type": "stdio"', '"type": "sse"'),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 
