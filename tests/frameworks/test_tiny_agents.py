@@ -25,6 +25,8 @@ and no limit of its own on a tool loop (its 10 turns count only answers without 
 * its ``task_complete`` ends its task with no request after it: declared the pack's
   ``finish:`` it ends the run, the text beside it the run's answer; undeclared, the run stays
   open until ``run_end_timeout`` (known gap);
+* ``tiny-agents serve`` (the agent as an OpenAI-compatible server): each POST a run with a
+  budget of its own, the report at the end of its stream;
 * a failed MCP tool (tiny-agents drops the result's ``isError``, its text alone sent on:
   Node's ``ENOENT: ...``, the SDK's ``MCP error -32602: ...``) is a tool error of the run.
 
@@ -39,8 +41,10 @@ import os
 import re
 import select
 import signal
+import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,12 +116,14 @@ def agent_json(endpoint_url: str, model: str, files: str) -> dict[str, Any]:
                          "args": ["@modelcontextprotocol/server-filesystem", files]}]}
 
 
-def _read_until(process: subprocess.Popen[bytes], mark: bytes, deadline: float) -> bytes:
-    """What the agent prints until it prints ``mark`` at the end (its prompt), or exits."""
+def _read_until(process: subprocess.Popen[bytes], mark: bytes, deadline: float,
+                anywhere: bool = False) -> bytes:
+    """What the agent prints until it prints ``mark`` at the end (its prompt; ``anywhere``:
+    in it), or exits."""
     assert process.stdout is not None
     out = b""
     fd = process.stdout.fileno()
-    while not out.endswith(mark):
+    while not (mark in out if anywhere else out.endswith(mark)):
         left = deadline - time.monotonic()
         assert left > 0, f"no prompt from tiny-agents: {out[-2000:]!r}"
         ready, _, _ = select.select([fd], [], [], left)
@@ -423,3 +429,52 @@ def test_its_question_after_a_text_answer_is_the_runs_last_call(
     run = the_ended_run(sidecar, before)
     assert (run["iterations"], run["tool_calls"], run["terminal_state"],
             run["final_output"]) == (3, 1, "completed", "MORE: nothing else to do"), run
+
+
+def test_served_each_post_is_a_run_its_budget_counted_down_to_the_report(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """``tiny-agents serve`` (an OpenAI-compatible server of the agent, ``PORT``): each POST
+    of a conversation is one ``run`` of it, its system prompt first: a run each, with a
+    budget of its own, its stream the tools' results and the report."""
+    before = run_ids(sidecar)
+    case = next(_CASES)
+    model = llm.script(f"ta-budget-serve-{case}", writes)
+    (tmp_path / "files").mkdir()
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "agent.json").write_text(json.dumps(agent_json(
+        pointed(sidecar.url("model"), "ta-budget"), model, str(tmp_path / "files"))))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(["node", str(CLI), "serve", str(tmp_path / "agent")],
+                               env={**clean_environ(), "API_KEY": KEY, "PORT": str(port)},
+                               cwd=AGENT_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    try:
+        _read_until(process, f"listening on http://localhost:{port}".encode(),
+                    time.monotonic() + DRIVER_TIMEOUT, anywhere=True)
+        streamed = []
+        for task in ("Write the sums of 100 and 0, 1, 2.", "Now of 100 and 4, 5, 6."):
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/chat/completions", method="POST",
+                data=json.dumps({"messages": [{"role": "user", "content": task}],
+                                 "stream": True}).encode(),
+                headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=DRIVER_TIMEOUT) as response:
+                chunks = [json.loads(line[6:]) for line in response.read().decode().splitlines()
+                          if line.startswith("data: ")]
+            streamed.append("".join(chunk["choices"][0]["delta"].get("content") or ""
+                                    for chunk in chunks
+                                    if chunk["choices"][0]["delta"].get("role") != "tool"))
+    finally:
+        process.terminate()
+        process.wait(DRIVER_TIMEOUT)
+    requests = llm.requests(model)
+    assert streamed == [REPORT] * 2
+    assert written(tmp_path) == [f"sum{index}.txt" for index in (0, 1, 2, 4, 5, 6)]
+    assert budget_left(requests) == COUNTDOWN * 2
+    assert [fakellm.offers_tools(body) for body in requests] == ([True] * 3 + [False]) * 2
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
+                    and all(run["state"] == "ended" for run in runs))
+    assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
+            for run in runs] == [(4, 3, "tool_limit_reached", REPORT)] * 2, runs
