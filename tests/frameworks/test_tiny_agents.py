@@ -4,7 +4,9 @@ the model, its OpenAI-compatible ``endpointUrl`` (the sidecar's, naming the agen
 ``/agent/<name>/v1``, its key from ``API_KEY``) and its MCP servers: the MCP filesystem server
 (npm ``@modelcontextprotocol/server-filesystem``), a stdio server it starts itself, whose tools
 are the agent's. Installed by ``make tests/frameworks/ts/tiny_agents/node_modules/.installed``
-from ``ts/tiny_agents``' lock. Its REPL reads each task at its prompt and keeps one conversation
+from ``ts/tiny_agents``' lock; and its Python twin, ``huggingface_hub``'s ``tiny-agents`` CLI
+(its ``[mcp]`` extra, ``envs/tiny_agents_py.txt``), on the same ``agent.json`` and MCP server,
+in the tests marked so (its loop the same; its REPL prints a model error and goes on). Its REPL reads each task at its prompt and keeps one conversation
 (the tasks before in each request); every model request is streamed (``stream: true``), offers
 its exit tools ``task_complete`` and ``ask_question`` before the MCP tools, ``tool_choice:
 auto``. After a text answer that followed tool results it asks the model once more, the
@@ -135,9 +137,27 @@ def _read_until(process: subprocess.Popen[bytes], mark: bytes, deadline: float,
     return out
 
 
+@dataclass(frozen=True)
+class Cli:
+    """A tiny-agents CLI: its command before ``run <dir>``, its prompt, and what ends it at the
+    prompt: Ctrl+C once (the TypeScript one's default SIGINT: its input is no terminal), or
+    twice (the Python one's: its handler asks for a second)."""
+
+    command: tuple[str, ...]
+    prompt: bytes
+    interrupts: int
+    ended: int  # its exit status so
+
+
+TS = Cli(("node", str(CLI)), PROMPT, 1, -signal.SIGINT)
+PY_VENV = Path(__file__).resolve().parents[2] / ".venvs" / "tiny_agents_py"
+PY = Cli((str(PY_VENV / "bin" / "tiny-agents"),), "\u00bb  ".encode(), 2, 0)
+CLIS = pytest.mark.parametrize("cli", [TS, PY], ids=["ts", "py"])
+
+
 def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
            tmp: Path, tasks: tuple[str, ...] = (),
-           files: dict[str, str] | None = None) -> Invocation:
+           files: dict[str, str] | None = None, cli: Cli = TS) -> Invocation:
     """``tiny-agents run`` once on an agent directory in ``tmp`` whose ``agent.json`` names the
     sidecar by its ``endpointUrl`` as ``agent``, its model scripted by ``script``, its MCP
     filesystem server given ``tmp / "files"`` (holding ``files``): each task typed at its
@@ -145,6 +165,8 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
     terminal), as a user ends it."""
     assert CLI.is_file(), (
         "run `make tests/frameworks/ts/tiny_agents/node_modules/.installed` (part of make test)")
+    assert cli is TS or (PY_VENV / ".installed").is_file(), (
+        "run `make .venvs/tiny_agents_py/.installed` (part of make test)")
     case = next(_CASES)
     tasks = tasks or (f"Write the sums of 100 and 0, 1, 2 to files (case {case}).",)
     model = llm.script(f"{agent}-{case}", script)
@@ -154,23 +176,28 @@ def invoke(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scr
     (tmp / "agent").mkdir()
     (tmp / "agent" / "agent.json").write_text(json.dumps(agent_json(
         pointed(sidecar.url("model"), agent), model, str(tmp / "files"))))
-    process = subprocess.Popen(["node", str(CLI), "run", str(tmp / "agent")],
-                               env={**clean_environ(), "API_KEY": KEY}, cwd=AGENT_DIR,
+    process = subprocess.Popen([*cli.command, "run", str(tmp / "agent")],
+                               env={**clean_environ(), "API_KEY": KEY, "HF_TOKEN": KEY},
+                               cwd=AGENT_DIR,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
     assert process.stdin is not None and process.stderr is not None
     deadline = time.monotonic() + DRIVER_TIMEOUT
     said: list[str] = []
     try:
-        _read_until(process, PROMPT, deadline)
+        _read_until(process, cli.prompt, deadline)
         for task in tasks:
             process.stdin.write(task.encode() + b"\n")
             process.stdin.flush()
-            said.append(ANSI.sub("", _read_until(process, b"\n" + PROMPT, deadline).decode()))
+            said.append(ANSI.sub("", _read_until(process, b"\n" + cli.prompt,
+                                                 deadline).decode()))
             if process.poll() is not None:
                 break
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)  # Ctrl+C at its prompt
+        for time_ in range(cli.interrupts):
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)  # Ctrl+C at its prompt
+                if time_ + 1 < cli.interrupts:
+                    _read_until(process, b"again", deadline, anywhere=True)
         process.wait(max(deadline - time.monotonic(), 1))
     finally:
         if process.poll() is None:
@@ -196,7 +223,7 @@ def rereading(_index: int, body: dict[str, Any]) -> fakellm.Step:
 
 def printed(said: str) -> str:
     """What the REPL printed after the task's last tool result: the answer the user reads."""
-    body = said.removesuffix("\n" + PROMPT.decode())
+    body = said.removesuffix("\n" + PROMPT.decode()).removesuffix("\n" + PY.prompt.decode())
     last = body.rfind("\nTool[")
     return body[last:].split("\n\n", 1)[1] if last >= 0 else body.lstrip("\n")
 
@@ -219,8 +246,9 @@ EXIT_TOOLS = ["task_complete", "ask_question"]
 
 # -- one run per task; a budget -------------------------------------------------------------------
 
+@CLIS
 def test_each_task_is_a_run_its_budget_counted_down_to_the_report(
-        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, cli: Cli) -> None:
     """Two tasks typed at the REPL's prompt, each a run with a budget of 3: the model reads
     the true count at the end of the system message, 3 files are written, the 4th request is
     final (tools withdrawn, their definitions kept) and its report is what the REPL prints;
@@ -229,7 +257,7 @@ def test_each_task_is_a_run_its_budget_counted_down_to_the_report(
     and count down from 3 again."""
     before = run_ids(sidecar)
     tasks = ("Write the sums of 100 and 0, 1, 2.", "Now of 100 and 4, 5, 6.")
-    it = invoke(sidecar, llm, "ta-budget", writes, tmp_path, tasks=tasks)
+    it = invoke(sidecar, llm, "ta-budget", writes, tmp_path, tasks=tasks, cli=cli)
     assert [printed(said) for said in it.said] == [REPORT] * 2
     assert written(tmp_path) == [f"sum{index}.txt" for index in (0, 1, 2, 4, 5, 6)]
     assert budget_left(it.requests) == COUNTDOWN * 2
@@ -244,7 +272,7 @@ def test_each_task_is_a_run_its_budget_counted_down_to_the_report(
             ("assistant", ""), ("tool", f"Successfully wrote to sum{index}.txt"))] + [
         ("assistant", REPORT), ("user", tasks[1])]
     assert all("[budget" not in user_text(body) for body in it.requests)
-    assert it.returncode == -signal.SIGINT, it.stderr[-3000:]
+    assert it.returncode == cli.ended, it.stderr[-3000:]
     runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
                     and all(run["state"] == "ended" for run in runs))
     assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
@@ -274,20 +302,21 @@ def test_a_loop_is_wound_down_then_its_report_is_printed(
 
 # -- an abort -------------------------------------------------------------------------------------
 
+@CLIS
 def test_an_abort_is_the_answer_the_repl_goes_on(
-        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, cli: Cli) -> None:
     """The rule aborts after 2 tool calls: the 3rd request gets the stop answer, not the
     upstream, and the REPL prints it; tiny-agents asks its model once more after a text answer
     that followed tool results (the conversation ending on that answer, nothing after it),
     which gets the stop answer again, not the error: an answer with no tool call ends its
     task, and its prompt comes back (Ctrl+C then ends it)."""
     before = run_ids(sidecar)
-    it = invoke(sidecar, llm, "ta-abort", writes, tmp_path)
+    it = invoke(sidecar, llm, "ta-abort", writes, tmp_path, cli=cli)
     assert written(tmp_path) == ["sum0.txt", "sum1.txt"]
     assert len(it.requests) == 2
     [said] = it.said
-    assert said.endswith("\n" + PROMPT.decode())
-    assert it.returncode == -signal.SIGINT, it.stderr[-3000:]
+    assert said.endswith("\n" + cli.prompt.decode())
+    assert it.returncode == cli.ended, it.stderr[-3000:]
     check_the_stop_is_the_output(sidecar, before, [{"output": printed(said).rstrip("\n"),
                                                     "error": ""}])
 
@@ -478,3 +507,21 @@ def test_served_each_post_is_a_run_its_budget_counted_down_to_the_report(
                     and all(run["state"] == "ended" for run in runs))
     assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
             for run in runs] == [(4, 3, "tool_limit_reached", REPORT)] * 2, runs
+
+
+
+def test_in_python_a_model_error_is_printed_and_the_repl_goes_on(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """The Python CLI catches a model error where the TypeScript one dies of it: the next task
+    after an abort gets the 400 ``watchdog_aborted`` (it goes on from the stop answer: the
+    known gap above), which it prints, and its prompt comes back; nothing went upstream."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "ta-abort", writes, tmp_path, cli=PY,
+                tasks=("Write the sums of 100 and 0, 1, 2.", "Now of 100 and 4, 5, 6."))
+    assert len(it.requests) == 2 and written(tmp_path) == ["sum0.txt", "sum1.txt"]
+    assert printed(it.said[0]).startswith(STOPPED)
+    assert it.said[1].startswith("\nError during agent run: Bad request:") \
+        and "watchdog_aborted" in it.said[1] and it.said[1].endswith("\n" + PY.prompt.decode())
+    assert it.returncode == PY.ended, it.stderr[-3000:]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
