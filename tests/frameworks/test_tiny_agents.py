@@ -6,7 +6,8 @@ the model, its OpenAI-compatible ``endpointUrl`` (the sidecar's, naming the agen
 are the agent's. Installed by ``make tests/frameworks/ts/tiny_agents/node_modules/.installed``
 from ``ts/tiny_agents``' lock; and its Python twin, ``huggingface_hub``'s ``tiny-agents`` CLI
 (its ``[mcp]`` extra, ``envs/tiny_agents_py.txt``), on the same ``agent.json`` and MCP server,
-in the tests marked so (its loop the same; its REPL prints a model error and goes on). Its REPL reads each task at its prompt and keeps one conversation
+in the tests marked so (its loop the same; its REPL prints a model error and goes on).
+Its REPL reads each task at its prompt and keeps one conversation
 (the tasks before in each request); every model request is streamed (``stream: true``), offers
 its exit tools ``task_complete`` and ``ask_question`` before the MCP tools, ``tool_choice:
 auto``. After a text answer that followed tool results it asks the model once more, the
