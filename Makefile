@@ -184,8 +184,8 @@ $(TS_ADK): tests/frameworks/ts/adk/package.json tests/frameworks/ts/adk/package-
 
 ## ... and Hugging Face tiny-agents (tests/frameworks/ts/tiny_agents: @huggingface/tiny-agents, its
 ## CLI `tiny-agents run`, and the MCP filesystem server it starts as its tools' stdio server,
-## @modelcontextprotocol/server-filesystem). Cold npm cache: about 8 s, a 27 MB download, 60 MB
-## on disk
+## @modelcontextprotocol/server-filesystem). Cold npm cache: 7-18 s, a 28 MB download, 60 MB on
+## disk
 TS_TINY_AGENTS := tests/frameworks/ts/tiny_agents/node_modules/.installed
 $(TS_TINY_AGENTS): tests/frameworks/ts/tiny_agents/package.json \
 		tests/frameworks/ts/tiny_agents/package-lock.json
