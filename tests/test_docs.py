@@ -148,6 +148,13 @@ failing on a changed block. The kinds:
     literals: exactly what its tests set (``tests/frameworks/test_model_endpoint_agentscope.py``'s
     ``settings``), the sidecar's default model endpoint with ``/agent/agentscope/`` in place of
     the test's, its model ``gpt-4.1``.
+``camel-config``
+    CAMEL-AI's model in Python, ``import os``, its imports of ``ModelFactory`` and
+    ``ModelPlatformType``, then ``model = ModelFactory.create(...)`` on
+    ``ModelPlatformType.OPENAI_COMPATIBLE_MODEL`` with ``api_key=os.environ[...]``, the other
+    keyword arguments literals: exactly what its tests set
+    (``tests/frameworks/test_model_endpoint_camel.py``'s ``settings``), the sidecar's default
+    model endpoint with ``/agent/camel/`` in place of the test's, its model ``gpt-4.1``.
 ``codex-config``
     The OpenAI Codex CLI's ``config.toml`` (TOML): a model provider it selects must be the
     sidecar's model endpoint (``base_url`` ``http://127.0.0.1:9478/v1``) on the Responses API
@@ -203,7 +210,8 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
          "crush-config", "continue-config", "cline-settings",
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
-         "agentscope-config", "llamaindex-ts-config", "tiny-agents-config"}
+         "agentscope-config", "llamaindex-ts-config", "camel-config",
+         "tiny-agents-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -937,6 +945,28 @@ def check_agentscope_config(block: Block, stack: Stack, state: DocState) -> None
                              "gpt-4.1"), block.where
 
 
+def check_camel_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_camel import settings
+
+    *imports, line = ast.parse(block.text).body
+    assert [ast.unparse(statement) for statement in imports] == [
+        "import os", "from camel.models import ModelFactory",
+        "from camel.types import ModelPlatformType"], block.where
+    assert isinstance(line, ast.Assign) and isinstance(line.value, ast.Call), block.where
+    assert ast.unparse(line.value.func) == "ModelFactory.create" and not line.value.args, \
+        block.where
+    assert [ast.unparse(target) for target in line.targets] == ["model"], block.where
+    shown = {keyword.arg: ast.unparse(keyword.value)
+             if keyword.arg in ("api_key", "model_platform")
+             else ast.literal_eval(keyword.value)
+             for keyword in line.value.keywords if keyword.arg is not None}
+    assert shown.pop("api_key", None) == "os.environ['OPENAI_API_KEY']", block.where
+    assert shown.pop("model_platform", None) == "ModelPlatformType.OPENAI_COMPATIBLE_MODEL", \
+        block.where
+    assert shown == settings(f"http://{MODEL_ENDPOINT_DEFAULT}/agent/camel/v1",
+                             "gpt-4.1"), block.where
+
+
 def check_crush_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_crush import config
 
@@ -1034,6 +1064,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "open-interpreter-settings": check_open_interpreter_settings,
     "langroid-config": check_langroid_config,
     "agentscope-config": check_agentscope_config,
+    "camel-config": check_camel_config,
     "llamaindex-ts-config": check_llamaindex_ts_config,
     "tiny-agents-config": check_tiny_agents_config,
 }
@@ -1151,6 +1182,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "agentscope-config": (DOCS / "agents.md", "/agent/agentscope/v1", "/agent/agentscope/v2"),
     "llamaindex-ts-config": (DOCS / "agents.md", "/agent/llamaindex/v1", "/agent/llamaindex/v2"),
     "tiny-agents-config": (DOCS / "agents.md", '"type": "stdio"', '"type": "sse"'),
+    "camel-config": (DOCS / "agents.md", "/agent/camel/v1", "/agent/camel/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

@@ -146,6 +146,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "beeai": (*_OTEL, "openinference.instrumentation.beeai", "beeai_framework.adapters.openai",
               "beeai_framework.agents.requirement", "beeai_framework.tools", *_LITELLM,
               *_OPENAI),
+    "camel": ("_camel", *_OPENAI),
     "burr": (*_OTEL, "_burr", "burr.core", "burr.integrations.opentelemetry",
              "opentelemetry.instrumentation.openai", "opentelemetry.instrumentation.openai.v1",
              *_OPENAI),
