@@ -247,9 +247,8 @@ EXIT_TOOLS = ["task_complete", "ask_question"]
 
 # -- one run per task; a budget -------------------------------------------------------------------
 
-@CLIS
 def test_each_task_is_a_run_its_budget_counted_down_to_the_report(
-        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, cli: Cli) -> None:
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, cli: Cli = TS) -> None:
     """Two tasks typed at the REPL's prompt, each a run with a budget of 3: the model reads
     the true count at the end of the system message, 3 files are written, the 4th request is
     final (tools withdrawn, their definitions kept) and its report is what the REPL prints;
@@ -259,7 +258,7 @@ def test_each_task_is_a_run_its_budget_counted_down_to_the_report(
     before = run_ids(sidecar)
     tasks = ("Write the sums of 100 and 0, 1, 2.", "Now of 100 and 4, 5, 6.")
     it = invoke(sidecar, llm, "ta-budget", writes, tmp_path, tasks=tasks, cli=cli)
-    assert [printed(said) for said in it.said] == [REPORT] * 2
+    assert [printed(said) for said in it.said] == [REPORT] * 2, (it.said, it.stderr[-2000:])
     assert written(tmp_path) == [f"sum{index}.txt" for index in (0, 1, 2, 4, 5, 6)]
     assert budget_left(it.requests) == COUNTDOWN * 2
     assert [(fakellm.offers_tools(body), tool_names(body)[:2], len(tool_names(body)),
@@ -526,3 +525,22 @@ def test_in_python_a_model_error_is_printed_and_the_repl_goes_on(
     assert it.returncode == PY.ended, it.stderr[-3000:]
     run = the_ended_run(sidecar, before)
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+def test_in_python_a_task_is_a_run_its_budget_counted_down_to_the_report(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """The Python CLI's task, as the TypeScript one's: the countdown at the end of its system
+    message, 3 files written, the 4th request final, the report printed, its question after
+    it answered by the endpoint."""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "ta-budget", writes, tmp_path, cli=PY)
+    assert [printed(said) for said in it.said] == [REPORT], (it.said, it.stderr[-2000:])
+    assert written(tmp_path) == ["sum0.txt", "sum1.txt", "sum2.txt"]
+    assert budget_left(it.requests) == COUNTDOWN
+    assert [(fakellm.offers_tools(body), tool_names(body)[:2], body["stream"])
+            for body in it.requests] == [(True, EXIT_TOOLS, True)] * 3 + [
+        (False, EXIT_TOOLS, True)]
+    assert it.returncode == PY.ended, it.stderr[-3000:]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["final_output"]) == (4, 3, "tool_limit_reached", REPORT), run
