@@ -134,6 +134,11 @@ failing on a changed block. The kinds:
     whitespace aside), its ``baseURL`` read from ``AGENT_LLM_BASE_URL`` there and written out
     here: ``test_strands_ts.py``'s ``pointed`` of the sidecar's default model endpoint, the agent
     ``strands-ts``.
+``tiny-agents-config``
+    A tiny-agents ``agent.json`` (JSON): exactly what its tests write
+    (``tests/frameworks/test_tiny_agents.py``'s ``agent_json``), its ``endpointUrl`` the
+    sidecar's default model endpoint with ``/agent/tiny-agents/``, its model ``gpt-4.1``, its
+    MCP filesystem server on ``/home/me/project``.
 ``open-interpreter-settings``
     Open Interpreter's settings in Python, ``from interpreter import interpreter`` then
     ``interpreter.NAME = VALUE`` lines: exactly what its tests set
@@ -221,7 +226,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "crush-config", "continue-config", "cline-settings", "pi-models",
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
          "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env",
-         "strands-ts-config"}
+         "strands-ts-config", "tiny-agents-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -905,6 +910,15 @@ def check_strands_ts_config(block: Block, stack: Stack, state: DocState) -> None
     _check_ts_config(block, AGENT, pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "strands-ts"))
 
 
+def check_tiny_agents_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_eino import pointed
+    from tests.frameworks.test_tiny_agents import agent_json
+
+    assert json.loads(block.text) == agent_json(
+        pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "tiny-agents"), "gpt-4.1",
+        "/home/me/project"), block.where
+
+
 def check_open_interpreter_settings(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_open_interpreter import settings
 
@@ -1096,6 +1110,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "camel-config": check_camel_config,
     "llamaindex-ts-config": check_llamaindex_ts_config,
     "strands-ts-config": check_strands_ts_config,
+    "tiny-agents-config": check_tiny_agents_config,
 }
 assert set(CHECKS) == KINDS
 
@@ -1211,6 +1226,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
                         'handle_llm_no_tool="user"'),
     "agentscope-config": (DOCS / "agents.md", "/agent/agentscope/v1", "/agent/agentscope/v2"),
     "llamaindex-ts-config": (DOCS / "agents.md", "/agent/llamaindex/v1", "/agent/llamaindex/v2"),
+    "tiny-agents-config": (DOCS / "agents.md", '"type": "stdio"', '"type": "sse"'),
     "camel-config": (DOCS / "agents.md", "/agent/camel/v1", "/agent/camel/v2"),
     "praisonai-env": (DOCS / "agents.md", "/agent/praisonai/v1", "/agent/praisonai/v2"),
     "strands-ts-config": (DOCS / "agents.md", "/agent/strands-ts/v1", "/agent/strands-ts/v2"),

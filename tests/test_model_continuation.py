@@ -676,7 +676,9 @@ HEADS = ["error", "Error", "ERROR", "exception", "Exception", "traceback (most r
          "Traceback (most recent call last)", "ValueError", "requests.exceptions.HTTPError",
          "_Err.error", "ſError", "{", '{"error"', '{ "Error" ', "errors", "Exceptional", "found",
          "K\u212aError", "x" * 190 + "Error", "x" * 196 + "Error", "[ERROR]", "[error",
-         "[errors]"]
+         "[errors]", "ENOENT: no such file or directory, open", "EISDIR: illegal op, read",
+         "EPERM: x,", "ENV: set, up", "Enoent: no file, open", "ENOENT: No file, open",
+         "MCP error -32602:", "mcp error 5:", "MCP error -", "MCP error \u0661:", "MCP errors 1:"]
 
 
 def result_texts() -> list[str]:

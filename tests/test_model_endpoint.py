@@ -542,6 +542,31 @@ def test_a_conversation_that_goes_on_from_the_stop_answer_gets_the_error(
     assert len(llm.requests(model)) == 3
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_conversation_that_asks_again_from_the_stop_answer_gets_it_again(
+        stop_sidecar: RunningServer, llm: FakeLLM, stream: bool) -> None:
+    """An agent that asks its model to go on from its own answer, the conversation ending on
+    it with nothing after it (tiny-agents does so once after a text answer that followed tool
+    results, and takes one with no tool call as its end), did not reject the stop answer: it
+    gets it again, not the error, nothing upstream; up to 3 times a run, the 4th the error."""
+    model = llm.script("stopped-again", looping("search", lambda i: {"q": f"page {i}"}))
+    chat = client(stop_sidecar, "stopper")
+    messages: list[Any] = []
+    output, _ran = run_loop(chat, model, stream, messages=messages)
+    assert "[stopped: two tool calls are enough]" in output
+    messages.append({"role": "assistant", "content": output})
+    for _ in range(3):
+        again = chat.chat.completions.create(model=model, messages=messages, tools=TOOLS,
+                                             stream=stream)
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in again
+                       if chunk.choices) if stream else again.choices[0].message.content
+        assert text == output
+    with pytest.raises(openai.BadRequestError) as failure:
+        chat.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+    assert failure.value.code == "watchdog_aborted"
+    assert len(llm.requests(model)) == 2  # nothing reached the upstream
+
+
 def test_a_new_message_after_the_models_own_report_is_the_next_run(
         sidecar: RunningServer, llm: FakeLLM) -> None:
     """At its budget the run ends with the model's report; a request of the run after it gets

@@ -100,6 +100,12 @@ def test_a_finish_that_carries_only_the_report_delivers_the_answer() -> None:
     assert answer_of([said], "exit") == "the sums: 100, 101"
     assert answer_of([said]) is None and answer_of([said, work], "exit") is None
     assert answer_of([work], "add") == work.arguments  # (whatever its pack names)
+    # a call that carries no text, a flag (tiny-agents' task_complete): the text beside it
+    done = ToolCall("c3", "task_complete", json.dumps({"trigger": True}))
+    assert answer_of([done], "task_complete", "DONE: 3 files") == "DONE: 3 files"
+    assert answer_of([done], "task_complete", " ") == done.arguments
+    assert answer_of([work], "add", "the sums") == "the sums"
+    assert answer_of([said], "exit", "beside") == "the sums: 100, 101"
     # asked beside work: the answer after the work (adk runs each call, then ends at exit)
     assert closing_call([work, said], "exit") is said
     assert closing_call([said], "exit") is None and closing_call([work, said], None) is None

@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! ^\s*(?:error\b|exception\b|\[error\]|traceback \(most recent call last\)|
-//!        [A-Za-z_][\w.]*(?:Error|Exception):|\{\s*"error"\s*:)
+//!        [A-Za-z_][\w.]*(?:Error|Exception):|\{\s*"error"\s*:|mcp error -?\d+:)
+//! |^\s*(?-i:E[A-Z]{3,14}: [a-z][a-z ]*, [a-z])
 //! ```
 //!
 //! The twin reads ASCII only: wherever the expression would look at a character that is not
@@ -33,6 +34,8 @@ pub fn looks_failed(text: &str) -> Option<bool> {
         literal(rest, "traceback (most recent call last)").map(|n| n.is_some()),
         named(rest),
         keyed(rest),
+        mcp(rest),
+        Some(errno(rest)),
     ] {
         match found {
             Some(true) => return Some(true),
@@ -134,6 +137,48 @@ fn keyed(chars: &[char]) -> Option<bool> {
     Some(after.get(at) == Some(&':'))
 }
 
+/// `mcp error -?\d+:` at the start (an MCP SDK's error): None where `\d` would look at a
+/// character that is not ASCII (Python's `\d` takes any decimal digit).
+fn mcp(chars: &[char]) -> Option<bool> {
+    let Some(after) = literal(chars, "mcp error ")? else {
+        return Some(false);
+    };
+    let mut at = usize::from(after.first() == Some(&'-'));
+    let digits = at;
+    while let Some(&c) = after.get(at) {
+        if !c.is_ascii() {
+            return None;
+        }
+        if !c.is_ascii_digit() {
+            break;
+        }
+        at += 1;
+    }
+    Some(at > digits && after.get(at) == Some(&':'))
+}
+
+/// `E[A-Z]{3,14}: [a-z][a-z ]*, [a-z]` at the start, case-sensitively and ASCII only (a
+/// Node.js system error's message: `ENOENT: no such file or directory, open ...`).
+fn errno(chars: &[char]) -> bool {
+    if chars.first() != Some(&'E') {
+        return false;
+    }
+    let code = chars[1..].iter().take_while(|c| c.is_ascii_uppercase()).count();
+    if !(3..=14).contains(&code) {
+        return false;
+    }
+    let rest = &chars[1 + code..];
+    if rest.len() < 3 || rest[0] != ':' || rest[1] != ' ' || !rest[2].is_ascii_lowercase() {
+        return false;
+    }
+    let words = rest[2..]
+        .iter()
+        .take_while(|c| c.is_ascii_lowercase() || **c == ' ')
+        .count();
+    let after = &rest[2 + words..];
+    after.len() >= 3 && after[0] == ',' && after[1] == ' ' && after[2].is_ascii_lowercase()
+}
+
 /// Python's `stable_hash`: BLAKE2b with an 8-byte digest of the text's UTF-8, as a signed
 /// big-endian 64-bit int.
 pub fn stable_hash(text: &str) -> i64 {
@@ -166,6 +211,10 @@ mod tests {
             "\x1c error",
             "[ERROR] Error: cannot add",
             " [Error]x",
+            "ENOENT: no such file or directory, open '/tmp/x'",
+            " EISDIR: illegal operation on a directory, read",
+            "MCP error -32602: Input validation error",
+            "mcp error 5:",
         ] {
             assert_eq!(looks_failed(failed), Some(true), "{failed:?}");
         }
@@ -184,6 +233,12 @@ mod tests {
             "[ERROR",
             "[ error]",
             "[errors]",
+            "ENV: set up, done",
+            "ENOENT: no such file",
+            "Enoent: no such file, open",
+            "EABCDEFGHIJKLMNO: x, y",
+            "MCP error -: x",
+            "MCP error 12 x",
         ] {
             assert_eq!(looks_failed(fine), Some(false), "{fine:?}");
         }
@@ -194,6 +249,7 @@ mod tests {
             "\u{17f}x",
             "ſError:",
             "é ok",
+            "MCP error \u{661}:",
         ] {
             assert_eq!(looks_failed(unsure), None, "{unsure:?}");
         }

@@ -1097,7 +1097,7 @@ class ModelBook:
             record.asked_tools = tuple((call.name[:200], call.call_id[:200])
                                        for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
-        answer = answer_of(handed, state.answer_tool) if said is None else said
+        answer = answer_of(handed, state.answer_tool, seen.text) if said is None else said
         closing = closing_call(handed, state.answer_tool)
         if closing is not None:  # (its work runs now, counted: :meth:`ran_before_answer`)
             answer = answer_of([closing], state.answer_tool)
@@ -1552,6 +1552,18 @@ def replied_at_once(state: EndpointRun, now_ns: int) -> bool:
     stop at ``now_ns``: the next reply at once is timed from this answer. False when that
     request is one too many (:data:`MAX_AT_ONCE_REPLIES`): it gets the error."""
     state.last_end_ns = max(state.last_end_ns, now_ns)
+    state.replies += 1
+    return state.replies <= MAX_AT_ONCE_REPLIES
+
+
+def asks_again(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request``, which goes on from ``state``'s stop answer, carries nothing after
+    it (no user message, no tool result: the agent asks its model to go on from its own
+    answer, as tiny-agents does once after a text answer that followed tool results): it gets
+    the stop answer again, not the error (it did not reject it), up to
+    :data:`MAX_AT_ONCE_REPLIES` times a run."""
+    if request.last_is_user or request.results or request.said or request.kept:
+        return False
     state.replies += 1
     return state.replies <= MAX_AT_ONCE_REPLIES
 

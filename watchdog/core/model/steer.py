@@ -130,9 +130,12 @@ def kept_calls(calls: Sequence[ToolCall], keep: int | None) -> list[ToolCall]:
     return kept
 
 
-def answer_of(calls: Iterable[ToolCall], answer_tool: str | None = None) -> str | None:
+def answer_of(calls: Iterable[ToolCall], answer_tool: str | None = None,
+              beside: str = "") -> str | None:
     """The answer a response gives through final-answer calls only (None: it asks for work,
-    or for nothing): the first one's arguments — the text, when they hold only a text.
+    or for nothing): the first one's arguments — the text, when they hold only a text; the
+    text ``beside`` the calls, when they hold no text at all (a flag: tiny-agents'
+    ``task_complete`` ``{"trigger": true}`` ends its task, its answer the text it streamed).
     ``answer_tool``: one more tool that delivers the answer (the agent's, its pack says)."""
     answers: list[ToolCall] = []
     for call in calls:
@@ -150,6 +153,9 @@ def answer_of(calls: Iterable[ToolCall], answer_tool: str | None = None) -> str 
         (only,) = value.values()
         if isinstance(only, str):
             return only
+    if isinstance(value, dict) and beside.strip() and not any(
+            isinstance(given, (str, dict, list)) for given in value.values()):
+        return beside
     return arguments
 
 

@@ -57,6 +57,7 @@ from watchdog.core.model.book import (
     Caller,
     EndpointRun,
     ModelBook,
+    asks_again,
     goes_on_from_stop,
     no_json,
     quotes_answer,
@@ -738,10 +739,11 @@ class ModelProxy:
             # (an agent that acts on the answer's text ends by the form its pack gives)
             answer = text_stop_answer(acting.stop_answer, text)
         replied = not state.at_once or replied_at_once(state, time.time_ns())
-        if self.config.model_abort == "error" or answer is None \
-                or goes_on_from_stop(state, parsed) or not replied:
-            # (an agent that sent the stop answer on did not take it as its run's end, a
-            # framework's validation retry: the error ends it, its message the note)
+        if self.config.model_abort == "error" or answer is None or not replied \
+                or (goes_on_from_stop(state, parsed) and not asks_again(state, parsed)):
+            # (an agent that sent the stop answer on with a prompt after it did not take it as
+            # its run's end, a framework's validation retry: the error ends it, its message
+            # the note; one that asks its model to go on from it gets it again)
             return Answer(400, dumps(wire.error(400, ABORT_CODE, text)), JSON)
         finish = self.service.finish_of(agent) if parsed.answer_format is None else None
         call = finish_call(finish, text) if finish is not None else None
