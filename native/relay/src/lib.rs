@@ -161,6 +161,8 @@ enum Reply {
         /// The instructions the client sent, for those a Responses response echoes (None:
         /// the echo is the client's own).
         echo: Option<serde_json::Value>,
+        /// The tool whose calls are the request's answer, not work: kept beside `keep`.
+        answer: Option<String>,
     },
 }
 
@@ -1155,6 +1157,7 @@ async fn handle(
                 ahead: (admitted.api == Api::Chat).then_some(admitted.digest),
                 hold: false,
                 echo: None,
+                answer: None,
             }
         }
         (verdict, body, _) => {
@@ -1200,6 +1203,7 @@ async fn handle(
                 ahead,
                 hold,
                 echo,
+                answer,
             } => {
                 ticket.notify = notify;
                 if notify && !ticket.watched {
@@ -1266,7 +1270,16 @@ async fn handle(
                     (_, Some(failure)) => failure,
                     (Ok(upstream), None) => {
                         match relayed(
-                            &shared, upstream, read, ticket, observe, trim, watch, hold, &echo,
+                            &shared,
+                            upstream,
+                            read,
+                            ticket,
+                            observe,
+                            trim,
+                            watch,
+                            hold,
+                            &echo,
+                            answer.as_deref(),
                         )
                         .await
                         {
@@ -1455,6 +1468,7 @@ async fn relayed(
     watch: Option<Api>,
     hold: bool,
     echo: &Option<serde_json::Value>,
+    answer: Option<&str>,
 ) -> Result<Response<RelayBody>, Failure> {
     // a body framed two ways (RFC 9112 §6.3: smuggling or splitting): refused, as aiohttp
     // refuses it, never passed on with a length its body does not have
@@ -1562,7 +1576,7 @@ async fn relayed(
             if coding.inflated() {
                 body.inflate = Some(Inflater::new(coding));
             }
-            let mut trim = StreamTrim::new(trim, shared.answers());
+            let mut trim = StreamTrim::new(trim, shared.answers().with(answer));
             trim.echo = echo.clone();
             body.trim = Some(trim);
             body.upstream = Some(upstream.into());
@@ -1616,7 +1630,7 @@ async fn relayed(
             if observe {
                 ticket.observed = Some(Observed::Whole(text.clone())); // (held once)
             }
-            let answers = shared.answers();
+            let answers = shared.answers().with(answer);
             let mut out = match trim::trim_whole_echo(api, &text, keep, &answers, echo.as_ref()) {
                 Ok(Some((changed, trimmed))) => {
                     ticket.changed = trimmed;
@@ -1935,7 +1949,8 @@ impl Relay {
     /// Sends request ``id`` on to ``url``; with ``observe`` the response's bytes come back in
     /// its ``done`` event, which comes with ``notify`` (or ``observe``); ``api`` (chat,
     /// responses, messages) and ``keep`` >= 0: a successful response hands the agent at most
-    /// ``keep`` tool calls (final-answer ones aside), trimmed as the Python relay trims; with
+    /// ``keep`` tool calls (final-answer ones aside, and ``answer_tool``'s: the request's own
+    /// answer), trimmed as the Python relay trims; with
     /// ``keep`` < 0 and ``watch``, a successful stream passes as it comes and its end is told
     /// at its last event; with ``unasked`` (a Chat Completions stream asked for its usage on
     /// the client's behalf: the body without that) the stream passes event by event, its
@@ -1945,8 +1960,8 @@ impl Relay {
     /// observe limit: past it, it passes on as it comes), its ``done`` event then comes with
     /// ``held`` and the relay waits for ``release``.
     #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
-                        api="", keep=-1, watch=false, unasked=None, ahead=None,
-                        hold=false, echo=None))]
+                        api="", keep=-1, answer_tool=None, watch=false, unasked=None,
+                        ahead=None, hold=false, echo=None))]
     #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
@@ -1959,6 +1974,7 @@ impl Relay {
         notify: bool,
         api: &str,
         keep: i64,
+        answer_tool: Option<String>,
         watch: bool,
         unasked: Option<&[u8]>,
         ahead: Option<&str>,
@@ -2018,6 +2034,7 @@ impl Relay {
                 ahead,
                 hold,
                 echo,
+                answer: answer_tool,
             },
         ))
     }

@@ -114,15 +114,23 @@ def is_answer_tool(name: object) -> bool:
     return name in names or name.startswith(prefixes)
 
 
-def kept_calls(calls: Sequence[ToolCall], keep: int | None) -> list[ToolCall]:
-    """The calls a response may hand over: every final-answer call, and the first ``keep`` of
-    the others (all of them when ``keep`` is None)."""
+def answers(name: object, answer_tool: str | None = None) -> bool:
+    """Whether a call of this name is an answer, not work: a final-answer tool's, or
+    ``answer_tool``'s (the request's own: its agent's finish that carries only the answer,
+    its rule pack says, offered so)."""
+    return is_answer_tool(name) or (answer_tool is not None and name == answer_tool)
+
+
+def kept_calls(calls: Sequence[ToolCall], keep: int | None,
+               answer_tool: str | None = None) -> list[ToolCall]:
+    """The calls a response may hand over: every answer's (:func:`answers`), and the first
+    ``keep`` of the others (all of them when ``keep`` is None)."""
     if keep is None:
         return list(calls)
     kept: list[ToolCall] = []
     work = 0
     for call in calls:
-        if is_answer_tool(call.name):
+        if answers(call.name, answer_tool):
             kept.append(call)
         elif work < keep:
             kept.append(call)

@@ -72,7 +72,6 @@ from watchdog.core.model.steer import (
     answer_of,
     decide,
     finish_call,
-    kept_calls,
 )
 from watchdog.core.model.wire import (
     ABORT_CODE,
@@ -910,7 +909,7 @@ class ModelProxy:
         :meth:`book_calls`; ``seen``: a stream's observation, read by the relay already."""
         if seen is None and (seen := read_observation(exchange.wire, data, content_type)) is None:
             return
-        handed = kept_calls(seen.calls, exchange.turn.keep)
+        handed = exchange.handed(seen.calls)
         if changed or len(handed) < len(seen.calls):
             self.steered(exchange.agent, "trim")
         self.observed(exchange, handed, seen, into)
