@@ -89,7 +89,7 @@ from watchdog.core.model.wire import (
     text_of,
 )
 from watchdog.core.redact import brief, mask
-from watchdog.core.rules.model import STOP_NOTE_MARK
+from watchdog.core.rules.model import STOP_NOTE_JSON_MARK, STOP_NOTE_MARK
 from watchdog.core.spans.record import (
     ENDPOINT_SCOPE,
     MAX_ASKED_TOOLS,
@@ -118,6 +118,7 @@ MAX_JSON_STARTS = 64  # braces of an answer tried that begin no JSON object (an 
 CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})  # no answer: cut short
 _FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)  # a fenced block's content
 _FENCED_WHOLE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
+_STOP_MARKS = re.compile(f"{re.escape(STOP_NOTE_JSON_MARK)}|{re.escape(STOP_NOTE_MARK)}")
 _NO_BRACES = str.maketrans("{}", "()")  # (a stop note's steps for an agent acting in text)
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
 MAX_SIDE_SAID = 8  # the messages of a side request kept (digests) to know what it quoted
@@ -1368,10 +1369,14 @@ def goes_on_from_stop(state: EndpointRun, request: Request) -> bool:
 def text_stop_answer(form: str, note: str) -> str:
     """The stop answer of a run whose agent acts on its answers' text: ``form`` (its rule
     pack's ``stop_answer``, the form that ends the agent's task) with the stop note where it
-    says STOP_NOTE_MARK. The note's own fenced blocks are left out (the model's last answer,
+    says STOP_NOTE_MARK, and as a JSON string (quoted, escaped: a form that is a JSON object,
+    which the agent parses) where it says STOP_NOTE_JSON_MARK; in one pass, so a mark the note
+    holds stays its text. The note's own fenced blocks are left out (the model's last answer,
     when it is the run's report, may hold one): the agent must find no action but the
     form's."""
-    return form.replace(STOP_NOTE_MARK, _FENCED_WHOLE.sub("", note).strip())
+    said = _FENCED_WHOLE.sub("", note).strip()
+    quoted = json.dumps(said, ensure_ascii=False)
+    return _STOP_MARKS.sub(lambda m: quoted if m.group() == STOP_NOTE_JSON_MARK else said, form)
 
 
 def no_json(line: str) -> str:

@@ -30,6 +30,8 @@ BUDGET_PER_RUN = "run"
 BUDGET_PER_CONVERSATION = "conversation"
 BUDGET_PER = (BUDGET_PER_RUN, BUDGET_PER_CONVERSATION)
 STOP_NOTE_MARK = "${note}"  # where a ``stop_answer:`` puts the stop note
+# ... and the stop note as a JSON string (quoted, escaped): a form that is a JSON object
+STOP_NOTE_JSON_MARK = "${note_json}"
 MAX_STOP_ANSWER_CHARS = 4096
 MAX_ACTION_PATTERN_CHARS = 500  # a budgets entry's action_pattern (a regular expression)
 MAX_ACTION_KEY_CHARS = 100  # a budgets entry's action_key (a JSON object's key)
@@ -178,7 +180,8 @@ class Budget:
     # ACTIONS_CODE (an answer's code blocks are: an answer with none is the agent's answer)
     actions: str = ACTIONS_TOOLS
     # ACTS_IN_TEXT: the answer an abort gives them, in the form that ends their task, the
-    # stop note where it says STOP_NOTE_MARK (None: the stop note alone)
+    # stop note where it says STOP_NOTE_MARK, as a JSON string where STOP_NOTE_JSON_MARK
+    # (None: the stop note alone)
     stop_answer: str | None = None
     # ACTIONS_TEXT: the regular expression an answer's action matches (its groups, else the
     # match, are the action; an answer it does not match holds none: the agent's answer).
