@@ -1008,7 +1008,20 @@ async fn handle(
     let reading = Reading(shared.clone());
     let readers = shared.reading.fetch_add(1, Ordering::SeqCst) + 1;
     let full = waits && shared.places.load(Ordering::SeqCst) >= shared.max_concurrent;
-    if readers > shared.max_reading || full {
+    // (a client that waits for `100 Continue` without the token: its 401 before its body,
+    // which Python's door gives, as to one that sent it)
+    let unauthorized = waits
+        && shared
+            .admission
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|admission| {
+                admit::wrong_token(&admission.settings, &parts.uri.to_string(), &parts.headers)
+            });
+    if unauthorized {
+        refusal = "unauthorized";
+    } else if readers > shared.max_reading || full {
         refusal = if full { "overloaded" } else { "reading" };
         if !waits {
             // its body read and dropped first (at most `max_body`, within the time a body

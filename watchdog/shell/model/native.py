@@ -511,6 +511,8 @@ class NativeEndpoint:
         headers: CIMultiDict[str] = CIMultiDict(raw_headers)
         wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
         try:
+            # (the relay's ``unauthorized``: a wrong token that waits for ``100 Continue``,
+            # its body unsent: refused here by the door, as with its body)
             target, agent = door(method, target, headers, proxy.token)
             wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
             if refusal == "overloaded":

@@ -1023,12 +1023,14 @@ class ModelProxy:
     # -- bits -----------------------------------------------------------------------------------
 
     async def _expect(self, request: web.Request) -> web.StreamResponse | None:
-        """``Expect: 100-continue``: a body longer than taken, or one that comes when every
-        place is taken now (or as many bodies are being read as are taken), is refused before
-        it is sent (as the compiled relay does), else the client is told to go on. Any other
-        expectation is read as none (RFC 9110 §10.1.1 lets a server answer it 417; the
-        compiled relay does not), and the header is not passed on."""
+        """``Expect: 100-continue``: a request the door refuses (the gateway's token missing
+        or wrong: its 401, as without ``Expect``), a body longer than taken, or one that comes
+        when every place is taken now (or as many bodies are being read as are taken), is
+        refused before it is sent (as the compiled relay does), else the client is told to go
+        on. Any other expectation is read as none (RFC 9110 §10.1.1 lets a server answer it
+        417; the compiled relay does not), and the header is not passed on."""
         try:
+            door(request.method, request.raw_path, request.headers, self.token)
             if self.in_flight >= self.config.model_max_concurrent:
                 raise self.overloaded(self.in_flight)
             if self.reading >= self.max_reading:
