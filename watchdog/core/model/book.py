@@ -78,7 +78,7 @@ from typing import Any, cast
 
 from watchdog.core.bounds import MAX_STOP_ANSWERS
 from watchdog.core.model.failure import looks_failed, refusal_of
-from watchdog.core.model.steer import answer_of, closing_call, is_answer_tool
+from watchdog.core.model.steer import answer_of, closing_call, is_answer_tool, runs_beside
 from watchdog.core.model.wire import (
     CONVERSATION_ANCHOR,
     Observation,
@@ -282,6 +282,9 @@ class EndpointRun:
     # ... the tools whose action is the agent's answer (a rule pack's ``answer_tools``:
     # Langroid's ``done_tool``): an answer whose actions are all theirs is the run's answer
     answer_tools: tuple[str, ...] = ()
+    # ... whether it runs the calls asked beside its answer's (its rule pack's
+    # ``work_beside_answer``; None: as the answer tool's conventions say, :func:`ends_first`)
+    work_beside: str | None = None
     # ... by the code blocks in them (``actions: code``): an answer with none is its answer,
     # which ends the run, as a text answer ends a run whose agent calls tools
     acts_in_code: bool = False
@@ -964,11 +967,13 @@ class ModelBook:
 
     def ran_before_answer(self, state: EndpointRun, handed: list[ToolCall], now_ns: int
                           ) -> list[SpanRecord]:
-        """The work a response asks for beside its agent's finish (:func:`closing_call`):
-        the agent runs it, then ends, so no request brings its results. Each call a record
-        of a tool run by ``now_ns`` (the answer's start: they are booked before it, which
-        ends the run), without a result; none when the agent traces its tools itself."""
-        if state.traced or closing_call(handed, state.answer_tool) is None:
+        """The work a response asks for beside its answer (:func:`closing_call`): the agent
+        runs it, then ends, so no request brings its results. Each call a record of a tool run
+        by ``now_ns`` (the answer's start: they are booked before it, which ends the run),
+        without a result; none when the agent traces its tools itself, or when the answer
+        ends it before the work runs (:func:`ends_first`)."""
+        closing = closing_call(handed, state.answer_tool, state.work_beside)
+        if state.traced or closing is None or not runs_beside(closing, state.work_beside):
             return []
         ran = [self._tool_record(state, call, None, now_ns) for call in handed
                if not is_answer_tool(call.name) and call.name != state.answer_tool]
@@ -1084,7 +1089,7 @@ class ModelBook:
                                        for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
         answer = answer_of(handed, state.answer_tool) if said is None else said
-        closing = closing_call(handed, state.answer_tool)
+        closing = closing_call(handed, state.answer_tool, state.work_beside)
         if closing is not None:  # (its work runs now, counted: :meth:`ran_before_answer`)
             answer = answer_of([closing], state.answer_tool)
         if request.last_is_user and not side:

@@ -70,6 +70,7 @@ from watchdog.core.model.steer import (
     Counts,
     Turn,
     answer_of,
+    closing_call,
     decide,
     finish_call,
 )
@@ -601,6 +602,7 @@ class ModelProxy:
             state.answer_tool = finish.tool if finish is not None and finish.answered_by(
                 tool_parameters(body, finish.tool)) else None
             state.per_conversation = service.per_conversation(run.agent)
+            state.work_beside = service.work_beside_answer(run.agent)
             state.action_key = acting.action_key if acting is not None else None
             state.answer_tools = acting.answer_tools if acting is not None else ()
             return state, decide(counts, service.board(run.key), parsed.instructions,
@@ -985,7 +987,9 @@ class ModelProxy:
         # (a response that broke off handed nothing over: no tool of it runs at the agent;
         # an answer the agent acts on runs there as its actions, one per JSON object with an
         # action_key; a side request's run has the action it quotes still running)
+        # (nor any beside an answer that ends the agent: run and counted, or never run)
         running = len(state.pending) if aside else 0 if seen.broke_off or ran \
+            or closing_call(handed, state.answer_tool, state.work_beside) is not None \
             else len(handed) + (len(record.asked_tools) if record.acted_on else 0)
         for tool in ran:  # (the work its answer came after: run, and counted, before it)
             self._book(Booked(tool, exchange.key, 0), into)
