@@ -392,6 +392,31 @@ def test_a_wrong_token_with_100_continue_is_refused_before_its_body(
     assert [seen.body for seen in upstream.seen] == [body]
 
 
+def test_a_silent_or_idle_connection_is_closed_alike_on_both_relays(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """A connection that sends no request head within ``model_body_timeout`` (here 1 s; at
+    most 10 s for a new connection's first), new or idle after an answer (keep-alive), is
+    closed by either relay at that bound: the aiohttp relay kept an idle one 75 s and a new
+    one 10 s whatever the bound, where the compiled relay kept both to the bound (60 s by
+    default)."""
+    body = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+    with sidecar_for(tmp_path, upstream, model_body_timeout=1.0) as sidecar:
+        host, port = sidecar.server.addresses["model"]
+        for idle in (False, True):
+            with socket.create_connection((host, port), timeout=8) as sock:
+                if idle:
+                    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                                 b"Content-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                    head, answer = read_answer(sock)
+                    assert head.startswith(b"HTTP/1.1 200 ") and answer == COMPLETION, head
+                since = time.monotonic()
+                with contextlib.suppress(ConnectionResetError):  # (closed: its end, or reset)
+                    assert sock.recv(1) == b"", idle
+                waited = time.monotonic() - since
+            assert 0.9 <= waited < 5.0, (idle, waited)
+
+
 def test_http2_prior_knowledge_is_told_http_1_1_is_required(sidecar: RunningServer,
                                                            upstream: RawUpstream) -> None:
     """A client that starts with HTTP/2's preface (prior knowledge) is told in HTTP/2 that the

@@ -1365,6 +1365,8 @@ const READING_PER_PLACE: usize = 2;
 const RESERVED_AHEAD: usize = 1 << 20;
 
 const DRAIN_READ: Duration = Duration::from_secs(1);
+/// The time a new connection has to begin its first request (the Python relay's).
+const FIRST_REQUEST: Duration = Duration::from_secs(10);
 
 /// A body read whole that failed once the upstream had answered: its kind (`Event::Failed`).
 fn body_failure(error: &reqwest::Error) -> (&'static str, String) {
@@ -2412,8 +2414,12 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, stop: Arc
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         tokio::spawn(async move {
-            // a connection that sends nothing is closed as an idle one is (below)
-            let first = tokio::time::timeout(shared.body_timeout, prior_knowledge(&stream));
+            // a connection that sends nothing is closed within the Python relay's bound
+            // (`connections.FIRST_REQUEST_TIMEOUT`), or as an idle one is (below) if sooner
+            let first = tokio::time::timeout(
+                shared.body_timeout.min(FIRST_REQUEST),
+                prior_knowledge(&stream),
+            );
             let Ok(http2) = first.await else { return };
             if http2 {
                 refuse_http2(stream).await;

@@ -69,9 +69,17 @@ class _ModelRequests(QuietRefusals):
 
 class Http1Runner(QuietRunner):
     """aiohttp's runner whose connections refuse HTTP/2 prior knowledge as HTTP/2 does, and
-    what its parser refuses in the model API's error shape."""
+    what its parser refuses in the model API's error shape; one that sends no request head
+    within ``first_request_timeout`` seconds is closed (the compiled relay's bound)."""
 
     handler = _ModelRequests
+
+    def __init__(self, app: web.Application, *, first_request_timeout: float,
+                 **options: Any) -> None:
+        super().__init__(app, **options)
+        self.handler = cast(type[_ModelRequests], type(
+            "_ModelRequestsTimed", (_ModelRequests,),
+            {"__slots__": (), "first_request_timeout": first_request_timeout}))
 
     def wrap(self, handler: RequestHandler) -> asyncio.Protocol:
         return Http1Only(handler)
