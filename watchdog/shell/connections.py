@@ -44,8 +44,10 @@ def parser_refusal(error: BaseException | None) -> str:
     return said or (type(error).__name__ if error is not None else "malformed HTTP request")
 
 
-def close_if_silent(handler: RequestHandler, seconds: float = FIRST_REQUEST_TIMEOUT) -> None:
-    """``handler``'s connection closed past ``seconds`` with no request head."""
+def close_if_silent(handler: RequestHandler, bound: float | None = None) -> None:
+    """``handler``'s connection closed past :data:`FIRST_REQUEST_TIMEOUT` (or ``bound``, if
+    shorter) with no request head."""
+    seconds = FIRST_REQUEST_TIMEOUT if bound is None else min(FIRST_REQUEST_TIMEOUT, bound)
     handler._loop.call_later(seconds, _silent, handler)
 
 
@@ -56,15 +58,15 @@ def _silent(handler: RequestHandler) -> None:
 
 class QuietRefusals(RequestHandler):
     """aiohttp's connection handler, saying what its parser refused without the bytes, and
-    closing a connection that sends no request (:func:`close_if_silent`) within
-    ``first_request_timeout`` seconds."""
+    closing a connection that sends no request (:func:`close_if_silent`; within
+    ``first_request_bound`` seconds, if shorter)."""
 
     __slots__ = ()
-    first_request_timeout = FIRST_REQUEST_TIMEOUT
+    first_request_bound: float | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        close_if_silent(self, self.first_request_timeout)
+        close_if_silent(self, self.first_request_bound)
 
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:

@@ -37,7 +37,7 @@ from watchdog.shell import open_files
 from watchdog.shell.api.app import ApiRunner, create_app
 from watchdog.shell.clock import Clock, SystemClock
 from watchdog.shell.config import OFF, Config, split_address
-from watchdog.shell.connections import FIRST_REQUEST_TIMEOUT, QuietRunner
+from watchdog.shell.connections import QuietRunner
 from watchdog.shell.directives.hub import Hub
 from watchdog.shell.directives.outbox import OUTCOMES as OUTBOX_OUTCOMES
 from watchdog.shell.directives.outbox import Outbox
@@ -236,7 +236,7 @@ class Server:
                     "model", config.model_address, proxy.app(), make_runner=Http1Runner,
                     handler_cancellation=True, auto_decompress=False,
                     keepalive_timeout=config.model_body_timeout,
-                    first_request_timeout=min(FIRST_REQUEST_TIMEOUT, config.model_body_timeout),
+                    first_request_bound=config.model_body_timeout,
                     # (aiohttp reads 0 as no bound at all)
                     shutdown_timeout=max(config.model_shutdown_grace, MIN_GRACE))
         loops = [("state_flush", config.state_flush_interval, self._flush),
