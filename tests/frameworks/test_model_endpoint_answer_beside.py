@@ -41,12 +41,6 @@ budgets:
 
 
 @pytest.fixture(scope="module")
-def llm() -> Iterator[FakeLLM]:
-    with FakeLLM() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def budgeted(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
              model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
     yield from start_sidecar(tmp_path_factory.mktemp("beside"), llm, PACK, model_relay)
