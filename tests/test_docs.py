@@ -136,6 +136,10 @@ failing on a changed block. The kinds:
     set (``tests/frameworks/test_model_endpoint_langroid.py``'s ``settings``), the sidecar's
     default model endpoint with ``/agent/langroid/`` in place of the test's, its model
     ``gpt-4.1``.
+``praisonai-env``
+    PraisonAI Agents' environment, ``NAME=VALUE`` lines: exactly what its tests set
+    (``tests/frameworks/test_model_endpoint_praisonai.py``'s ``pointed``), the sidecar's
+    default model endpoint, the agent ``praisonai``.
 ``agentscope-config``
     AgentScope's model in Python, ``import os``, its imports of ``OpenAICredential`` and
     ``OpenAIChatModel``, then ``credential = OpenAICredential(api_key=os.environ[...], ...)``
@@ -143,6 +147,13 @@ failing on a changed block. The kinds:
     literals: exactly what its tests set (``tests/frameworks/test_model_endpoint_agentscope.py``'s
     ``settings``), the sidecar's default model endpoint with ``/agent/agentscope/`` in place of
     the test's, its model ``gpt-4.1``.
+``camel-config``
+    CAMEL-AI's model in Python, ``import os``, its imports of ``ModelFactory`` and
+    ``ModelPlatformType``, then ``model = ModelFactory.create(...)`` on
+    ``ModelPlatformType.OPENAI_COMPATIBLE_MODEL`` with ``api_key=os.environ[...]``, the other
+    keyword arguments literals: exactly what its tests set
+    (``tests/frameworks/test_model_endpoint_camel.py``'s ``settings``), the sidecar's default
+    model endpoint with ``/agent/camel/`` in place of the test's, its model ``gpt-4.1``.
 ``codex-config``
     The OpenAI Codex CLI's ``config.toml`` (TOML): a model provider it selects must be the
     sidecar's model endpoint (``base_url`` ``http://127.0.0.1:9478/v1``) on the Responses API
@@ -198,7 +209,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
          "crush-config", "continue-config", "cline-settings",
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
-         "agentscope-config", "llamaindex-ts-config"}
+         "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -843,6 +854,13 @@ def check_langchaingo_env(block: Block, stack: Stack, state: DocState) -> None:
     assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "langchaingo"), block.where
 
 
+def check_praisonai_env(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_praisonai import pointed
+
+    shown = dict(line.split("=", 1) for line in block.text.split("\n") if line.strip())
+    assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "praisonai"), block.where
+
+
 def check_eino_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_eino import AGENT_DIR, pointed
 
@@ -920,6 +938,28 @@ def check_agentscope_config(block: Block, stack: Stack, state: DocState) -> None
         block.where
     assert shown["model"].pop("credential", None) == "credential", block.where
     assert shown == settings(f"http://{MODEL_ENDPOINT_DEFAULT}/agent/agentscope/v1",
+                             "gpt-4.1"), block.where
+
+
+def check_camel_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_camel import settings
+
+    *imports, line = ast.parse(block.text).body
+    assert [ast.unparse(statement) for statement in imports] == [
+        "import os", "from camel.models import ModelFactory",
+        "from camel.types import ModelPlatformType"], block.where
+    assert isinstance(line, ast.Assign) and isinstance(line.value, ast.Call), block.where
+    assert ast.unparse(line.value.func) == "ModelFactory.create" and not line.value.args, \
+        block.where
+    assert [ast.unparse(target) for target in line.targets] == ["model"], block.where
+    shown = {keyword.arg: ast.unparse(keyword.value)
+             if keyword.arg in ("api_key", "model_platform")
+             else ast.literal_eval(keyword.value)
+             for keyword in line.value.keywords if keyword.arg is not None}
+    assert shown.pop("api_key", None) == "os.environ['OPENAI_API_KEY']", block.where
+    assert shown.pop("model_platform", None) == "ModelPlatformType.OPENAI_COMPATIBLE_MODEL", \
+        block.where
+    assert shown == settings(f"http://{MODEL_ENDPOINT_DEFAULT}/agent/camel/v1",
                              "gpt-4.1"), block.where
 
 
@@ -1015,11 +1055,13 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "continue-config": check_continue_config,
     "cline-settings": check_cline_settings,
     "langchaingo-env": check_langchaingo_env,
+    "praisonai-env": check_praisonai_env,
     "eino-config": check_eino_config,
     "aider-command": check_aider_command,
     "open-interpreter-settings": check_open_interpreter_settings,
     "langroid-config": check_langroid_config,
     "agentscope-config": check_agentscope_config,
+    "camel-config": check_camel_config,
     "llamaindex-ts-config": check_llamaindex_ts_config,
 }
 assert set(CHECKS) == KINDS
@@ -1135,6 +1177,8 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
                         'handle_llm_no_tool="user"'),
     "agentscope-config": (DOCS / "agents.md", "/agent/agentscope/v1", "/agent/agentscope/v2"),
     "llamaindex-ts-config": (DOCS / "agents.md", "/agent/llamaindex/v1", "/agent/llamaindex/v2"),
+    "camel-config": (DOCS / "agents.md", "/agent/camel/v1", "/agent/camel/v2"),
+    "praisonai-env": (DOCS / "agents.md", "/agent/praisonai/v1", "/agent/praisonai/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

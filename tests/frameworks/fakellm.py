@@ -16,8 +16,10 @@ Anthropic's Messages API, ``POST /v1/messages`` (plain and streamed: ``tool_use`
 blocks, ``stop_reason`` ``tool_use`` / ``end_turn``) and Google's Gemini API,
 ``POST /v1beta/models/MODEL:generateContent`` and ``:streamGenerateContent`` (``?alt=sse``:
 ``functionCall`` parts, the model named by the path), from the same scripts;
-the same paths without ``/v1`` too, for clients configured without it. Each request's raw body and
-headers are recorded too (:meth:`FakeLLM.raw_requests`, :meth:`FakeLLM.request_headers`).
+the same paths without ``/v1`` too, for clients configured without it. A step may be an error
+instead (``Step(status=429)``: that status, an OpenAI-shaped error body, ``retry-after-ms``).
+Each request's raw body and headers are recorded too (:meth:`FakeLLM.raw_requests`,
+:meth:`FakeLLM.request_headers`).
 Standard library only: it runs inside the test process, whatever venv the framework lives in.
 """
 
@@ -55,6 +57,9 @@ class Step:
     # streamed: each newline a chunk of its own besides each word, as a model's tokens come
     # (an agent that parses code fences as they stream, Open Interpreter's, reads them so)
     lines_apart: bool = False
+    # an error in place of a response: this HTTP status, an OpenAI-shaped error body, and
+    # ``retry-after-ms: 1`` (a rate limit or an overload a client retries at once)
+    status: int | None = None
 
     @property
     def finish(self) -> str:
@@ -533,9 +538,12 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-        def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+        def _send_json(self, status: int, payload: dict[str, Any],
+                       headers: dict[str, str] | None = None) -> None:
             data = json.dumps(payload).encode()
             self.send_response(status)
+            for header, value in (headers or {}).items():
+                self.send_header(header, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -588,6 +596,11 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 return
             if model.on_request is not None:
                 model.on_request(len(llm.requests(str(body.get("model")))) - 1)
+            if step.status is not None:
+                self._send_json(step.status, {"error": {
+                    "message": f"fakellm: scripted {step.status}", "type": "rate_limit_error",
+                    "code": "rate_limit_exceeded"}}, {"retry-after-ms": "1"})
+                return
             if model.delay:
                 time.sleep(model.delay)
             response_id = llm.next_id()

@@ -8,7 +8,8 @@ Langfuse's docs set it up), LangChain's
 smolagents, AutoGen AgentChat, Agno (Chat Completions and
 Responses), LlamaIndex's ``FunctionAgent``, Strands, google-adk (``LiteLlm``, ``OpenAILlm``,
 ``OpenAIResponsesLlm``), LiteLLM's SDK (``litellm.completion``), Haystack's ``Agent``, AG2's
-``Agent``, an Apache Burr state machine, AgentScope's ``Agent``, Griptape's ``Agent`` and
+``Agent``, an Apache Burr state machine, AgentScope's ``Agent``, CAMEL-AI's ``ChatAgent``,
+Griptape's ``Agent`` and
 Semantic Kernel's ``ChatCompletionAgent`` (and DSPy's ReAct, whose tools are text: its own
 tests at the end), each in its framework's venv
 (``drivers/endpoint_*.py``); the Go agents on the official SDKs (``go/``: ``openai-go``,
@@ -160,6 +161,9 @@ AGENTS = [
     # AgentScope 2's Agent on its OpenAIChatModel (openai.AsyncClient), whole and streamed
     *(Agent("agentscope", "endpoint_agentscope", mode) for mode in ("run", "stream")),
     Agent("haystack", "endpoint_haystack", "stream"),
+    # CAMEL-AI's ChatAgent on its OpenAI model: step and astep, whole and streamed
+    *(Agent("camel", "endpoint_camel", mode) for mode in (
+        "step", "step_stream", "astep", "astep_stream")),
     Agent("semantic_kernel", "endpoint_semantic_kernel", "invoke", tool="Files-search"),
     Agent("semantic_kernel", "endpoint_semantic_kernel", "stream", tool="Files-search"),
     *(Agent("go", "endpoint_go", mode) for mode in (
@@ -196,6 +200,9 @@ AGENTS = [
     *(Agent("ts", "endpoint_voltagent", mode) for mode in ("responses", "chat_stream")),
     # Griptape's Agent on OpenAiChatPromptDriver (its tool Files, activity search)
     Agent("griptape", "endpoint_griptape", "run", tool="Files_search"),
+    # PraisonAI Agents' Agent on its default client (the openai client; streamed, it runs one
+    # round of tools only: test_model_endpoint_praisonai)
+    Agent("praisonai", "endpoint_praisonai", "start"),
 ]
 # the loop scenario once per framework and API (its stream variants steer the same way)
 LOOPING = [agent for agent in AGENTS if not agent.mode.endswith("stream")]

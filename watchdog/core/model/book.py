@@ -298,6 +298,10 @@ class EndpointRun:
     # ... the digest of the instructions of the request that answer came to: a reply under
     # other instructions is another agent's turn (a pipeline's next agent), never a rejection
     ending_prompt: str | None = None
+    # ... that answer's words, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS): a reply at
+    # once that begins the conversation again and quotes them in a new user message is the
+    # agent's own (:func:`begins_again_quoting`)
+    ending_words: str | None = None
     # its budget covers its whole conversation (a rule pack's ``budget_per: conversation``):
     # every new user message in it goes on in the run (:func:`goes_on_in_conversation`)
     per_conversation: bool = False
@@ -652,7 +656,9 @@ class ModelBook:
                                   or self._follows(state, request)):
             self._conversations.move_to_end(digest)  # (its agent did not take the stop)
             return self._touch(state)
-        if state is not None and goes_on_in_conversation(state, request):
+        if state is not None and (goes_on_in_conversation(state, request) or (
+                self._now_ns is not None
+                and begins_again_quoting(state, request, self._now_ns, self.at_once_ns))):
             self._conversations.move_to_end(digest)
             return self._in_conversation(state)
         if state is not None and (goes_on_from_aside(state, request) or (
@@ -1126,6 +1132,9 @@ class ModelBook:
                 if state.answered_last and (answer is None or said is not None) else None
             state.ending_prompt = _said_digest(request.instructions) \
                 if state.answered_last else None
+            words = " ".join(seen.text.split()) if state.answered_last else ""
+            state.ending_words = words[:MAX_ASIDE_CHARS] \
+                if len(words) >= MIN_ASIDE_CHARS else None
         waiting = state.begun if broke else state.pending
         for call in work:
             waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS \
@@ -1506,6 +1515,23 @@ def rejects_answer(state: EndpointRun, request: Request, now_ns: int,
         and request.messages > state.messages and 0 <= now_ns - state.last_end_ns < window_ns \
         and answer_digest(request.last_answer) != state.ending \
         and _said_digest(request.instructions) == state.ending_prompt
+
+
+def begins_again_quoting(state: EndpointRun, request: Request, now_ns: int,
+                         window_ns: int = AT_ONCE_NS) -> bool:
+    """Whether ``request`` begins the conversation of ``state``'s run again (no model answer
+    in it) with a new user message after the first that quotes the text answer that ended the
+    run (:attr:`EndpointRun.ending_words`, spacing aside), less than ``window_ns`` after it,
+    under the instructions that answer came to: the agent's own reply to its answer, on the
+    run's first messages alone (PraisonAI's self-reflection: "Reflect on your previous
+    response: '<the answer>'", then its regeneration with its tools). It goes on in the run,
+    or gets its stop if the run is over by its budget or a stop. Another invocation that begins
+    as the run began holds no quote of its answer after its first message."""
+    quote = state.ending_words
+    return quote is not None and request.last_is_user and not request.kept \
+        and request.last_answer is None and 0 <= now_ns - state.last_end_ns < window_ns \
+        and _said_digest(request.instructions) == state.ending_prompt \
+        and any(quote in " ".join(text.split()) for text in request.said[1:MAX_SIDE_SAID])
 
 
 def goes_on_in_conversation(state: EndpointRun, request: Request) -> bool:
