@@ -947,8 +947,8 @@ def test_a_connection_that_sends_no_request_is_closed(tmp_path: Path, relay: str
     """A connection to an HTTP port that sends nothing (or half a head) is closed once
     ``FIRST_REQUEST_TIMEOUT`` has passed: each held a file for an hour (aiohttp's keep-alive),
     and a few thousand took every file the listeners accept with. One that has sent a request
-    stays open for the next (keep-alive). The compiled relay closes its own (at
-    ``model_body_timeout``)."""
+    stays open for the next (keep-alive). The compiled relay closes its own (at 10 s, or
+    ``model_body_timeout`` if shorter)."""
     monkeypatch.setattr("watchdog.shell.connections.FIRST_REQUEST_TIMEOUT", 0.2)
     config = sidecar_config(tmp_path / "state", model_address="127.0.0.1:0",
                             model_upstream="http://127.0.0.1:9/v1", model_relay=relay)

@@ -22,7 +22,13 @@ from watchdog.core.model.book import AT_ONCE_NS, MAX_CHAINED_RUNS, Caller, Model
 from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
-from watchdog.core.model.steer import answer_of, closing_call, finish_call
+from watchdog.core.model.steer import (
+    answer_of,
+    closing_call,
+    finish_call,
+    kept_calls,
+    runs_beside,
+)
 from watchdog.core.model.wire import (
     Observation,
     Request,
@@ -31,7 +37,7 @@ from watchdog.core.model.wire import (
     read_stream,
     tool_parameters,
 )
-from watchdog.core.rules.model import Finish
+from watchdog.core.rules.model import WORK_BESIDE_RUN, WORK_BESIDE_SKIPPED, Finish
 from watchdog.core.rules.pack import RulePackError, load_text
 
 SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
@@ -110,6 +116,29 @@ def test_a_finish_that_carries_only_the_report_delivers_the_answer() -> None:
     assert closing_call([work, said], "exit") is said
     assert closing_call([said], "exit") is None and closing_call([work, said], None) is None
     assert closing_call([work], "exit") is None
+    # ... kept beside the work the budget allows, never counted as one of the calls left
+    more = ToolCall("c3", "add", json.dumps({"a": 3, "b": 4}))
+    assert kept_calls([said, work, more], 1, "exit") == [said, work]
+    assert kept_calls([work, more, said], 0, "exit") == [said]
+    assert kept_calls([said, work, more], 1) == [said]  # (another request's: work)
+
+
+def test_a_final_answer_tool_beside_work_ends_the_agent_as_its_conventions_or_pack_say(
+        ) -> None:
+    """pydantic-ai's output tool ends its agent before the calls beside it run (its default
+    ``end_strategy="early"``: ``answer_ends_first``); its pack's ``work_beside_answer`` says
+    otherwise (``exhaustive``). smolagents' ``final_answer`` beside work is refused by its
+    agent, which goes on: not the answer, unless its pack says how its agent ends."""
+    work = ToolCall("c1", "search", "{}")
+    result = ToolCall("c2", "final_result", json.dumps({"answer": "done"}))
+    final = ToolCall("c3", "final_answer", json.dumps({"answer": "done"}))
+    assert closing_call([work, result], None) is result
+    assert not runs_beside(result) and runs_beside(result, WORK_BESIDE_RUN)
+    assert closing_call([work, final], None) is None
+    assert closing_call([work, final], None, WORK_BESIDE_SKIPPED) is final
+    assert runs_beside(final) and not runs_beside(final, WORK_BESIDE_SKIPPED)
+    exit_ = ToolCall("c4", "exit", json.dumps({"final_result": "done"}))
+    assert runs_beside(closing_call([work, exit_], "exit") or work)  # (adk's)
 
 
 def test_it_is_the_answer_only_where_the_request_offers_it_as_the_finish_takes_it() -> None:

@@ -290,16 +290,23 @@ def test_the_next_question_at_once_after_the_finish_is_the_next_run(
 
 
 @STREAMS
-def test_trimmed_to_the_calls_left_the_finish_counts_as_one_of_them(
+@APIS
+@pytest.mark.parametrize("asked", [("exit", "add"), ("add", "add", "exit")],
+                         ids=["exit-first", "exit-last"])
+def test_trimmed_to_the_calls_left_the_finish_is_kept_beside_the_work(
         sidecar: RunningServer, llm: FakeLLM, model_relay: str,  # noqa: F811
-        stream: bool) -> None:
-    """Known gap (docs/agents.md): a budget of 1, the model asks for ``exit`` then ``add``: the
-    trim keeps ``exit`` alone (only the conventions' final-answer tools are never trimmed),
-    so the agent ends without the work the model asked for beside it."""
-    agent = f"exit-final-trim-{model_relay}-{stream}"
-    model = llm.script(agent, lambda _index, _body: Step(tool_calls=(
-        ToolCall("exit", {"final_result": DONE}), ToolCall("add", {"a": 1, "b": 101}))))
-    assert agent_loop(sidecar, "chat", model, agent, "own", stream) == (DONE, [])
+        asked: tuple[str, ...], api: str, stream: bool) -> None:
+    """A budget of 1, the model asks for ``exit`` beside more work than is left: the trim
+    keeps the work the budget allows and ``exit`` (an answer, not work), so the agent runs
+    one ``add`` and ends with the answer. Before, ``exit`` counted as one of the calls left:
+    asked first, it was kept alone (the agent ended without the work); asked last, it was
+    trimmed (the run went on past its answer)."""
+    agent = f"exit-final-trim-{model_relay}-{api}-{stream}-{len(asked)}"
+    calls = tuple(ToolCall("exit", {"final_result": DONE}) if name == "exit"
+                  else ToolCall("add", {"a": 1, "b": 101}) for name in asked)
+    model = llm.script(agent, lambda _index, _body: Step(tool_calls=calls))
+    assert agent_loop(sidecar, api, model, agent, "own", stream) == (DONE, ["add"])
+    assert len(llm.requests(model)) == 1
     run = the_ended_run(sidecar, agent)
-    assert (run["tool_calls"], run["terminal_state"], run["final_output"]) == (
-        0, "completed", DONE), run
+    assert (run["tool_calls"], run["final_output"], run["signals"]["tools"]) == (
+        1, DONE, {"add": 1}), run

@@ -352,6 +352,71 @@ def test_a_body_longer_than_taken_is_refused_before_it_is_sent(tmp_path: Path,
     assert upstream.seen == []
 
 
+def test_a_wrong_token_with_100_continue_is_refused_before_its_body(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """``Expect: 100-continue`` with the gateway's token missing or wrong (its header, or the
+    path's ``/token/<token>/``): both relays answer the 401 at once, never ``100 Continue``
+    first (its body would be sent for nothing), the same answer as the request gets without
+    ``Expect`` once its body is in; never echoed. With the right token, ``100 Continue``."""
+    token = "t0ken-for-the-model-endpoint-1234"
+    body = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+    config = sidecar_config(tmp_path / "state", model_address="0.0.0.0:0", api_token=token,
+                            model_upstream=upstream.base + "/v1")
+    with running_server(config) as sidecar:
+        host, port = sidecar.server.addresses["model"]
+        for target, given in (("/v1/chat/completions", ""),
+                              ("/v1/chat/completions", "x-watchdog-token: wrong\r\n"),
+                              ("/token/wrong/agent/bot/v1/chat/completions", "")):
+            start = (f"POST {target} HTTP/1.1\r\nHost: x\r\n{given}"
+                     "Content-Type: application/json\r\n").encode()
+            length = b"Content-Length: %d\r\n\r\n" % len(body)
+            with socket.create_connection((host, port), timeout=5) as sock:
+                sock.sendall(start + b"Expect: 100-continue\r\n" + length)
+                head, answer = read_answer(sock)
+            assert head.startswith(b"HTTP/1.1 401 "), (target, given, head)
+            with socket.create_connection((host, port), timeout=5) as sock:
+                sock.sendall(start + length + body)
+                plain_head, plain = read_answer(sock)
+            assert plain_head.startswith(b"HTTP/1.1 401 ") and answer == plain, (answer, plain)
+            assert json.loads(answer)["error"]["code"] == "unauthorized"
+            assert token.encode() not in head + answer
+        with socket.create_connection((host, port), timeout=5) as sock:
+            sock.sendall(f"POST /token/{token}/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                         "Content-Type: application/json\r\nExpect: 100-continue\r\n"
+                         f"Content-Length: {len(body)}\r\n\r\n".encode())
+            interim, rest = read_head(sock)
+            assert interim.startswith(b"HTTP/1.1 100 ") and rest == b"", (interim, rest)
+            sock.sendall(body)
+            head, answer = read_answer(sock)
+            assert head.startswith(b"HTTP/1.1 200 ") and answer == COMPLETION, head
+    assert [seen.body for seen in upstream.seen] == [body]
+
+
+def test_a_silent_or_idle_connection_is_closed_alike_on_both_relays(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """A connection that sends no request head within ``model_body_timeout`` (here 1 s; at
+    most 10 s for a new connection's first), new or idle after an answer (keep-alive), is
+    closed by either relay at that bound: the aiohttp relay kept an idle one 75 s and a new
+    one 10 s whatever the bound, where the compiled relay kept both to the bound (60 s by
+    default)."""
+    body = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+    with sidecar_for(tmp_path, upstream, model_body_timeout=1.0) as sidecar:
+        host, port = sidecar.server.addresses["model"]
+        for idle in (False, True):
+            with socket.create_connection((host, port), timeout=8) as sock:
+                if idle:
+                    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                                 b"Content-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                    head, answer = read_answer(sock)
+                    assert head.startswith(b"HTTP/1.1 200 ") and answer == COMPLETION, head
+                since = time.monotonic()
+                with contextlib.suppress(ConnectionResetError):  # (closed: its end, or reset)
+                    assert sock.recv(1) == b"", idle
+                waited = time.monotonic() - since
+            assert 0.9 <= waited < 5.0, (idle, waited)
+
+
 def test_http2_prior_knowledge_is_told_http_1_1_is_required(sidecar: RunningServer,
                                                            upstream: RawUpstream) -> None:
     """A client that starts with HTTP/2's preface (prior knowledge) is told in HTTP/2 that the

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from watchdog.core.model.book import (
     MAX_ACTING_PER_AGENT,
     MAX_PENDING_CALLS,
@@ -427,6 +429,16 @@ def test_the_stop_answer_takes_the_packs_form_with_no_action_but_its_own() -> No
     note = "Stopped: a loop.\n\nLast answer:\n```bash\nrm -rf build\n```\nthen more."
     assert text_stop_answer(form, note) == \
         "Stopped: a loop.\n\nLast answer:\n\nthen more.\n\n```bash\nsubmit\n```"
+
+
+def test_a_json_stop_answer_takes_the_note_as_a_json_string() -> None:
+    """``${note_json}``: the note quoted and escaped, so a form that is a JSON object stays
+    one whatever the note holds (quotes, lines, a mark of its own); ``"${note}"`` would not."""
+    form = '{"request": "done_tool", "content": ${note_json}}'
+    note = 'Stopped: "a loop".\n\nLast step: echo "${note}" ${note_json} \\ done'
+    assert json.loads(text_stop_answer(form, note)) == {"request": "done_tool", "content": note}
+    with pytest.raises(ValueError):
+        json.loads(text_stop_answer('{"content": "${note}"}', note))
 
 
 def test_a_stop_notes_steps_quote_no_json_object_an_agent_acting_in_text_would_run() -> None:

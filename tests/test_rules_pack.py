@@ -861,3 +861,36 @@ budgets:
     """)
     assert problems(path) == [
         f"{path}:7: budgets: budget_per: 'session' is not run or conversation"]
+
+
+def test_an_entry_may_say_whether_its_agent_runs_the_work_beside_its_answer(
+        tmp_path: Path) -> None:
+    """``work_beside_answer: run`` or ``skipped`` (default: as the answer tool's conventions
+    say), with no limit needed, for agents that act by tool calls; any other value, or an
+    entry whose agents act in text, is refused with the key."""
+    ruleset = load_text(HEADER + """\
+budgets:
+  - agents: ["exhaustive-*"]
+    work_beside_answer: run
+  - agents: ["smol-*"]
+    max_tool_calls: 5
+    work_beside_answer: skipped
+  - agents: ["*"]
+    max_tool_calls: 5
+""")
+    assert [ruleset.work_beside_answer(agent) for agent in (
+        "exhaustive-a", "smol-b", "other")] == ["run", "skipped", None]
+    assert ruleset.budget_for("exhaustive-a") == {}
+    path = write(tmp_path / "b.yaml", """\
+        budgets:
+          - agents: ["a"]
+            max_tool_calls: 2
+            work_beside_answer: sometimes
+          - agents: ["b"]
+            actions: text
+            work_beside_answer: run
+    """)
+    assert problems(path) == [
+        f"{path}:7: budgets: work_beside_answer: 'sometimes' is not run or skipped",
+        f"{path}:10: budgets: work_beside_answer: only for agents that act by tool calls "
+        "(for actions: text, answer_tools)"]

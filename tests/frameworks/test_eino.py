@@ -438,6 +438,32 @@ def test_its_exit_asked_beside_work_is_the_runs_answer_after_the_work(
             run["signals"]["tools"]) == (2, 2, "completed", EXITED, {"add": 2}), run
 
 
+def exit_and_more_sums(index: int, body: dict[str, Any]) -> fakellm.Step:
+    """Two sums, then ``exit`` asked first beside two more sums: more than the 1 call left."""
+    if calls_asked(body) >= 2:
+        return fakellm.Step(tool_calls=(fakellm.ToolCall("exit", {"final_result": EXITED}),
+                                        fakellm.ToolCall("add", {"a": 2, "b": 100}),
+                                        fakellm.ToolCall("add", {"a": 3, "b": 100})))
+    return fakellm.call("add", a=index, b=100)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
+def test_its_exit_beside_more_work_than_is_left_keeps_the_work_left(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, stream: bool) -> None:
+    """A budget of 3, 2 used: the model asks for ``exit`` then two sums. The answer is
+    trimmed to the 1 call left and ``exit`` (the answer, not work): Eino runs the third sum,
+    then ends with ``exit``'s ``final_result``. (Before, ``exit`` counted as the call left:
+    the sums were trimmed and the agent ended without the work.)"""
+    before = run_ids(sidecar)
+    it = invoke(sidecar, llm, "eino-exit", exit_and_more_sums, tmp_path, kind="adk",
+                stream=stream, exits=True)
+    assert it.outcomes == [{"output": EXITED, "error": ""}]
+    assert it.ran == added(3) and len(it.requests) == 3
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"], run["final_output"],
+            run["signals"]["tools"]) == (3, "tool_limit_reached", EXITED, {"add": 3}), run
+
+
 def test_its_final_report_is_given_as_its_exit_call(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
     """At the budget, the final request's report reaches the agent as the ``exit`` call its

@@ -54,13 +54,18 @@ budgets:
     actions: text
     action_key: request
     answer_tools: [done_tool]
+  - agents: ["langroid-json-stop"]
+    actions: text
+    action_key: request
+    answer_tools: [done_tool]
+    stop_answer: '{"request": "done_tool", "content": ${note_json}}'
   - agents: ["langroid*"]
     actions: text
     action_key: request
     answer_tools: [done_tool]
 rules:
   - name: two-actions-then-abort
-    agents: ["langroid-abort"]
+    agents: ["langroid-abort", "langroid-json-stop"]
     when: "!run.ended && run.tool_calls >= 2"
     action: abort
     message: "Stopped by the test's rule after 2 actions"
@@ -357,6 +362,29 @@ def test_an_abort_is_answered_with_the_stop_note_which_ends_its_task(
     assert said is not None and "Stopped by the test's rule after 2 actions" in said
     run = the_ended_run(sidecar, before)
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_abort_in_a_json_stop_answer_is_its_done_tools_content(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    """A ``stop_answer`` that is Langroid's ``DoneTool`` as JSON, the stop note as its
+    ``content`` by ``${note_json}``: Langroid parses it and ends its task with the note, whole
+    (its quotes, its lines), as the result. (``"${note}"`` there would be JSON no more: the
+    note has lines, and the model's last answer it quotes has quotes.)"""
+    def pick(index: int, _body: dict[str, Any]) -> fakellm.Step:
+        return act(f'echo "step{index}" >> ran.log', mode)
+
+    before = run_ids(sidecar)
+    said, ran, requests, _ = run_langroid(sidecar, llm, "langroid-json-stop", pick,
+                                          tmp_path, mode, done_tool=True)
+    assert ran == ["step0", "step1"]
+    assert len(requests) == 2
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+    # the note, as the stop answer carried it: the task's result
+    assert said is not None and said.startswith(STOPPED), said
+    assert "Stopped by the test's rule after 2 actions" in said and "\n" in said, said
+    assert '"' in said, said
 
 
 # -- two agents: a lead delegates to a helper ----------------------------------------------------

@@ -44,9 +44,11 @@ def parser_refusal(error: BaseException | None) -> str:
     return said or (type(error).__name__ if error is not None else "malformed HTTP request")
 
 
-def close_if_silent(handler: RequestHandler) -> None:
-    """``handler``'s connection closed past :data:`FIRST_REQUEST_TIMEOUT` with no request head."""
-    handler._loop.call_later(FIRST_REQUEST_TIMEOUT, _silent, handler)
+def close_if_silent(handler: RequestHandler, bound: float | None = None) -> None:
+    """``handler``'s connection closed past :data:`FIRST_REQUEST_TIMEOUT` (or ``bound``, if
+    shorter) with no request head."""
+    seconds = FIRST_REQUEST_TIMEOUT if bound is None else min(FIRST_REQUEST_TIMEOUT, bound)
+    handler._loop.call_later(seconds, _silent, handler)
 
 
 def _silent(handler: RequestHandler) -> None:
@@ -56,13 +58,15 @@ def _silent(handler: RequestHandler) -> None:
 
 class QuietRefusals(RequestHandler):
     """aiohttp's connection handler, saying what its parser refused without the bytes, and
-    closing a connection that sends no request (:func:`close_if_silent`)."""
+    closing a connection that sends no request (:func:`close_if_silent`; within
+    ``first_request_bound`` seconds, if shorter)."""
 
     __slots__ = ()
+    first_request_bound: float | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        close_if_silent(self)
+        close_if_silent(self, self.first_request_bound)
 
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:

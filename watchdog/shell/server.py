@@ -229,9 +229,14 @@ class Server:
             else:
                 from watchdog.shell.model.http1 import Http1Runner
 
+                # (an idle keep-alive connection closed when no request head comes within
+                # model_body_timeout, a new one that sends none within the first request's
+                # bound: the compiled relay's)
                 self._model_runner = await self._start_app(
                     "model", config.model_address, proxy.app(), make_runner=Http1Runner,
                     handler_cancellation=True, auto_decompress=False,
+                    keepalive_timeout=config.model_body_timeout,
+                    first_request_bound=config.model_body_timeout,
                     # (aiohttp reads 0 as no bound at all)
                     shutdown_timeout=max(config.model_shutdown_grace, MIN_GRACE))
         loops = [("state_flush", config.state_flush_interval, self._flush),

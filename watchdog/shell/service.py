@@ -740,6 +740,13 @@ class WatchdogService:
         engine = self.core.engine
         return engine.agent_budget(agent) if engine is not None and agent else {}
 
+    def work_beside_answer(self, agent: str | None) -> str | None:
+        """Whether ``agent`` runs the calls asked beside its answer's, as the rule packs say
+        (``work_beside_answer``), else None (as its framework's conventions say)."""
+        engine = self.core.engine
+        return engine.ruleset.work_beside_answer(agent) if engine is not None and agent \
+            else None
+
     def finish_of(self, agent: str | None) -> Finish | None:
         """The tool call that ends ``agent``'s task, as the rule packs declare it
         (``finish:``), else None."""

@@ -996,6 +996,26 @@ fn sent_headers(headers: &HeaderMap) -> Headers {
 }
 
 /// Equal, in a time that does not depend on where they differ.
+/// Whether a request surely does not carry the endpoint's token (Python's `door` refuses it
+/// 401, once it has the request): the path's `/token/<token>/`, else the token header, ASCII
+/// and not the token. False when this cannot be sure to read them as Python does (a target
+/// `door` here does not read; a token that is not ASCII): Python judges the request.
+pub fn wrong_token(settings: &Settings, target: &str, headers: &HeaderMap) -> bool {
+    let Some((name, token)) = settings.token.as_ref() else {
+        return false;
+    };
+    let Some((_, path_token, _)) = door(target) else {
+        return false;
+    };
+    let given = path_token.map(str::as_bytes).unwrap_or_else(|| {
+        headers
+            .get(name.as_str())
+            .map(|v| v.as_bytes())
+            .unwrap_or(b"")
+    });
+    given.is_ascii() && !same(given, token.as_bytes())
+}
+
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -1034,6 +1054,40 @@ mod tests {
     }
 
     const HOLD: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn a_token_surely_wrong_is_told_before_the_body() {
+        let with_token = Settings {
+            token: Some(("x-watchdog-token".into(), "t0ken".into())),
+            ..settings()
+        };
+        let mut given = HeaderMap::new();
+        given.insert("x-watchdog-token", "t0ken".parse().unwrap());
+        let mut wrong = HeaderMap::new();
+        wrong.insert("x-watchdog-token", "other".parse().unwrap());
+        let none = HeaderMap::new();
+        let chat = "/v1/chat/completions";
+        assert!(!wrong_token(&with_token, chat, &given));
+        assert!(!wrong_token(
+            &with_token,
+            "/token/t0ken/agent/a/v1/chat/completions",
+            &none
+        ));
+        assert!(wrong_token(&with_token, chat, &wrong));
+        assert!(wrong_token(&with_token, chat, &none));
+        assert!(wrong_token(
+            &with_token,
+            "/token/other/v1/chat/completions",
+            &given
+        ));
+        // (what this cannot read as Python does is Python's to judge)
+        assert!(!wrong_token(
+            &with_token,
+            "/token/t0%6Ben/v1/chat/completions",
+            &none
+        ));
+        assert!(!wrong_token(&settings(), chat, &none)); // (no token: none to miss)
+    }
 
     const ANSWERED: &str = r#",{"role":"assistant","content":"done"},
                               {"role":"tool","tool_call_id":"own_1","content":"r"}"#;

@@ -163,6 +163,8 @@ enum Reply {
         /// The instructions the client sent, for those a Responses response echoes (None:
         /// the echo is the client's own).
         echo: Option<serde_json::Value>,
+        /// The tool whose calls are the request's answer, not work: kept beside `keep`.
+        answer: Option<String>,
     },
 }
 
@@ -1074,7 +1076,20 @@ async fn handle(
     let reading = Reading(shared.clone());
     let readers = shared.reading.fetch_add(1, Ordering::SeqCst) + 1;
     let full = waits && shared.places.load(Ordering::SeqCst) >= shared.max_concurrent;
-    if readers > shared.max_reading || full {
+    // (a client that waits for `100 Continue` without the token: its 401 before its body,
+    // which Python's door gives, as to one that sent it)
+    let unauthorized = waits
+        && shared
+            .admission
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|admission| {
+                admit::wrong_token(&admission.settings, &parts.uri.to_string(), &parts.headers)
+            });
+    if unauthorized {
+        refusal = "unauthorized";
+    } else if readers > shared.max_reading || full {
         refusal = if full { "overloaded" } else { "reading" };
         if !waits {
             // its body read and dropped first (at most `max_body`, within the time a body
@@ -1223,6 +1238,7 @@ async fn handle(
                 ahead: (admitted.api == Api::Chat).then_some(admitted.digest),
                 hold: false,
                 echo: None,
+                answer: None,
             }
         }
         (verdict, body, _) => {
@@ -1268,6 +1284,7 @@ async fn handle(
                 ahead,
                 hold,
                 echo,
+                answer,
             } => {
                 ticket.notify = notify;
                 if notify && !ticket.watched {
@@ -1334,7 +1351,16 @@ async fn handle(
                     (_, Some(failure)) => failure,
                     (Ok(upstream), None) => {
                         match relayed(
-                            &shared, upstream, read, ticket, observe, trim, watch, hold, &echo,
+                            &shared,
+                            upstream,
+                            read,
+                            ticket,
+                            observe,
+                            trim,
+                            watch,
+                            hold,
+                            &echo,
+                            answer.as_deref(),
                         )
                         .await
                         {
@@ -1407,6 +1433,8 @@ const READING_PER_PLACE: usize = 2;
 const RESERVED_AHEAD: usize = 1 << 20;
 
 const DRAIN_READ: Duration = Duration::from_secs(1);
+/// The time a new connection has to begin its first request (the Python relay's).
+const FIRST_REQUEST: Duration = Duration::from_secs(10);
 
 /// A body read whole that failed once the upstream had answered: its kind (`Event::Failed`).
 fn body_failure(error: &reqwest::Error) -> (&'static str, String) {
@@ -1561,6 +1589,7 @@ async fn relayed(
     watch: Option<Api>,
     hold: bool,
     echo: &Option<serde_json::Value>,
+    answer: Option<&str>,
 ) -> Result<Response<RelayBody>, Failure> {
     // a body framed two ways (RFC 9112 §6.3: smuggling or splitting): refused, as aiohttp
     // refuses it, never passed on with a length its body does not have
@@ -1669,7 +1698,7 @@ async fn relayed(
             if coding.inflated() {
                 body.inflate = Some(Inflater::new(coding));
             }
-            let mut trim = StreamTrim::new(trim, shared.answers());
+            let mut trim = StreamTrim::new(trim, shared.answers().with(answer));
             trim.echo = echo.clone();
             body.trim = Some(trim);
             body.upstream = Some(upstream.into());
@@ -1728,7 +1757,7 @@ async fn relayed(
             if observe {
                 ticket.observed = Some(Observed::Whole(text.clone())); // (held once)
             }
-            let answers = shared.answers();
+            let answers = shared.answers().with(answer);
             let mut out = match trim::trim_whole_echo(api, &text, keep, &answers, echo.as_ref()) {
                 Ok(Some((changed, trimmed))) => {
                     ticket.changed = trimmed;
@@ -2057,7 +2086,8 @@ impl Relay {
     /// Sends request ``id`` on to ``url``; with ``observe`` the response's bytes come back in
     /// its ``done`` event, which comes with ``notify`` (or ``observe``); ``api`` (chat,
     /// responses, messages) and ``keep`` >= 0: a successful response hands the agent at most
-    /// ``keep`` tool calls (final-answer ones aside), trimmed as the Python relay trims; with
+    /// ``keep`` tool calls (final-answer ones aside, and ``answer_tool``'s: the request's own
+    /// answer), trimmed as the Python relay trims; with
     /// ``keep`` < 0 and ``watch``, a successful stream passes as it comes and its end is told
     /// at its last event; with ``unasked`` (a Chat Completions stream asked for its usage on
     /// the client's behalf: the body without that) the stream passes event by event, its
@@ -2067,8 +2097,8 @@ impl Relay {
     /// observe limit: past it, it passes on as it comes), its ``done`` event then comes with
     /// ``held`` and the relay waits for ``release``.
     #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
-                        api="", keep=-1, watch=false, unasked=None, ahead=None,
-                        hold=false, echo=None))]
+                        api="", keep=-1, answer_tool=None, watch=false, unasked=None,
+                        ahead=None, hold=false, echo=None))]
     #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
@@ -2081,6 +2111,7 @@ impl Relay {
         notify: bool,
         api: &str,
         keep: i64,
+        answer_tool: Option<String>,
         watch: bool,
         unasked: Option<&[u8]>,
         ahead: Option<&str>,
@@ -2140,6 +2171,7 @@ impl Relay {
                 ahead,
                 hold,
                 echo,
+                answer: answer_tool,
             },
         ))
     }
@@ -2511,8 +2543,12 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, stop: Arc
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         tokio::spawn(async move {
-            // a connection that sends nothing is closed as an idle one is (below)
-            let first = tokio::time::timeout(shared.body_timeout, prior_knowledge(&stream));
+            // a connection that sends nothing is closed within the Python relay's bound
+            // (`connections.FIRST_REQUEST_TIMEOUT`), or as an idle one is (below) if sooner
+            let first = tokio::time::timeout(
+                shared.body_timeout.min(FIRST_REQUEST),
+                prior_knowledge(&stream),
+            );
             let Ok(http2) = first.await else { return };
             if http2 {
                 refuse_http2(stream).await;

@@ -47,6 +47,15 @@ pub struct Answers {
 }
 
 impl Answers {
+    /// These and `tool` (a request's own answer: its agent's finish that carries only the
+    /// answer, offered so; Python's `steer.answers`).
+    pub fn with(mut self, tool: Option<&str>) -> Self {
+        if let Some(tool) = tool {
+            self.names.push(tool.to_owned());
+        }
+        self
+    }
+
     fn is_answer(&self, name: Option<&Value>) -> bool {
         match name {
             Some(Value::String(name)) => {

@@ -78,7 +78,7 @@ from typing import Any, cast
 
 from watchdog.core.bounds import MAX_STOP_ANSWERS
 from watchdog.core.model.failure import looks_failed, refusal_of
-from watchdog.core.model.steer import answer_of, closing_call, is_answer_tool
+from watchdog.core.model.steer import answer_of, closing_call, is_answer_tool, runs_beside
 from watchdog.core.model.wire import (
     CONVERSATION_ANCHOR,
     Observation,
@@ -89,7 +89,7 @@ from watchdog.core.model.wire import (
     text_of,
 )
 from watchdog.core.redact import brief, mask
-from watchdog.core.rules.model import STOP_NOTE_MARK
+from watchdog.core.rules.model import STOP_NOTE_JSON_MARK, STOP_NOTE_MARK
 from watchdog.core.spans.record import (
     ENDPOINT_SCOPE,
     MAX_ASKED_TOOLS,
@@ -118,6 +118,7 @@ MAX_JSON_STARTS = 64  # braces of an answer tried that begin no JSON object (an 
 CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})  # no answer: cut short
 _FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)  # a fenced block's content
 _FENCED_WHOLE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
+_STOP_MARKS = re.compile(f"{re.escape(STOP_NOTE_JSON_MARK)}|{re.escape(STOP_NOTE_MARK)}")
 _NO_BRACES = str.maketrans("{}", "()")  # (a stop note's steps for an agent acting in text)
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
 MAX_SIDE_SAID = 8  # the messages of a side request kept (digests) to know what it quoted
@@ -286,6 +287,9 @@ class EndpointRun:
     # ... the tools whose action is the agent's answer (a rule pack's ``answer_tools``:
     # Langroid's ``done_tool``): an answer whose actions are all theirs is the run's answer
     answer_tools: tuple[str, ...] = ()
+    # ... whether it runs the calls asked beside its answer's (its rule pack's
+    # ``work_beside_answer``; None: as the answer tool's conventions say, :func:`ends_first`)
+    work_beside: str | None = None
     # ... by the code blocks in them (``actions: code``): an answer with none is its answer,
     # which ends the run, as a text answer ends a run whose agent calls tools
     acts_in_code: bool = False
@@ -978,11 +982,13 @@ class ModelBook:
 
     def ran_before_answer(self, state: EndpointRun, handed: list[ToolCall], now_ns: int
                           ) -> list[SpanRecord]:
-        """The work a response asks for beside its agent's finish (:func:`closing_call`):
-        the agent runs it, then ends, so no request brings its results. Each call a record
-        of a tool run by ``now_ns`` (the answer's start: they are booked before it, which
-        ends the run), without a result; none when the agent traces its tools itself."""
-        if state.traced or closing_call(handed, state.answer_tool) is None:
+        """The work a response asks for beside its answer (:func:`closing_call`): the agent
+        runs it, then ends, so no request brings its results. Each call a record of a tool run
+        by ``now_ns`` (the answer's start: they are booked before it, which ends the run),
+        without a result; none when the agent traces its tools itself, or when the answer
+        ends it before the work runs (:func:`ends_first`)."""
+        closing = closing_call(handed, state.answer_tool, state.work_beside)
+        if state.traced or closing is None or not runs_beside(closing, state.work_beside):
             return []
         ran = [self._tool_record(state, call, None, now_ns) for call in handed
                if not is_answer_tool(call.name) and call.name != state.answer_tool]
@@ -1098,7 +1104,7 @@ class ModelBook:
                                        for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
         answer = answer_of(handed, state.answer_tool, seen.text) if said is None else said
-        closing = closing_call(handed, state.answer_tool)
+        closing = closing_call(handed, state.answer_tool, state.work_beside)
         if closing is not None:  # (its work runs now, counted: :meth:`ran_before_answer`)
             answer = answer_of([closing], state.answer_tool)
         if request.last_is_user and not side:
@@ -1389,10 +1395,14 @@ def goes_on_from_stop(state: EndpointRun, request: Request) -> bool:
 def text_stop_answer(form: str, note: str) -> str:
     """The stop answer of a run whose agent acts on its answers' text: ``form`` (its rule
     pack's ``stop_answer``, the form that ends the agent's task) with the stop note where it
-    says STOP_NOTE_MARK. The note's own fenced blocks are left out (the model's last answer,
+    says STOP_NOTE_MARK, and as a JSON string (quoted, escaped: a form that is a JSON object,
+    which the agent parses) where it says STOP_NOTE_JSON_MARK; in one pass, so a mark the note
+    holds stays its text. The note's own fenced blocks are left out (the model's last answer,
     when it is the run's report, may hold one): the agent must find no action but the
     form's."""
-    return form.replace(STOP_NOTE_MARK, _FENCED_WHOLE.sub("", note).strip())
+    said = _FENCED_WHOLE.sub("", note).strip()
+    quoted = json.dumps(said, ensure_ascii=False)
+    return _STOP_MARKS.sub(lambda m: quoted if m.group() == STOP_NOTE_JSON_MARK else said, form)
 
 
 def no_json(line: str) -> str:

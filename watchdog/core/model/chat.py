@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from watchdog.core.model.failure import looks_failed
-from watchdog.core.model.steer import answer_tool_offered, answer_tool_prompt, is_answer_tool
+from watchdog.core.model.steer import answer_tool_offered, answer_tool_prompt, answers
 from watchdog.core.model.wire import (
     MAX_ANSWERS_SEEN,
     MAX_TOOL_CALLS_SEEN,
@@ -179,8 +179,9 @@ class ChatWire:
     def accumulator(self) -> ChatAccumulator:
         return ChatAccumulator()
 
-    def trim(self, body: dict[str, Any], keep: int) -> bool:
-        """Leaves the first ``keep`` tool calls of each choice, and its final-answer calls."""
+    def trim(self, body: dict[str, Any], keep: int, answer_tool: str | None = None) -> bool:
+        """Leaves the first ``keep`` tool calls of each choice, and its answers' calls
+        (:func:`~watchdog.core.model.steer.answers`)."""
         changed = False
         choices = body.get("choices")
         for choice in choices if isinstance(choices, list) else ():
@@ -192,7 +193,7 @@ class ChatWire:
                 continue
             kept, work = [], 0
             for index, call in calls:
-                if is_answer_tool(_name_of(call)):
+                if answers(_name_of(call), answer_tool):
                     kept.append((index, call))
                 elif work < keep:
                     kept.append((index, call))
@@ -211,8 +212,8 @@ class ChatWire:
                 choice["finish_reason"] = "stop"
         return changed
 
-    def stream_trimmer(self, keep: int) -> ChatTrimmer:
-        return ChatTrimmer(keep)
+    def stream_trimmer(self, keep: int, answer_tool: str | None = None) -> ChatTrimmer:
+        return ChatTrimmer(keep, answer_tool)
 
     def answer(self, model: str, text: str, request: Request, now: float,
                call: ToolCall | None = None) -> dict[str, Any]:
@@ -439,15 +440,15 @@ def usage_only(event: Event) -> bool:
 
 
 class ChatTrimmer:
-    """Drops the tool-call deltas of calls past ``keep`` (final-answer calls are always
+    """Drops the tool-call deltas of calls past ``keep`` (answers' calls are always
     kept; a call is judged by its first delta, which names it), numbers the kept ones without
     gaps, and says "stop" instead of "tool_calls" (or "function_call") when none is left; an
     event left with nothing to say is dropped. A legacy ``function_call`` is one more call,
     with no index to number. Each choice (``n`` > 1: told by its ``index``) is trimmed apart,
     as :meth:`ChatWire.trim` trims a whole response's."""
 
-    def __init__(self, keep: int) -> None:
-        self.keep = keep
+    def __init__(self, keep: int, answer_tool: str | None = None) -> None:
+        self.keep, self.answer_tool = keep, answer_tool
         self._choices: dict[int, _Choice] = {}  # by the choice's index (not an int: 0)
         self._seen = 0  # calls seen, of all choices
 
@@ -460,7 +461,7 @@ class ChatTrimmer:
         self._seen += 1  # (so a choice is kept only with a call: they are bounded too)
         if choice is None:
             choice = self._choices[number] = _Choice()
-        kept = is_answer_tool(_name_of(call))
+        kept = answers(_name_of(call), self.answer_tool)
         if not kept:
             kept = choice.work < self.keep
             choice.work += 1

@@ -15,7 +15,7 @@ import uuid
 from typing import Any
 
 from watchdog.core.model.failure import looks_failed
-from watchdog.core.model.steer import answer_tool_offered, answer_tool_prompt, is_answer_tool
+from watchdog.core.model.steer import answer_tool_offered, answer_tool_prompt, answers
 from watchdog.core.model.wire import (
     MAX_ANSWERS_SEEN,
     MAX_TOOL_CALLS_SEEN,
@@ -142,12 +142,13 @@ class MessagesWire:
     def accumulator(self) -> MessagesAccumulator:
         return MessagesAccumulator()
 
-    def trim(self, body: dict[str, Any], keep: int) -> bool:
+    def trim(self, body: dict[str, Any], keep: int, answer_tool: str | None = None) -> bool:
         content = body.get("content")
         if not isinstance(content, list):
             return False
         uses = [i for i, block in enumerate(content) if isinstance(block, dict)
-                and block.get("type") == "tool_use" and not is_answer_tool(block.get("name"))]
+                and block.get("type") == "tool_use"
+                and not answers(block.get("name"), answer_tool)]
         if len(uses) <= keep:
             return False
         dropped = set(uses[keep:])
@@ -160,8 +161,8 @@ class MessagesWire:
     def ask_usage(self, body: dict[str, Any]) -> None:
         return None  # a stream's usage comes unasked
 
-    def stream_trimmer(self, keep: int) -> MessagesTrimmer:
-        return MessagesTrimmer(keep)
+    def stream_trimmer(self, keep: int, answer_tool: str | None = None) -> MessagesTrimmer:
+        return MessagesTrimmer(keep, answer_tool)
 
     def answer(self, model: str, text: str, request: Request, now: float,
                call: ToolCall | None = None) -> dict[str, Any]:
@@ -284,10 +285,10 @@ class MessagesTrimmer:
     closes up the index of the blocks after them (a final-answer block is kept), and says
     ``end_turn`` instead of ``tool_use`` when none is left."""
 
-    def __init__(self, keep: int) -> None:
-        self.keep = keep
+    def __init__(self, keep: int, answer_tool: str | None = None) -> None:
+        self.keep, self.answer_tool = keep, answer_tool
         self._uses = 0
-        self._answers = 0  # final-answer tool_use blocks: always kept
+        self._answers = 0  # answers' tool_use blocks: always kept
         self._dropped: set[int] = set()
 
     def rewrite(self, event: Event) -> bytes:
@@ -298,7 +299,7 @@ class MessagesTrimmer:
         if kind == "content_block_start" and isinstance(index, int):
             block = data.get("content_block")
             if isinstance(block, dict) and block.get("type") == "tool_use":
-                if is_answer_tool(block.get("name")):
+                if answers(block.get("name"), self.answer_tool):
                     self._answers += 1
                 else:
                     self._uses += 1

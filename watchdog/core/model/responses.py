@@ -19,7 +19,7 @@ from typing import Any
 
 from watchdog.core.model.chat import withdraw_function_tools
 from watchdog.core.model.failure import looks_failed
-from watchdog.core.model.steer import is_answer_tool
+from watchdog.core.model.steer import answers
 from watchdog.core.model.wire import (
     CONVERSATION_ANCHOR,
     MAX_ANSWERS_SEEN,
@@ -72,10 +72,11 @@ def conversation_of(body: dict[str, Any]) -> str | None:
     return given[:MAX_CONVERSATION_ID] if isinstance(given, str) and given else None
 
 
-def is_call(item: dict[str, Any]) -> bool:
-    """Whether an output item is a tool call the agent carries out (final-answer tools
-    aside: they end the run rather than spend its budget)."""
-    return item.get("type") in CALL_ITEMS and not is_answer_tool(item.get("name"))
+def is_call(item: dict[str, Any], answer_tool: str | None = None) -> bool:
+    """Whether an output item is a tool call the agent carries out (answers' aside,
+    :func:`~watchdog.core.model.steer.answers`: they end the run rather than spend its
+    budget)."""
+    return item.get("type") in CALL_ITEMS and not answers(item.get("name"), answer_tool)
 
 
 def call_of(item: dict[str, Any]) -> ToolCall:
@@ -211,11 +212,12 @@ class ResponsesWire:
     def accumulator(self) -> ResponsesAccumulator:
         return ResponsesAccumulator(self)
 
-    def trim(self, body: dict[str, Any], keep: int) -> bool:
+    def trim(self, body: dict[str, Any], keep: int, answer_tool: str | None = None) -> bool:
         output = body.get("output")
         if not isinstance(output, list):
             return False
-        calls = [i for i, item in enumerate(output) if isinstance(item, dict) and is_call(item)]
+        calls = [i for i, item in enumerate(output)
+                 if isinstance(item, dict) and is_call(item, answer_tool)]
         if len(calls) <= keep:
             return False
         dropped = set(calls[keep:])
@@ -225,8 +227,8 @@ class ResponsesWire:
     def ask_usage(self, body: dict[str, Any]) -> None:
         return None  # a stream's usage comes unasked
 
-    def stream_trimmer(self, keep: int) -> ResponsesTrimmer:
-        return ResponsesTrimmer(self, keep)
+    def stream_trimmer(self, keep: int, answer_tool: str | None = None) -> ResponsesTrimmer:
+        return ResponsesTrimmer(self, keep, answer_tool)
 
     def answer(self, model: str, text: str, request: Request, now: float,
                call: ToolCall | None = None) -> dict[str, Any]:
@@ -347,9 +349,9 @@ class ResponsesTrimmer:
     the final response object; the items after them and the events' ``sequence_number``
     closed up, so what is passed on is numbered without gaps."""
 
-    def __init__(self, wire: ResponsesWire, keep: int) -> None:
+    def __init__(self, wire: ResponsesWire, keep: int, answer_tool: str | None = None) -> None:
         self.wire = wire
-        self.keep = keep
+        self.keep, self.answer_tool = keep, answer_tool
         self._calls = 0
         self._dropped: set[int] = set()
         self._skipped = 0  # events left out: the later sequence numbers move down by as many
@@ -361,7 +363,7 @@ class ResponsesTrimmer:
         kind, index = data.get("type"), data.get("output_index")
         if kind == "response.output_item.added" and isinstance(index, int):
             item = data.get("item")
-            if isinstance(item, dict) and is_call(item):
+            if isinstance(item, dict) and is_call(item, self.answer_tool):
                 self._calls += 1
                 if self._calls > self.keep:
                     self._dropped.add(index)
@@ -370,7 +372,7 @@ class ResponsesTrimmer:
             return b""
         changed = False
         if kind in DONE_EVENTS and isinstance(data.get("response"), dict):
-            changed = self.wire.trim(data["response"], self.keep)
+            changed = self.wire.trim(data["response"], self.keep, self.answer_tool)
         if isinstance(index, int) and (moved := closed_up(index, self._dropped)) != index:
             data["output_index"], changed = moved, True
         sequence = data.get("sequence_number")

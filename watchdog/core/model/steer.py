@@ -52,7 +52,7 @@ from watchdog.core.rules.decision import (
     Action,
     withdraws,
 )
-from watchdog.core.rules.model import REPORT_MARK, REPORT_SHELL_MARK, Finish
+from watchdog.core.rules.model import REPORT_MARK, REPORT_SHELL_MARK, WORK_BESIDE_RUN, Finish
 from watchdog.core.runs.steps import format_usd
 
 # What the client SDK puts in the instructions it steers (agent_watchdog_client.steer)
@@ -106,6 +106,22 @@ def answer_tools() -> tuple[frozenset[str], tuple[str, ...]]:
     return frozenset(TABLES.answer_tools), tuple(TABLES.answer_tool_prefixes)
 
 
+@cache
+def first_answer_tools() -> tuple[frozenset[str], tuple[str, ...]]:
+    """The final-answer tools whose call ends the agent before the other calls beside it run
+    (the conventions' ``answer_ends_first``: pydantic-ai's)."""
+    from watchdog.core.spans.combined import TABLES
+
+    return frozenset(TABLES.first_answer_tools), tuple(TABLES.first_answer_tool_prefixes)
+
+
+def ends_first(name: str) -> bool:
+    """Whether the agent ends at a call of this answer tool without running the calls asked
+    beside it (else it runs them, then ends: smolagents' ``final_answer``, adk's ``exit``)."""
+    names, prefixes = first_answer_tools()
+    return name in names or name.startswith(prefixes)
+
+
 def is_answer_tool(name: object) -> bool:
     """Whether a tool of this name delivers the agent's answer (not work it does)."""
     if not isinstance(name, str):
@@ -114,15 +130,23 @@ def is_answer_tool(name: object) -> bool:
     return name in names or name.startswith(prefixes)
 
 
-def kept_calls(calls: Sequence[ToolCall], keep: int | None) -> list[ToolCall]:
-    """The calls a response may hand over: every final-answer call, and the first ``keep`` of
-    the others (all of them when ``keep`` is None)."""
+def answers(name: object, answer_tool: str | None = None) -> bool:
+    """Whether a call of this name is an answer, not work: a final-answer tool's, or
+    ``answer_tool``'s (the request's own: its agent's finish that carries only the answer,
+    its rule pack says, offered so)."""
+    return is_answer_tool(name) or (answer_tool is not None and name == answer_tool)
+
+
+def kept_calls(calls: Sequence[ToolCall], keep: int | None,
+               answer_tool: str | None = None) -> list[ToolCall]:
+    """The calls a response may hand over: every answer's (:func:`answers`), and the first
+    ``keep`` of the others (all of them when ``keep`` is None)."""
     if keep is None:
         return list(calls)
     kept: list[ToolCall] = []
     work = 0
     for call in calls:
-        if is_answer_tool(call.name):
+        if answers(call.name, answer_tool):
             kept.append(call)
         elif work < keep:
             kept.append(call)
@@ -159,14 +183,27 @@ def answer_of(calls: Iterable[ToolCall], answer_tool: str | None = None,
     return arguments
 
 
-def closing_call(calls: Sequence[ToolCall], answer_tool: str | None) -> ToolCall | None:
-    """The call of ``answer_tool`` (the agent's finish that carries only its answer, its pack
-    says) that a response asks for beside work, None if none such: the agent runs the work,
-    then ends with that call's answer (adk runs each call of a response, then ends at its
-    ``exit``), so the answer comes after the work, and no request follows."""
-    if answer_tool is None or answer_of(calls, answer_tool) is not None:
+def closing_call(calls: Sequence[ToolCall], answer_tool: str | None,
+                 beside: str | None = None) -> ToolCall | None:
+    """The answer's call that a response asks for beside work and that ends the agent with
+    its answer, no request following, None if none such: ``answer_tool``'s (the agent's
+    finish that carries only its answer, its pack says: adk runs each call of a response,
+    then ends at its ``exit``), or a final-answer tool's whose agent ends so: its conventions
+    say it ends first (:func:`ends_first`: pydantic-ai's output tool), or its rule pack says
+    whether it runs the work beside (``beside``: ``work_beside_answer``). Another's (smolagents
+    runs the work, then refuses an answer beside it and goes on) is work's company: the run
+    goes on."""
+    if answer_of(calls, answer_tool) is not None:
         return None
-    return next((call for call in calls if call.name == answer_tool), None)
+    return next((call for call in calls if call.name == answer_tool or (
+        is_answer_tool(call.name) and (beside is not None or ends_first(call.name)))), None)
+
+
+def runs_beside(closing: ToolCall, beside: str | None = None) -> bool:
+    """Whether the agent runs the work asked beside ``closing`` (:func:`closing_call`) before
+    it ends: as its rule pack says (``beside``), else unless its conventions say the answer
+    ends it first."""
+    return beside == WORK_BESIDE_RUN if beside is not None else not ends_first(closing.name)
 
 
 FINISH_CALL_ID = "call_watchdog_"  # the id of a finish call the endpoint gives: it, 96 bits

@@ -29,7 +29,15 @@ ACTS_IN_TEXT = (ACTIONS_TEXT, ACTIONS_CODE)
 BUDGET_PER_RUN = "run"
 BUDGET_PER_CONVERSATION = "conversation"
 BUDGET_PER = (BUDGET_PER_RUN, BUDGET_PER_CONVERSATION)
+# whether the agent runs the other tool calls an answer asks for beside its answer's call (a
+# final-answer tool's, the pack's finish that carries only the report) before it ends: a
+# budgets entry's ``work_beside_answer`` (default: the conventions', ``answer_ends_first``)
+WORK_BESIDE_RUN = "run"
+WORK_BESIDE_SKIPPED = "skipped"
+WORK_BESIDE = (WORK_BESIDE_RUN, WORK_BESIDE_SKIPPED)
 STOP_NOTE_MARK = "${note}"  # where a ``stop_answer:`` puts the stop note
+# ... and the stop note as a JSON string (quoted, escaped): a form that is a JSON object
+STOP_NOTE_JSON_MARK = "${note_json}"
 MAX_STOP_ANSWER_CHARS = 4096
 MAX_ACTION_PATTERN_CHARS = 500  # a budgets entry's action_pattern (a regular expression)
 MAX_ACTION_KEY_CHARS = 100  # a budgets entry's action_key (a JSON object's key)
@@ -178,7 +186,8 @@ class Budget:
     # ACTIONS_CODE (an answer's code blocks are: an answer with none is the agent's answer)
     actions: str = ACTIONS_TOOLS
     # ACTS_IN_TEXT: the answer an abort gives them, in the form that ends their task, the
-    # stop note where it says STOP_NOTE_MARK (None: the stop note alone)
+    # stop note where it says STOP_NOTE_MARK, as a JSON string where STOP_NOTE_JSON_MARK
+    # (None: the stop note alone)
     stop_answer: str | None = None
     # ACTIONS_TEXT: the regular expression an answer's action matches (its groups, else the
     # match, are the action; an answer it does not match holds none: the agent's answer).
@@ -195,6 +204,9 @@ class Budget:
     # answer, not work (Langroid's done_tool; the tool an action_pattern's first group names):
     # an answer whose actions are all of them ends the run with it, counted as no tool call
     answer_tools: tuple[str, ...] = ()
+    # ACTIONS_TOOLS: whether the agent runs the calls asked beside its answer's (WORK_BESIDE;
+    # None: as its framework's conventions say)
+    work_beside_answer: str | None = None
 
     def applies_to(self, agent: str) -> bool:
         return any(fnmatchcase(agent, glob) for glob in self.agents)
@@ -256,6 +268,12 @@ class RuleSet:
         whole conversation (``budget_per: conversation``)."""
         entry = self._entry(agent)
         return entry is not None and entry.budget_per == BUDGET_PER_CONVERSATION
+
+    def work_beside_answer(self, agent: str) -> str | None:
+        """Whether ``agent`` runs the calls asked beside its answer's, as its budgets entry
+        (the first matching) says (``work_beside_answer``), else None."""
+        entry = self._entry(agent)
+        return entry.work_beside_answer if entry is not None else None
 
     def finish_of(self, agent: str) -> Finish | None:
         """The tool call that ends ``agent``'s task, as its budgets entry (the first matching)

@@ -44,6 +44,7 @@ from watchdog.core.rules.model import (
     MAX_ANSWER_TOOLS,
     MAX_FINISH_ARGUMENTS,
     MAX_STOP_ANSWER_CHARS,
+    WORK_BESIDE,
     Budget,
     Finish,
     Grace,
@@ -88,7 +89,8 @@ RULE_KEY_SYNONYMS = {"expr": "when", "expression": "when", "condition": "when", 
 GRACE_KEYS = ("tool_calls", "seconds")
 NO_COUNTDOWN = "none"  # ``countdown: none``: not a countdown (nor one a replaced rule had)
 BUDGET_ENTRY_KEYS = ("agents", *BUDGET_KEYS, "actions", "stop_answer", "action_pattern",
-                     "action_key", "answer_tools", "finish", "budget_per")
+                     "action_key", "answer_tools", "finish", "budget_per",
+                     "work_beside_answer")
 INTEGER_BUDGETS = WHOLE_BUDGET_KEYS
 
 
@@ -223,7 +225,9 @@ def ahead_form(packs: Sequence[_Pack], digest: str) -> dict[str, Any]:
                      **({"answer_tools": list(b.answer_tools)} if b.answer_tools else {}),
                      "finish": b.finish.describe() if b.finish else None,
                      **({"budget_per": b.budget_per}
-                        if b.budget_per != BUDGET_PER_RUN else {})}
+                        if b.budget_per != BUDGET_PER_RUN else {}),
+                     **({"work_beside_answer": b.work_beside_answer}
+                        if b.work_beside_answer is not None else {})}
                     for b in pack.budgets],
         "disable": [[name, line] for name, line in pack.disable],
         "switch_off": [[name, line] for name, line in pack.switch_off]} for pack in packs]}
@@ -250,7 +254,8 @@ def read_ahead(file: str) -> _Pack | None:
                              b.get("stop_answer"), b.get("action_pattern"),
                              _ahead_finish(b.get("finish")),
                              str(b.get("budget_per", BUDGET_PER_RUN)),
-                             b.get("action_key"), tuple(b.get("answer_tools", ())))
+                             b.get("action_key"), tuple(b.get("answer_tools", ())),
+                             b.get("work_beside_answer"))
                       for b in form["budgets"]],
                      [(str(name), int(line)) for name, line in form["disable"]],
                      [(str(name), int(line)) for name, line in form.get("switch_off", ())])
@@ -485,7 +490,24 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
                 reader.problem(fields["budget_per"], None, f"budgets: budget_per: {per!r} is "
                                                            f"not {' or '.join(BUDGET_PER)}")
             ok = False
-    if not limits and ok and actions == ACTIONS_TOOLS and finish is None:
+    work_beside = None
+    if "work_beside_answer" in fields:
+        work_beside = reader.string(fields["work_beside_answer"], None,
+                                    "budgets: work_beside_answer")
+        if work_beside is not None and work_beside not in WORK_BESIDE:
+            reader.problem(fields["work_beside_answer"], None,
+                           f"budgets: work_beside_answer: {work_beside!r} is not "
+                           f"{' or '.join(WORK_BESIDE)}")
+            work_beside = None
+        if work_beside is None:
+            ok = False
+        elif actions in ACTS_IN_TEXT:
+            reader.problem(fields["work_beside_answer"], None,
+                           "budgets: work_beside_answer: only for agents that act by tool "
+                           f"calls (for actions: {actions}, answer_tools)")
+            ok = False
+    if not limits and ok and actions == ACTIONS_TOOLS and finish is None \
+            and work_beside is None:
         reader.problem(node, None, "budgets: an entry sets no limit (use one of "
                                    f"{', '.join(BUDGET_KEYS)}, actions: {ACTIONS_TEXT}, "
                                    "or finish)")
@@ -493,7 +515,7 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
     if not ok or agents is None:
         return None
     return Budget(agents, limits, reader.file, reader.line(node), actions, stop_answer,
-                  action_pattern, finish, budget_per, action_key, answer_tools)
+                  action_pattern, finish, budget_per, action_key, answer_tools, work_beside)
 
 
 def _action_pattern_problem(pattern: str) -> str | None:

@@ -215,6 +215,9 @@ class Tables:
     tool_error_flags: tuple[tuple[str, str, Path], ...]
     answer_tools: frozenset[str]
     answer_tool_prefixes: Names
+    # ... those of conventions whose answer ends the agent first (``answer_ends_first``)
+    first_answer_tools: frozenset[str]
+    first_answer_tool_prefixes: Names
     hidden_content: frozenset[str]
     loop_end_tools: Mapping[str, str]
     llm_span_suffixes: Names
@@ -343,6 +346,12 @@ def combine() -> Tables:
         loop_end_tools=MappingProxyType({name: result for convention in ENTRIES
                                          for name, result in convention.loop_end_tools}),
         answer_tool_prefixes=_names("answer_tool_prefixes"),
+        first_answer_tools=frozenset(name for convention in ENTRIES
+                                     if convention.answer_ends_first
+                                     for name in convention.answer_tools),
+        first_answer_tool_prefixes=tuple(prefix for convention in ENTRIES
+                                         if convention.answer_ends_first
+                                         for prefix in convention.answer_tool_prefixes),
         hidden_content=_union("hidden_content"),
         llm_span_suffixes=_names("llm_span_suffixes"),
         answer=_names("answer"),

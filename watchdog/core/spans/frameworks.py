@@ -57,6 +57,7 @@ PYDANTIC_AI = Convention(
     tool_result=("tool_response",),
     answer_tools=frozenset({"final_result"}),
     answer_tool_prefixes=("final_result_",),
+    answer_ends_first=True,  # (its default end_strategy, "early": the other calls never run)
     answer=("final_result",),
     input_messages=("pydantic_ai.all_messages",),
     limit_exceptions=frozenset({"UsageLimitExceeded"}),

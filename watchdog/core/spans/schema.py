@@ -252,6 +252,10 @@ class Convention:
     # its method, `finish.__call__`, and carries no tool name is the loop's end all the same)
     loop_end_tools: tuple[tuple[str, str], ...] = ()
     answer_tool_prefixes: Names = _NO_NAMES
+    # a call of its answer tools ends the agent before the other calls of that answer run:
+    # they never do (pydantic-ai's default ``end_strategy="early"``); else (smolagents) the
+    # agent runs them, then ends with the answer
+    answer_ends_first: bool = False
     # the text an instrumentation writes in place of content it hides (content capture off):
     # a tool's arguments or result, or an agent's output, that is one is read as if the
     # attribute were not there (hidden calls are no repeats of each other; no answer text); a

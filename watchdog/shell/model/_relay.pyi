@@ -23,7 +23,7 @@ class Relay:
                 body: bytes) -> bool: ...
     def forward(self, id: int, method: str, url: str, headers: list[tuple[str, str]],
                 body: bytes, observe: bool = False, notify: bool = True,
-                api: str = "", keep: int = -1,
+                api: str = "", keep: int = -1, answer_tool: str | None = None,
                 watch: bool = False, unasked: bytes | None = None,
                 ahead: str | None = None, hold: bool = False,
                 echo: str | None = None) -> bool: ...

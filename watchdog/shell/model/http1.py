@@ -69,9 +69,18 @@ class _ModelRequests(QuietRefusals):
 
 class Http1Runner(QuietRunner):
     """aiohttp's runner whose connections refuse HTTP/2 prior knowledge as HTTP/2 does, and
-    what its parser refuses in the model API's error shape."""
+    what its parser refuses in the model API's error shape; one that sends no request head
+    within ``first_request_bound`` seconds, if that is shorter than every HTTP port's bound,
+    is closed then (the compiled relay's bound)."""
 
     handler = _ModelRequests
+
+    def __init__(self, app: web.Application, *, first_request_bound: float,
+                 **options: Any) -> None:
+        super().__init__(app, **options)
+        self.handler = cast(type[_ModelRequests], type(
+            "_ModelRequestsBound", (_ModelRequests,),
+            {"__slots__": (), "first_request_bound": first_request_bound}))
 
     def wrap(self, handler: RequestHandler) -> asyncio.Protocol:
         return Http1Only(handler)

@@ -157,7 +157,6 @@ from watchdog.core.model.steer import (
     Turn,
     answer_tools,
     decide,
-    kept_calls,
 )
 from watchdog.core.model.wire import Observation, ObservedFields, Request, observation_of
 from watchdog.core.spans.record import KeySource
@@ -516,6 +515,8 @@ class NativeEndpoint:
         headers: CIMultiDict[str] = CIMultiDict(raw_headers)
         wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
         try:
+            # (the relay's ``unauthorized``: a wrong token that waits for ``100 Continue``,
+            # its body unsent: refused here by the door, as with its body)
             target, agent = door(method, target, headers, proxy.token)
             wire = proxy.wire_of(method, unquote(target.split("?", 1)[0]))
             if refusal == "overloaded":
@@ -548,8 +549,9 @@ class NativeEndpoint:
         hold = not plan.fast  # (a final request's answer: held until it ends)
         if not self.relay.forward(number, plan.method, plan.url, list(plan.headers.items()),
                                   plan.body, observed, api=plan.api, keep=plan.keep,
-                                  watch=observed, unasked=plan.unasked,
-                                  ahead=self._ahead(plan), hold=hold, echo=plan.echo):
+                                  answer_tool=plan.answer_tool, watch=observed,
+                                  unasked=plan.unasked, ahead=self._ahead(plan), hold=hold,
+                                  echo=plan.echo):
             del self.pending[number]  # the client went away meanwhile
             self._finish(plan, 0, "cancelled", None, "", 0.0)
         else:
@@ -598,7 +600,9 @@ class NativeEndpoint:
                 self.answered += any(handed_by(result.call_id) == key
                                      for result in exchange.request.results)
             self._publish(plan, None)
+            # (the relay's trim knows no request's own answer tool: a bound with one is not)
             same = exchange is None or (plan.keep == keep and exchange.unasked is None and (
+                keep < 0 or exchange.answer_tool is None) and (
                 (exchange.turn.act is Act.PASS and not note)
                 or (exchange.turn.act is Act.NOTE and exchange.turn.text == note != "")))
             decided = exchange.turn.act.value if exchange is not None else "unread"
@@ -609,7 +613,7 @@ class NativeEndpoint:
                 exchange.release()
                 exchange.turn = Turn(Act.NOTE if note else Act.PASS, note,
                                      None if keep < 0 else keep, "ahead")
-                exchange.unasked = None
+                exchange.unasked, exchange.answer_tool = None, None
                 exchange.reserved = reservable(exchange.request, exchange.state, keep)
                 exchange.state.reserved += exchange.reserved
             plan.body = b""  # (the relay's, sent on already: not held here as well)
@@ -651,6 +655,7 @@ class NativeEndpoint:
                     and exchange.unasked is None and countdown_or_pass(
                         turn, self.proxy.service.board(state.run_key or state.key))))
                 and exchange.request.has_tools  # (one that offers none is told no countdown)
+                and exchange.answer_tool is None  # (a trim with it is this process's)
                 and state.answered == 0 and state.asking == 1 and not state.handed):
             self.check_basis()
             if self._basis is not None:
@@ -717,7 +722,7 @@ class NativeEndpoint:
         exchange = plan.exchange
         assert exchange is not None
         state = exchange.state
-        if (not answered or not self.ahead or state.traced
+        if (not answered or not self.ahead or state.traced or state.answer_tool is not None
                 or state.key_source is not KeySource.WATCHDOG
                 or state.asking or state.reserved or state.final_used or state.stop is not None
                 or state.answered == 0 or exchange.broke
@@ -902,8 +907,8 @@ class NativeEndpoint:
                 if observation is not None:
                     assert plan is not None
                     self.held_seen[id(plan)] = observation
-                    replaced = self.proxy.empty_final(exchange, observation, kept_calls(
-                        observation.calls, exchange.turn.keep), is_stream(content_type))
+                    replaced = self.proxy.empty_final(exchange, observation, exchange.handed(
+                        observation.calls), is_stream(content_type))
                     if replaced is not None:
                         self.stopped += 1
         finally:  # (the relay waits for this word: given always, the held bytes on a bug)

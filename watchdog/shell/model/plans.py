@@ -3,14 +3,15 @@ send it upstream, with the exchange its response is read against; and a call to 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
 from multidict import CIMultiDict
 
 from watchdog.core.model.book import EndpointRun, ModelBook
 from watchdog.core.model.failure import MAX_REFUSAL_READ
-from watchdog.core.model.steer import Act, Turn
-from watchdog.core.model.wire import Wire
+from watchdog.core.model.steer import Act, Turn, kept_calls
+from watchdog.core.model.wire import ToolCall, Wire
 from watchdog.core.spans.codings import inflate
 from watchdog.core.spans.record import SpanRecord
 
@@ -88,6 +89,12 @@ class Plan:
         keep = exchange.turn.keep if exchange is not None else None
         return -1 if keep is None else keep
 
+    @property
+    def answer_tool(self) -> str | None:
+        """The tool whose calls its response hands over beside those ``keep`` bounds."""
+        exchange = self.exchange
+        return exchange.answer_tool if exchange is not None else None
+
 
 def refuses_usage(body: bytes, coding: str) -> bool:
     """Whether an upstream's error (400 or 422, read whole: at most ``MAX_REFUSAL_READ``, in
@@ -122,8 +129,9 @@ def reservable(request: Any, state: EndpointRun, keep: int | None) -> int:
 class Exchange:
     """One request on its way: what the response is read against."""
 
-    __slots__ = ("agent", "answered", "arrived", "broke", "echo", "key", "request", "reserved",
-                 "settled", "started_ns", "state", "turn", "unasked", "wire")
+    __slots__ = ("agent", "answer_tool", "answered", "arrived", "broke", "echo", "key",
+                 "request", "reserved", "settled", "started_ns", "state", "turn", "unasked",
+                 "wire")
 
     def __init__(self, wire: Wire, request: Any, state: EndpointRun, turn: Turn,
                  started_ns: int, agent: str, key: str, unasked: bytes | None = None,
@@ -140,6 +148,9 @@ class Exchange:
         # others (a note there): its response's echo of them is set back to these
         # (:func:`~watchdog.core.model.responses.echo_of`)
         self.echo: str | None = None
+        # the tool whose call is its answer, not work (its agent's finish that carries only
+        # the answer, offered so: ``EndpointRun.answer_tool``): never trimmed nor counted
+        self.answer_tool = state.answer_tool
         # its stream's last event came: the client had it all, whatever its connection does
         self.answered = False
         self.broke = False  # its response broke off before its end (booked as a failed call)
@@ -149,6 +160,10 @@ class Exchange:
         self.reserved = reservable(request, state, turn.keep if turn.act is not Act.FINAL
                                    else 0)
         state.reserved += self.reserved
+
+    def handed(self, calls: Sequence[ToolCall]) -> list[ToolCall]:
+        """The calls of its response that reach the agent (:func:`kept_calls`)."""
+        return kept_calls(calls, self.turn.keep, self.answer_tool)
 
     @property
     def hide_usage(self) -> bool:

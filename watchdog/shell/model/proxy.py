@@ -73,9 +73,9 @@ from watchdog.core.model.steer import (
     Counts,
     Turn,
     answer_of,
+    closing_call,
     decide,
     finish_call,
-    kept_calls,
 )
 from watchdog.core.model.wire import (
     ABORT_CODE,
@@ -634,6 +634,7 @@ class ModelProxy:
             state.answer_tool = finish.tool if finish is not None and finish.answered_by(
                 tool_parameters(body, finish.tool)) else None
             state.per_conversation = service.per_conversation(run.agent)
+            state.work_beside = service.work_beside_answer(run.agent)
             state.action_key = acting.action_key if acting is not None else None
             state.answer_tools = acting.answer_tools if acting is not None else ()
             return state, decide(counts, service.board(run.key), parsed.instructions,
@@ -951,7 +952,7 @@ class ModelProxy:
         :meth:`book_calls`; ``seen``: a stream's observation, read by the relay already."""
         if seen is None and (seen := read_observation(exchange.wire, data, content_type)) is None:
             return
-        handed = kept_calls(seen.calls, exchange.turn.keep)
+        handed = exchange.handed(seen.calls)
         if changed or len(handed) < len(seen.calls):
             self.steered(exchange.agent, "trim")
         self.observed(exchange, handed, seen, into)
@@ -1027,7 +1028,9 @@ class ModelProxy:
         # (a response that broke off handed nothing over: no tool of it runs at the agent;
         # an answer the agent acts on runs there as its actions, one per JSON object with an
         # action_key; a side request's run has the action it quotes still running)
+        # (nor any beside an answer that ends the agent: run and counted, or never run)
         running = len(state.pending) if aside else 0 if seen.broke_off or ran \
+            or closing_call(handed, state.answer_tool, state.work_beside) is not None \
             else len(handed) + (len(record.asked_tools) if record.acted_on else 0)
         for tool in ran:  # (the work its answer came after: run, and counted, before it)
             self._book(Booked(tool, exchange.key, 0), into)
@@ -1065,12 +1068,14 @@ class ModelProxy:
     # -- bits -----------------------------------------------------------------------------------
 
     async def _expect(self, request: web.Request) -> web.StreamResponse | None:
-        """``Expect: 100-continue``: a body longer than taken, or one that comes when every
-        place is taken now (or as many bodies are being read as are taken), is refused before
-        it is sent (as the compiled relay does), else the client is told to go on. Any other
-        expectation is read as none (RFC 9110 §10.1.1 lets a server answer it 417; the
-        compiled relay does not), and the header is not passed on."""
+        """``Expect: 100-continue``: a request the door refuses (the gateway's token missing
+        or wrong: its 401, as without ``Expect``), a body longer than taken, or one that comes
+        when every place is taken now (or as many bodies are being read as are taken), is
+        refused before it is sent (as the compiled relay does), else the client is told to go
+        on. Any other expectation is read as none (RFC 9110 §10.1.1 lets a server answer it
+        417; the compiled relay does not), and the header is not passed on."""
         try:
+            door(request.method, request.raw_path, request.headers, self.token)
             if self.in_flight >= self.config.model_max_concurrent:
                 raise self.overloaded(self.in_flight)
             if self.reading >= self.max_reading:

@@ -39,7 +39,7 @@ from multidict import CIMultiDictProxy
 
 from watchdog.core.model.chat import usage_only
 from watchdog.core.model.responses import restore_echo, restored_event
-from watchdog.core.model.steer import Act, kept_calls
+from watchdog.core.model.steer import Act
 from watchdog.core.model.wire import SSEReader, ToolCall, Unjudged, dumps, judged
 from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, BodyTooLarge, inflate
 from watchdog.shell.model.headers import response_headers
@@ -191,8 +191,8 @@ async def _relay_held(proxy: ModelProxy, request: web.Request, upstream: aiohttp
     if isinstance(body, dict):
         wire = exchange.wire
         seen = wire.read_response(body)
-        handed = kept_calls(seen.calls, keep)
-        if keep is not None and wire.trim(body, keep):
+        handed = exchange.handed(seen.calls)
+        if keep is not None and wire.trim(body, keep, exchange.answer_tool):
             data, changed = dumps(body), True
             proxy.steered(exchange.agent, "trim")
         if exchange.echo is not None and restore_echo(body, exchange.echo):
@@ -237,7 +237,7 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
     held_size = 0
     taken = Held()  # (held's bytes in the whole responses' budget)
     reader, accumulator = SSEReader(), wire.accumulator()
-    trimmer = wire.stream_trimmer(keep) if keep is not None else None
+    trimmer = wire.stream_trimmer(keep, exchange.answer_tool) if keep is not None else None
     hide = exchange.hide_usage  # the usage-only chunk the client did not ask for: left out
     echo = exchange.echo  # the instructions it sent, for those its response echoes
     evented = trimmer is not None or hide or echo is not None
@@ -260,7 +260,7 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
         booked = True
         seen = accumulator.observation
         exchange.answered = seen.complete
-        calls = kept_calls(seen.calls, keep)
+        calls = exchange.handed(seen.calls)
         if trimmed or len(calls) < len(seen.calls):
             proxy.steered(exchange.agent, "trim")
         proxy.observed(exchange, calls, seen)
@@ -330,7 +330,7 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
                 break
         if held is not None and not cut:
             seen = accumulator.observation
-            replaced = proxy.empty_final(exchange, seen, kept_calls(seen.calls, keep),
+            replaced = proxy.empty_final(exchange, seen, exchange.handed(seen.calls),
                                          stream=True)
             await response.write(b"".join(held) if replaced is None else replaced)
         elif held:
