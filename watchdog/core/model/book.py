@@ -323,10 +323,11 @@ class EndpointRun:
     # their session; the caller's name none): a child run of it (``parent_run``)
     parent: str | None = None
     # what a request aside that quotes its history must quote (:meth:`ModelBook._recapped`):
-    # the first message of its latest request and the latest tool result it carried, their
-    # words (at most MAX_ASIDE_CHARS each), and the hash of that request's instructions (an
-    # aside asks under its own); None until a request of it carries a result
-    history: tuple[str, str, int] | None = None
+    # the first message of its latest request that carried tool results, that request's
+    # latest result and the longest text argument of the call it answered (:func:`_action`;
+    # "": none), their words (at most MAX_ASIDE_CHARS each), and the hash of that request's
+    # instructions (an aside asks under its own); None until a request of it carries a result
+    history: tuple[str, str, str, int] | None = None
     # ... the hashes of the first messages of its requests aside that quoted it (at most
     # MAX_RECAP_ASIDES): each such request is a model call of the run (:func:`recaps`)
     asides: tuple[int, ...] = ()
@@ -335,6 +336,10 @@ class EndpointRun:
     # model message holding it goes on in the run (:meth:`ModelBook._compacted`). None once
     # another answer of the run came (the summary not taken up)
     recap: tuple[str, int, str] | None = None
+    # ... and that answer's first words (at most MAX_ASIDE_CHARS), kept: the history its
+    # conversation goes on from, which its next request aside may quote in place of its first
+    # message (the Cline CLI's "Previous summary:"; :func:`quotes_history`)
+    recapped: str | None = None
     # the request identified last is the agent's own reply to the answer that ended the run
     # at its budget or stop (:func:`follows_at_once`): its stop answer ends the chain
     at_once: bool = False
@@ -1029,21 +1034,21 @@ class ModelBook:
             if not state.traced:
                 records.append(self._tool_record(state, call, found, now_ns))
         if request.results and not state.traced:
-            self._heard(state, request)
+            self._heard(state, request, answered[-1][0] if answered else None)
         if request.messages:
             state.messages = request.messages
         return records
 
-    def _heard(self, state: EndpointRun, request: Request) -> None:
-        """``state``'s request carries tool results: what a request aside that quotes the
-        run's history must quote (:attr:`EndpointRun.history`), its agent's latest such run.
-        Cost: at most 4 * MAX_ASIDE_CHARS chars of the first message and the latest result
-        read, the instructions hashed."""
-        task = " ".join(request.anchor_text[:4 * MAX_ASIDE_CHARS].split())[:MAX_ASIDE_CHARS]
-        result = " ".join(request.results[-1].content[:4 * MAX_ASIDE_CHARS].split())[
-            :MAX_ASIDE_CHARS]
+    def _heard(self, state: EndpointRun, request: Request, call: ToolCall | None) -> None:
+        """``state``'s request carries tool results (``call``: the last call they answered):
+        what a request aside that quotes the run's history must quote (:attr:`EndpointRun.
+        history`), its agent's latest such run. Cost: at most 4 * MAX_ASIDE_CHARS chars of the
+        first message, the latest result and the call's text arguments read, the call's
+        arguments parsed (at most MAX_ACTION_CHARS), the instructions hashed."""
+        task = _words(request.anchor_text)
+        result = _words(request.results[-1].content)
         if task and result:
-            state.history = (task, result, hash(request.instructions))
+            state.history = (task, result, _action(call), hash(request.instructions))
             self._act(state, self._histories)
 
     def ran_before_answer(self, state: EndpointRun, handed: list[ToolCall], now_ns: int
@@ -1151,6 +1156,7 @@ class ModelBook:
             words = " ".join(seen.text.split())
             state.recap = (words[:MAX_ASIDE_CHARS], len(words), _prompt_digest(words)) \
                 if len(words) >= MIN_ASIDE_CHARS and not seen.broke_off else None
+            state.recapped = state.recap[0] if state.recap is not None else state.recapped
         elif not side and not seen.broke_off:
             state.recap = None  # (another answer came: the summary was not taken up)
         reads = not handed and not seen.broke_off and not side
@@ -1692,12 +1698,16 @@ def recaps(state: EndpointRun, request: Request) -> bool:
 def quotes_history(state: EndpointRun, said: str, instructions: int) -> bool:
     """Whether a conversation's first request, its messages' words ``said`` (spacing aside)
     under instructions of the hash ``instructions``, quotes the history of ``state``'s run
-    (:attr:`EndpointRun.history`): the first message of its latest request and the latest
-    tool result it carried, both, under other instructions than the run's (under the same
-    it is the agent's next task, handed that work)."""
-    history = state.history
-    return history is not None and history[2] != instructions and history[0] in said \
-        and history[1] in said
+    (:attr:`EndpointRun.history`): the first message of its latest request that carried
+    tool results (or the answer of the run's latest request aside, the summary its history
+    went on from: :attr:`EndpointRun.recapped`), and the latest result it carried or the
+    text argument of the call that result answered (the Cline CLI writes its session out
+    without the tools' output), under other instructions than the run's (under the same it
+    is the agent's next task, handed that work)."""
+    history, recapped = state.history, state.recapped
+    return history is not None and history[3] != instructions \
+        and (history[0] in said or recapped is not None and recapped in said) \
+        and (history[1] in said or bool(history[2]) and history[2] in said)
 
 
 def quotes_answer(state: EndpointRun, request: Request) -> bool:
@@ -1798,6 +1808,30 @@ def _quotes_whole(said: Sequence[str], task: str, whole: tuple[int, str] | None)
                 return True
             at = lines.find(f"\n{start}", at + 1)
     return False
+
+
+def _words(text: str) -> str:
+    """A text's first words, spacing aside, at most MAX_ASIDE_CHARS (its start read only)."""
+    return " ".join(text[:4 * MAX_ASIDE_CHARS].split())[:MAX_ASIDE_CHARS]
+
+
+def _action(call: ToolCall | None) -> str:
+    """The longest text argument of ``call`` (a string value of its arguments' object, or
+    within a list there: a command it ran), its words (:func:`_words`), when at least
+    MIN_HANDED_TASK_CHARS long; else ""."""
+    if call is None or len(call.arguments) > MAX_ACTION_CHARS:
+        return ""
+    try:
+        arguments = json.loads(call.arguments)
+    except (ValueError, RecursionError):
+        return ""
+    if not isinstance(arguments, dict):
+        return ""
+    texts = [text for value in list(arguments.values())[:MAX_SIDE_SAID]
+             for text in (value[:MAX_SIDE_SAID] if isinstance(value, list) else [value])
+             if isinstance(text, str)]
+    longest = max(texts, key=len, default="")
+    return _words(longest) if len(longest) >= MIN_HANDED_TASK_CHARS else ""
 
 
 def _said_digest(text: str) -> str:
