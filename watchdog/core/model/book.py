@@ -1706,8 +1706,8 @@ def quotes_history(state: EndpointRun, said: str, instructions: int) -> bool:
     is the agent's next task, handed that work)."""
     history, recapped = state.history, state.recapped
     return history is not None and history[3] != instructions \
-        and (history[0] in said or recapped is not None and recapped in said) \
-        and (history[1] in said or bool(history[2]) and history[2] in said)
+        and (history[0] in said or (recapped is not None and recapped in said)) \
+        and (history[1] in said or (bool(history[2]) and history[2] in said))
 
 
 def quotes_answer(state: EndpointRun, request: Request) -> bool:
