@@ -174,6 +174,14 @@ $(TS_LLAMAINDEX): tests/frameworks/ts/llamaindex/package.json \
 		--loglevel=error
 	touch $@
 
+## ... and Strands Agents for TypeScript (tests/frameworks/ts/strands: @strands-agents/sdk, which asks
+## for openai 6.x and the OpenTelemetry JS 0.219.x OTLP exporters as peers); it takes tsx from the
+## first. Cold npm cache: about 20 s, a 50 MB download, 126 MB on disk
+TS_STRANDS := tests/frameworks/ts/strands/node_modules/.installed
+$(TS_STRANDS): tests/frameworks/ts/strands/package.json tests/frameworks/ts/strands/package-lock.json
+	cd tests/frameworks/ts/strands && npm ci --omit=optional --no-audit --no-fund --loglevel=error
+	touch $@
+
 ## ... and Google ADK for TypeScript's agent (tests/frameworks/ts/adk: @google/adk brings its own
 ## OpenTelemetry JS 2.x and @google/genai), its spans ADK's own tracer's, exported by ../recording.ts;
 ## it takes tsx from the first. Cold npm cache: about 30 s, a 48 MB download, 154 MB on disk
@@ -254,6 +262,16 @@ $(CONTINUE_CLI_AGENT): tests/frameworks/continue_cli/package.json \
 CLINE_AGENT := tests/frameworks/cline/node_modules/.installed
 $(CLINE_AGENT): tests/frameworks/cline/package.json tests/frameworks/cline/package-lock.json
 	cd tests/frameworks/cline && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+## pi (tests/frameworks/pi: @mariozechner/pi-coding-agent, a TypeScript coding agent on its own
+## @mariozechner/pi-ai model library), exactly as locked, from the npm registry, without its
+## optional clipboard packages (pi -p reads no clipboard); nothing is downloaded at install or first
+## run. Cold npm cache: about 20 s, a 76 MB download, 174 MB on disk (the SDKs of pi-ai's
+## providers: Google's, Mistral's, AWS Bedrock's, OpenAI's, Anthropic's)
+PI_AGENT := tests/frameworks/pi/node_modules/.installed
+$(PI_AGENT): tests/frameworks/pi/package.json tests/frameworks/pi/package-lock.json
+	cd tests/frameworks/pi && npm ci --omit=optional --no-audit --no-fund --loglevel=error
 	touch $@
 
 ## the Go agents of the model endpoint's tests (tests/frameworks/go: openai-go and
@@ -563,7 +581,7 @@ loadgen: $(VENV)/.installed-test
 TEST_WORKERS ?= 3
 test: system-deps
 	$(MAKE) --no-print-directory -j$(FRAMEWORK_JOBS) $(VENV)/.installed-test $(OTELCOL) \
-		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_LLAMAINDEX) $(TS_ADK) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(GEMINI_CLI_AGENT) $(CODEX_AGENT) $(OPENCODE_AGENT) $(CONTINUE_CLI_AGENT) $(CLINE_AGENT) $(GO_AGENT) $(GENKIT_GO) $(FANTASY_AGENT) $(LANGCHAINGO_AGENT) $(EINO_AGENT) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
+		$(FRAMEWORK_VENVS) $(TS_AGENT) $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_LLAMAINDEX) $(TS_STRANDS) $(TS_ADK) $(TS_CLAUDE_CODE) $(QWEN_CODE_AGENT) $(GEMINI_CLI_AGENT) $(CODEX_AGENT) $(OPENCODE_AGENT) $(CONTINUE_CLI_AGENT) $(CLINE_AGENT) $(PI_AGENT) $(GO_AGENT) $(GENKIT_GO) $(FANTASY_AGENT) $(LANGCHAINGO_AGENT) $(EINO_AGENT) $(RUST_AGENT) $(RIG_AGENT) $(JAVA_AGENT) $(SPRING_AI_AGENT) $(KOOG_AGENT) $(DIST_VENV)/.installed \
 		$(CARGO_FUZZ) loadgen lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
@@ -607,7 +625,7 @@ clean:
 		watchdog/core/spans/_native*.so \
 		tests/frameworks/ts/node_modules tests/frameworks/ts/genkit/node_modules \
 		tests/frameworks/ts/mastra/node_modules tests/frameworks/ts/voltagent/node_modules \
-		tests/frameworks/ts/llamaindex/node_modules \
+		tests/frameworks/ts/llamaindex/node_modules tests/frameworks/ts/strands/node_modules \
 		tests/frameworks/ts/claude_code/node_modules tests/frameworks/qwen_code/node_modules \
 		tests/frameworks/codex/node_modules tests/frameworks/gemini_cli/node_modules \
 		tests/frameworks/opencode/node_modules tests/frameworks/continue_cli/node_modules

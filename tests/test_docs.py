@@ -108,6 +108,11 @@ failing on a changed block. The kinds:
     ``providers`` and ``GLOBAL_SETTINGS``), the sidecar's default model endpoint
     (``http://127.0.0.1:9478/v1``) in place of the test's, its model ``gpt-4.1``, its key
     ``YOUR_API_KEY``.
+``pi-models``
+    pi's ``~/.pi/agent/models.json``, as JSON: exactly what its tests write
+    (``tests/frameworks/test_model_endpoint_pi.py``'s ``models_json``), the sidecar's default
+    model endpoint (``http://127.0.0.1:9478``) in place of the test's, its models ``gpt-4.1``
+    and ``claude-sonnet-4-5``.
 ``langchaingo-env``
     What points LangChainGo at the sidecar, ``NAME=VALUE`` lines: exactly what its tests set
     (``tests/frameworks/test_langchaingo.py``'s ``pointed``), the sidecar's default model
@@ -123,6 +128,12 @@ failing on a changed block. The kinds:
     (``tests/frameworks/ts/llamaindex/endpoint.ts``, whitespace aside), its ``baseURL`` read
     from ``AGENT_LLM_BASE_URL`` there and written out here: ``test_llamaindex_ts.py``'s
     ``pointed`` of the sidecar's default model endpoint, the agent ``llamaindex``.
+``strands-ts-config``
+    What points a Strands for TypeScript agent's model (``OpenAIModel``) at the sidecar, in
+    TypeScript: exactly the lines its tests' agent runs (``tests/frameworks/ts/strands/agent.ts``,
+    whitespace aside), its ``baseURL`` read from ``AGENT_LLM_BASE_URL`` there and written out
+    here: ``test_strands_ts.py``'s ``pointed`` of the sidecar's default model endpoint, the agent
+    ``strands-ts``.
 ``open-interpreter-settings``
     Open Interpreter's settings in Python, ``from interpreter import interpreter`` then
     ``interpreter.NAME = VALUE`` lines: exactly what its tests set
@@ -136,6 +147,10 @@ failing on a changed block. The kinds:
     set (``tests/frameworks/test_model_endpoint_langroid.py``'s ``settings``), the sidecar's
     default model endpoint with ``/agent/langroid/`` in place of the test's, its model
     ``gpt-4.1``.
+``praisonai-env``
+    PraisonAI Agents' environment, ``NAME=VALUE`` lines: exactly what its tests set
+    (``tests/frameworks/test_model_endpoint_praisonai.py``'s ``pointed``), the sidecar's
+    default model endpoint, the agent ``praisonai``.
 ``agentscope-config``
     AgentScope's model in Python, ``import os``, its imports of ``OpenAICredential`` and
     ``OpenAIChatModel``, then ``credential = OpenAICredential(api_key=os.environ[...], ...)``
@@ -203,9 +218,10 @@ FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
 KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "helm-values",
          "sidecar-chart", "otel-collector", "json", "startup-error", "tree", "qwen-settings",
          "gemini-env", "codex-config", "promql", "opencode-config", "aider-command",
-         "crush-config", "continue-config", "cline-settings",
+         "crush-config", "continue-config", "cline-settings", "pi-models",
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
-         "agentscope-config", "llamaindex-ts-config", "camel-config"}
+         "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env",
+         "strands-ts-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -850,6 +866,13 @@ def check_langchaingo_env(block: Block, stack: Stack, state: DocState) -> None:
     assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "langchaingo"), block.where
 
 
+def check_praisonai_env(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_praisonai import pointed
+
+    shown = dict(line.split("=", 1) for line in block.text.split("\n") if line.strip())
+    assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "praisonai"), block.where
+
+
 def check_eino_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_eino import AGENT_DIR, pointed
 
@@ -860,14 +883,26 @@ def check_eino_config(block: Block, stack: Stack, state: DocState) -> None:
     assert shown in agent, block.where
 
 
+def _check_ts_config(block: Block, agent_file: Path, url: str) -> None:
+    """A TypeScript agent's config as its tests' agent ``agent_file`` runs it (whitespace
+    aside), its ``baseURL`` ``url`` read from ``AGENT_LLM_BASE_URL`` there."""
+    url = json.dumps(url)
+    assert f"baseURL: {url} }}" in block.text, block.where
+    agent = " ".join(agent_file.read_text().split())
+    for line in block.text.replace(url, "process.env.AGENT_LLM_BASE_URL").splitlines():
+        assert " ".join(line.split()) in agent, (block.where, line)
+
+
 def check_llamaindex_ts_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_llamaindex_ts import AGENT, pointed
 
-    url = json.dumps(pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "llamaindex"))
-    assert f"baseURL: {url} }}" in block.text, block.where
-    agent = " ".join(AGENT.read_text().split())
-    for line in block.text.replace(url, "process.env.AGENT_LLM_BASE_URL").splitlines():
-        assert " ".join(line.split()) in agent, (block.where, line)
+    _check_ts_config(block, AGENT, pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "llamaindex"))
+
+
+def check_strands_ts_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_strands_ts import AGENT, pointed
+
+    _check_ts_config(block, AGENT, pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "strands-ts"))
 
 
 def check_open_interpreter_settings(block: Block, stack: Stack, state: DocState) -> None:
@@ -975,6 +1010,13 @@ def check_cline_settings(block: Block, stack: Stack, state: DocState) -> None:
     assert json.loads(block.text) == written[block.options["file"]], block.where
 
 
+def check_pi_models(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_pi import models_json
+
+    assert json.loads(block.text) == models_json(f"http://{MODEL_ENDPOINT_DEFAULT}", "gpt-4.1",
+                                                 "claude-sonnet-4-5"), block.where
+
+
 def check_promql(block: Block, stack: Stack, state: DocState) -> None:
     from tests.test_prometheus import ENDED_BY_STATE
 
@@ -1043,7 +1085,9 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "crush-config": check_crush_config,
     "continue-config": check_continue_config,
     "cline-settings": check_cline_settings,
+    "pi-models": check_pi_models,
     "langchaingo-env": check_langchaingo_env,
+    "praisonai-env": check_praisonai_env,
     "eino-config": check_eino_config,
     "aider-command": check_aider_command,
     "open-interpreter-settings": check_open_interpreter_settings,
@@ -1051,6 +1095,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "agentscope-config": check_agentscope_config,
     "camel-config": check_camel_config,
     "llamaindex-ts-config": check_llamaindex_ts_config,
+    "strands-ts-config": check_strands_ts_config,
 }
 assert set(CHECKS) == KINDS
 
@@ -1157,6 +1202,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "aider-command": (DOCS / "agents.md", "/agent/aider/v1", "/agent/aider/v2"),
     "continue-config": (DOCS / "agents.md", "provider: openai", "provider: openai-compat"),
     "cline-settings": (DOCS / "agents.md", '"telemetryOptOut": true', '"telemetryOptOut": false'),
+    "pi-models": (DOCS / "agents.md", '"api": "anthropic-messages"', '"api": "anthropic"'),
     "langchaingo-env": (DOCS / "agents.md", "/agent/langchaingo/v1", "/agent/langchain/v1"),
     "eino-config": (DOCS / "agents.md", "/agent/eino/v1", "/agent/eino/v2"),
     "open-interpreter-settings": (DOCS / "agents.md", "interpreter.auto_run = True",
@@ -1166,6 +1212,8 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "agentscope-config": (DOCS / "agents.md", "/agent/agentscope/v1", "/agent/agentscope/v2"),
     "llamaindex-ts-config": (DOCS / "agents.md", "/agent/llamaindex/v1", "/agent/llamaindex/v2"),
     "camel-config": (DOCS / "agents.md", "/agent/camel/v1", "/agent/camel/v2"),
+    "praisonai-env": (DOCS / "agents.md", "/agent/praisonai/v1", "/agent/praisonai/v2"),
+    "strands-ts-config": (DOCS / "agents.md", "/agent/strands-ts/v1", "/agent/strands-ts/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

@@ -731,6 +731,8 @@ CONFIG_VALUES: dict[str, tuple[Any, Any]] = {  # key: (the value under config:, 
     "model_relay": ("python", "python"), "model_max_body_bytes": (1048576, 1048576),
     "model_max_concurrent": (16, 16), "model_max_inflight_bytes": (1 << 40, 1 << 40),
     "model_upstream_timeout": ("2m", 120.0), "model_body_timeout": (30, 30.0),
+    "model_body_min_rate": (1024, 1024), "model_body_rate_window": ("10s", 10.0),
+    "model_max_held_response_bytes": (1 << 30, 1 << 30),
     "model_shutdown_grace": ("15s", 15.0), "model_reply_window": ("10s", 10.0),
 }
 
@@ -882,7 +884,8 @@ def test_every_configuration_key_the_chart_does_not_set_goes_under_config(
 # time keys under config:, and rules.watchInterval), as it renders it into the environment.
 SECONDS_KEYS = {"run_end_timeout", "loose_run_gap", "state_flush_interval", "eval_interval",
                 "fleet_window", "log_content_wait", "model_upstream_timeout",
-                "model_body_timeout", "model_shutdown_grace", "model_reply_window"}
+                "model_body_timeout", "model_body_rate_window", "model_shutdown_grace",
+                "model_reply_window"}
 
 
 @pytest.mark.parametrize("seconds", [1e-07, 1.25e-05, 2.5e-10, 0.1, 0.3, 123.456, 0.5])

@@ -29,13 +29,20 @@ def test_from_the_environment() -> None:
                        "WATCHDOG_MODEL_ABORT": "error",
                        "WATCHDOG_MODEL_UPSTREAM_TIMEOUT": "2m",
                        "WATCHDOG_MODEL_MAX_CONCURRENT": "8",
-                       "WATCHDOG_MODEL_MAX_INFLIGHT_BYTES": "33554432"})
+                       "WATCHDOG_MODEL_MAX_INFLIGHT_BYTES": "33554432",
+                       "WATCHDOG_MODEL_BODY_MIN_RATE": "1024",
+                       "WATCHDOG_MODEL_BODY_RATE_WINDOW": "500ms",
+                       "WATCHDOG_MODEL_MAX_HELD_RESPONSE_BYTES": "16777216"})
     assert (config.model_address, config.model_upstream, config.model_agent_name,
             config.model_abort, config.model_upstream_timeout, config.model_max_concurrent,
-            config.model_max_inflight_bytes) == (
+            config.model_max_inflight_bytes, config.model_body_min_rate,
+            config.model_body_rate_window, config.model_max_held_response_bytes) == (
         "127.0.0.1:9478", "http://llm.internal:8000/v1", "checkout-agent", "error", 120.0, 8,
-        32 << 20)
-    assert load(env={}).model_max_inflight_bytes == 64 << 20
+        32 << 20, 1024, 0.5, 16 << 20)
+    default = load(env={})
+    assert (default.model_max_inflight_bytes, default.model_body_min_rate,
+            default.model_body_rate_window, default.model_max_held_response_bytes) == (
+        64 << 20, 16 << 10, 5.0, 64 << 20)
 
 
 @pytest.mark.parametrize(("env", "words"), [
@@ -53,6 +60,10 @@ def test_from_the_environment() -> None:
     ({"WATCHDOG_MODEL_MAX_CONCURRENT": "many"}, ["model_max_concurrent='many'", "integer"]),
     ({"WATCHDOG_MODEL_MAX_INFLIGHT_BYTES": "0"}, ["model_max_inflight_bytes='0'", "from 1 to"]),
     ({"WATCHDOG_MODEL_UPSTREAM_TIMEOUT": "0"}, ["model_upstream_timeout='0'", "positive"]),
+    ({"WATCHDOG_MODEL_BODY_MIN_RATE": "0"}, ["model_body_min_rate='0'", "from 1 to"]),
+    ({"WATCHDOG_MODEL_BODY_RATE_WINDOW": "11m"}, ["model_body_rate_window='11m'", "10m"]),
+    ({"WATCHDOG_MODEL_MAX_HELD_RESPONSE_BYTES": "-1"},
+     ["model_max_held_response_bytes='-1'", "from 1 to"]),
     ({"WATCHDOG_MODEL_AGENT_NAME": "a\x01b"}, ["model_agent_name", "printable"]),
     ({"WATCHDOG_MODEL_ADDRESS": "0.0.0.0:9478"}, ["model_address='0.0.0.0:9478'",
                                                   "api_token"]),

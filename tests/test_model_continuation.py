@@ -675,7 +675,8 @@ TRICKY = ["", " ", "\t", "\x0b", "\x1c", "\x1f", "\x85", "\xa0", "\u2028", "\u30
 HEADS = ["error", "Error", "ERROR", "exception", "Exception", "traceback (most recent call last)",
          "Traceback (most recent call last)", "ValueError", "requests.exceptions.HTTPError",
          "_Err.error", "ſError", "{", '{"error"', '{ "Error" ', "errors", "Exceptional", "found",
-         "K\u212aError", "x" * 190 + "Error", "x" * 196 + "Error"]
+         "K\u212aError", "x" * 190 + "Error", "x" * 196 + "Error", "[ERROR]", "[error",
+         "[errors]"]
 
 
 def result_texts() -> list[str]:

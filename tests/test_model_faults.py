@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import select
 import socket
 import threading
 import time
@@ -45,6 +46,13 @@ def relay(model_relay: str) -> str:  # noqa: F811
 
 
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+# a whole answer asking for one call of TOOLS' tool
+ONE_TOOL_CALL = json.dumps({
+    "id": "chatcmpl-1", "object": "chat.completion", "model": "m",
+    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "search", "arguments": "{}"}}]}}]}).encode()
 
 
 @pytest.fixture
@@ -177,7 +185,7 @@ def test_slow_bodies_hold_no_place_and_the_bodies_being_read_are_bounded(
             f"Content-Length: {len(body)}\r\n\r\n").encode()
     slow: list[socket.socket] = []
     with sidecar_for(tmp_path, upstream_ok, model_relay=relay, model_body_timeout=30,
-                     model_max_concurrent=2) as sidecar:
+                     model_body_rate_window=30, model_max_concurrent=2) as sidecar:
         def trickle() -> None:  # a head, then the body's first bytes, a byte a write
             sock = socket.create_connection(sidecar.server.addresses["model"], timeout=10)
             slow.append(sock)
@@ -228,7 +236,8 @@ def test_slow_bodies_declared_large_hold_what_has_come_of_the_byte_budget(
     still refused, before it sends its body, by the length it declares."""
     body = json.dumps({"model": "m", "messages": []}).encode()
     with sidecar_for(tmp_path, upstream_ok, model_relay=relay, model_body_timeout=30,
-                     model_max_body_bytes=4096, model_max_inflight_bytes=4100) as sidecar:
+                     model_body_rate_window=30, model_max_body_bytes=4096,
+                     model_max_inflight_bytes=4100) as sidecar:
         host, port = sidecar.server.addresses["model"]
         slow: list[socket.socket] = []
         try:
@@ -253,6 +262,210 @@ def test_slow_bodies_declared_large_hold_what_has_come_of_the_byte_budget(
             for sock in slow:
                 sock.close()
     assert len(upstream_ok.seen) == 1
+
+
+def sent_slowly(sidecar: RunningServer, request: bytes, every: float, more: bytes = b"",
+                most: float = 10) -> bytes:
+    """What the endpoint answers to ``request`` sent at once, then ``more`` a byte each
+    ``every`` seconds (none: the client stalls), until it closes the connection (or ``most``
+    seconds pass: the answer so far, and ``<no end>``)."""
+    host, port = sidecar.server.addresses["model"]
+    answer, left = b"", more
+    with socket.create_connection((host, port), timeout=most) as sock:
+        sock.sendall(request)
+        ends = time.monotonic() + most
+        while time.monotonic() < ends:
+            ready, _, _ = select.select([sock], [], [], every)
+            try:
+                if ready:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return answer
+                    answer += chunk
+                elif left:
+                    sock.sendall(left[:1])
+                    left = left[1:]
+            except OSError:  # (reset once it was closed: what came is the answer)
+                return answer
+    return answer + b"<no end>"
+
+
+def test_a_body_that_stalls_or_crawls_is_408_within_a_window_and_frees_what_it_held(
+        relay: str, tmp_path: Path, upstream_ok: RawUpstream) -> None:
+    """A client whose body stalls after its first bytes, and one that sends it a byte at a
+    time, slower than ``model_body_min_rate``: each is answered 408 in the API's error shape
+    at the end of a ``model_body_rate_window`` that brought too few bytes, long before
+    ``model_body_timeout``, its connection closed, and the bodies being read and their bytes
+    are free again; a body sent in small pieces fast enough, and a well-behaved agent's
+    requests meanwhile, are served."""
+    body = json.dumps({"model": "m", "messages": [], "user": "x" * 200}).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+            f"application/json\r\nx-watchdog-agent: crawler\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    # a window of 0.2 s must bring 20 bytes: the crawler's byte each 0.05 s brings 4
+    with sidecar_for(tmp_path, upstream_ok, model_relay=relay, model_body_timeout=30,
+                     model_body_min_rate=100, model_body_rate_window=0.2,
+                     model_max_concurrent=1) as sidecar:
+        answers: dict[str, bytes] = {}
+        clients = {
+            "staller": lambda: sent_slowly(sidecar, head + body[:30], 0.05),
+            "crawler": lambda: sent_slowly(sidecar, head + body[:5], 0.05, body[5:]),
+        }
+        threads = [threading.Thread(target=lambda name=name, client=client: answers.update(
+            {name: client()})) for name, client in clients.items()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(15)
+        for name in clients:
+            answer = answers[name]
+            assert answer.startswith(b"HTTP/1.1 408 "), (name, answer[:300])
+            assert not answer.endswith(b"<no end>")  # the connection was closed
+            error = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+            assert error["code"] == "request_timeout"
+            assert "model_body_min_rate" in error["message"], error
+        wait_until(lambda: metric(sidecar, "agent_watchdog_model_request_bytes_in_flight")
+                   == 0, what="the slow bodies' bytes freed", timeout=10)
+        # (the bodies being read, 2 × model_max_concurrent, are free again: neither is 503)
+        for _ in range(2):
+            status, answer = post(sidecar, "/v1/chat/completions", body)
+            assert status == 200, answer[:300]
+        pieces = sent_slowly(sidecar, head.replace(b"\r\n\r\n", b"\r\nConnection: close"
+                                                   b"\r\n\r\n") + body[:40], 0.001, body[40:])
+        assert pieces.startswith(b"HTTP/1.1 200 "), pieces[:300]
+        assert len(upstream_ok.seen) == 3
+        _, text = http_request("GET", sidecar.metrics + "/metrics")
+        assert ('agent_watchdog_model_requests_total{agent="crawler",api="chat",'
+                'outcome="refused"} 2.0') in text.decode()
+
+
+def completion_of(text: str) -> bytes:
+    """A whole Chat Completions answer saying ``text``."""
+    return json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "created": 1,
+                       "model": "m", "choices": [{"index": 0, "message": {
+                           "role": "assistant", "content": text}, "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
+
+
+def test_whole_responses_held_at_once_are_bounded_and_past_it_a_judged_one_is_503(
+        relay: str, tmp_path: Path, released: threading.Event) -> None:
+    """Whole responses held before they are answered count in
+    ``model_max_held_response_bytes`` as their bytes come: while one holds most of it (its
+    upstream stalls mid-body), a response that must be judged (a run with a tool-call bound)
+    and would take the total past it is answered 503 with ``Retry-After`` in the API's error
+    shape, never held; one only observed is passed on as it comes, and a well-behaved
+    agent's small answer is served; once the first has been answered, the judged one is
+    served. A run's final answer, held until it ends, goes on as it comes once it would take
+    the total past it."""
+    big, held_part = completion_of("b" * 7000), 6000
+    large = completion_of("l" * 5000)
+    go = threading.Event()  # the final answer's end may come
+
+    def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        asked = json.loads(seen.body)
+        said = next(message["content"] for message in asked["messages"]
+                    if message["role"] == "user")  # (a final turn's instructions go first)
+        if said == "final run" and not asked.get("stream"):  # its one tool call
+            send(handler, 200, ONE_TOOL_CALL)
+        elif said == "final run":  # its final answer: 5 events of 1000 bytes, then its end
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream")
+            handler.end_headers()
+            for _ in range(5):
+                chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                         "choices": [{"index": 0, "delta": {"content": "f" * 1000},
+                                      "finish_reason": None}]}
+                handler.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            handler.wfile.flush()
+            go.wait(15)
+            end = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                   "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+            handler.wfile.write(b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n")
+            handler.close_connection = True
+        elif said == "stall":  # its head and most of its body, then nothing until released
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(big)))
+            handler.end_headers()
+            handler.wfile.write(big[:held_part])
+            handler.wfile.flush()
+            released.wait(15)
+            handler.wfile.write(big[held_part:])
+        else:
+            send(handler, 200, large if said.startswith("large") else COMPLETION)
+
+    def ask(said: str, agent: str, budget: str | None = None) -> tuple[int, bytes, str]:
+        headers = {"x-watchdog-agent": agent}
+        if budget is not None:
+            headers["x-watchdog-budget-tool-calls"] = budget
+        host, port = sidecar.server.addresses["model"]
+        connection = http.client.HTTPConnection(host, port, timeout=15)
+        connection.request("POST", "/v1/chat/completions", json.dumps({
+            "model": "m", "messages": [{"role": "user", "content": said}]}), headers)
+        answer = connection.getresponse()
+        try:
+            return answer.status, answer.read(), answer.getheader("Retry-After") or ""
+        finally:
+            connection.close()
+
+    def held() -> float:
+        return metric(sidecar, "agent_watchdog_model_response_bytes_held")
+
+    def final_answer_comes_before_its_end() -> None:
+        messages: list[dict[str, object]] = [{"role": "user", "content": "final run"}]
+        headers = {"x-watchdog-agent": "finisher", "x-watchdog-budget-tool-calls": "1"}
+        status, answer = post(sidecar, "/v1/chat/completions", json.dumps({
+            "model": "m", "tools": TOOLS, "messages": messages}).encode(), headers)
+        assert status == 200, answer[:300]
+        messages += [json.loads(answer)["choices"][0]["message"],
+                     {"role": "tool", "tool_call_id": "call_1", "content": "found"}]
+        body = json.dumps({"model": "m", "stream": True, "tools": TOOLS,
+                           "messages": messages}).encode()
+        with socket.create_connection(sidecar.server.addresses["model"], timeout=10) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: "
+                         b"close\r\nx-watchdog-agent: finisher\r\nx-watchdog-budget-tool-"
+                         b"calls: 1\r\nContent-Type: application/json\r\nContent-Length: %d"
+                         b"\r\n\r\n%s" % (len(body), body))
+            got = b""
+            while b"f" * 1000 not in got:  # (held until its end, it would not come)
+                chunk = sock.recv(65536)
+                assert chunk, got[:300]
+                got += chunk
+            go.set()
+            while chunk := sock.recv(65536):
+                got += chunk
+        assert got.startswith(b"HTTP/1.1 200 "), got[:300]
+        assert got.count(b"f" * 1000) == 5 and b"data: [DONE]" in got, got[-300:]
+        assert json.loads(upstream.seen[-1].body)["tool_choice"] == "none"  # the final turn
+
+    upstream = RawUpstream(reply)
+    try:
+        with sidecar_for(tmp_path, upstream, model_relay=relay,
+                         model_max_held_response_bytes=10_000) as sidecar:
+            stalled: list[tuple[int, bytes, str]] = []
+            first = threading.Thread(target=lambda: stalled.append(ask("stall", "holder")))
+            first.start()
+            wait_until(lambda: held() == held_part, what="the stalled response held",
+                       timeout=10)
+            status, answer, retry = ask("large, judged", "bounded", "3")
+            assert status == 503, answer[:300]
+            assert retry == "1"
+            error = json.loads(answer)["error"]
+            assert error["code"] == "overloaded", error
+            assert "model_max_held_response_bytes" in error["message"], error
+            assert ask("large, observed", "watched")[:2] == (200, large)
+            assert ask("small", "agent")[:2] == (200, COMPLETION)
+            final_answer_comes_before_its_end()
+            assert held() == held_part
+            released.set()
+            first.join(15)
+            assert stalled and stalled[0][:2] == (200, big)
+            wait_until(lambda: held() == 0, what="the held responses let go", timeout=10)
+            assert ask("large, judged again", "bounded", "3")[:2] == (200, large)
+            assert metric(sidecar, "agent_watchdog_model_overloaded_total"
+                          '{limit="model_max_held_response_bytes"}') == 1.0
+    finally:
+        upstream.close()
 
 
 @pytest.fixture
@@ -791,12 +1004,7 @@ def test_a_final_answer_broken_off_or_left_goes_upstream_again_when_sent_again(
     carries the three final requests itself)."""
     def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         if len(raw.seen) == 1:  # the one tool call
-            send(handler, 200, json.dumps({
-                "id": "chatcmpl-1", "object": "chat.completion", "model": "m",
-                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                    "role": "assistant", "content": None, "tool_calls": [
-                        {"id": "call_1", "type": "function",
-                         "function": {"name": "search", "arguments": "{}"}}]}}]}).encode())
+            send(handler, 200, ONE_TOOL_CALL)
             return
         handler.send_response(200)
         handler.send_header("Content-Type", "text/event-stream")
@@ -853,8 +1061,10 @@ def test_a_final_answer_broken_off_or_left_goes_upstream_again_when_sent_again(
                 with socket.create_connection((host, port), timeout=10) as sock:
                     sock.sendall(request(True))
                     wait_until(lambda: len(raw.seen) == 2, "the final request upstream")
-                # (the answer's head, written as it begins, meets the client's reset: the
-                # upstream request is dropped then, on either relay)
+                    sock.recv(1, socket.MSG_PEEK)  # the answer's head has come, unread
+                # (closed with the head unread, the client's end resets the connection: the
+                # upstream request is dropped then, on either relay. One that ends its side
+                # before the head may be waiting for the answer: RFC 9112 §9.6)
                 counted = "cancelled"
             wait_until(lambda: outcomes(sidecar, agent).get(counted) == 1.0,
                        lambda: f"counted: {outcomes(sidecar, agent)}")

@@ -302,6 +302,50 @@ def test_a_reply_at_once_that_drops_an_answer_the_run_ended_on_goes_on_in_the_ru
         assert found is not own and not found.going_on
 
 
+def test_a_reply_at_once_that_begins_again_quoting_the_answer_goes_on_in_the_run() -> None:
+    """An agent that reflects on its answer on the run's first messages alone, a new user
+    message quoting the answer (PraisonAI's self-reflection, then its regeneration): at once,
+    that conversation goes on in the run the answer ended (its budget, or its stop when the
+    budget is spent); after a pause, without the quote, with a quote shorter than 40
+    characters, or with the answer as its first user message (another invocation's task), it
+    is the next run."""
+    answer = "The files are counted: 42 of them, in three directories."
+    reflect = {"role": "user", "content": f"Reflect on your previous response: '{answer}'."}
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+
+    def asked(*messages: dict[str, Any]) -> Request:  # (its tools offered: no aside)
+        return ChatWire().read_request({"model": "m", "messages": list(messages),
+                                        "tools": tools})
+
+    def ended(book: ModelBook, text: str, budget: bool) -> Any:
+        state = book.identify("chat", asked(SYSTEM, TASK, STEP, RESULT), Caller(),
+                              "mini", not_ended, now_ns=0)
+        book.tool_records(state, asked(SYSTEM, TASK, STEP, RESULT), 0)
+        state.final_used = budget
+        book.call_record(state, asked(SYSTEM, TASK, STEP, RESULT),
+                         Observation(text=text, finish_reason="stop"), [], 1, 10)
+        book.settle(state)
+        return state
+
+    for budget in (False, True):
+        book = ModelBook()
+        state = ended(book, answer, budget)
+        went = book.identify("chat", asked(SYSTEM, TASK, reflect), Caller(), "mini",
+                             lambda _key: True, now_ns=11)
+        assert (went is state, went.going_on) == (True, not budget), budget
+    short = {"role": "user", "content": "Reflect on 'Counted: 42.'"}
+    for text, request, now_ns in (
+            (answer, asked(SYSTEM, TASK, reflect), 10 + AT_ONCE_NS),
+            (answer, asked(SYSTEM, TASK, {"role": "user", "content": "Reflect."}), 11),
+            ("Counted: 42.", asked(SYSTEM, TASK, short), 11),
+            (answer, asked(SYSTEM, {"role": "user", "content": answer}), 11)):
+        book = ModelBook()
+        state = ended(book, text, False)
+        found = book.identify("chat", request, Caller(), "mini", lambda _key: True,
+                              now_ns=now_ns)
+        assert found is not state and not found.going_on, (text, now_ns)
+
+
 def test_the_next_question_after_an_answer_tools_call_is_the_next_run() -> None:
     """A run that ended on the model's call of a final-answer tool (pydantic-ai's
     ``final_result``, a pack's ``exit``): the script's next question at once, with that call

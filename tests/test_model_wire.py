@@ -805,6 +805,87 @@ def test_a_history_rewritten_around_a_call_the_run_waits_for_goes_on_in_that_run
                              lambda _key: False) is not done
 
 
+def test_a_first_message_whose_cache_marker_moves_on_is_one_conversation() -> None:
+    """On Messages a client marks its latest message for the prompt cache (``cache_control``),
+    so the task carries the marker at its first request and not after (pi): the conversation
+    is the same. Two invocations of one task in a row are two runs, each invocation's
+    requests in its own. (Before, the second's next request was taken for the first's, over,
+    and began a third run: the second's first call uncounted, its run never ended.)"""
+    marker = {"type": "ephemeral"}
+
+    def request(cached: bool, *messages: dict[str, Any]) -> Request:
+        task = {"type": "text", "text": "Find the file.",
+                **({"cache_control": marker} if cached else {})}
+        return MessagesWire().read_request({"model": "m", "tools": [{"name": "bash"}],
+                                            "system": "sys", "messages": [
+            {"role": "user", "content": [task]}, *messages]})
+
+    def invocation(book: ModelBook, call_id: str) -> list[EndpointRun]:
+        call = Call(call_id, "bash", '{"command": "ls"}')
+        first = request(True)
+        run = book.identify("messages", first, Caller(), "a", lambda _key: False)
+        book.call_record(run, first, Observation(finish_reason="tool_use", calls=[call],
+                                                 complete=True), [call], 1, 2)
+        going = request(False, {"role": "assistant", "content": [
+            {"type": "tool_use", "id": call_id, "name": "bash", "input": {"command": "ls"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id,
+                                          "content": "a.txt", "cache_control": marker}]})
+        assert going.anchor == first.anchor  # (the marker aside)
+        after = book.identify("messages", going, Caller(), "a", lambda _key: False)
+        book.call_record(after, going, Observation(finish_reason="end_turn", text="Found.",
+                                                   complete=True), [], 3, 4)
+        return [run, after]
+
+    book = ModelBook()
+    one, two = invocation(book, "toolu_1"), invocation(book, "toolu_2")
+    assert one[0] is one[1] and two[0] is two[1] and one[0] is not two[0]
+
+
+def test_a_history_rewritten_after_a_refusal_goes_on_in_that_run() -> None:
+    """A run's request that carried a call's result, refused by the model API as past its
+    context window: a conversation the book does not know that carries that result again is
+    the run's history rewritten (pi compacts its history so, the summary a new first user
+    message, then sends the refused request's calls and results again), its call counted
+    once. Once a response of the run has come, or for another agent, it is not."""
+    call = Call("call_4", "bash", '{"command": "ls"}')
+    asked = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_4", "type": "function",
+         "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+    result = {"role": "tool", "tool_call_id": "call_4", "content": "a.txt"}
+    rewritten = ChatWire().read_request({"model": "m", "tools": [1], "messages": [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "The conversation history was compacted: listed."},
+        {"role": "user", "content": "task"}, asked, result]})
+
+    def refused_after_a_call(book: ModelBook) -> EndpointRun:
+        request = chat_request()
+        state = book.identify("chat", request, Caller(), "a", lambda _key: False)
+        book.call_record(state, request, Observation(finish_reason="tool_calls", calls=[call],
+                                                     complete=True), [call], 1, 2)
+        going = chat_request(asked, result)
+        assert book.identify("chat", going, Caller(), "a", lambda _key: False) is state
+        assert len(book.tool_records(state, going, 3)) == 1
+        book.refused_record(state, going, 400, b'{"error": {"message": "This model\'s input '
+                            b'exceeds the context window"}}', 3, 4)
+        return state
+
+    book = ModelBook()
+    run = refused_after_a_call(book)
+    assert book.identify("chat", rewritten, Caller(), "a", lambda _key: False) is run
+    assert book.tool_records(run, rewritten, 5) == []  # (its call counted once, before)
+    other = ModelBook()
+    mine = refused_after_a_call(other)
+    assert other.identify("chat", rewritten, Caller(), "b", lambda _key: False) is not mine
+    later = ModelBook()
+    answered = refused_after_a_call(later)
+    sent_again = chat_request(asked, result)  # (the refused request sent again, answered)
+    assert later.identify("chat", sent_again, Caller(), "a", lambda _key: False) is answered
+    later.call_record(answered, sent_again, Observation(finish_reason="stop", text="Done.",
+                                                        complete=True), [], 5, 6)
+    assert later.identify("chat", rewritten, Caller(), "a", lambda _key: False) \
+        is not answered
+
+
 def test_a_known_conversation_whose_call_id_another_run_waits_for_stays_its_own() -> None:
     """Two tasks of one agent at once, their model server giving each answer's call the same
     id (``call_0``): the first task's next request, its result of its own ``call_0``, goes on

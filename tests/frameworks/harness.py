@@ -203,6 +203,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "openai_olm": (*_OTEL, *_OPENAI, "opentelemetry.instrumentation.openai",
                    "opentelemetry.instrumentation.openai.v1"),
     "openai_v2": (*_OTEL, *_OPENAI, "opentelemetry.instrumentation.openai_v2"),
+    "praisonai": ("praisonaiagents", "praisonaiagents.agent.agent", *_LITELLM, *_OPENAI),
     "pydantic_ai": (*_OTEL, "pydantic_ai", "pydantic_ai.models.openai", *_OPENAI),
     "pydantic_ai_oi": (*_OTEL, "pydantic_ai", "pydantic_ai.models.openai",
                        "openinference.instrumentation.pydantic_ai", *_OPENAI),

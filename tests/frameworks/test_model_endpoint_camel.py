@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import re
+import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -72,6 +73,9 @@ def url(sidecar: RunningServer, agent: str) -> str:
     return f"{sidecar.url('model')}/agent/{agent}/v1"
 
 
+WORKDIR = tempfile.mkdtemp(prefix="camel-")  # its context summaries' files (else ./context_files)
+
+
 def settings(base_url: str, model: str) -> dict[str, object]:
     """What a user sets to point CAMEL's model at the model endpoint: the keyword arguments of
     ``ModelFactory.create`` for an ``OPENAI_COMPATIBLE_MODEL`` (its platform and key aside).
@@ -95,7 +99,8 @@ def run_camel(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.
             "OTEL_SDK_DISABLED": "true", **({"DRIVER_SERVER": str(server)} if server else {})}
     env = {**base, "OPENAI_API_KEY": KEY, "ENDPOINT_MODEL": model,
            "ENDPOINT_TASK": f"Find the file. (case {case})",
-           "CAMEL_SETTINGS": json.dumps(settings(url(sidecar, agent), model)), **extra}
+           "CAMEL_SETTINGS": json.dumps(settings(url(sidecar, agent), model)),
+           "CAMEL_WORKDIR": WORKDIR, **extra}
     if traced is not None:  # (the instrumentation's spans name no agent: the service does)
         env.update(CAMEL_OTEL="1", OTEL_EXPORTER_OTLP_ENDPOINT=sidecar.otlp_http,
                    OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_SERVICE_NAME=agent,

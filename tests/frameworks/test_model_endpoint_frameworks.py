@@ -200,6 +200,9 @@ AGENTS = [
     *(Agent("ts", "endpoint_voltagent", mode) for mode in ("responses", "chat_stream")),
     # Griptape's Agent on OpenAiChatPromptDriver (its tool Files, activity search)
     Agent("griptape", "endpoint_griptape", "run", tool="Files_search"),
+    # PraisonAI Agents' Agent on its default client (the openai client; streamed, it runs one
+    # round of tools only: test_model_endpoint_praisonai)
+    Agent("praisonai", "endpoint_praisonai", "start"),
 ]
 # the loop scenario once per framework and API (its stream variants steer the same way)
 LOOPING = [agent for agent in AGENTS if not agent.mode.endswith("stream")]

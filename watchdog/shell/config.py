@@ -58,7 +58,8 @@ MAX_SECONDS = 365 * 86400.0  # 1y
 MAX_MODEL_REPLY_WINDOW = 600.0
 SECONDS_MAXIMUMS = {"log_content_wait": MAX_LOG_CONTENT_WAIT,
                     "model_shutdown_grace": 3600.0,
-                    "model_reply_window": MAX_MODEL_REPLY_WINDOW}
+                    "model_reply_window": MAX_MODEL_REPLY_WINDOW,
+                    "model_body_rate_window": 600.0}
 DEFAULT_FLEET_WINDOW = 300.0  # seconds a tool's failures count towards fleet.failing_tools
 # ended runs kept in the store, each with its activity log: some 4.6 KB a short run, 36 KB one
 # of 100 calls (docs/limits.md: Disk)
@@ -80,6 +81,18 @@ DEFAULT_MODEL_UPSTREAM_TIMEOUT = 600.0  # seconds for one upstream call (a long 
 # seconds a request's body may take to arrive once its head has (a slow client's 16 MiB on a
 # slow link; a stalled one holds a model_max_concurrent slot no longer)
 DEFAULT_MODEL_BODY_TIMEOUT = 60.0
+# bytes a second a request's body must keep arriving at, judged over each window of
+# DEFAULT_MODEL_BODY_RATE_WINDOW seconds from its head (nginx's client_body_timeout, Apache's
+# MinRate): a body that stalls or crawls is 408 within a window or two, so slow clients hold no
+# body being read and no bytes of the budget for model_body_timeout. 16 KiB/s is far below any
+# agent's link and still costs 512 slow clients 8 MiB/s to keep the bodies being read full; a
+# window of 5 s rides out a TCP retransmission or two
+DEFAULT_MODEL_BODY_MIN_RATE = 16 * 1024
+DEFAULT_MODEL_BODY_RATE_WINDOW = 5.0
+# the bytes of whole upstream responses the model requests in flight hold at once (read to be
+# observed or steered before they are answered; each at most MAX_RESPONSE_BYTES): one alone is
+# always held, so a response of 64 MiB passes whatever the budget
+DEFAULT_MODEL_MAX_HELD_RESPONSE_BYTES = 64 * 1024 * 1024
 # seconds the model requests in flight at a SIGTERM get to finish (none is taken meanwhile), well
 # inside a Kubernetes pod's default terminationGracePeriodSeconds (30 s), which also covers the
 # state's last flush
@@ -102,6 +115,8 @@ INT_MAXIMUMS = {
     "model_max_body_bytes": 1 << 30,
     "model_max_concurrent": 10_000,
     "model_max_inflight_bytes": 1 << 40,
+    "model_body_min_rate": 1 << 30,
+    "model_max_held_response_bytes": 1 << 40,
     "state_max_ended_runs": 10_000_000,  # stored, not held: the disk bounds it (docs/limits.md)
 }
 ENV_PREFIX = "WATCHDOG_"
@@ -156,6 +171,9 @@ class Config:
     model_max_inflight_bytes: int = DEFAULT_MODEL_MAX_INFLIGHT_BYTES
     model_upstream_timeout: float = DEFAULT_MODEL_UPSTREAM_TIMEOUT
     model_body_timeout: float = DEFAULT_MODEL_BODY_TIMEOUT
+    model_body_min_rate: int = DEFAULT_MODEL_BODY_MIN_RATE  # bytes/s, over each window
+    model_body_rate_window: float = DEFAULT_MODEL_BODY_RATE_WINDOW
+    model_max_held_response_bytes: int = DEFAULT_MODEL_MAX_HELD_RESPONSE_BYTES
     model_shutdown_grace: float = DEFAULT_MODEL_SHUTDOWN_GRACE  # 0: requests cut at once
     model_reply_window: float = DEFAULT_MODEL_REPLY_WINDOW
 
@@ -292,6 +310,8 @@ SECONDS_ALLOWED = {
                               "or 10m)",
     "model_body_timeout": "a positive number of seconds or a duration, at most 1y (e.g. 60 or "
                           "1m)",
+    "model_body_rate_window": "a positive number of seconds or a duration, at most 10m (e.g. 5 "
+                              "or 5s)",
     "model_shutdown_grace": "a number of seconds >= 0 or a duration, at most 1h (e.g. 20 or "
                             "20s; 0 cuts the requests in flight at once)",
     "model_reply_window": "a positive number of seconds or a duration, at most 10m (e.g. 5 or "

@@ -319,10 +319,15 @@ class Metrics:
             "final, abort, trim).", ["agent", "action"])
         self.model_overloaded_total = counter(
             "model_overloaded_total", "Model requests answered 503 with Retry-After, by the "
-            "limit they met (model_max_concurrent, model_max_inflight_bytes).", ["limit"])
+            "limit they met (model_max_concurrent, model_max_inflight_bytes, "
+            "model_max_held_response_bytes).", ["limit"])
         self.model_request_bytes_in_flight = gauge(
             "model_request_bytes_in_flight", "Bytes of request bodies the model requests in "
             "flight hold (bounded by model_max_inflight_bytes, but for one request alone).", ())
+        self.model_response_bytes_held = gauge(
+            "model_response_bytes_held", "Bytes of whole upstream responses the model requests "
+            "in flight hold before they are answered (bounded by "
+            "model_max_held_response_bytes, but for one response alone).", ())
         self.model_ahead_total = counter(
             "model_ahead_total", "Model requests the compiled relay sent upstream before the "
             "loop read them, by kind (first: a new run's first request; continued: a request "
@@ -515,9 +520,11 @@ class Metrics:
     def model_ahead_unread(self) -> None:
         self.model_ahead_unread_total.inc()
 
-    def model_bytes_from(self, held: Callable[[], int]) -> None:
-        """``model_request_bytes_in_flight`` read at scrape time from ``held``."""
+    def model_bytes_from(self, held: Callable[[], int], responses: Callable[[], int]) -> None:
+        """``model_request_bytes_in_flight`` and ``model_response_bytes_held`` read at scrape
+        time from ``held`` and ``responses``."""
         self.model_request_bytes_in_flight.set_function(held)
+        self.model_response_bytes_held.set_function(responses)
 
     def model_steered(self, agent: str | None, action: str) -> None:
         self._count(self.model_steered_total, self.agent(agent), clip(action))

@@ -6,7 +6,7 @@
 //! classes, at the start of the text's first 200 characters:
 //!
 //! ```text
-//! ^\s*(?:error\b|exception\b|traceback \(most recent call last\)|
+//! ^\s*(?:error\b|exception\b|\[error\]|traceback \(most recent call last\)|
 //!        [A-Za-z_][\w.]*(?:Error|Exception):|\{\s*"error"\s*:)
 //! ```
 //!
@@ -29,6 +29,7 @@ pub fn looks_failed(text: &str) -> Option<bool> {
     for found in [
         word(rest, "error"),
         word(rest, "exception"),
+        literal(rest, "[error]").map(|n| n.is_some()),
         literal(rest, "traceback (most recent call last)").map(|n| n.is_some()),
         named(rest),
         keyed(rest),
@@ -163,6 +164,8 @@ mod tests {
             "requests.exceptions.HTTPError: 500",
             "_x.yError:",
             "\x1c error",
+            "[ERROR] Error: cannot add",
+            " [Error]x",
         ] {
             assert_eq!(looks_failed(failed), Some(true), "{failed:?}");
         }
@@ -178,6 +181,9 @@ mod tests {
             "{\"errors\": []}",
             "no error here",
             "ok é",
+            "[ERROR",
+            "[ error]",
+            "[errors]",
         ] {
             assert_eq!(looks_failed(fine), Some(false), "{fine:?}");
         }

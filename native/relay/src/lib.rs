@@ -69,7 +69,8 @@ type Headers = Vec<(String, String)>;
 enum Event {
     /// A request read: method, target, headers, body (None: refused before it was read), the
     /// refusal ("" none, "too_large", "overloaded", "over_budget": past `max_inflight`,
-    /// "unreadable", "body_late": its body did not arrive in time, "bad_host": an HTTP/1.1
+    /// "unreadable", "body_late": its body did not arrive in time, "body_slow": it stalled or
+    /// crawled (fewer bytes in a window than `window_least`), "bad_host": an HTTP/1.1
     /// request without one Host header), requests in flight.
     /// `learn`: the agent of a new conversation's first request, whose new runs the relay
     /// has not been told about (`Relay.admit_agent`). `arrived`: when its head came (Python
@@ -102,7 +103,8 @@ enum Event {
     },
     /// A forward failed before the client's answer began: no head in time ("timeout"), none
     /// at all ("unreachable"), its body stopped ("stalled") or broke off ("broken") while it
-    /// was read whole, or a response a bound cannot judge ("unjudged", `detail` what): Python
+    /// was read whole, a response a bound cannot judge ("unjudged", `detail` what), or one
+    /// past what the whole responses held at once may take ("held_full"): Python
     /// answers the request again with `respond`.
     Failed {
         id: u64,
@@ -190,6 +192,14 @@ struct Shared {
     observe_limit: usize,
     /// How long a request's body may take to arrive once its head has (`model_body_timeout`).
     body_timeout: Duration,
+    /// The bytes a body must bring in each `rate_window` from its head (`model_body_min_rate`
+    /// × `model_body_rate_window`): one that brings fewer stalled or crawled, and is 408.
+    window_least: usize,
+    rate_window: Duration,
+    /// The bytes of whole responses the requests in flight hold, read before they are
+    /// answered (`model_max_held_response_bytes`).
+    held_responses: Mutex<usize>,
+    max_held_responses: usize,
     /// How long a request waits for Python's word on it (the connect and read timeouts, so
     /// `model_upstream_timeout` + 30 s): past it, the relay answers it itself.
     decide_timeout: Duration,
@@ -262,20 +272,26 @@ fn watch_socket(client: &Client) -> Option<tokio::net::TcpStream> {
     tokio::net::TcpStream::from_std(socket).ok()
 }
 
+/// Counts what a request holds as `size` bytes where it held `held` (fewer) in `total`:
+/// false, counting nothing, when that takes it past `most` while other requests hold some (a
+/// request alone is always taken).
+fn take_bytes(total: &Mutex<usize>, most: usize, held: usize, size: usize) -> bool {
+    let mut total = total.lock().unwrap();
+    if size <= held {
+        return true;
+    }
+    if *total > held && *total + (size - held) > most {
+        return false;
+    }
+    *total += size - held;
+    true
+}
+
 impl Shared {
-    /// Counts a request's body as `size` bytes where it held `held` (fewer): false, counting
-    /// nothing, when that takes the total past `max_inflight` while other requests hold some
-    /// (a request alone is always taken).
+    /// Counts a request's body as `size` bytes where it held `held` (`take_bytes`, within
+    /// `max_inflight`).
     fn hold(&self, held: usize, size: usize) -> bool {
-        let mut total = self.held_bytes.lock().unwrap();
-        if size <= held {
-            return true;
-        }
-        if *total > held && *total + (size - held) > self.max_inflight {
-            return false;
-        }
-        *total += size - held;
-        true
+        take_bytes(&self.held_bytes, self.max_inflight, held, size)
     }
 
     /// A body of `size` bytes would be held now, without taking the total past `max_inflight`
@@ -376,6 +392,9 @@ struct Ticket {
     holding: bool,
     /// It holds a place (`Shared::places`): its body has been read.
     placed: bool,
+    /// The bytes of its whole response held before they are answered, counted in
+    /// `held_responses` (until the ticket is dropped).
+    response_held: usize,
 }
 
 /// A request whose body is being read, counted in `Shared::reading` while it lives.
@@ -409,6 +428,22 @@ fn whole_observed(read: &Bytes, coding: Coding, limit: usize) -> Option<Observed
 }
 
 impl Ticket {
+    /// Counts its response as holding `size` bytes (`take_bytes`, within
+    /// `model_max_held_response_bytes`); false: they are not held.
+    fn hold_response(&mut self, size: usize) -> bool {
+        let shared = &self.shared;
+        let taken = take_bytes(
+            &shared.held_responses,
+            shared.max_held_responses,
+            self.response_held,
+            size,
+        );
+        if taken {
+            self.response_held = self.response_held.max(size);
+        }
+        taken
+    }
+
     fn end(&mut self, outcome: &'static str) {
         if self.ended {
             return;
@@ -518,6 +553,7 @@ impl Drop for Ticket {
             self.shared.places.fetch_sub(1, Ordering::SeqCst);
         }
         *self.shared.held_bytes.lock().unwrap() -= self.held;
+        *self.shared.held_responses.lock().unwrap() -= self.response_held;
     }
 }
 
@@ -771,14 +807,21 @@ impl Body for RelayBody {
                         }
                     }
                     if let Some(hold) = this.hold.as_mut() {
-                        if hold.held.len() + out.len() <= hold.limit {
+                        let size = hold.held.len() + out.len();
+                        if size <= hold.limit
+                            && this
+                                .ticket
+                                .as_mut()
+                                .is_none_or(|ticket| ticket.hold_response(size))
+                        {
                             hold.held.extend_from_slice(&out);
                             if last {
                                 this.end_held();
                             }
                             continue;
                         }
-                        // too long to hold: what was held goes on, and the rest as it comes
+                        // too long to hold (or past what the whole responses held may take):
+                        // what was held goes on, and the rest as it comes
                         let mut joined = std::mem::take(&mut hold.held);
                         joined.extend_from_slice(&out);
                         out = joined.freeze();
@@ -914,7 +957,31 @@ async fn read_body(
             .min(shared.max_body)
             .min(RESERVED_AHEAD),
     );
-    while let Some(frame) = incoming.frame().await {
+    // each window from its head must bring `window_least` bytes: a body that stalls or crawls
+    // is 408 then, not at `model_body_timeout`
+    let mut window_end = tokio::time::Instant::now() + shared.rate_window;
+    let mut window_bytes = 0;
+    loop {
+        let frame = match tokio::time::timeout_at(window_end, incoming.frame()).await {
+            Ok(Some(frame)) => Some(frame),
+            Ok(None) => break,
+            Err(_) => None, // the window ended with nothing more
+        };
+        window_bytes += frame
+            .as_ref()
+            .and_then(|frame| frame.as_ref().ok())
+            .and_then(Frame::data_ref)
+            .map_or(0, Bytes::len);
+        if tokio::time::Instant::now() >= window_end {
+            if window_bytes < shared.window_least {
+                return Err("body_slow");
+            }
+            window_end = tokio::time::Instant::now() + shared.rate_window;
+            window_bytes = 0;
+        }
+        let Some(frame) = frame else {
+            continue;
+        };
         let Ok(chunk) = frame.map_err(|_| "unreadable")?.into_data() else {
             continue;
         };
@@ -965,6 +1032,7 @@ async fn handle(
         watched: false,
         holding: false,
         placed: false,
+        response_held: 0,
     };
     let (parts, incoming) = request.into_parts();
     let headers: Headers = parts
@@ -1416,6 +1484,44 @@ async fn read_upto(
     Ok((read.freeze(), false))
 }
 
+/// How much of a whole response `read_held` read.
+#[derive(PartialEq)]
+enum Read {
+    /// All of it.
+    Whole,
+    /// Past the limit: the rest is still the response's.
+    Long,
+    /// Past what the whole responses held at once may take (`model_max_held_response_bytes`):
+    /// the rest is still the response's, what was read is counted no further.
+    Full,
+}
+
+/// `read_upto`, its bytes counted as they come in what `ticket`'s response holds
+/// (`Ticket::hold_response`); its buffer reserves at most `RESERVED_AHEAD` of the length said.
+async fn read_held(
+    upstream: &mut reqwest::Response,
+    ticket: &mut Ticket,
+    limit: usize,
+) -> Result<(Bytes, Read), reqwest::Error> {
+    let said = upstream
+        .content_length()
+        .map_or(0, |length| length.min(limit as u64 + 1));
+    let mut read = BytesMut::with_capacity((said as usize).min(RESERVED_AHEAD));
+    while read.len() <= limit {
+        match upstream.chunk().await? {
+            Some(chunk) => {
+                let full = !ticket.hold_response(read.len() + chunk.len());
+                read.extend_from_slice(&chunk);
+                if full {
+                    return Ok((read.freeze(), Read::Full));
+                }
+            }
+            None => return Ok((read.freeze(), Read::Whole)),
+        }
+    }
+    Ok((read.freeze(), Read::Long))
+}
+
 /// `plans.refuses_usage`: whether an error read whole (in its `Content-Encoding`, at most
 /// `MAX_REFUSAL_BYTES` once inflated) says the upstream refuses `stream_options`.
 fn refuses_usage(body: &[u8], coding: &str) -> bool {
@@ -1512,10 +1618,11 @@ async fn relayed(
         // reads it, so one that stalls or breaks off before its end is a 504 or 502, never a
         // short answer that ended; one too long to read passes on as it comes, unobserved
         None if observe && status.is_success() && !stream => {
+            // (one past what the whole responses held may take: on as it comes, too)
             let limit = shared.observe_limit;
             let mut upstream = upstream;
-            let (read, whole) = match read_upto(&mut upstream, limit).await {
-                Ok(read) => read,
+            let (read, whole) = match read_held(&mut upstream, &mut ticket, limit).await {
+                Ok((read, how)) => (read, how == Read::Whole),
                 Err(error) => {
                     ticket.observed = None;
                     let (kind, detail) = body_failure(&error);
@@ -1591,9 +1698,14 @@ async fn relayed(
             {
                 return unjudged(ticket, LONG);
             }
-            let read = match read_upto(&mut upstream, limit).await {
-                Ok((read, true)) => read,
-                Ok((_, false)) => return unjudged(ticket, LONG),
+            let read = match read_held(&mut upstream, &mut ticket, limit).await {
+                Ok((read, Read::Whole)) => read,
+                Ok((_, Read::Long)) => return unjudged(ticket, LONG),
+                Ok((_, Read::Full)) => {
+                    // never passed unjudged, never held past the budget: 503, retried
+                    ticket.observed = None;
+                    return Err((ticket, "held_full", String::new()));
+                }
                 Err(error) => {
                     let (kind, detail) = body_failure(&error);
                     return Err((ticket, kind, detail));
@@ -1679,7 +1791,8 @@ impl Relay {
     #[pyo3(signature = (host, port, max_body, max_concurrent, connect_timeout, read_timeout,
                         observe_limit, threads=2, answer_tools=vec![],
                         answer_tool_prefixes=vec![], body_timeout=60.0,
-                        max_inflight=usize::MAX))]
+                        max_inflight=usize::MAX, body_min_rate=0, body_rate_window=60.0,
+                        max_held_responses=usize::MAX))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         host: &str,
@@ -1694,6 +1807,9 @@ impl Relay {
         answer_tool_prefixes: Vec<String>,
         body_timeout: f64,
         max_inflight: usize,
+        body_min_rate: usize,
+        body_rate_window: f64,
+        max_held_responses: usize,
     ) -> PyResult<Self> {
         let seconds = |value: f64, name: &str| {
             if value.is_finite() && value > 0.0 && value < 1e9 {
@@ -1705,6 +1821,8 @@ impl Relay {
             }
         };
         let body_timeout = seconds(body_timeout, "body_timeout")?;
+        let rate_window = seconds(body_rate_window, "body_rate_window")?;
+        let window_least = (body_min_rate as f64 * rate_window.as_secs_f64()) as usize;
         let read = seconds(read_timeout, "read_timeout")?;
         // Python's word comes at once: this bound is a backstop, never met by a busy loop
         let decide_timeout = seconds(connect_timeout, "connect_timeout")? + read;
@@ -1768,6 +1886,10 @@ impl Relay {
             max_inflight,
             observe_limit,
             body_timeout,
+            window_least,
+            rate_window,
+            held_responses: Mutex::new(0),
+            max_held_responses,
             decide_timeout,
             answers,
             admission: Mutex::new(None),
@@ -2322,6 +2444,13 @@ impl Relay {
         self.shared.in_flight.load(Ordering::SeqCst)
     }
 
+    /// The bytes of whole responses the requests in flight hold before they are answered
+    /// (`model_max_held_response_bytes`).
+    #[getter]
+    fn held_response_bytes(&self) -> usize {
+        *self.shared.held_responses.lock().unwrap()
+    }
+
     /// The bytes of request bodies the requests in flight hold (`model_max_inflight_bytes`).
     #[getter]
     fn held_bytes(&self) -> usize {
@@ -2478,6 +2607,21 @@ fn _relay(module: &Bound<'_, PyModule>) -> PyResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_budget_takes_one_holder_alone_whatever_its_size_and_others_within_it() {
+        let total = Mutex::new(0);
+        assert!(take_bytes(&total, 10, 0, 25)); // alone: taken past the budget
+        assert!(!take_bytes(&total, 10, 0, 1)); // another, with 25 held: refused
+        assert_eq!(*total.lock().unwrap(), 25);
+        assert!(take_bytes(&total, 10, 25, 30)); // the one holding it all grows on
+        *total.lock().unwrap() -= 30;
+        assert!(take_bytes(&total, 10, 0, 6));
+        assert!(take_bytes(&total, 10, 0, 4)); // 10: within it
+        assert!(!take_bytes(&total, 10, 6, 7)); // one more byte of the first: past it
+        assert!(take_bytes(&total, 10, 6, 6)); // no more than it held: nothing to take
+        assert_eq!(*total.lock().unwrap(), 10);
+    }
 
     #[test]
     fn a_whole_plain_response_is_held_once() {

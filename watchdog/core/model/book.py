@@ -242,6 +242,11 @@ class EndpointRun:
     # what its last request carried past the model's last answer (:func:`_asked`): a request
     # that carries the same, answering none of the calls handed over since, sends it again
     asked: tuple[object, ...] | None = None
+    # the call ids of the results its latest request carried, when the model API refused that
+    # request as bad (past the model's context window): an agent that compacts its history
+    # then sends them again in a conversation of its own (:meth:`ModelBook._rewritten`);
+    # empty once a response of the run is recorded
+    refused: frozenset[str] = frozenset()
     # its last answer passed on a line no client reads (:attr:`Observation.unreadable`): the
     # agent may send its request again (:func:`_sent_again`)
     unread: bool = False
@@ -295,6 +300,10 @@ class EndpointRun:
     # ... the digest of the instructions of the request that answer came to: a reply under
     # other instructions is another agent's turn (a pipeline's next agent), never a rejection
     ending_prompt: str | None = None
+    # ... that answer's words, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS): a reply at
+    # once that begins the conversation again and quotes them in a new user message is the
+    # agent's own (:func:`begins_again_quoting`)
+    ending_words: str | None = None
     # its budget covers its whole conversation (a rule pack's ``budget_per: conversation``):
     # every new user message in it goes on in the run (:func:`goes_on_in_conversation`)
     per_conversation: bool = False
@@ -674,7 +683,9 @@ class ModelBook:
                                   or self._follows(state, request)):
             self._conversations.move_to_end(digest)  # (its agent did not take the stop)
             return self._touch(state)
-        if state is not None and goes_on_in_conversation(state, request):
+        if state is not None and (goes_on_in_conversation(state, request) or (
+                self._now_ns is not None
+                and begins_again_quoting(state, request, self._now_ns, self.at_once_ns))):
             self._conversations.move_to_end(digest)
             return self._in_conversation(state)
         if state is not None and (goes_on_from_aside(state, request) or (
@@ -823,15 +834,19 @@ class ModelBook:
         """The run whose history ``request``'s conversation, one the run is not of, rewrote:
         its results answer a call that run handed over and still waits for (the Cline CLI
         compacts its history to a summary of its own, sent as a new first user message, and
-        keeps its latest call and result after it); the same agent's, not over by its final
-        request or a stop. A conversation the book knows is its own run's, never another's
-        rewritten (two tasks whose model server gives their calls the same id, ``call_0``)."""
+        keeps its latest call and result after it), or that the run's latest request answered
+        when the model API refused it (pi compacts its history so when told it is past the
+        model's context window, then sends the refused request's results again); the same
+        agent's, not over by its final request or a stop. A conversation the book knows is
+        its own run's, never another's rewritten (two tasks whose model server gives their
+        calls the same id, ``call_0``)."""
         if digest in self._conversations:
             return None
         for result in request.results:
             state = self._runs.get(self._calls.get(result.call_id) or "")
             if state is not None and state.conversation != digest and state.agent == agent \
-                    and _waits(state.pending, result.call_id) and not state.final_used \
+                    and (_waits(state.pending, result.call_id)
+                         or result.call_id in state.refused) and not state.final_used \
                     and state.stop is None and not ended(state.key):
                 return state
         return None
@@ -1219,6 +1234,9 @@ class ModelBook:
                 if state.answered_last and (answer is None or said is not None) else None
             state.ending_prompt = _said_digest(request.instructions) \
                 if state.answered_last else None
+            words = " ".join(seen.text.split()) if state.answered_last else ""
+            state.ending_words = words[:MAX_ASIDE_CHARS] \
+                if len(words) >= MIN_ASIDE_CHARS else None
         waiting = state.begun if broke else state.pending
         for call in work:
             waited = _wait(waiting, call) if len(waiting) < MAX_PENDING_CALLS \
@@ -1233,6 +1251,8 @@ class ModelBook:
             state.handed += len(work)
             state.answered += 1
         state.unread = seen.unreadable
+        if not side:  # (an aside's answer, a summary pi asks for after the refusal, keeps it)
+            state.refused = frozenset()
         state.last_end_ns = end_ns
         if seen.response_id:
             self._responses[seen.response_id] = state.key
@@ -1257,6 +1277,9 @@ class ModelBook:
         record.error_message = brief(message, MAX_BRIEF_CHARS)
         record.error_signature = stable_hash(record.error_type + ":"
                                              + mask(record.error_message))
+        if not is_side(state, request):  # (what a history rewritten then sends again)
+            state.refused = frozenset(result.call_id
+                                      for result in request.results[:MAX_PENDING_CALLS])
         return record
 
     @staticmethod
@@ -1603,6 +1626,23 @@ def rejects_answer(state: EndpointRun, request: Request, now_ns: int,
         and request.messages > state.messages and 0 <= now_ns - state.last_end_ns < window_ns \
         and answer_digest(request.last_answer) != state.ending \
         and _said_digest(request.instructions) == state.ending_prompt
+
+
+def begins_again_quoting(state: EndpointRun, request: Request, now_ns: int,
+                         window_ns: int = AT_ONCE_NS) -> bool:
+    """Whether ``request`` begins the conversation of ``state``'s run again (no model answer
+    in it) with a new user message after the first that quotes the text answer that ended the
+    run (:attr:`EndpointRun.ending_words`, spacing aside), less than ``window_ns`` after it,
+    under the instructions that answer came to: the agent's own reply to its answer, on the
+    run's first messages alone (PraisonAI's self-reflection: "Reflect on your previous
+    response: '<the answer>'", then its regeneration with its tools). It goes on in the run,
+    or gets its stop if the run is over by its budget or a stop. Another invocation that begins
+    as the run began holds no quote of its answer after its first message."""
+    quote = state.ending_words
+    return quote is not None and request.last_is_user and not request.kept \
+        and request.last_answer is None and 0 <= now_ns - state.last_end_ns < window_ns \
+        and _said_digest(request.instructions) == state.ending_prompt \
+        and any(quote in " ".join(text.split()) for text in request.said[1:MAX_SIDE_SAID])
 
 
 def goes_on_in_conversation(state: EndpointRun, request: Request) -> bool:

@@ -8,9 +8,10 @@ import json
 import re
 
 # What frameworks put in the tool message when the tool raised: "Error: ...", "Error executing
-# tool ...", a traceback, "<Exception>: ...", or a JSON object whose one key is "error".
+# tool ...", a traceback, "<Exception>: ...", a JSON object whose one key is "error", or the text
+# tagged "[ERROR] ..." (Strands for TypeScript's).
 _FAILED = re.compile(
-    r"^\s*(?:error\b|exception\b|traceback \(most recent call last\)|"
+    r"^\s*(?:error\b|exception\b|\[error\]|traceback \(most recent call last\)|"
     r"[A-Za-z_][\w.]*(?:Error|Exception):|\{\s*\"error\"\s*:)", re.IGNORECASE)
 
 

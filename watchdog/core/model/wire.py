@@ -230,9 +230,15 @@ def answer_digest(content: object) -> str | None:
 
 
 def anchor_of(content: object) -> str:
-    """A conversation's identity from its first user message (any JSON value)."""
+    """A conversation's identity from its first user message (any JSON value), its parts'
+    prompt-caching markers (``cache_control``) aside: a client moves them to its latest
+    message at each request (pi, on Messages), so the first message carries one at the first
+    request only."""
     if isinstance(content, str):
         return content
+    if isinstance(content, list):
+        content = [{key: value for key, value in part.items() if key != "cache_control"}
+                   if isinstance(part, dict) else part for part in content]
     return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 

@@ -78,8 +78,11 @@ HERMES = Convention(
 STRANDS = Convention(
     name="strands-agents",
     emitted_by="Strands' native tracer (default and `gen_ai_latest_experimental` formats)",
-    # limits={"turns"|"total_tokens"|"output_tokens": n} stop the agent loop (no exception)
-    limit_finish_reasons=frozenset({"limit_turns", "limit_total_tokens", "limit_output_tokens"}),
+    # limits={"turns"|"total_tokens"|"output_tokens": n} stop the agent loop (no exception);
+    # for TypeScript, `limits: { turns, totalTokens, outputTokens }`, its stop reasons camelCase
+    # (`limitTurns`: read in lower case)
+    limit_finish_reasons=frozenset({"limit_turns", "limit_total_tokens", "limit_output_tokens",
+                                    "limitturns", "limittotaltokens", "limitoutputtokens"}),
     # `gen_ai_unredacted_attributes=<list>` in OTEL_SEMCONV_STABILITY_OPT_IN: every sensitive
     # attribute (and event attribute) not listed is "[REDACTED]" (on its tracer's spans: another
     # instrumentation's "[REDACTED]" is its content)
@@ -89,6 +92,17 @@ STRANDS = Convention(
           "latest format with redaction on: the finish reasons only inside the redacted "
           "`gen_ai.output.messages`: a run stopped by `limits` reads unanswered, not "
           "`tool_limit_reached` (a known gap)",
+)
+
+STRANDS_STRUCTURED = Convention(
+    name="strands-agents (structured output)",
+    emitted_by="Strands for TypeScript's structured output, read on any span and by the model "
+               "endpoint",
+    # `structuredOutputSchema`, and a Swarm's hand-off: the call ends the agent's invocation,
+    # its arguments the result (no request follows it)
+    answer_tools=frozenset({"strands_structured_output"}),
+    notes="its call is the agent's answer, never work: a Swarm node's (hand-off or final) ends "
+          "that node's run",
 )
 
 SEMANTIC_KERNEL = Convention(
@@ -1036,6 +1050,7 @@ LANGTRACE = Convention(
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
+    STRANDS_STRUCTURED,
     SEMANTIC_KERNEL, GOOGLE_ADK, CREWAI, SMOLAGENTS, OPENAI_AGENTS, LANGGRAPH, LANGSMITH,
     GOOGLE_ADK_RECORDS,
     LANGFUSE, GENERIC_LIMITS, AUTOGEN, AGNO, LLAMAINDEX, DSPY, AGENT_FRAMEWORK, HAYSTACK,

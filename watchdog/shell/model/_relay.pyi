@@ -7,6 +7,7 @@ class Relay:
     fd: int
     in_flight: int
     held_bytes: int
+    held_response_bytes: int
     queued_requests: int
     awaited: list[str]
 
@@ -14,7 +15,9 @@ class Relay:
                  connect_timeout: float, read_timeout: float, observe_limit: int,
                  threads: int = 2, answer_tools: list[str] = ...,
                  answer_tool_prefixes: list[str] = ...,
-                 body_timeout: float = 60.0, max_inflight: int = ...) -> None: ...
+                 body_timeout: float = 60.0, max_inflight: int = ...,
+                 body_min_rate: int = 0, body_rate_window: float = 60.0,
+                 max_held_responses: int = ...) -> None: ...
     def take(self) -> list[tuple[Any, ...]]: ...
     def respond(self, id: int, status: int, headers: list[tuple[str, str]],
                 body: bytes) -> bool: ...

@@ -288,10 +288,14 @@ class NativeEndpoint:
         self.relay = Relay(host, port, config.model_max_body_bytes, config.model_max_concurrent,
                            CONNECT_TIMEOUT, config.model_upstream_timeout, MAX_RESPONSE_BYTES,
                            body_timeout=config.model_body_timeout,
-                           max_inflight=config.model_max_inflight_bytes)
+                           max_inflight=config.model_max_inflight_bytes,
+                           body_min_rate=config.model_body_min_rate,
+                           body_rate_window=config.model_body_rate_window,
+                           max_held_responses=config.model_max_held_response_bytes)
         relay = self.relay
         if proxy_metrics := self.proxy.metrics:
-            proxy_metrics.model_bytes_from(lambda: relay.held_bytes)
+            proxy_metrics.model_bytes_from(lambda: relay.held_bytes,
+                                           lambda: relay.held_response_bytes)
         proxy = self.proxy
         token = None if proxy.token is None else (TOKEN_HEADER, proxy.token)
         self.relay.admission(proxy.openai, proxy.anthropic, config.model_agent_name or "",
@@ -524,6 +528,8 @@ class NativeEndpoint:
                 raise proxy.too_large(proxy.config.model_max_body_bytes)
             if refusal == "body_late":
                 raise proxy.body_late(proxy.config.model_body_timeout)
+            if refusal == "body_slow":
+                raise proxy.body_slow()
             if refusal == "bad_host":
                 raise Refused(400, "bad_request", "an HTTP/1.1 request must have exactly one "
                               "Host header (RFC 9112 §3.2)", {"Connection": "close"})

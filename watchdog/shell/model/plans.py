@@ -22,6 +22,16 @@ REFUSED_USAGE_STATUSES = (400, 422)
 JSON = {"Content-Type": "application/json"}
 
 
+class Held:
+    """The bytes a request holds of a budget: its body's (``model_max_inflight_bytes``), its
+    whole response's (``model_max_held_response_bytes``)."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+
 class Answer(NamedTuple):
     """An answer the endpoint gives itself."""
 

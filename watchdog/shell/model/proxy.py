@@ -17,14 +17,16 @@ passed on event by event (:mod:`watchdog.shell.model.streams`). When the respons
 the call becomes records of its run through the service, as spans do. What a request gets (an
 answer, or a plan to send it upstream) is :mod:`watchdog.shell.model.plans`.
 
-Bounded: request bodies (``model_max_body_bytes``, 413; ``model_body_timeout`` to arrive, 408
-and the connection closed), requests in flight
+Bounded: request bodies (``model_max_body_bytes``, 413; ``model_body_timeout`` to arrive, and
+``model_body_min_rate`` over each ``model_body_rate_window``, 408 and the connection closed),
+requests in flight
 (``model_max_concurrent``, 503 with Retry-After: a place taken once the body is in; the bodies
 being read, ``READING_PER_PLACE`` × as many, likewise), the bytes of their bodies held at once
 (``model_max_inflight_bytes``: a request whose body as it is read, or, waiting for ``100
 Continue``, whose declared length, would take the total past it gets 503 with Retry-After,
 unless it is the only one holding any; counted as they come, until the request has ended),
-whole responses read for observation (``MAX_RESPONSE_BYTES``: larger ones pass unobserved),
+whole responses read for observation (``MAX_RESPONSE_BYTES``: larger ones pass unobserved;
+those held at once, ``model_max_held_response_bytes``: past it one to be judged is 503),
 SSE events (``MAX_SSE_EVENT_BYTES``). One
 client session keeps a keep-alive pool to the upstreams, verifies TLS with the system's CAs and
 honours ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` (read once at start: aiohttp's per-request
@@ -115,10 +117,12 @@ from watchdog.shell.model.plans import (
     Asking,
     Booked,
     Exchange,
+    Held,
     Plan,
     refuses_usage,
 )
 from watchdog.shell.model.streams import (
+    HeldFull,
     is_stream,
     read_upto,
     relay,
@@ -157,6 +161,12 @@ UPSTREAM_FAILURES: dict[str, tuple[int, str, str, str]] = {
     # its head came, then its body broke off
     "broken": (502, "upstream_broken", "upstream_error",
                " answered, then broke off before its response was complete ({detail})"),
+    # a whole response held to be judged, past what the whole responses held at once may take
+    # (model_max_held_response_bytes): never passed unjudged; retried, as any 503
+    "held_full": (503, "overloaded", "refused",
+                  "'s response could not be held to be checked: the model requests in flight "
+                  "hold too many bytes of whole responses (model_max_held_response_bytes, "
+                  "{held}): retry shortly"),
     # a response too long, or in JSON or a coding it cannot read, to check against the run's
     # tool-call bound: never passed on
     "unjudged": (502, "response_unjudged", "upstream_error",
@@ -180,15 +190,6 @@ def gone(exchange: Exchange | None) -> str:
     """How a request whose client went away is counted: cancelled, unless its stream's last
     event had come (it had its answer)."""
     return exchange.outcome if exchange is not None and exchange.answered else "cancelled"
-
-
-class Held:
-    """The bytes of a request's body counted in ``model_max_inflight_bytes``."""
-
-    __slots__ = ("bytes",)
-
-    def __init__(self) -> None:
-        self.bytes = 0
 
 
 class Handled:
@@ -228,8 +229,11 @@ class ModelProxy:
         self.reading = 0  # their bodies being read (at most max_reading)
         self.max_reading = READING_PER_PLACE * config.model_max_concurrent
         self.held_bytes = 0  # of the bodies of the requests in flight (model_max_inflight_bytes)
+        # of the whole responses held before they are answered (model_max_held_response_bytes)
+        self.held_response_bytes = 0
         if observer is not None:  # (the compiled relay's own count instead, where it serves)
-            observer.model_bytes_from(lambda: self.held_bytes)
+            observer.model_bytes_from(lambda: self.held_bytes,
+                                      lambda: self.held_response_bytes)
         self.failures = 0  # calls whose observation failed (a bug)
         # the upstream refused stream_options: streams are no longer asked for their usage
         self.usage_unasked = False
@@ -388,6 +392,25 @@ class ModelProxy:
         self.held_bytes += more
         held.bytes = size
 
+    def hold_response(self, held: Held, size: int) -> bool:
+        """Counts a whole response held before it is answered as ``size`` bytes (more than it
+        held): False, counting nothing, past ``model_max_held_response_bytes`` with other
+        responses holding some (one alone is held)."""
+        more = size - held.bytes
+        if more <= 0:
+            return True
+        if self.held_response_bytes > held.bytes and self.held_response_bytes + more \
+                > self.config.model_max_held_response_bytes:
+            return False
+        self.held_response_bytes += more
+        held.bytes = size
+        return True
+
+    def let_go_response(self, held: Held) -> None:
+        """A response's held bytes answered (or dropped)."""
+        self.held_response_bytes -= held.bytes
+        held.bytes = 0
+
     @staticmethod
     def too_large(limit: int) -> Refused:
         return Refused(413, "request_too_large", f"the request body is larger than {limit} "
@@ -399,6 +422,14 @@ class ModelProxy:
         rest of the body may still come)."""
         return Refused(408, "request_timeout", f"the request body did not arrive within "
                        f"{seconds:g} s (model_body_timeout)", {"Connection": "close"})
+
+    def body_slow(self) -> Refused:
+        """A body that stalled or crawled: fewer than ``model_body_min_rate`` bytes a second
+        over a ``model_body_rate_window``; its connection is closed with the answer."""
+        return Refused(408, "request_timeout", f"the request body arrived slower than "
+                       f"{self.config.model_body_min_rate} bytes/s over "
+                       f"{self.config.model_body_rate_window:g} s (model_body_min_rate, "
+                       f"model_body_rate_window)", {"Connection": "close"})
 
     def agent_named(self, headers: CIMultiDict[str] | CIMultiDictProxy[str] | None
                     ) -> str | None:
@@ -829,6 +860,9 @@ class ModelProxy:
         except Unjudged as exc:  # a bound's response it cannot judge: as the compiled relay
             answer = self.upstream_failed(plan, "unjudged", str(exc))  # answers
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
+        except HeldFull:
+            answer = self.upstream_failed(plan, "held_full", "")
+            return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
         except TimeoutError:
             answer = self.upstream_failed(plan, "stalled" if answered else "timeout", "")
             return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
@@ -893,12 +927,17 @@ class ModelProxy:
                                                             UPSTREAM_FAILURES["unreachable"])
         message = "the upstream model API" + what.format(
             timeout=f"{self.config.model_upstream_timeout:g} s (model_upstream_timeout)",
-            detail=detail)
+            detail=detail, held=self.config.model_max_held_response_bytes)
+        headers = JSON
+        if kind == "held_full":
+            headers = {**JSON, "Retry-After": RETRY_AFTER}
+            if self.metrics is not None:
+                self.metrics.model_overloaded("model_max_held_response_bytes")
         if kind != "timeout":
             log.warning("model upstream %s: %s", url_for_logs(plan.url.split("?")[0]),
                         message)
         self.count(agent, plan.api, outcome)
-        return Answer(status, dumps(wire.error(status, code, message)), JSON)
+        return Answer(status, dumps(wire.error(status, code, message)), headers)
 
     def observe_whole(self, exchange: Exchange, data: bytes, content_type: str,
                       into: list[Booked] | None = None, changed: bool = False,
@@ -1060,13 +1099,31 @@ class ModelProxy:
         limit = self.config.model_max_body_bytes
         self._length_taken(request)
         data = bytearray()
+        content = request.content
+        loop = asyncio.get_running_loop()
+        window = self.config.model_body_rate_window
+        least = self.config.model_body_min_rate * window  # bytes each window must bring
+        window_end, window_bytes = loop.time() + window, 0
         try:
             async with asyncio.timeout(self.config.model_body_timeout):
-                async for chunk in request.content.iter_any():
-                    data += chunk
-                    if len(data) > limit:
-                        raise self.too_large(limit)
-                    self.hold(held, len(data))  # (as it comes, whatever it declared)
+                while True:
+                    try:
+                        async with asyncio.timeout_at(window_end):
+                            chunk = await content.readany()
+                    except TimeoutError:  # the window ended with nothing more
+                        chunk = None
+                    if chunk == b"":
+                        break
+                    if chunk:
+                        data += chunk
+                        window_bytes += len(chunk)
+                        if len(data) > limit:
+                            raise self.too_large(limit)
+                        self.hold(held, len(data))  # (as it comes, whatever it declared)
+                    if loop.time() >= window_end:
+                        if window_bytes < least:
+                            raise self.body_slow()
+                        window_end, window_bytes = loop.time() + window, 0
         except TimeoutError:
             raise self.body_late(self.config.model_body_timeout) from None
         except EndedEarly:  # its client ended its side of the connection before its end

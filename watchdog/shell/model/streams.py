@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Protocol
 
 import aiohttp
@@ -42,7 +43,7 @@ from watchdog.core.model.steer import Act, kept_calls
 from watchdog.core.model.wire import SSEReader, ToolCall, Unjudged, dumps, judged
 from watchdog.core.spans.codings import IDENTITY, SUPPORTED, BadCoding, BodyTooLarge, inflate
 from watchdog.shell.model.headers import response_headers
-from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Exchange
+from watchdog.shell.model.plans import MAX_RESPONSE_BYTES, Exchange, Held
 
 
 class ModelProxy(Protocol):
@@ -55,6 +56,21 @@ class ModelProxy(Protocol):
                     stream: bool) -> bytes | None: ...
 
     def observed(self, exchange: Exchange, handed: list[Any], seen: Any) -> None: ...
+
+    def hold_response(self, held: Held, size: int) -> bool: ...
+
+    def let_go_response(self, held: Held) -> None: ...
+
+
+class HeldFull(Exception):
+    """A whole response read would take the whole responses held at once past
+    ``model_max_held_response_bytes``: it is held no further (``data``: what was read of it;
+    the rest is still the response's). One to be judged is not passed on unjudged (a 503)."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__("past model_max_held_response_bytes")
+        self.data = data
+
 
 log = logging.getLogger("watchdog.model")
 
@@ -77,15 +93,19 @@ async def relay(request: web.Request, upstream: aiohttp.ClientResponse,
     return response
 
 
-async def read_upto(upstream: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+async def read_upto(upstream: aiohttp.ClientResponse, limit: int,
+                    hold: Callable[[int], bool] | None = None) -> tuple[bytes, bool]:
     """The first bytes of the upstream's body, up to ``limit`` and one more, and whether they
-    are all of it."""
+    are all of it; with ``hold``, their count is told to it as they come, and when it
+    refuses them: :class:`HeldFull`."""
     buffer = bytearray()
     while len(buffer) <= limit:
         chunk = await upstream.content.read(limit + 1 - len(buffer))
         if not chunk:
             return bytes(buffer), True
         buffer += chunk
+        if hold is not None and not hold(len(buffer)):
+            raise HeldFull(bytes(buffer))
     return bytes(buffer), False
 
 async def pump(request: web.Request, upstream: aiohttp.ClientResponse,
@@ -118,8 +138,27 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
         if strict:
             raise Unjudged("too long to read")
         return _passed(exchange, await relay(request, upstream))
+    held = Held()  # (its bytes, until they have been written)
+    try:
+        return await _relay_held(proxy, request, upstream, exchange, strict, held)
+    finally:
+        proxy.let_go_response(held)
+
+
+async def _relay_held(proxy: ModelProxy, request: web.Request, upstream: aiohttp.ClientResponse,
+                      exchange: Exchange, strict: bool, held: Held) -> web.StreamResponse:
+    """``relay_json``'s whole response, held (``held``) until it has been written: one past
+    the whole responses' budget is refused (:class:`HeldFull`) when it must be judged, else
+    passed on as it comes, as one too long to read."""
+    keep = exchange.turn.keep
     closing = _closing(upstream)
-    data, whole = await read_upto(upstream, MAX_RESPONSE_BYTES)
+    try:
+        data, whole = await read_upto(upstream, MAX_RESPONSE_BYTES,
+                                      functools.partial(proxy.hold_response, held))
+    except HeldFull as full:  # past the whole responses' budget: passed on as it comes
+        if strict:
+            raise
+        return _passed(exchange, await relay(request, upstream, full.data))
     if whole and _reset(closing):  # its end a reset: broken off (502), as the compiled relay
         raise aiohttp.ClientPayloadError("the connection was reset")
     if not whole:  # no length said: too long to read, passed on as it comes
@@ -161,8 +200,11 @@ async def relay_json(proxy: ModelProxy, request: web.Request, upstream: aiohttp.
         if (replaced := proxy.empty_final(exchange, seen, handed, stream=False)) is not None:
             data, changed = replaced, True
         proxy.observed(exchange, handed, seen)
-    return web.Response(status=upstream.status, body=data,
-                        headers=response_headers(upstream.headers, changed))
+    response = web.Response(status=upstream.status, body=data,
+                            headers=response_headers(upstream.headers, changed))
+    await response.prepare(request)  # (written here, so its bytes are held until they are)
+    await response.write_eof()
+    return response
 
 
 def stop_answer(exchange: Exchange, note: str, stream: bool,
@@ -193,6 +235,7 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
     wire, keep = exchange.wire, exchange.turn.keep
     held: list[bytes] | None = [] if exchange.turn.act is Act.FINAL else None
     held_size = 0
+    taken = Held()  # (held's bytes in the whole responses' budget)
     reader, accumulator = SSEReader(), wire.accumulator()
     trimmer = wire.stream_trimmer(keep) if keep is not None else None
     hide = exchange.hide_usage  # the usage-only chunk the client did not ask for: left out
@@ -267,13 +310,15 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
                         trimmed = trimmed or part is not event.raw
                         parts.append(part)
                     out = b"".join(parts)
-                    if held is not None and held_size + len(out) <= MAX_RESPONSE_BYTES:
+                    if held is not None and held_size + len(out) <= MAX_RESPONSE_BYTES \
+                            and proxy.hold_response(taken, held_size + len(out)):
                         held.append(out)
                         held_size += len(out)
                         continue
-                    if held:  # too long to hold: on its way as it is
-                        await response.write(b"".join(held))
+                    if held:  # too long to hold (or past the whole responses' budget): on
+                        await response.write(b"".join(held))  # its way as it is
                     held = None
+                    proxy.let_go_response(taken)
                     if accumulator.observation.complete:
                         book()  # its last event: booked before the agent can have it
                     if out:
@@ -303,6 +348,7 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
             await response.write(rest)
         _break_off(request)
     finally:
+        proxy.let_go_response(taken)
         book()
     return response
 
