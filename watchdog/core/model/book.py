@@ -43,7 +43,11 @@ an action, the run held open for the next request) goes on only in a request tha
 latest answer (:func:`carries_answer`): an invocation whose requests begin as the run's did is
 the next run; and a conversation's first request that quotes that answer (a commit message the
 agent asks a model for, for the action it just ran) is a side request of the run
-(:func:`quotes_answer`).
+(:func:`quotes_answer`). So is a conversation's first request of the same agent, under
+instructions of its own, that quotes a run's history (:func:`quotes_history`: a summariser of
+the agent's own, while the run goes on; the one run it quotes alone); a conversation that then
+opens with a model message holding that aside's answer goes on in the run
+(:meth:`ModelBook._recap_of`).
 
 Each response becomes one model-call record (tokens, finish reason, the tool calls asked, the
 response id); each tool call the endpoint handed over becomes one tool-call record (name,
