@@ -16,6 +16,7 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -85,16 +86,17 @@ def settings(base_url: str, model: str) -> dict[str, object]:
 
 def run_camel(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
               mode: str = "url", traced: str | None = None, direct: bool = False,
-              **extra: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+              server: int = 0, **extra: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One invocation of the driver, its model set by :func:`settings` at ``url(agent)``: what
     it printed and the upstream's requests. ``traced``: opentelemetry-instrumentation-openai-v2
     on, its spans to the sidecar's OTLP receiver (with ``RECORD_SPANS`` set, recorded as
     ``recordings/endpoint_camel/TRACED.jsonl``); ``direct``: the model is the upstream's, not
-    the sidecar's (watched only)."""
+    the sidecar's (watched only); ``server``: which driver process forks it (one runs one
+    invocation at a time: two at once, each its own)."""
     case = next(_CASES)
     model = llm.script(f"camel-{agent}-{case}", script)
     base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1",
-            "OTEL_SDK_DISABLED": "true"}
+            "OTEL_SDK_DISABLED": "true", **({"DRIVER_SERVER": str(server)} if server else {})}
     env = {**base, "OPENAI_API_KEY": KEY, "ENDPOINT_MODEL": model,
            "ENDPOINT_TASK": f"Find the file. (case {case})",
            "CAMEL_SETTINGS": json.dumps(settings(url(sidecar, agent), model)),
@@ -319,22 +321,61 @@ def test_its_context_summary_with_the_run_named_goes_on_in_the_run_on_its_budget
         "ended", 5, "tool_limit_reached"), run
 
 
-def test_its_context_summary_unnamed_starts_a_run_with_a_budget_of_its_own_known_gap(
+def test_its_context_summary_unnamed_goes_on_in_the_run_on_its_budget(
         sidecar: RunningServer, llm: FakeLLM) -> None:
-    """Known gap (docs/agents.md#camel-ai; model-endpoint.md's known limits: an agent that
-    summarises its history): unnamed, the summary request is a run of its own (``completed``
-    with the summary), and the compacted conversation, which opens with the summary wrapped
-    in CAMEL's words (not the run's answer) and carries no tool result, is another run, with a
-    budget of its own; the run it left waits for the call it last handed over. More tool calls
-    run than the budget's 5."""
-    said, requests, runs = compacting(sidecar, llm, lambda runs: any(
-        run["terminal_state"] == "tool_limit_reached" for run in runs) and len(
-        [run for run in runs if run["final_output"] == SUMMARY and run["iterations"] == 1]) == 3)
-    assert len(said["ran"]) > 5 and len(asides(requests)) == 3, said
-    summaries = [run for run in runs if run["final_output"] == SUMMARY and run["iterations"] == 1]
-    assert len(summaries) == 3 and {run["terminal_state"] for run in summaries} == {"completed"}
-    left = [run for run in runs if run["state"] == "active"]
-    assert left and all(run["signals"]["in_flight"] == 1 for run in left), left
+    """Unnamed, as a user sets it up: each summary request, a conversation of its own quoting
+    the run's task and latest result under the summariser's instructions, is a request aside
+    of the run (its model call the run's, no countdown, no answer of the run: the one after
+    the budget is spent too), and each compacted conversation, which opens with the summary
+    wrapped in CAMEL's words (the second with both summaries, its first user message the
+    first's), goes on in it, counted down against what is left: 5 tool calls in all, then
+    the final request, in the conversation compacted twice; one run ``tool_limit_reached``."""
+    said, requests, runs = compacting(
+        sidecar, llm, lambda runs: bool(runs) and all(run["state"] == "ended" for run in runs))
+    assert said["ran"] == ["term 0", "term 1", "term 2", "term 4", "term 5"], said
+    assert asides(requests) == [3, 6]
+    assert [body["messages"][1]["content"].startswith("[CONTEXT_SUMMARY]")
+            for body in requests] == [False] * 4 + [True] * 2 + [False, True]
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [], [], [("3", "5")], [], [("2", "5")], [("1", "5")], [], []]
+    assert "Tools are withdrawn" in instructions(requests[-1])
+    assert said["output"] == SUMMARY  # (the model's answer to the final request, as scripted)
+    [run] = runs
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        8, 5, "tool_limit_reached"), run
+
+
+def summarizing_each(index: int, body: dict[str, Any]) -> fakellm.Step:
+    """:func:`summarizing`, each summary in words of its own task (its case), as a model
+    summarises two histories: the summary of case 3 is not the summary of case 4."""
+    if not fakellm.offers_tools(body):
+        case = re.findall(r"\(case \d+\)", str(body["messages"][-1]["content"]))
+        return fakellm.answer(f"{SUMMARY} {case[0] if case else ''}")
+    return searching(index, body)
+
+
+def test_two_tasks_at_once_each_summarised_stay_two_runs_each_on_its_budget(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """Two tasks of one agent at once (two processes, one agent name, their tasks and
+    summaries their own, their results alike), each compacting its context: each summary is
+    an aside of its own task's run, each compacted conversation goes on in its own run. Two
+    runs, each 5 tool calls on its budget of 5, ``tool_limit_reached``; never one run of
+    both."""
+    before = run_ids(sidecar)
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(lambda server: run_camel(
+            sidecar, llm, "camel-compact-twins", summarizing_each, server=server,
+            CAMEL_TOKEN_LIMIT="300"), range(2)))
+    for said, requests in outcomes:
+        assert said["ran"] == ["term 0", "term 1", "term 2", "term 4", "term 5"], said
+        assert asides(requests) == [3, 6] and "Tools are withdrawn" in instructions(
+            requests[-1])
+        assert [LEFT.findall(instructions(body)) for body in requests] == [
+            [], [], [("3", "5")], [], [("2", "5")], [("1", "5")], [], []]
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2 and all(
+        run["state"] == "ended" for run in runs))
+    assert [(run["iterations"], run["tool_calls"], run["terminal_state"]) for run in runs] == [
+        (8, 5, "tool_limit_reached")] * 2, runs
 
 
 # -- traced by the OpenAI client's instrumentation ---------------------------------------------

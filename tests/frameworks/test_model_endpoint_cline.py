@@ -294,8 +294,9 @@ def test_a_cline_history_compacted_keeps_its_budget(
     written out, no tools), then goes on in a new conversation (the summary as its first user
     message, its latest call and result after it). The new conversation answers the call the
     run waits for: it goes on in that run, its count kept (1 left, then the final request),
-    3 calls run in all. Known gap: each summary request is a run of its own (``completed``,
-    its answer the summary), not a model call of the run it summarises."""
+    3 calls run in all. Each summary request quotes the run's task and the command it ran
+    (not its output: Cline leaves that out) under its own instructions: a request aside of
+    the run, its model call the run's (one run of 6 calls), its answer not the run's."""
     model = llm.script(f"cline-{tmp_path.name}", summarised())
     before = run_ids(budgeted)
     ran, printed = run_cline(budgeted.url("model") + "/v1", model, tmp_path,
@@ -315,10 +316,8 @@ def test_a_cline_history_compacted_keeps_its_budget(
         runs = [budgeted.get_json(f"/v1/runs/{run['id']}")
                 for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
                 if run["id"] not in before]
-        return runs if len(runs) == 3 and all(run["state"] == "ended" for run in runs) else None
+        return runs if runs and all(run["state"] == "ended" for run in runs) else None
 
-    runs = sorted(wait_until(ended, what="its run and its summaries' to end"),
-                  key=lambda run: run["started_at"])
+    runs = wait_until(ended, what="its run to end")
     assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
-            for run in runs] == [(4, BUDGET, "tool_limit_reached", REPORT),
-                                 (1, 0, "completed", SUMMARY), (1, 0, "completed", SUMMARY)]
+            for run in runs] == [(6, BUDGET, "tool_limit_reached", REPORT)], runs

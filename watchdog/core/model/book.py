@@ -43,7 +43,11 @@ an action, the run held open for the next request) goes on only in a request tha
 latest answer (:func:`carries_answer`): an invocation whose requests begin as the run's did is
 the next run; and a conversation's first request that quotes that answer (a commit message the
 agent asks a model for, for the action it just ran) is a side request of the run
-(:func:`quotes_answer`).
+(:func:`quotes_answer`). So is a conversation's first request of the same agent, under
+instructions of its own, that quotes a run's history (:func:`quotes_history`: a summariser of
+the agent's own, while the run goes on; the one run it quotes alone); a conversation that then
+opens with a model message holding that aside's answer goes on in the run
+(:meth:`ModelBook._recap_of`).
 
 Each response becomes one model-call record (tokens, finish reason, the tool calls asked, the
 response id); each tool call the endpoint handed over becomes one tool-call record (name,
@@ -109,6 +113,7 @@ MAX_BRIEF_CHARS = 500
 MAX_ASIDE_CHARS = 500  # of an aside's answer, kept to know the request that goes on from it
 # ... and the least it must hold: a summary, not a word a person's next message may repeat
 MIN_ASIDE_CHARS = 40
+MAX_RECAP_ASIDES = 4  # a run's latest requests aside that quote its history (EndpointRun.asides)
 # An answer whose text the agent acts on hands over a call of this tool (text_action): the
 # tool's name in the run's counts and reports, its call ids this prefix and 64 random bits
 TEXT_ACTION = "text_action"
@@ -334,6 +339,24 @@ class EndpointRun:
     # the run of the caller whose sub-agent this run is (its requests name a sub-agent of
     # their session; the caller's name none): a child run of it (``parent_run``)
     parent: str | None = None
+    # what a request aside that quotes its history must quote (:meth:`ModelBook._recapped`):
+    # the first message of its latest request that carried tool results, that request's
+    # latest result and the longest text argument of the call it answered (:func:`_action`;
+    # "": none), their words (at most MAX_ASIDE_CHARS each), and the hash of that request's
+    # instructions (an aside asks under its own); None until a request of it carries a result
+    history: tuple[str, str, str, int] | None = None
+    # ... the hashes of the first messages of its requests aside that quoted it (at most
+    # MAX_RECAP_ASIDES): each such request is a model call of the run (:func:`recaps`)
+    asides: tuple[int, ...] = ()
+    # ... the latest one's answer (the summary of its history), as :attr:`grown` keeps one: its
+    # first MAX_ASIDE_CHARS words, their length and digest; a conversation that opens with a
+    # model message holding it goes on in the run (:meth:`ModelBook._compacted`). None once
+    # another answer of the run came (the summary not taken up)
+    recap: tuple[str, int, str] | None = None
+    # ... and that answer's first words (at most MAX_ASIDE_CHARS), kept: the history its
+    # conversation goes on from, which its next request aside may quote in place of its first
+    # message (the Cline CLI's "Previous summary:"; :func:`quotes_history`)
+    recapped: str | None = None
     # the request identified last is the agent's own reply to the answer that ended the run
     # at its budget or stop (:func:`follows_at_once`): its stop answer ends the chain
     at_once: bool = False
@@ -385,6 +408,9 @@ class ModelBook:
         # history to) -> its run (MAX_RESPONSE_IDS): a conversation that opens with it as the
         # model's is that run's (:meth:`_compacted`)
         self._summaries: OrderedDict[str, str] = OrderedDict()
+        # an agent -> its latest runs whose history a request aside may quote (EndpointRun.
+        # history), at most MAX_ACTING_PER_AGENT, latest last (:meth:`_recapped`)
+        self._histories: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         # told the key of each run let go (its bound), or whose conversation was: a request of
         # it is then read as new
         self.let_go: Callable[[str], None] | None = None
@@ -392,6 +418,7 @@ class ModelBook:
         # the run named, else of the run whose stop answer one of these is; None: no such stop
         self.stops: Callable[[str | None, Sequence[str]], Stop | None] | None = None
         self._going_on = False  # (what _identify found of the request it reads)
+        self._recapped_now = False  # (... that it opens with a request aside's answer)
         self._at_once = False
         self._now_ns: int | None = None
 
@@ -415,7 +442,7 @@ class ModelBook:
         with: the book was lost in a restart, or had let it go); ``now_ns``: when it came, on
         the clock of the records' times (None: not known, so never :func:`follows_at_once`).
         The request is taken until :meth:`settle`."""
-        self._going_on = False
+        self._going_on = self._recapped_now = False
         self._now_ns = now_ns
         self._at_once = False
         state = self._identify(api, request, caller, agent, ended, resume)
@@ -579,13 +606,15 @@ class ModelBook:
             and request.last_answer is None \
             and len(request.anchor_text) >= MIN_HANDED_TASK_CHARS
         grows = not request.has_tools and not request.results and request.last_answer is None
+        opens = request.opening is not None and not request.kept  # (a recap: _compacted)
         return [index for index, call in enumerate(calls)
                 if call.run.conversation == digest
                 or (previous is not None and call.response_id in (previous, None))
                 or (answered and (call.call_ids is None
                                   or not answered.isdisjoint(call.call_ids)))
                 or (handed and call.call_ids != frozenset() and call.run.agent == agent)
-                or (grows and call.run.acts_in_text and call.run.agent == agent)]
+                or (grows and call.run.acts_in_text and call.run.agent == agent)
+                or (opens and bool(call.run.asides) and call.run.agent == agent)]
 
     def _answers_calls_of(self, state: EndpointRun, request: Request) -> bool:
         """Whether ``request`` goes on from calls ``state``'s run handed over (its results
@@ -618,10 +647,11 @@ class ModelBook:
         session = client_session or "model:" + digest[:24]
         compacted = self._compacted(request, agent, ended) \
             or self._rewritten(request, agent, digest, ended)
-        if compacted is not None and compacted.conversation != digest:
+        if compacted is not None and (compacted.conversation != digest or self._recapped_now):
             # its history compacted to the summary it asked the model for, or rewritten around
             # a call it waits for: the run goes on in this conversation (taken back if that
-            # answer ended it), whatever its length
+            # answer ended it), whatever its length (compacted again to a request aside's
+            # answer, its first user message may be the one it had: CAMEL-AI's)
             compacted.conversation = digest
             compacted.first = compacted.messages = request.messages
             self._conversations[digest] = compacted.key
@@ -692,6 +722,8 @@ class ModelBook:
             return grown
         if first and (quoted := self._quoted(agent, request, ended)) is not None:
             return quoted
+        if first and (recapped := self._recapped(agent, request, ended)) is not None:
+            return recapped
         if client_session is not None and first:
             side = self._side_of(client_session, request, digest, ended)
             if side is not None:
@@ -776,9 +808,12 @@ class ModelBook:
                    ended: Callable[[str], bool]) -> EndpointRun | None:
         """The run whose history ``request``'s conversation was compacted to: the one that
         conversation opens with the answer of, as the model's and before any user message
+        model's and before any user message
         (:attr:`Request.opening`), an answer to a new user message of the run's (the summary
         the agent asked for, its tools offered or not: the Continue CLI sends its history's
-        summary so, then a user message "continue"); the same agent's, not over by its final
+        summary so, then a user message "continue"), or that holds the answer to the run's
+        latest request aside that quoted its history (:meth:`_recap_of`: CAMEL-AI's summariser's,
+        sent as ``[CONTEXT_SUMMARY] <it>``); the same agent's, not over by its final
         request or a stop, nor followed by its conversation's next run; that answer its latest
         to a new user message, and, when it ended the run, come just before (``at_once_ns``):
         an agent compacts its history and goes on at once. A conversation seeded with the
@@ -790,8 +825,10 @@ class ModelBook:
         summary = answer_digest(request.opening)
         key = self._summaries.get(summary) if summary is not None else None
         state = self._runs.get(key) if key is not None else None
+        if state is None or state.summary != summary:
+            state = self._recap_of(agent, request.opening)
+            self._recapped_now = state is not None
         if state is None or state.agent != agent or state.final_used or state.stop is not None \
-                or state.summary != summary \
                 or self._conversations.get(state.conversation or "") != state.key:
             return None
         if (state.answered_last or ended(state.key)) and not (
@@ -822,15 +859,17 @@ class ModelBook:
                 return state
         return None
 
-    def _act(self, state: EndpointRun) -> None:
+    def _act(self, state: EndpointRun, index: OrderedDict[str, tuple[str, ...]] | None = None
+             ) -> None:
         """``state``, acting in text, has an answer its side requests may quote: its agent's
-        latest such run (:attr:`_acting`)."""
+        latest such run (:attr:`_acting`; or, ``index``, the latest of that index's)."""
+        index = self._acting if index is None else index
         agent = state.agent or ""
-        runs = tuple(key for key in self._acting.get(agent, ()) if key != state.key)
-        self._acting[agent] = (*runs[-(MAX_ACTING_PER_AGENT - 1):], state.key)
-        self._acting.move_to_end(agent)
-        while len(self._acting) > MAX_CONVERSATIONS:
-            self._acting.popitem(last=False)
+        runs = tuple(key for key in index.get(agent, ()) if key != state.key)
+        index[agent] = (*runs[-(MAX_ACTING_PER_AGENT - 1):], state.key)
+        index.move_to_end(agent)
+        while len(index) > MAX_CONVERSATIONS:
+            index.popitem(last=False)
 
     def _grown(self, agent: str | None, request: Request, digest: str,
                ended: Callable[[str], bool]) -> EndpointRun | None:
@@ -866,6 +905,47 @@ class ModelBook:
             if state is not None and not ended(key) and quotes_answer(state, request):
                 return self._touch(state)
         return None
+
+    def _recapped(self, agent: str | None, request: Request,
+                  ended: Callable[[str], bool]) -> EndpointRun | None:
+        """The run of ``agent`` whose history ``request``, a conversation's first, quotes
+        (:func:`quotes_history`) while that run goes on: a request aside of it, its tools
+        offered or not (the agent asks a summariser of its own for a summary of that history,
+        a conversation of its own: CAMEL-AI's, the Cline CLI's). Its model call is the run's,
+        its answer not (:func:`recaps`). Of the agent's latest runs, the one it quotes alone:
+        a history two of them share (the same task, the same result) is neither's. None for
+        any other request. Cost: the request's messages' words joined once (O(its size)), then
+        two substring searches in them for each of at most MAX_ACTING_PER_AGENT runs."""
+        runs = self._histories.get(agent or "")
+        if not runs:
+            return None
+        said = " ".join(" ".join(request.said[:MAX_SIDE_SAID]).split())
+        instructions = hash(request.instructions)
+        found = [state for key in runs if (state := self._runs.get(key)) is not None
+                 and not _over(state, ended) and quotes_history(state, said, instructions)]
+        if len(found) != 1:
+            return None
+        state = found[0]
+        anchor = hash(request.anchor_text)
+        state.asides = (*(known for known in state.asides if known != anchor),
+                        anchor)[-MAX_RECAP_ASIDES:]
+        return self._touch(state)
+
+    def _recap_of(self, agent: str | None, opening: object) -> EndpointRun | None:
+        """The run of ``agent`` whose latest request aside's answer (:attr:`EndpointRun.recap`)
+        the model message ``opening`` holds (spacing aside, with words of its own around it:
+        CAMEL-AI's ``[CONTEXT_SUMMARY] ...``), alone of the agent's latest runs; None when
+        none or several do. Cost: the opening's words joined once, then for each of at most
+        MAX_ACTING_PER_AGENT runs at most MAX_SIDE_SAID finds of its recap's start, each
+        found hashed at its length."""
+        recaps = [state for key in self._histories.get(agent or "", ())
+                  if (state := self._runs.get(key)) is not None and state.recap is not None]
+        if not recaps:
+            return None
+        words = " ".join(text_of(opening).split())
+        found = [state for state in recaps if state.recap is not None
+                 and _found(words, *state.recap) >= 0]
+        return found[0] if len(found) == 1 else None
 
     def _chained(self, state: EndpointRun, before: EndpointRun | None,
                  request: Request) -> EndpointRun:
@@ -976,9 +1056,23 @@ class ModelBook:
             state.results += 1
             if not state.traced:
                 records.append(self._tool_record(state, call, found, now_ns))
+        if request.results and not state.traced:
+            self._heard(state, request, answered[-1][0] if answered else None)
         if request.messages:
             state.messages = request.messages
         return records
+
+    def _heard(self, state: EndpointRun, request: Request, call: ToolCall | None) -> None:
+        """``state``'s request carries tool results (``call``: the last call they answered):
+        what a request aside that quotes the run's history must quote (:attr:`EndpointRun.
+        history`), its agent's latest such run. Cost: at most 4 * MAX_ASIDE_CHARS chars of the
+        first message, the latest result and the call's text arguments read, the call's
+        arguments parsed (at most MAX_ACTION_CHARS), the instructions hashed."""
+        task = _words(request.anchor_text)
+        result = _words(request.results[-1].content)
+        if task and result:
+            state.history = (task, result, _action(call), hash(request.instructions))
+            self._act(state, self._histories)
 
     def ran_before_answer(self, state: EndpointRun, handed: list[ToolCall], now_ns: int
                           ) -> list[SpanRecord]:
@@ -1079,8 +1173,17 @@ class ModelBook:
         record.response_id = seen.response_id
         work = [call for call in handed
                 if not is_answer_tool(call.name) and call.name != state.answer_tool]
-        record.requested_tools = bool(work)
         side = is_side(state, request)
+        if side:  # (an aside hands its run nothing: never against its budget)
+            work = []
+        record.requested_tools = bool(work)
+        if side and recaps(state, request):  # (a summary of its history: the run goes on)
+            words = " ".join(seen.text.split())
+            state.recap = (words[:MAX_ASIDE_CHARS], len(words), _prompt_digest(words)) \
+                if len(words) >= MIN_ASIDE_CHARS and not seen.broke_off else None
+            state.recapped = state.recap[0] if state.recap is not None else state.recapped
+        elif not side and not seen.broke_off:
+            state.recap = None  # (another answer came: the summary was not taken up)
         reads = not handed and not seen.broke_off and not side
         acted = text_action(state, seen) if reads else []
         # (its final request's answer, an action of none, may still give it by one)
@@ -1157,7 +1260,9 @@ class ModelBook:
         if not broke:  # (its request may be sent again: the same run's, not a twin's)
             state.handed += len(work)
             state.answered += 1
-        state.unread, state.refused = seen.unreadable, frozenset()
+        state.unread = seen.unreadable
+        if not side:  # (an aside's answer, a summary pi asks for after the refusal, keeps it)
+            state.refused = frozenset()
         state.last_end_ns = end_ns
         if seen.response_id:
             self._responses[seen.response_id] = state.key
@@ -1456,13 +1561,21 @@ def grows_from(state: EndpointRun, request: Request) -> str | None:
     if len(prompt) <= size or _prompt_digest(prompt[:size]) != digest:
         return None
     rest = " ".join(prompt[size:].split())
-    at, tries = rest.find(start), MAX_SIDE_SAID  # (bounded: a start repeated)
+    end = _found(rest, start, length, answer)
+    return rest[end:].strip() if end >= 0 else None
+
+
+def _found(words: str, start: str, length: int, digest: str) -> int:
+    """Where in ``words`` the text of ``length`` chars that begins with ``start`` and has the
+    digest ``digest`` (:func:`_prompt_digest`) ends, or -1: at most MAX_SIDE_SAID places
+    where ``start`` is tried (bounded: a start repeated)."""
+    at, tries = words.find(start), MAX_SIDE_SAID
     while at >= 0 and tries:
         tries -= 1
-        if _prompt_digest(rest[at:at + length]) == answer:
-            return rest[at + length:].strip()
-        at = rest.find(start, at + 1)
-    return None
+        if _prompt_digest(words[at:at + length]) == digest:
+            return at + length
+        at = words.find(start, at + 1)
+    return -1
 
 
 def _grown_from(prompt: str, words: str) -> tuple[int, str, str, int, str]:
@@ -1627,9 +1740,40 @@ def _hashing() -> tuple[Callable[[Any], str], Callable[[str], int]]:
 def is_side(state: EndpointRun, request: Request) -> bool:
     """Whether ``request`` is a side request of ``state``'s run: it offers no tools and begins
     with another message than the run's conversation (:attr:`EndpointRun.task`; it quoted
-    that). It answers none of the run's tool calls, and its answer is not the run's."""
+    that), or it is a request aside (:func:`aside_of`). It answers none of the run's tool
+    calls, and its answer is not the run's."""
     return (state.task is not None and not request.has_tools and not request.results
-            and _said_digest(request.anchor_text) != state.task) or quotes_answer(state, request)
+            and _said_digest(request.anchor_text) != state.task) or aside_of(state, request)
+
+
+def aside_of(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request`` is a request aside of ``state``'s run, steered as none (no
+    countdown, its tools left as they are): it quotes the run's latest answer
+    (:func:`quotes_answer`) or its history (:func:`recaps`)."""
+    return quotes_answer(state, request) or recaps(state, request)
+
+
+def recaps(state: EndpointRun, request: Request) -> bool:
+    """Whether ``request`` is a request aside that quoted the history of ``state``'s run
+    (:meth:`ModelBook._recapped`): a conversation's first request, no model answer in it, no
+    tool results, whose first message is one such a request had."""
+    return bool(state.asides) and not request.results and request.last_answer is None \
+        and hash(request.anchor_text) in state.asides
+
+
+def quotes_history(state: EndpointRun, said: str, instructions: int) -> bool:
+    """Whether a conversation's first request, its messages' words ``said`` (spacing aside)
+    under instructions of the hash ``instructions``, quotes the history of ``state``'s run
+    (:attr:`EndpointRun.history`): the first message of its latest request that carried
+    tool results (or the answer of the run's latest request aside, the summary its history
+    went on from: :attr:`EndpointRun.recapped`), and the latest result it carried or the
+    text argument of the call that result answered (the Cline CLI writes its session out
+    without the tools' output), under other instructions than the run's (under the same it
+    is the agent's next task, handed that work)."""
+    history, recapped = state.history, state.recapped
+    return history is not None and history[3] != instructions \
+        and (history[0] in said or (recapped is not None and recapped in said)) \
+        and (history[1] in said or (bool(history[2]) and history[2] in said))
 
 
 def quotes_answer(state: EndpointRun, request: Request) -> bool:
@@ -1730,6 +1874,30 @@ def _quotes_whole(said: Sequence[str], task: str, whole: tuple[int, str] | None)
                 return True
             at = lines.find(f"\n{start}", at + 1)
     return False
+
+
+def _words(text: str) -> str:
+    """A text's first words, spacing aside, at most MAX_ASIDE_CHARS (its start read only)."""
+    return " ".join(text[:4 * MAX_ASIDE_CHARS].split())[:MAX_ASIDE_CHARS]
+
+
+def _action(call: ToolCall | None) -> str:
+    """The longest text argument of ``call`` (a string value of its arguments' object, or
+    within a list there: a command it ran), its words (:func:`_words`), when at least
+    MIN_HANDED_TASK_CHARS long; else ""."""
+    if call is None or len(call.arguments) > MAX_ACTION_CHARS:
+        return ""
+    try:
+        arguments = json.loads(call.arguments)
+    except (ValueError, RecursionError):
+        return ""
+    if not isinstance(arguments, dict):
+        return ""
+    texts = [text for value in list(arguments.values())[:MAX_SIDE_SAID]
+             for text in (value[:MAX_SIDE_SAID] if isinstance(value, list) else [value])
+             if isinstance(text, str)]
+    longest = max(texts, key=len, default="")
+    return _words(longest) if len(longest) >= MIN_HANDED_TASK_CHARS else ""
 
 
 def _said_digest(text: str) -> str:

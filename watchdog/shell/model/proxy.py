@@ -57,10 +57,10 @@ from watchdog.core.model.book import (
     Caller,
     EndpointRun,
     ModelBook,
+    aside_of,
     asks_again,
     goes_on_from_stop,
     no_json,
-    quotes_answer,
     replied_at_once,
     text_stop_answer,
 )
@@ -639,7 +639,7 @@ class ModelProxy:
             state.answer_tools = acting.answer_tools if acting is not None else ()
             return state, decide(counts, service.board(run.key), parsed.instructions,
                                  parsed.has_tools, parsed.structured, state.acts_in_text,
-                                 quotes_answer(state, parsed)), \
+                                 aside_of(state, parsed)), \
                 run.key, run.agent
         except (Overloaded, StateUnavailable) as exc:
             log.warning("model call not recorded: %s", exc)
@@ -697,7 +697,7 @@ class ModelProxy:
                         ruled=state.used)
         return state, decide(counts, board, parsed.instructions, parsed.has_tools,
                              parsed.structured, state.acts_in_text,
-                             quotes_answer(state, parsed)), key, \
+                             aside_of(state, parsed)), key, \
             agent or state.agent or "unknown"
 
     def _run_of(self, state: EndpointRun, agent: str | None, budget: dict[str, float] | None,
@@ -1016,7 +1016,7 @@ class ModelProxy:
         exchange.broke = seen.broke_off
         if exchange.turn.act is Act.FINAL:
             state.report = seen.text or answer_of(handed, state.answer_tool) or state.report
-        aside = quotes_answer(state, exchange.request)
+        aside = aside_of(state, exchange.request)
         try:
             ran = [] if seen.broke_off else \
                 self.book.ran_before_answer(state, handed, exchange.started_ns)
