@@ -163,7 +163,10 @@ fn errno(chars: &[char]) -> bool {
     if chars.first() != Some(&'E') {
         return false;
     }
-    let code = chars[1..].iter().take_while(|c| c.is_ascii_uppercase()).count();
+    let code = chars[1..]
+        .iter()
+        .take_while(|c| c.is_ascii_uppercase())
+        .count();
     if !(3..=14).contains(&code) {
         return false;
     }
