@@ -242,12 +242,12 @@ class EndpointRun:
     # what its last request carried past the model's last answer (:func:`_asked`): a request
     # that carries the same, answering none of the calls handed over since, sends it again
     asked: tuple[object, ...] | None = None
-    # the results its latest request carried (each its call id and its text's digest), when
+    # the results its latest request carried (each a digest of its call id and text), when
     # the model API refused that request as bad (past the model's context window): an agent
     # that compacts its history then sends them again in a conversation of its own
     # (:meth:`ModelBook._rewritten`); another task's result of a call given the same id is not
     # one of them; empty once a response of the run is recorded
-    refused: frozenset[tuple[str, str]] = frozenset()
+    refused: frozenset[str] = frozenset()
     # its last answer passed on a line no client reads (:attr:`Observation.unreadable`): the
     # agent may send its request again (:func:`_sent_again`)
     unread: bool = False
@@ -818,7 +818,7 @@ class ModelBook:
             state = self._runs.get(self._calls.get(result.call_id) or "")
             if state is not None and state.conversation != digest and state.agent == agent \
                     and (_waits(state.pending, result.call_id)
-                         or (result.call_id, _said_digest(result.content)) in state.refused) \
+                         or _result_digest(result) in state.refused) \
                     and not state.final_used and state.stop is None and not ended(state.key):
                 return state
         return None
@@ -1184,7 +1184,7 @@ class ModelBook:
         record.error_signature = stable_hash(record.error_type + ":"
                                              + mask(record.error_message))
         if not is_side(state, request):  # (what a history rewritten then sends again)
-            state.refused = frozenset((result.call_id, _said_digest(result.content))
+            state.refused = frozenset(_result_digest(result)
                                       for result in request.results[:MAX_PENDING_CALLS])
         return record
 
@@ -1736,6 +1736,12 @@ def _quotes_whole(said: Sequence[str], task: str, whole: tuple[int, str] | None)
 def _said_digest(text: str) -> str:
     """What a message said, spacing aside (a side request quotes the task as it was sent)."""
     return hashlib.sha256(" ".join(text.split()).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _result_digest(result: ToolResult) -> str:
+    """A tool result's call id and text, spacing aside in the text: what a history rewritten
+    after a refusal sends again (:attr:`EndpointRun.refused`), of a fixed size."""
+    return _said_digest(f"{result.call_id}\0{result.content}")
 
 
 def _digest(api: str, agent: str | None, anchor: str) -> str:
