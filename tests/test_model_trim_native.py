@@ -335,6 +335,35 @@ def test_streams_asked_for_usage_are_handed_on_alike_without_it(keep: int | None
         (data, False) if keep is None else python_whole("chat", keep, data))
 
 
+@pytest.mark.parametrize("api", list(WIRES))
+@pytest.mark.parametrize("keep", [0, 1, 2])
+@pytest.mark.parametrize("size", [1, 100_000])
+def test_a_requests_own_answer_tool_is_kept_alike(api: str, keep: int, size: int) -> None:
+    """A request's own answer tool (its pack's finish that carries only the report, offered
+    so: ``Relay.forward(answer_tool=...)``, Python's ``steer.answers``) is kept and not
+    counted by both trims, streamed and whole: the Rust trim's answers with it
+    (``Answers::with``) give the agent the bytes the wire's trim with ``answer_tool`` gives."""
+    own = "b"
+    names = ([*sorted(ANSWER_TOOLS), own], list(ANSWER_TOOL_PREFIXES))
+    chunks = split(MAKERS[api](THREE), size)
+    reader, trimmer = SSEReader(), WIRES[api].stream_trimmer(keep, own)
+    out = b"".join(trimmer.rewrite(event) for chunk in chunks for event in reader.feed(chunk))
+    expected = out + reader.rest()
+    streamed = Relay.trimmed(api, keep, chunks, True, *names)
+    assert streamed is not None and streamed[0] == expected
+    accumulator = WIRES[api].accumulator()
+    read_stream(accumulator, expected)
+    handed = [c.name for c in accumulator.observation.calls]
+    assert handed == [c.name for c in kept_calls(
+        [Call("", c.name, "") for c in THREE.tool_calls], keep, own)]
+    assert own in handed
+    body = json.loads(whole(api, THREE))
+    changed = WIRES[api].trim(body, keep, own)
+    assert changed == (keep < 2)  # (a and c the work: b is not counted)
+    assert Relay.trimmed(api, keep, [whole(api, THREE)], False, *names) == (
+        (dumps(body), True) if changed else (whole(api, THREE), False))
+
+
 def whole(api: str, step: Step) -> bytes:
     if api == "chat":
         body = completion("m", "chatcmpl-1", step, {"prompt_tokens": 7, "completion_tokens": 3})

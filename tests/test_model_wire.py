@@ -886,6 +886,81 @@ def test_a_history_rewritten_after_a_refusal_goes_on_in_that_run() -> None:
         is not answered
 
 
+def test_another_tasks_history_rewritten_with_a_refused_call_id_is_not_that_run() -> None:
+    """Two tasks of one agent at once, their model server giving their calls the same id
+    (``call_4``): the first task's request carrying its result is refused (past the context
+    window), then the second compacts its history, carrying its own result of its own
+    ``call_4``: that result is not the refused request's (its text differs), so the second
+    task's rewritten history never goes on in the first's run (before, it did: two tasks one
+    run, one budget). The first's own history rewritten, its result again, still does."""
+    call = Call("call_4", "bash", '{"command": "ls"}')
+    asked = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_4", "type": "function",
+         "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+
+    def task(name: str, *messages: dict[str, Any]) -> Request:
+        return ChatWire().read_request({"model": "m", "tools": [1], "messages": [
+            {"role": "system", "content": "sys"}, *messages[:1],
+            {"role": "user", "content": name}, *messages[1:]]})
+
+    def result(text: str) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": "call_4", "content": text}
+
+    def summary(of: str) -> dict[str, Any]:
+        return {"role": "user", "content": f"The history of {of} was compacted: listed."}
+
+    book = ModelBook()
+    second = book.identify("chat", task("task b"), Caller(), "a", lambda _key: False)
+    book.call_record(second, task("task b"), Observation(
+        finish_reason="tool_calls", calls=[call], complete=True), [call], 1, 2)
+    first = book.identify("chat", task("task a"), Caller(), "a", lambda _key: False)
+    assert first is not second
+    book.call_record(first, task("task a"), Observation(
+        finish_reason="tool_calls", calls=[call], complete=True), [call], 3, 4)
+    going = ChatWire().read_request({"model": "m", "tools": [1], "messages": [
+        {"role": "system", "content": "sys"}, {"role": "user", "content": "task a"}, asked,
+        result("a.txt")]})
+    assert book.identify("chat", going, Caller(), "a", lambda _key: False) is first
+    book.tool_records(first, going, 5)
+    book.refused_record(first, going, 400, b'{"error": {"message": "This model\'s input '
+                        b'exceeds the context window"}}', 5, 6)
+    theirs = task("task b", summary("task b"), asked, result("b.txt"))
+    assert book.identify("chat", theirs, Caller(), "a", lambda _key: False) is not first
+    mine = task("task a", summary("task a"), asked, result("a.txt"))
+    assert book.identify("chat", mine, Caller(), "a", lambda _key: False) is first
+
+
+def test_what_a_run_keeps_of_a_refused_requests_results_is_bounded() -> None:
+    """A refused request's results are kept to know its history rewritten: at most
+    MAX_PENDING_CALLS of them, each a digest of a fixed size whatever the call id and text the
+    client sent (ids of 100 000 characters), and a rewritten history that carries one of
+    them again is still known."""
+    from watchdog.core.model.book import MAX_PENDING_CALLS
+
+    long_id = "call_" + "x" * 100_000
+    call = Call(long_id, "bash", "{}")
+    asked = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": long_id, "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}
+    results = [{"role": "tool", "tool_call_id": f"{long_id}{index}", "content": "y" * 1000}
+               for index in range(MAX_PENDING_CALLS + 5)]
+    results[0]["tool_call_id"] = long_id
+    book = ModelBook()
+    state = book.identify("chat", chat_request(), Caller(), "a", lambda _key: False)
+    book.call_record(state, chat_request(), Observation(finish_reason="tool_calls",
+                                                        calls=[call], complete=True),
+                     [call], 1, 2)
+    going = chat_request(asked, *results)
+    assert book.identify("chat", going, Caller(), "a", lambda _key: False) is state
+    book.refused_record(state, going, 400, b'{"error": {"message": "too long"}}', 3, 4)
+    assert len(state.refused) == MAX_PENDING_CALLS
+    assert sum(len(repr(kept)) for kept in state.refused) <= 100 * MAX_PENDING_CALLS
+    rewritten = ChatWire().read_request({"model": "m", "tools": [1], "messages": [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "The conversation history was compacted."},
+        {"role": "user", "content": "task"}, asked, results[0]]})
+    assert book.identify("chat", rewritten, Caller(), "a", lambda _key: False) is state
+
+
 def test_a_known_conversation_whose_call_id_another_run_waits_for_stays_its_own() -> None:
     """Two tasks of one agent at once, their model server giving each answer's call the same
     id (``call_0``): the first task's next request, its result of its own ``call_0``, goes on

@@ -247,10 +247,11 @@ class EndpointRun:
     # what its last request carried past the model's last answer (:func:`_asked`): a request
     # that carries the same, answering none of the calls handed over since, sends it again
     asked: tuple[object, ...] | None = None
-    # the call ids of the results its latest request carried, when the model API refused that
-    # request as bad (past the model's context window): an agent that compacts its history
-    # then sends them again in a conversation of its own (:meth:`ModelBook._rewritten`);
-    # empty once a response of the run is recorded
+    # the results its latest request carried (each a digest of its call id and text), when
+    # the model API refused that request as bad (past the model's context window): an agent
+    # that compacts its history then sends them again in a conversation of its own
+    # (:meth:`ModelBook._rewritten`); another task's result of a call given the same id is not
+    # one of them; empty once a response of the run is recorded
     refused: frozenset[str] = frozenset()
     # its last answer passed on a line no client reads (:attr:`Observation.unreadable`): the
     # agent may send its request again (:func:`_sent_again`)
@@ -843,19 +844,19 @@ class ModelBook:
         its results answer a call that run handed over and still waits for (the Cline CLI
         compacts its history to a summary of its own, sent as a new first user message, and
         keeps its latest call and result after it), or that the run's latest request answered
-        when the model API refused it (pi compacts its history so when told it is past the
-        model's context window, then sends the refused request's results again); the same
-        agent's, not over by its final request or a stop. A conversation the book knows is
-        its own run's, never another's rewritten (two tasks whose model server gives their
-        calls the same id, ``call_0``)."""
+        when the model API refused it, the same result again (pi compacts its history so when
+        told it is past the model's context window, then sends the refused request's results
+        again); the same agent's, not over by its final request or a stop. A conversation the
+        book knows is its own run's, never another's rewritten (two tasks whose model server
+        gives their calls the same id, ``call_0``)."""
         if digest in self._conversations:
             return None
         for result in request.results:
             state = self._runs.get(self._calls.get(result.call_id) or "")
             if state is not None and state.conversation != digest and state.agent == agent \
                     and (_waits(state.pending, result.call_id)
-                         or result.call_id in state.refused) and not state.final_used \
-                    and state.stop is None and not ended(state.key):
+                         or _result_digest(result) in state.refused) \
+                    and not state.final_used and state.stop is None and not ended(state.key):
                 return state
         return None
 
@@ -1288,7 +1289,7 @@ class ModelBook:
         record.error_signature = stable_hash(record.error_type + ":"
                                              + mask(record.error_message))
         if not is_side(state, request):  # (what a history rewritten then sends again)
-            state.refused = frozenset(result.call_id
+            state.refused = frozenset(_result_digest(result)
                                       for result in request.results[:MAX_PENDING_CALLS])
         return record
 
@@ -1903,6 +1904,12 @@ def _action(call: ToolCall | None) -> str:
 def _said_digest(text: str) -> str:
     """What a message said, spacing aside (a side request quotes the task as it was sent)."""
     return hashlib.sha256(" ".join(text.split()).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _result_digest(result: ToolResult) -> str:
+    """A tool result's call id and text, spacing aside in the text: what a history rewritten
+    after a refusal sends again (:attr:`EndpointRun.refused`), of a fixed size."""
+    return _said_digest(f"{result.call_id}\0{result.content}")
 
 
 def _digest(api: str, agent: str | None, anchor: str) -> str:
