@@ -697,8 +697,11 @@ def test_a_final_answer_that_keeps_coming_is_not_cut_however_long(
     """A run's final request (its answer held until it ends, on the compiled relay too)
     whose upstream streams its answer slowly but without a stall longer than
     ``model_upstream_timeout``: the agent gets the whole answer, however much longer it takes
-    than the upstream's connect and read timeouts (``CONNECT_TIMEOUT`` made 0.5 s here, so
-    that is 1 s: the compiled relay sets no bound of its own on a held answer). A stall is
+    than the upstream's connect and read timeouts (``CONNECT_TIMEOUT`` made 0.5 s here and
+    ``model_upstream_timeout`` 2 s, so 2.5 s against an answer of 8 s: the compiled relay sets no
+    bound of its own on a held answer). The read timeout is ten times the upstream's gap
+    between events: on two cores shared with other work a gap of 0.2 s is now and then
+    read as one of over 0.5 s. A stall is
     still bounded: before the head, the test above (504); mid-answer,
     :func:`test_a_final_answer_that_stalls_mid_way_is_broken_off`."""
     from watchdog.shell.model import native
@@ -724,7 +727,7 @@ def test_a_final_answer_that_keeps_coming_is_not_cut_however_long(
     raw = RawUpstream(slow)
     try:
         with sidecar_for(tmp_path, raw, model_relay=relay,
-                         model_upstream_timeout=0.5) as sidecar:
+                         model_upstream_timeout=2.0) as sidecar:
             body = json.dumps({"model": "m", "stream": True, "tools": TOOLS, "messages": [
                 {"role": "user", "content": "final slow"}]}).encode()
             status, answer = post(sidecar, "/v1/chat/completions", body, {
