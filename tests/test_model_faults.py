@@ -302,9 +302,12 @@ def test_a_body_that_stalls_or_crawls_is_408_within_a_window_and_frees_what_it_h
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
             f"application/json\r\nx-watchdog-agent: crawler\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode()
-    # a window of 0.2 s must bring 20 bytes: the crawler's byte each 0.05 s brings 4
+    # a window of 1 s must bring 100 bytes: the crawler's byte each 0.05 s brings 20; the
+    # body sent in pieces (a byte each ms, about 200) comes whole within its first window, so
+    # a client held off the CPU for a while (two cores shared with other work) is not taken
+    # for one that crawls (with a window of 0.2 s it was, now and then)
     with sidecar_for(tmp_path, upstream_ok, model_relay=relay, model_body_timeout=30,
-                     model_body_min_rate=100, model_body_rate_window=0.2,
+                     model_body_min_rate=100, model_body_rate_window=1.0,
                      model_max_concurrent=1) as sidecar:
         answers: dict[str, bytes] = {}
         clients = {
@@ -697,8 +700,11 @@ def test_a_final_answer_that_keeps_coming_is_not_cut_however_long(
     """A run's final request (its answer held until it ends, on the compiled relay too)
     whose upstream streams its answer slowly but without a stall longer than
     ``model_upstream_timeout``: the agent gets the whole answer, however much longer it takes
-    than the upstream's connect and read timeouts (``CONNECT_TIMEOUT`` made 0.5 s here, so
-    that is 1 s: the compiled relay sets no bound of its own on a held answer). A stall is
+    than the upstream's connect and read timeouts (``CONNECT_TIMEOUT`` made 0.5 s here and
+    ``model_upstream_timeout`` 2 s, so 2.5 s against an answer of 8 s: the compiled relay sets no
+    bound of its own on a held answer). The read timeout is ten times the upstream's gap
+    between events: on two cores shared with other work a gap of 0.2 s is now and then
+    read as one of over 0.5 s. A stall is
     still bounded: before the head, the test above (504); mid-answer,
     :func:`test_a_final_answer_that_stalls_mid_way_is_broken_off`."""
     from watchdog.shell.model import native
@@ -724,7 +730,7 @@ def test_a_final_answer_that_keeps_coming_is_not_cut_however_long(
     raw = RawUpstream(slow)
     try:
         with sidecar_for(tmp_path, raw, model_relay=relay,
-                         model_upstream_timeout=0.5) as sidecar:
+                         model_upstream_timeout=2.0) as sidecar:
             body = json.dumps({"model": "m", "stream": True, "tools": TOOLS, "messages": [
                 {"role": "user", "content": "final slow"}]}).encode()
             status, answer = post(sidecar, "/v1/chat/completions", body, {
