@@ -1219,8 +1219,9 @@ class RunTracker(RunBook):
             run = self._active.get(key)
             if run is None or run.agent_spans:
                 del self._failed_asks[key]
-            elif failed_at <= gap_deadline:
-                # its agent got the error and gave up: no request came after it
+            elif failed_at <= gap_deadline and run.last_seen <= gap_deadline:
+                # its agent got the error and gave up: no request came after it (nor anything
+                # of the run: what the timer ends is never before last_seen + loose_run_gap)
                 del self._failed_asks[key]
                 run.end_error_type = code
                 self._finish(run, now)
