@@ -1391,3 +1391,58 @@ def test_a_refused_request_is_counted_under_the_agent_it_names(
         assert outcomes(sidecar, "the-pod") == {"refused": 1.0}
         assert outcomes(sidecar, "unknown") == {}
         assert upstream_ok.seen == []
+
+
+# -- a run whose agent gives up at an error -----------------------------------------------------
+
+@pytest.mark.parametrize("failure", ["unreachable", "500", "400"])
+@pytest.mark.parametrize("first", [True, False], ids=["at_once", "after_a_call"])
+def test_a_run_whose_agent_gives_up_at_an_error_ends_error_loose_run_gap_later(
+        relay: str, tmp_path: Path, failure: str, first: bool) -> None:
+    """The openai SDK's loop, each of its requests (and the SDK's own retries) answered with
+    an error: the upstream unreachable (the endpoint's 502), a server error, a request refused.
+    The agent gives up (the SDK raises) and sends nothing more: its run ends ``error``, the
+    error's code its reason, ``loose_run_gap`` after the last request, on both relays — with
+    no call counted as with one (it stayed ``active`` until ``run_end_timeout``, then
+    ``abandoned``)."""
+    import openai
+
+    def scripted(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if not first and len(raw.seen) == 1:
+            send(handler, 200, ONE_TOOL_CALL)
+        elif failure == "unreachable":
+            handler.close_connection = True  # (closed before any head: no HTTP response)
+        else:
+            send(handler, int(failure), json.dumps({"error": {
+                "message": "scripted", "type": "x", "code": None}}).encode())
+
+    raw = RawUpstream(scripted)
+    try:
+        with sidecar_for(tmp_path, raw, model_relay=relay, loose_run_gap=1.0,
+                         eval_interval=0.2) as sidecar:
+            client = openai.OpenAI(base_url=sidecar.url("model") + "/agent/giver/v1",
+                                   api_key="k", max_retries=1)
+            messages: list[dict[str, object]] = [{"role": "user", "content": f"go {first}"}]
+            with pytest.raises(openai.APIError):
+                while True:  # (the agent's loop: it runs the calls asked, then asks again)
+                    reply = client.chat.completions.create(
+                        model="m", messages=messages, tools=TOOLS,  # type: ignore[arg-type]
+                    ).choices[0].message
+                    messages.append(reply.model_dump(exclude_none=True))
+                    for call in reply.tool_calls or []:
+                        messages.append({"role": "tool", "tool_call_id": call.id,
+                                         "content": "found"})
+            asked = len(raw.seen)
+            # the SDK retried the failed request once (a refusal it does not retry)
+            assert asked == (0 if first else 1) + (1 if failure == "400" else 2)
+            runs = sidecar.get_json("/v1/runs?agent=giver")["runs"]
+            assert len(runs) == 1, runs
+            code = {"unreachable": "upstream_unreachable"}.get(failure, f"upstream_{failure}")
+            run = wait_until(lambda: (lambda detail: detail if detail and detail.get(
+                "terminal_state") else None)(run_detail(sidecar.api, runs[0]["id"])),
+                "the run to end")
+            assert (run["terminal_state"], run["terminal_reason"]) == ("error", code), run
+            assert run["has_final_answer"] is False
+            assert len(raw.seen) == asked  # (nothing more went upstream)
+    finally:
+        raw.close()

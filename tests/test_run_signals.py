@@ -765,3 +765,24 @@ def test_what_the_endpoint_reads_of_a_run_is_what_its_view_holds(
         assert opened.tool_calls == 2 and opened.budget["remaining_tool_calls" if budget
                                                         else "remaining_iterations"] >= 1
         assert isinstance(opened.budget, MappingProxyType)
+
+
+def test_a_run_whose_agent_sends_nothing_after_an_error_ends_error_a_gap_later() -> None:
+    """A run the model endpoint saw answered with an error: with no request after it (its
+    agent gave up) it ends ``error``, the error's code its reason, ``loose_run_gap`` after the
+    error and after its last sign of life; a request after the error (a retry) keeps it going."""
+    tracker = RunTracker(loose_run_gap=60.0)
+    for key in ("model:gave-up", "model:retried"):
+        tracker.heartbeat(key, 0, T0, register=True)
+        tracker.asked_failed(key, "upstream_unreachable", T0 + 1)
+    tracker.asked("model:retried")
+    tracker.heartbeat("model:gave-up", 0, T0 + 5)  # (its call settled after the error)
+    assert not tracker.expire(T0 + 64)
+    ended = tracker.expire(T0 + 66)
+    assert [run.key for run in ended] == ["model:gave-up"]
+    run = ended[0]
+    assert (run.terminal_state, run.terminal_reason, run.has_final_answer) == (
+        TerminalState.ERROR, "upstream_unreachable", False)
+    retried = tracker.get("model:retried")
+    assert retried is not None and not retried.ended
+    assert not tracker.expire(T0 + 500)

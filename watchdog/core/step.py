@@ -638,6 +638,14 @@ class Core(CoreReads):
             run.heartbeat(0, now, calls)
             if calls and since is not None:
                 run.in_flight_since = min(since, now)
+            if calls:
+                self.tracker.asked(key)
+
+    def model_failed(self, key: str, code: str, now: float) -> None:
+        """The model endpoint answered the run ``key``'s request with an error (``code``): a
+        run its agent sends no request after ends ``error`` (:meth:`RunTracker.asked_failed
+        <watchdog.core.runs.tracker.RunTracker.asked_failed>`)."""
+        self.tracker.asked_failed(key, code, now)
 
     def claim_session(self, key: str, session: str, now: float) -> Step:
         """A session checkpoint names ``key`` as its run: a run with no session of its own

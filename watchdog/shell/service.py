@@ -720,6 +720,11 @@ class WatchdogService:
         idle; ``since``: when their request arrived (:meth:`now`'s clock)."""
         self.core.model_in_flight(key, calls, self.clock.now(), since)
 
+    def model_failed(self, key: str, code: str) -> None:
+        """The model endpoint answered the run ``key``'s request with an error (``code``): the
+        run ends ``error`` unless its agent sends another request within ``loose_run_gap``."""
+        self.core.model_failed(key, code, self.clock.now())
+
     def board(self, key: str) -> Board | None:
         return self.boards.get(key)
 

@@ -129,6 +129,9 @@ class RunBook:
         self._lone_roots: OrderedDict[str, list[SpanRecord]] = OrderedDict()  # trace -> spans
         self._traced_answers: OrderedDict[str, None] = OrderedDict()  # runs (TRACED_ANSWER_WAIT)
         self._failed_unclosed: OrderedDict[str, None] = OrderedDict()  # runs (loose_run_gap)
+        # runs of the model endpoint whose last request got an error, no request after it yet:
+        # the error's code and when (ended ``error`` loose_run_gap later unless one comes)
+        self._failed_asks: OrderedDict[str, tuple[str, float]] = OrderedDict()
         # runs whose last answer their agent acts on (SpanRecord.acted_on): ended loose_run_gap
         # after their last call unless another comes
         self._acted_answers: OrderedDict[str, None] = OrderedDict()

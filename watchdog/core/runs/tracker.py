@@ -1156,12 +1156,32 @@ class RunTracker(RunBook):
         self._active.move_to_end(key)
         return run, created
 
+    def asked_failed(self, key: str, code: str, now: float) -> None:
+        """The model endpoint answered the run ``key``'s request with an error (``code``: the
+        upstream's failure, or its error status passed on): unless the run's next request
+        comes (:meth:`asked`), its agent gave up, and it ends ``error`` (``code``) after
+        ``loose_run_gap``. Not a run whose agent's spans tell how it ends."""
+        run = self._active.get(key)
+        if run is None or run.framed or run.agent_spans:
+            return
+        failed = self._failed_asks
+        failed[key] = (code, now)
+        failed.move_to_end(key)
+        while len(failed) > MAX_FAILED_UNCLOSED:
+            failed.popitem(last=False)
+
+    def asked(self, key: str) -> None:
+        """The run ``key``'s agent sent the model endpoint a request: it did not give up."""
+        self._failed_asks.pop(key, None)
+
     def expire(self, now: float) -> list[RunState]:
         """End, as ``abandoned``, every run silent for longer than ``run_end_timeout``; end
         runs of loose calls that have had no call for ``loose_run_gap``, runs of a trace whose
         own agent span failed and that have had no span for ``loose_run_gap`` (the trace's root
-        that would close them never came), and runs a trace names that answered through the
-        model endpoint and had no span of the agent's for ``TRACED_ANSWER_WAIT``."""
+        that would close them never came), runs whose last model request got an error and no
+        request after it for ``loose_run_gap`` (as ``error``), and runs a trace names that
+        answered through the model endpoint and had no span of the agent's for
+        ``TRACED_ANSWER_WAIT``."""
         expired: list[RunState] = []
         self._frames.expire(now)
         for trace_id, lone in list(self._lone_roots.items()):
@@ -1193,6 +1213,17 @@ class RunTracker(RunBook):
                 del self._acted_answers[key]
             elif run.last_seen <= gap_deadline:
                 del self._acted_answers[key]
+                self._finish(run, now)
+                expired.append(run)
+        for key, (code, failed_at) in list(self._failed_asks.items()):
+            run = self._active.get(key)
+            if run is None or run.agent_spans:
+                del self._failed_asks[key]
+            elif failed_at <= gap_deadline and run.last_seen <= gap_deadline:
+                # its agent got the error and gave up: no request came after it (nor anything
+                # of the run: what the timer ends is never before last_seen + loose_run_gap)
+                del self._failed_asks[key]
+                run.end_error_type = code
                 self._finish(run, now)
                 expired.append(run)
         for key in list(self._failed_unclosed):

@@ -169,7 +169,12 @@ from watchdog.shell.model.plans import (
     Plan,
     reservable,
 )
-from watchdog.shell.model.proxy import CONNECT_TIMEOUT, ModelProxy, read_observation
+from watchdog.shell.model.proxy import (
+    CONNECT_TIMEOUT,
+    ModelProxy,
+    failed_code,
+    read_observation,
+)
 from watchdog.shell.model.streams import is_stream
 
 log = logging.getLogger("watchdog.model")
@@ -976,6 +981,8 @@ class NativeEndpoint:
                     exchange.broke = True  # ended or not, as the aiohttp relay reads it)
             if proxy.metrics is not None:
                 proxy.metrics.model_upstream(plan.api, seconds)
+            if exchange is not None and (status >= 400 or outcome == "cut"):
+                proxy.service.model_failed(exchange.key, failed_code(status))
             if exchange is None or not 200 <= status < 300:
                 proxy.count(agent, plan.api, "passed" if status < 400 and outcome != "cut"
                             else "upstream_error")

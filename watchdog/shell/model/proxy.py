@@ -176,6 +176,12 @@ UPSTREAM_FAILURES: dict[str, tuple[int, str, str, str]] = {
 }
 
 
+def failed_code(status: int) -> str:
+    """The reason a run ends with when its agent sent nothing after the upstream's error
+    ``status`` (passed on, or a response broken off: 200)."""
+    return f"upstream_{status}" if status >= 400 else "upstream_broken"
+
+
 def note_splicer() -> Callable[[bytes, str], bytes | None] | None:
     """The compiled relay's splice of a note into a Chat Completions body
     (``Relay.splice_note``: ``native/relay/src/note.rs``), None when it is not built."""
@@ -901,6 +907,8 @@ class ModelProxy:
                 self.observe_refused(exchange, upstream.status, data, upstream.headers)
             # (an answer the upstream broke off: its failure)
             failed = upstream.status >= 400 or passed.broken
+            if failed and exchange is not None:
+                self.service.model_failed(exchange.key, failed_code(upstream.status))
             return passed, "upstream_error" if failed else "passed"
         if upstream.content_type == "text/event-stream":
             response = await relay_stream(self, request, upstream, exchange)
@@ -924,10 +932,11 @@ class ModelProxy:
         exchange = plan.exchange
         wire = exchange.wire if exchange is not None else ChatWire()
         agent = exchange.agent if exchange is not None else None
-        if exchange is not None:
-            self.service.model_in_flight(exchange.key, 0)
         status, code, outcome, what = UPSTREAM_FAILURES.get(kind,
                                                             UPSTREAM_FAILURES["unreachable"])
+        if exchange is not None:
+            self.service.model_in_flight(exchange.key, 0)
+            self.service.model_failed(exchange.key, code)
         message = "the upstream model API" + what.format(
             timeout=f"{self.config.model_upstream_timeout:g} s (model_upstream_timeout)",
             detail=detail, held=self.config.model_max_held_response_bytes)
