@@ -556,7 +556,7 @@ class NativeEndpoint:
                                   plan.body, observed, api=plan.api, keep=plan.keep,
                                   answer_tool=plan.answer_tool, watch=observed,
                                   unasked=plan.unasked, ahead=self._ahead(plan), hold=hold,
-                                  echo=plan.echo):
+                                  echo=plan.echo, offered=plan.offered):
             del self.pending[number]  # the client went away meanwhile
             self._finish(plan, 0, "cancelled", None, "", 0.0)
         else:

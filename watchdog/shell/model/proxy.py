@@ -1024,11 +1024,12 @@ class ModelProxy:
         exchange.release()  # what it handed over is counted from here
         exchange.broke = seen.broke_off
         if exchange.turn.act is Act.FINAL:
-            state.report = seen.text or answer_of(handed, state.answer_tool) or state.report
+            state.report = seen.text or answer_of(handed, state.answer_tool,
+                                                  offered=exchange.offered) or state.report
         aside = aside_of(state, exchange.request)
         try:
             ran = [] if seen.broke_off else \
-                self.book.ran_before_answer(state, handed, exchange.started_ns)
+                self.book.ran_before_answer(state, handed, exchange.started_ns, exchange.offered)
             record = self.book.call_record(state, exchange.request, seen, handed,
                                            exchange.started_ns, time.time_ns(), exchange.key)
         except Exception:  # the answer has gone to the agent; the run misses this call
@@ -1039,7 +1040,8 @@ class ModelProxy:
         # action_key; a side request's run has the action it quotes still running)
         # (nor any beside an answer that ends the agent: run and counted, or never run)
         running = len(state.pending) if aside else 0 if seen.broke_off or ran \
-            or closing_call(handed, state.answer_tool, state.work_beside) is not None \
+            or closing_call(handed, state.answer_tool, state.work_beside,
+                            exchange.offered) is not None \
             else len(handed) + (len(record.asked_tools) if record.acted_on else 0)
         for tool in ran:  # (the work its answer came after: run, and counted, before it)
             self._book(Booked(tool, exchange.key, 0), into)
