@@ -74,24 +74,30 @@ budgets:
 """
 
 
-def tool_calls(count: int) -> bytes:
+def tool_calls(count: int, made_up: str | None = None) -> bytes:
+    """``count`` calls of ``search``, then one of ``made_up`` (a tool the request does not
+    offer), if named."""
+    calls = [{"id": f"call_{n}", "type": "function", "function": {
+        "name": "search", "arguments": json.dumps({"q": n})}} for n in range(count)]
+    if made_up is not None:
+        calls.append({"id": "call_made_up", "type": "function", "function": {
+            "name": made_up, "arguments": json.dumps({"answer": "made up"})}})
     return json.dumps({"id": "chatcmpl-t", "object": "chat.completion", "created": 1,
                        "model": "m", "choices": [{"index": 0, "message": {
-                           "role": "assistant", "content": None, "tool_calls": [
-                               {"id": f"call_{n}", "type": "function", "function": {
-                                   "name": "search", "arguments": json.dumps({"q": n})}}
-                               for n in range(count)]}, "finish_reason": "tool_calls"}],
+                           "role": "assistant", "content": None, "tool_calls": calls},
+                           "finish_reason": "tool_calls"}],
                        "usage": {"prompt_tokens": 3, "completion_tokens": 9}}).encode()
 
 
 def reply(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
     path = seen.path.split("?", 1)[0]
     try:
-        wanted = json.loads(seen.body).get("metadata", {}).get("calls")
+        metadata = json.loads(seen.body).get("metadata", {})
+        wanted, made_up = metadata.get("calls"), metadata.get("made_up")
     except (ValueError, AttributeError):
-        wanted = None
+        wanted = made_up = None
     if wanted is not None:
-        send(handler, 200, tool_calls(int(wanted)))
+        send(handler, 200, tool_calls(int(wanted), made_up))
     else:
         send(handler, 200, json.dumps(REPLIES.get(path, {"object": "list", "data": []})).encode())
 
@@ -416,6 +422,55 @@ def test_a_rule_pack_budget_bounds_what_goes_on_and_a_new_runs_countdown_goes_wi
         assert native is not None
         wait_until(lambda: native.admitted == 3, lambda: f"{native.admitted} admitted")
         assert native.missed == 0 and native.noted == 2  # (the loop read each as it went)
+
+
+def test_a_made_up_final_answer_call_the_relays_trim_kept_is_booked_as_handed_over(
+        tmp_path: Path, upstream: RawUpstream) -> None:
+    """A budget of 5: a new run's first request goes on without the loop with its bound,
+    trimmed by the relay, whose trim there knows no request's tools: a call of a final-answer
+    tool the request does not offer (pydantic-ai's ``final_result``, made up) passes beside
+    the 5 calls left, as an answer would. The run books what its agent got: 6 tool calls
+    running at the agent, the made-up one among them (work, which the agent refuses as
+    unknown), and their 6 results, one an error, go on with the run. Before, the run read the
+    response as its own trim would have cut it: 5 handed over, the made-up call's result not
+    the run's (or, reading the made-up call as the answer the agent ends at, none running)."""
+    pack = BUDGET_PACK.format(agent=AGENT, calls=5)
+    with sidecar(tmp_path, upstream, pack) as server:
+        assert post(server, PATHS["chat"], chat("made-up one"))[0] == 200  # (the loop's)
+        with busy(server) as held:
+            status, body = post(server, PATHS["chat"], chat(
+                "made-up two", metadata={"calls": "7", "made_up": "final_result"}))
+            assert not held.free.is_set(), "the request waited for the loop"
+        assert status == 200
+        message = json.loads(body)["choices"][0]["message"]
+        handed = message["tool_calls"]
+        assert [call["id"] for call in handed] == [*(f"call_{n}" for n in range(5)),
+                                                   "call_made_up"]
+        native = server.server.native
+        assert native is not None
+
+        def booked() -> dict[str, Any] | None:
+            going = [run for run in runs(server) if run["state"] != "ended"]
+            if len(going) != 1:
+                return None
+            status, body = http_request("GET", f"{server.api}/v1/runs/{going[0]['id']}")
+            signals: dict[str, Any] = json.loads(body)["signals"] if status == 200 else {}
+            return signals if signals.get("finish_reason") == "tool_calls" else None
+        signals = wait_until(booked, lambda: f"the call booked: {runs(server)}")
+        assert native.admitted == 1 and native.missed == 0
+        assert (signals["iterations"], signals["in_flight"]) == (1, 6), signals
+        results = [{"role": "tool", "tool_call_id": call["id"], "content": "found"}
+                   for call in handed[:-1]]
+        results.append({"role": "tool", "tool_call_id": "call_made_up",
+                        "content": "Error: unknown tool final_result"})
+        follow = json.loads(chat("made-up two"))
+        follow["messages"] += [message, *results]
+        assert post(server, PATHS["chat"], json.dumps(follow).encode())[0] == 200
+        run = wait_until(lambda: next((run for run in runs(server)
+                                       if run["iterations"] == 2), None), "the run went on")
+        assert len(runs(server)) == 2, runs(server)
+        assert (run["tool_calls"], run["errors"], run["terminal_state"]) == (
+            6, 1, "tool_limit_reached"), run
 
 
 def test_a_request_that_offers_no_tools_gets_no_countdown_and_teaches_nothing(

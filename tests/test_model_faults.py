@@ -1131,9 +1131,14 @@ def test_a_client_that_half_closes_after_its_request_gets_its_answer(
         relay: str, tmp_path: Path, stream: bool) -> None:
     """RFC 9112 §9.6: a client may end its side of the connection once it has sent its
     request (``shutdown(SHUT_WR)``); it still gets its whole answer, then the endpoint closes
-    the connection. A request cut short by its client's end is still refused."""
+    the connection. A request cut short by its client's end is still refused. The upstream
+    answers only once the relay has told its client's end (the request's ``ended``, which
+    both relays set when they read the end), so the answer always comes after the
+    half-close."""
     def answer(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
-        time.sleep(0.3)  # (the client has ended its side by now)
+        asking = sidecar.server.model.asking  # (read from this thread: a copy, taken at once)
+        wait_until(lambda: any(a.ended for a in list(asking.values())),
+                   "the relay to read its client's end of the connection")
         if not stream:
             completion_reply(handler, seen)
             return

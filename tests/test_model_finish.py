@@ -391,10 +391,14 @@ def test_the_next_question_after_an_answer_tools_call_is_the_next_run() -> None:
     for name, answer_tool in (("final_result", None), ("exit", "exit")):
         said = ToolCall("c9", name, json.dumps({"final_result": "done"}))
         book = ModelBook()
-        own = book.identify("chat", chat(STEP, RESULT), Caller(), "mini", not_ended, now_ns=0)
+        # (the request offers the tool: a final-answer tool it does not offer is work)
+        asked = ChatWire().read_request({"model": "m", "messages": [SYSTEM, TASK, STEP, RESULT],
+                                         "tools": [{"type": "function",
+                                                    "function": {"name": name}}]})
+        own = book.identify("chat", asked, Caller(), "mini", not_ended, now_ns=0)
         own.answer_tool = answer_tool
-        book.tool_records(own, chat(STEP, RESULT), 0)
-        book.call_record(own, chat(STEP, RESULT), Observation(
+        book.tool_records(own, asked, 0)
+        book.call_record(own, asked, Observation(
             finish_reason="tool_calls", calls=[said], complete=True), [said], 1, 10)
         book.settle(own)
         assert own.answered_last, name

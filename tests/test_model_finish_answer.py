@@ -28,6 +28,8 @@ apiVersion: agent-watchdog/v1
 kind: RulePack
 name: exits
 budgets:
+  - agents: ["made-up-*"]
+    max_tool_calls: 1
   - agents: ["exit-final-*"]
     max_tool_calls: 1
     finish:
@@ -310,3 +312,47 @@ def test_trimmed_to_the_calls_left_the_finish_is_kept_beside_the_work(
     run = the_ended_run(sidecar, agent)
     assert (run["tool_calls"], run["final_output"], run["signals"]["tools"]) == (
         1, DONE, {"add": 1}), run
+
+
+MADE_UP = ToolCall("final_result", {"answer": "made up"})  # pydantic-ai's answer tool
+
+
+@STREAMS
+@APIS
+def test_a_final_answer_tool_the_request_does_not_offer_is_work_and_the_run_goes_on(
+        sidecar: RunningServer, llm: FakeLLM, model_relay: str,  # noqa: F811
+        api: str, stream: bool) -> None:
+    """A conventions' final-answer tool (``final_result``, whose agent ends at it) that the
+    request does not offer is a tool the model made up: the agent runs ``add`` beside it,
+    answers it with an error, and the run goes on to its answer. Before, the run ended
+    ``completed`` at the made-up call, its arguments the output, ``add`` uncounted, and the
+    agent's next request began a run of its own."""
+    agent = f"exit-madeup-{model_relay}-{api}-{stream}"
+    model = llm.script(agent, lambda index, _body: Step(tool_calls=(
+        ToolCall("add", {"a": 1, "b": 101}), MADE_UP)) if index == 0 else answer(DONE))
+    assert agent_loop(sidecar, api, model, agent, "none", stream) == (
+        DONE, ["add", "final_result"])
+    assert len(llm.requests(model)) == 2
+    run = the_ended_run(sidecar, agent)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["final_output"]) == (2, 2, "completed", DONE), run
+
+
+@STREAMS
+@APIS
+def test_trimmed_to_the_calls_left_a_final_answer_tool_not_offered_counts_as_work(
+        sidecar: RunningServer, llm: FakeLLM, model_relay: str,  # noqa: F811
+        api: str, stream: bool) -> None:
+    """A budget of 1 (no finish), the model asks for a made-up ``final_result`` first, then
+    ``add``: the
+    made-up call is the one call left (work, as each relay's trim reads it), ``add`` is
+    trimmed, and the run answers at its final request. Before, the trim kept it beside
+    ``add`` as an answer, and the run ended at it."""
+    agent = f"made-up-{model_relay}-{api}-{stream}"
+    model = llm.script(agent, lambda index, _body: Step(tool_calls=(
+        MADE_UP, ToolCall("add", {"a": 1, "b": 101}))) if index == 0 else answer(DONE))
+    assert agent_loop(sidecar, api, model, agent, "none", stream) == (DONE, ["final_result"])
+    assert len(llm.requests(model)) == 2
+    run = the_ended_run(sidecar, agent)
+    assert (run["tool_calls"], run["terminal_state"], run["final_output"]) == (
+        1, "tool_limit_reached", DONE), run

@@ -8,6 +8,7 @@ runs on each response of a budgeted run) and from the wire modules as
 from __future__ import annotations
 
 import json
+from collections.abc import Container
 
 import pytest
 
@@ -37,15 +38,16 @@ WITH_ANSWER = Step(text="Done.", tool_calls=(
     ToolCall("b", {"y": 2}), ToolCall("final_result_x", {"z": "é"}), ToolCall("c", {})))
 
 
-def python_stream(api: str, keep: int | None, chunks: list[bytes], hide_usage: bool = False
-                  ) -> tuple[bytes, bool] | None:
+def python_stream(api: str, keep: int | None, chunks: list[bytes], hide_usage: bool = False,
+                  offered: Container[str] | None = None) -> tuple[bytes, bool] | None:
     """What :func:`watchdog.shell.model.streams.relay_stream` passes on with a bound (not a
     final request's; ``keep`` None: none) or asked for its usage (``hide_usage``): each chunk's
     events rewritten, the usage-only chunk left out, what is left of an event cut short at the
     end; and whether a call was trimmed. None: the answer ends (an event too long to read, or
-    JSON it cannot judge)."""
+    JSON it cannot judge). ``offered``: the final-answer tools the request offers (None: any,
+    as the Rust trim here reads them)."""
     reader = SSEReader()
-    trimmer = WIRES[api].stream_trimmer(keep) if keep is not None else None
+    trimmer = WIRES[api].stream_trimmer(keep, None, offered) if keep is not None else None
     out, changed = b"", False
     for chunk in chunks:
         events = reader.feed(chunk)
@@ -63,16 +65,17 @@ def python_stream(api: str, keep: int | None, chunks: list[bytes], hide_usage: b
     return out + reader.rest(), changed
 
 
-def python_whole(api: str, keep: int, data: bytes) -> tuple[bytes, bool] | None:
+def python_whole(api: str, keep: int, data: bytes, offered: Container[str] | None = None
+                 ) -> tuple[bytes, bool] | None:
     """What :func:`watchdog.shell.model.streams.relay_json` passes on with a bound (None: a
-    502, JSON it cannot judge)."""
+    502, JSON it cannot judge; ``offered``: as for :func:`python_stream`)."""
     try:
         body = judged(data)
     except Unjudged:
         return None
     except ValueError:
         return data, False
-    if isinstance(body, dict) and WIRES[api].trim(body, keep):
+    if isinstance(body, dict) and WIRES[api].trim(body, keep, None, offered):
         return dumps(body), True
     return data, False
 

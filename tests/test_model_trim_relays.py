@@ -59,12 +59,14 @@ def upstream() -> Iterator[str]:
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 def test_both_relays_hand_the_agent_the_same_trimmed_bytes(tmp_path: Path, upstream: str,
                                                            stream: bool, coding: str) -> None:
-    """(An upstream that compresses though asked not to: the same bytes, plain.)"""
+    """(An upstream that compresses though asked not to: the same bytes, plain. The request
+    offers no final-answer tool: the odd events' ``final_result`` call, one the model made up,
+    is work, trimmed.)"""
     request = json.dumps({"model": coding, "stream": stream, "messages": [
         {"role": "user", "content": "find it"}], "tools": [{"type": "function", "function": {
             "name": "a", "parameters": {"type": "object"}}}]}).encode()
-    expected = python_stream("chat", 1, [STREAM])[0] if stream else python_whole(
-        "chat", 1, WHOLE)[0]
+    expected = python_stream("chat", 1, [STREAM], offered=())[0] if stream else python_whole(
+        "chat", 1, WHOLE, offered=())[0]
     got = {}
     for relay in ("python", "native"):
         config = sidecar_config(tmp_path / relay, model_address="127.0.0.1:0",

@@ -39,6 +39,7 @@ from watchdog.core.model.failure import refusal_of, refused
 from watchdog.core.model.messages import MessagesWire
 from watchdog.core.model.responses import ResponsesWire
 from watchdog.core.model.steer import (
+    MAX_ANSWERS_OFFERED,
     Act,
     Board,
     Counts,
@@ -47,6 +48,7 @@ from watchdog.core.model.steer import (
     answer_tools,
     decide,
     is_answer_tool,
+    kept_calls,
 )
 from watchdog.core.model.wire import (
     Event,
@@ -1143,7 +1145,10 @@ def test_a_request_sent_again_is_a_retry_whose_calls_never_ran() -> None:
 
 def test_a_response_asking_only_for_the_answer_tool_is_the_answer() -> None:
     book = ModelBook()
-    request = chat_request()
+    request = ChatWire().read_request({"model": "m", "messages": [
+        {"role": "user", "content": "task"}], "tools": [
+        {"type": "function", "function": {"name": name}} for name in ("search", "final_answer")]})
+    assert request.answers_offered == ("final_answer",)
     state = book.identify("chat", request, Caller(), "a", lambda _key: False)
     record = book.call_record(state, request, Observation(finish_reason="tool_calls"), [
         Call("call_9", "final_answer", '{"answer": "The file is /srv/a.txt."}')], 1, 2)
@@ -1154,6 +1159,31 @@ def test_a_response_asking_only_for_the_answer_tool_is_the_answer() -> None:
         Call("call_8", "search", "{}"), Call("call_9", "final_answer", "{}")], 3, 4)
     assert (mixed.requested_tools, mixed.final_answer) == (True, False)
     assert state.handed == 1 and list(state.pending) == ["call_8"]
+
+
+def test_a_final_answer_tool_the_request_does_not_offer_is_work() -> None:
+    """A call of a final-answer tool the request does not offer (one the model made up,
+    which the agent refuses as unknown) is a tool call: not the run's answer, counted as
+    handed over and trimmed as work; the request reads the final-answer tools it offers, the
+    first MAX_ANSWERS_OFFERED, each once."""
+    names = ["search", "final_result_0", *(f"final_result_{n}" for n in range(20))]
+    many = ChatWire().read_request({"model": "m", "messages": [], "functions": [
+        {"name": name} for name in names]})
+    assert many.answers_offered == tuple(f"final_result_{n}" for n in range(MAX_ANSWERS_OFFERED))
+    book = ModelBook()
+    request = ChatWire().read_request({"model": "m", "messages": [
+        {"role": "user", "content": "task"}], "tools": [
+        {"type": "function", "function": {"name": "search"}}]})
+    assert request.answers_offered == ()
+    state = book.identify("chat", request, Caller(), "a", lambda _key: False)
+    made_up = [Call("call_8", "search", "{}"), Call("call_9", "final_result", '{"a": "x"}')]
+    record = book.call_record(state, request, Observation(finish_reason="tool_calls"),
+                              made_up, 1, 2)
+    assert (record.requested_tools, record.final_answer, record.final_output) == (
+        True, False, None)
+    assert state.handed == 2 and list(state.pending) == ["call_8", "call_9"]
+    assert kept_calls(made_up[::-1], 1, None, request.answers_offered) == [made_up[1]]
+    assert kept_calls(made_up[::-1], 1) == made_up[::-1]  # (no request at hand: any)
 
 
 WITH_ANSWER = Step(text="Looking.", tool_calls=(*THREE.tool_calls,

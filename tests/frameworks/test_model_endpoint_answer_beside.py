@@ -70,6 +70,23 @@ def test_its_output_beside_work_ends_the_run_counting_what_the_agent_ran(
 
 
 
+def first_open_second_answered(sidecar: RunningServer, before: set[str]
+                               ) -> dict[str, dict[str, Any]]:
+    """The two runs of an invocation that smolagents began again, once one has ended (by
+    their state): the first still open, the second ended ``completed`` with the answer."""
+    def both() -> list[dict[str, Any]] | None:
+        runs = [run for run in sidecar.get_json("/v1/runs?limit=1000")["runs"]
+                if run["id"] not in before]
+        return runs if len(runs) == 2 and any(run["state"] == "ended" for run in runs) \
+            else None
+
+    runs = {run["state"]: run for run in wait_until(both, "the second run to end")}
+    assert set(runs) == {"active", "ended"}, runs
+    second = sidecar.get_json(f"/v1/runs/{runs['ended']['id']}")
+    assert (second["terminal_state"], second["final_output"]) == ("completed", ANSWER), second
+    return runs
+
+
 def smolagents_refused(index: int, _body: dict[str, Any]) -> fakellm.Step:
     """The search and the answer in one answer; once smolagents refused it, the answer alone."""
     if index == 0:
@@ -95,15 +112,34 @@ def test_smolagents_refusing_an_answer_beside_work_begins_a_run_of_its_own_a_kno
     assert len(requests) == 2
     again = requests[1]["messages"]
     assert len(again) == 2 and "do not perform any other tool calls" in json.dumps(again[1])
-
-    def both() -> list[dict[str, Any]] | None:
-        runs = [run for run in budgeted.get_json("/v1/runs?limit=1000")["runs"]
-                if run["id"] not in before]
-        return runs if len(runs) == 2 and any(run["state"] == "ended" for run in runs) \
-            else None
-
-    runs = {run["state"]: run for run in wait_until(both, "the second run to end")}
-    assert set(runs) == {"active", "ended"}, runs
-    second = budgeted.get_json(f"/v1/runs/{runs['ended']['id']}")
-    assert (second["terminal_state"], second["final_output"]) == ("completed", ANSWER), second
+    runs = first_open_second_answered(budgeted, before)
     assert runs["active"]["tool_calls"] == 0  # (the search ran, its result never came back)
+
+
+def smolagents_made_up(index: int, _body: dict[str, Any]) -> fakellm.Step:
+    """The search beside a call of ``final_result`` (pydantic-ai's answer tool, which
+    smolagents does not offer: a tool the model made up); then its answer."""
+    if index == 0:
+        return fakellm.Step(tool_calls=(fakellm.ToolCall("search", {"q": "alpha"}),
+                                        fakellm.ToolCall("final_result", {"answer": ANSWER})))
+    return fakellm.Step(tool_calls=(fakellm.ToolCall("final_answer", {"answer": ANSWER}),))
+
+
+def test_smolagents_calling_a_final_answer_tool_it_does_not_offer_is_not_its_answer(
+        budgeted: RunningServer, llm: FakeLLM) -> None:
+    """A call of a conventions' final-answer tool that the request does not offer is a tool
+    the model made up, work and not the run's answer: smolagents runs the search, refuses
+    the unknown tool and asks again on its task's conversation begun again (as when it
+    refuses an answer beside work: a run of its own, the known gap pinned above). The first
+    run is not ended ``completed`` at the made-up call (before, it was: 0 tool calls, an
+    answer the agent never gave); it waits for the calls it handed over."""
+    agent = Agent("smolagents", "endpoint_smolagents", "run", answer_tool="final_answer")
+    model = llm.script("made-up-answer-tool", smolagents_made_up)
+    before = run_ids(budgeted)
+    assert drive(agent, budgeted, model) == {"ran": ["alpha"], "output": ANSWER}
+    requests = llm.requests(model)
+    assert len(requests) == 2
+    offered = [tool["function"]["name"] for tool in requests[0]["tools"]]
+    assert "final_result" not in offered and "final_answer" in offered, offered
+    assert "Unknown tool final_result" in json.dumps(requests[1]["messages"])
+    first_open_second_answered(budgeted, before)

@@ -165,6 +165,8 @@ enum Reply {
         echo: Option<serde_json::Value>,
         /// The tool whose calls are the request's answer, not work: kept beside `keep`.
         answer: Option<String>,
+        /// The final-answer tools the request offers (`Answers::offered`; None: all).
+        offered: Option<Vec<String>>,
     },
 }
 
@@ -1239,6 +1241,7 @@ async fn handle(
                 hold: false,
                 echo: None,
                 answer: None,
+                offered: None,
             }
         }
         (verdict, body, _) => {
@@ -1285,6 +1288,7 @@ async fn handle(
                 hold,
                 echo,
                 answer,
+                offered,
             } => {
                 ticket.notify = notify;
                 if notify && !ticket.watched {
@@ -1361,6 +1365,7 @@ async fn handle(
                             hold,
                             &echo,
                             answer.as_deref(),
+                            offered.as_deref(),
                         )
                         .await
                         {
@@ -1590,6 +1595,7 @@ async fn relayed(
     hold: bool,
     echo: &Option<serde_json::Value>,
     answer: Option<&str>,
+    offered: Option<&[String]>,
 ) -> Result<Response<RelayBody>, Failure> {
     // a body framed two ways (RFC 9112 §6.3: smuggling or splitting): refused, as aiohttp
     // refuses it, never passed on with a length its body does not have
@@ -1698,7 +1704,7 @@ async fn relayed(
             if coding.inflated() {
                 body.inflate = Some(Inflater::new(coding));
             }
-            let mut trim = StreamTrim::new(trim, shared.answers().with(answer));
+            let mut trim = StreamTrim::new(trim, shared.answers().offered(offered).with(answer));
             trim.echo = echo.clone();
             body.trim = Some(trim);
             body.upstream = Some(upstream.into());
@@ -1757,7 +1763,7 @@ async fn relayed(
             if observe {
                 ticket.observed = Some(Observed::Whole(text.clone())); // (held once)
             }
-            let answers = shared.answers().with(answer);
+            let answers = shared.answers().offered(offered).with(answer);
             let mut out = match trim::trim_whole_echo(api, &text, keep, &answers, echo.as_ref()) {
                 Ok(Some((changed, trimmed))) => {
                     ticket.changed = trimmed;
@@ -2087,7 +2093,8 @@ impl Relay {
     /// its ``done`` event, which comes with ``notify`` (or ``observe``); ``api`` (chat,
     /// responses, messages) and ``keep`` >= 0: a successful response hands the agent at most
     /// ``keep`` tool calls (final-answer ones aside, and ``answer_tool``'s: the request's own
-    /// answer), trimmed as the Python relay trims; with
+    /// answer), trimmed as the Python relay trims (``offered``: the final-answer tools the
+    /// request offers, a call of another is work; None: all of them); with
     /// ``keep`` < 0 and ``watch``, a successful stream passes as it comes and its end is told
     /// at its last event; with ``unasked`` (a Chat Completions stream asked for its usage on
     /// the client's behalf: the body without that) the stream passes event by event, its
@@ -2098,7 +2105,7 @@ impl Relay {
     /// ``held`` and the relay waits for ``release``.
     #[pyo3(signature = (id, method, url, headers, body, observe=false, notify=true,
                         api="", keep=-1, answer_tool=None, watch=false, unasked=None,
-                        ahead=None, hold=false, echo=None))]
+                        ahead=None, hold=false, echo=None, offered=None))]
     #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
@@ -2117,6 +2124,7 @@ impl Relay {
         ahead: Option<&str>,
         hold: bool,
         echo: Option<&str>,
+        offered: Option<Vec<String>>,
     ) -> PyResult<bool> {
         if hold && (keep < 0 || !observe) {
             return Err(PyValueError::new_err(
@@ -2172,6 +2180,7 @@ impl Relay {
                 hold,
                 echo,
                 answer: answer_tool,
+                offered,
             },
         ))
     }

@@ -56,12 +56,31 @@ impl Answers {
         self
     }
 
+    /// Those of these that a request offers (`offered`: the final-answer tools among its
+    /// tools, Python's `Request.answers_offered`; None: all of these): a call of another is
+    /// work (a tool the model made up), as Python's `steer.answers` reads it.
+    pub fn offered(self, offered: Option<&[String]>) -> Self {
+        match offered {
+            None => self,
+            Some(offered) => Answers {
+                names: offered
+                    .iter()
+                    .filter(|n| self.is_named(n))
+                    .cloned()
+                    .collect(),
+                prefixes: Vec::new(),
+            },
+        }
+    }
+
+    fn is_named(&self, name: &str) -> bool {
+        self.names.iter().any(|n| n == name)
+            || self.prefixes.iter().any(|p| name.starts_with(p.as_str()))
+    }
+
     fn is_answer(&self, name: Option<&Value>) -> bool {
         match name {
-            Some(Value::String(name)) => {
-                self.names.iter().any(|n| n == name)
-                    || self.prefixes.iter().any(|p| name.starts_with(p.as_str()))
-            }
+            Some(Value::String(name)) => self.is_named(name),
             _ => false,
         }
     }
@@ -1074,6 +1093,41 @@ fn chat_rewrite(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_final_answer_tool_the_request_does_not_offer_is_work() {
+        let all = Answers {
+            names: vec!["final_answer".into(), "final_result".into()],
+            prefixes: vec!["final_result_".into()],
+        };
+        let offered = ["search".to_owned(), "final_answer".to_owned()];
+        let answers = all.clone().offered(Some(&offered)).with(Some("exit"));
+        let name = |n: &str| Value::String(n.into());
+        for (tool, answer) in [
+            ("final_answer", true),
+            ("exit", true),
+            ("final_result", false),
+            ("final_result_x", false),
+            ("search", false),
+        ] {
+            assert_eq!(answers.is_answer(Some(&name(tool))), answer, "{tool}");
+        }
+        let any = all.offered(None);
+        assert!(any.is_answer(Some(&name("final_result_x"))));
+        let mut body = serde_json::json!({"choices": [{"message": {"tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "final_result", "arguments": "{}"}},
+            {"id": "b", "type": "function", "function": {"name": "search", "arguments": "{}"}},
+        ]}}]});
+        assert!(trim_body(
+            Api::Chat,
+            body.as_object_mut().unwrap(),
+            1,
+            &answers
+        ));
+        let kept = &body["choices"][0]["message"]["tool_calls"];
+        assert_eq!(kept.as_array().unwrap().len(), 1);
+        assert_eq!(kept[0]["function"]["name"], "final_result");
+    }
 
     #[test]
     fn floats_as_python_writes_them() {

@@ -75,14 +75,14 @@ import json
 import random
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from typing import Any, cast
 
 from watchdog.core.bounds import MAX_STOP_ANSWERS
 from watchdog.core.model.failure import looks_failed, refusal_of
-from watchdog.core.model.steer import answer_of, closing_call, is_answer_tool, runs_beside
+from watchdog.core.model.steer import answer_of, answers, closing_call, runs_beside
 from watchdog.core.model.wire import (
     CONVERSATION_ANCHOR,
     Observation,
@@ -1075,18 +1075,19 @@ class ModelBook:
             state.history = (task, result, _action(call), hash(request.instructions))
             self._act(state, self._histories)
 
-    def ran_before_answer(self, state: EndpointRun, handed: list[ToolCall], now_ns: int
-                          ) -> list[SpanRecord]:
+    def ran_before_answer(self, state: EndpointRun, handed: list[ToolCall], now_ns: int,
+                          offered: Container[str] | None = None) -> list[SpanRecord]:
         """The work a response asks for beside its answer (:func:`closing_call`): the agent
         runs it, then ends, so no request brings its results. Each call a record of a tool run
         by ``now_ns`` (the answer's start: they are booked before it, which ends the run),
         without a result; none when the agent traces its tools itself, or when the answer
-        ends it before the work runs (:func:`ends_first`)."""
-        closing = closing_call(handed, state.answer_tool, state.work_beside)
+        ends it before the work runs (:func:`ends_first`). ``offered``: the final-answer tools
+        its request offers (``Request.answers_offered``)."""
+        closing = closing_call(handed, state.answer_tool, state.work_beside, offered)
         if state.traced or closing is None or not runs_beside(closing, state.work_beside):
             return []
         ran = [self._tool_record(state, call, None, now_ns) for call in handed
-               if not is_answer_tool(call.name) and call.name != state.answer_tool]
+               if not answers(call.name, state.answer_tool, offered)]
         state.results += len(ran)
         return ran
 
@@ -1172,8 +1173,8 @@ class ModelBook:
         record.messages = request.messages + 1
         record.input_hash = request.input_hash  # the run's input, as a span's (cycles)
         record.response_id = seen.response_id
-        work = [call for call in handed
-                if not is_answer_tool(call.name) and call.name != state.answer_tool]
+        offered = request.answers_offered
+        work = [call for call in handed if not answers(call.name, state.answer_tool, offered)]
         side = is_side(state, request)
         if side:  # (an aside hands its run nothing: never against its budget)
             work = []
@@ -1207,10 +1208,11 @@ class ModelBook:
             record.asked_tools = tuple((call.name[:200], call.call_id[:200])
                                        for call in work[:MAX_ASKED_TOOLS])
         broke = seen.broke_off
-        answer = answer_of(handed, state.answer_tool, seen.text) if said is None else said
-        closing = closing_call(handed, state.answer_tool, state.work_beside)
+        answer = answer_of(handed, state.answer_tool, seen.text, offered) \
+            if said is None else said
+        closing = closing_call(handed, state.answer_tool, state.work_beside, offered)
         if closing is not None:  # (its work runs now, counted: :meth:`ran_before_answer`)
-            answer = answer_of([closing], state.answer_tool)
+            answer = answer_of([closing], state.answer_tool, offered=offered)
         if request.last_is_user and not side:
             state.summary = None  # (its latest answer to a new user message: this one's)
         if broke:

@@ -17,11 +17,16 @@ withdrawn with ``function_call: "none"`` (the definitions kept).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Any
 
 from watchdog.core.model.failure import looks_failed
-from watchdog.core.model.steer import answer_tool_offered, answer_tool_prompt, answers
+from watchdog.core.model.steer import (
+    answer_tool_offered,
+    answer_tool_prompt,
+    answers,
+    answers_offered,
+)
 from watchdog.core.model.wire import (
     MAX_ANSWERS_SEEN,
     MAX_TOOL_CALLS_SEEN,
@@ -37,6 +42,7 @@ from watchdog.core.model.wire import (
     json_data,
     json_format,
     judged_data,
+    offered_names,
     plain_content,
     request_hash,
     sse,
@@ -103,6 +109,7 @@ class ChatWire:
         return Request(
             model=model if isinstance(model, str) else "",
             stream=body.get("stream") is True,
+            answers_offered=answers_offered(offered_names(body)),
             has_tools=can_call(body.get("tools"), body.get("tool_choice"))
             or can_call(body.get("functions"), body.get("function_call")),
             instructions="\n".join(instructions),
@@ -179,7 +186,8 @@ class ChatWire:
     def accumulator(self) -> ChatAccumulator:
         return ChatAccumulator()
 
-    def trim(self, body: dict[str, Any], keep: int, answer_tool: str | None = None) -> bool:
+    def trim(self, body: dict[str, Any], keep: int, answer_tool: str | None = None,
+             offered: Container[str] | None = None) -> bool:
         """Leaves the first ``keep`` tool calls of each choice, and its answers' calls
         (:func:`~watchdog.core.model.steer.answers`)."""
         changed = False
@@ -193,7 +201,7 @@ class ChatWire:
                 continue
             kept, work = [], 0
             for index, call in calls:
-                if answers(_name_of(call), answer_tool):
+                if answers(_name_of(call), answer_tool, offered):
                     kept.append((index, call))
                 elif work < keep:
                     kept.append((index, call))
@@ -212,8 +220,9 @@ class ChatWire:
                 choice["finish_reason"] = "stop"
         return changed
 
-    def stream_trimmer(self, keep: int, answer_tool: str | None = None) -> ChatTrimmer:
-        return ChatTrimmer(keep, answer_tool)
+    def stream_trimmer(self, keep: int, answer_tool: str | None = None,
+                       offered: Container[str] | None = None) -> ChatTrimmer:
+        return ChatTrimmer(keep, answer_tool, offered)
 
     def answer(self, model: str, text: str, request: Request, now: float,
                call: ToolCall | None = None) -> dict[str, Any]:
@@ -447,8 +456,9 @@ class ChatTrimmer:
     with no index to number. Each choice (``n`` > 1: told by its ``index``) is trimmed apart,
     as :meth:`ChatWire.trim` trims a whole response's."""
 
-    def __init__(self, keep: int, answer_tool: str | None = None) -> None:
-        self.keep, self.answer_tool = keep, answer_tool
+    def __init__(self, keep: int, answer_tool: str | None = None,
+                 offered: Container[str] | None = None) -> None:
+        self.keep, self.answer_tool, self.offered = keep, answer_tool, offered
         self._choices: dict[int, _Choice] = {}  # by the choice's index (not an int: 0)
         self._seen = 0  # calls seen, of all choices
 
@@ -461,7 +471,7 @@ class ChatTrimmer:
         self._seen += 1  # (so a choice is kept only with a call: they are bounded too)
         if choice is None:
             choice = self._choices[number] = _Choice()
-        kept = answers(_name_of(call), self.answer_tool)
+        kept = answers(_name_of(call), self.answer_tool, self.offered)
         if not kept:
             kept = choice.work < self.keep
             choice.work += 1

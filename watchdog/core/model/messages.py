@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Container
 from typing import Any
 
 from watchdog.core.model.failure import looks_failed
-from watchdog.core.model.steer import answer_tool_offered, answer_tool_prompt, answers
+from watchdog.core.model.steer import (
+    answer_tool_offered,
+    answer_tool_prompt,
+    answers,
+    answers_offered,
+)
 from watchdog.core.model.wire import (
     MAX_ANSWERS_SEEN,
     MAX_TOOL_CALLS_SEEN,
@@ -33,6 +39,7 @@ from watchdog.core.model.wire import (
     json_data,
     json_format,
     judged_data,
+    offered_names,
     request_hash,
     sse,
     text_of,
@@ -81,6 +88,7 @@ class MessagesWire:
         return Request(
             model=model if isinstance(model, str) else "",
             stream=body.get("stream") is True,
+            answers_offered=answers_offered(offered_names(body)),
             has_tools=can_call(body.get("tools"), body.get("tool_choice")),
             instructions=text_of(body.get("system")),
             anchor=anchor,
@@ -142,13 +150,14 @@ class MessagesWire:
     def accumulator(self) -> MessagesAccumulator:
         return MessagesAccumulator()
 
-    def trim(self, body: dict[str, Any], keep: int, answer_tool: str | None = None) -> bool:
+    def trim(self, body: dict[str, Any], keep: int, answer_tool: str | None = None,
+             offered: Container[str] | None = None) -> bool:
         content = body.get("content")
         if not isinstance(content, list):
             return False
         uses = [i for i, block in enumerate(content) if isinstance(block, dict)
                 and block.get("type") == "tool_use"
-                and not answers(block.get("name"), answer_tool)]
+                and not answers(block.get("name"), answer_tool, offered)]
         if len(uses) <= keep:
             return False
         dropped = set(uses[keep:])
@@ -161,8 +170,9 @@ class MessagesWire:
     def ask_usage(self, body: dict[str, Any]) -> None:
         return None  # a stream's usage comes unasked
 
-    def stream_trimmer(self, keep: int, answer_tool: str | None = None) -> MessagesTrimmer:
-        return MessagesTrimmer(keep, answer_tool)
+    def stream_trimmer(self, keep: int, answer_tool: str | None = None,
+                       offered: Container[str] | None = None) -> MessagesTrimmer:
+        return MessagesTrimmer(keep, answer_tool, offered)
 
     def answer(self, model: str, text: str, request: Request, now: float,
                call: ToolCall | None = None) -> dict[str, Any]:
@@ -285,8 +295,9 @@ class MessagesTrimmer:
     closes up the index of the blocks after them (a final-answer block is kept), and says
     ``end_turn`` instead of ``tool_use`` when none is left."""
 
-    def __init__(self, keep: int, answer_tool: str | None = None) -> None:
-        self.keep, self.answer_tool = keep, answer_tool
+    def __init__(self, keep: int, answer_tool: str | None = None,
+                 offered: Container[str] | None = None) -> None:
+        self.keep, self.answer_tool, self.offered = keep, answer_tool, offered
         self._uses = 0
         self._answers = 0  # answers' tool_use blocks: always kept
         self._dropped: set[int] = set()
@@ -299,7 +310,7 @@ class MessagesTrimmer:
         if kind == "content_block_start" and isinstance(index, int):
             block = data.get("content_block")
             if isinstance(block, dict) and block.get("type") == "tool_use":
-                if answers(block.get("name"), self.answer_tool):
+                if answers(block.get("name"), self.answer_tool, self.offered):
                     self._answers += 1
                 else:
                     self._uses += 1

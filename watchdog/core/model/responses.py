@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Container
 from typing import Any
 
 from watchdog.core.model.chat import withdraw_function_tools
 from watchdog.core.model.failure import looks_failed
-from watchdog.core.model.steer import answers
+from watchdog.core.model.steer import answers, answers_offered
 from watchdog.core.model.wire import (
     CONVERSATION_ANCHOR,
     MAX_ANSWERS_SEEN,
@@ -39,6 +40,7 @@ from watchdog.core.model.wire import (
     json_data,
     json_format,
     judged_data,
+    offered_names,
     request_hash,
     sse,
     text_of,
@@ -72,11 +74,12 @@ def conversation_of(body: dict[str, Any]) -> str | None:
     return given[:MAX_CONVERSATION_ID] if isinstance(given, str) and given else None
 
 
-def is_call(item: dict[str, Any], answer_tool: str | None = None) -> bool:
+def is_call(item: dict[str, Any], answer_tool: str | None = None,
+            offered: Container[str] | None = None) -> bool:
     """Whether an output item is a tool call the agent carries out (answers' aside,
     :func:`~watchdog.core.model.steer.answers`: they end the run rather than spend its
     budget)."""
-    return item.get("type") in CALL_ITEMS and not answers(item.get("name"), answer_tool)
+    return item.get("type") in CALL_ITEMS and not answers(item.get("name"), answer_tool, offered)
 
 
 def call_of(item: dict[str, Any]) -> ToolCall:
@@ -138,6 +141,7 @@ class ResponsesWire:
         return Request(
             model=model if isinstance(model, str) else "",
             stream=body.get("stream") is True,
+            answers_offered=answers_offered(offered_names(body)),
             has_tools=can_call(body.get("tools"), body.get("tool_choice")),
             answer_format=json_format(answer.get("format"))
             if isinstance(answer := body.get("text"), dict) else None,
@@ -212,12 +216,13 @@ class ResponsesWire:
     def accumulator(self) -> ResponsesAccumulator:
         return ResponsesAccumulator(self)
 
-    def trim(self, body: dict[str, Any], keep: int, answer_tool: str | None = None) -> bool:
+    def trim(self, body: dict[str, Any], keep: int, answer_tool: str | None = None,
+             offered: Container[str] | None = None) -> bool:
         output = body.get("output")
         if not isinstance(output, list):
             return False
         calls = [i for i, item in enumerate(output)
-                 if isinstance(item, dict) and is_call(item, answer_tool)]
+                 if isinstance(item, dict) and is_call(item, answer_tool, offered)]
         if len(calls) <= keep:
             return False
         dropped = set(calls[keep:])
@@ -227,8 +232,9 @@ class ResponsesWire:
     def ask_usage(self, body: dict[str, Any]) -> None:
         return None  # a stream's usage comes unasked
 
-    def stream_trimmer(self, keep: int, answer_tool: str | None = None) -> ResponsesTrimmer:
-        return ResponsesTrimmer(self, keep, answer_tool)
+    def stream_trimmer(self, keep: int, answer_tool: str | None = None,
+                       offered: Container[str] | None = None) -> ResponsesTrimmer:
+        return ResponsesTrimmer(self, keep, answer_tool, offered)
 
     def answer(self, model: str, text: str, request: Request, now: float,
                call: ToolCall | None = None) -> dict[str, Any]:
@@ -349,9 +355,10 @@ class ResponsesTrimmer:
     the final response object; the items after them and the events' ``sequence_number``
     closed up, so what is passed on is numbered without gaps."""
 
-    def __init__(self, wire: ResponsesWire, keep: int, answer_tool: str | None = None) -> None:
+    def __init__(self, wire: ResponsesWire, keep: int, answer_tool: str | None = None,
+                 offered: Container[str] | None = None) -> None:
         self.wire = wire
-        self.keep, self.answer_tool = keep, answer_tool
+        self.keep, self.answer_tool, self.offered = keep, answer_tool, offered
         self._calls = 0
         self._dropped: set[int] = set()
         self._skipped = 0  # events left out: the later sequence numbers move down by as many
@@ -363,7 +370,7 @@ class ResponsesTrimmer:
         kind, index = data.get("type"), data.get("output_index")
         if kind == "response.output_item.added" and isinstance(index, int):
             item = data.get("item")
-            if isinstance(item, dict) and is_call(item, self.answer_tool):
+            if isinstance(item, dict) and is_call(item, self.answer_tool, self.offered):
                 self._calls += 1
                 if self._calls > self.keep:
                     self._dropped.add(index)
@@ -372,7 +379,8 @@ class ResponsesTrimmer:
             return b""
         changed = False
         if kind in DONE_EVENTS and isinstance(data.get("response"), dict):
-            changed = self.wire.trim(data["response"], self.keep, self.answer_tool)
+            changed = self.wire.trim(data["response"], self.keep, self.answer_tool,
+                                     self.offered)
         if isinstance(index, int) and (moved := closed_up(index, self._dropped)) != index:
             data["output_index"], changed = moved, True
         sequence = data.get("sequence_number")

@@ -35,7 +35,7 @@ import json
 import random
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cache
@@ -130,15 +130,35 @@ def is_answer_tool(name: object) -> bool:
     return name in names or name.startswith(prefixes)
 
 
-def answers(name: object, answer_tool: str | None = None) -> bool:
-    """Whether a call of this name is an answer, not work: a final-answer tool's, or
+MAX_ANSWERS_OFFERED = 16  # the final-answer tools a request is read to offer, at most
+
+
+def answers_offered(names: Iterable[object]) -> tuple[str, ...]:
+    """The final-answer tools among the names a request offers (``Request.answers_offered``),
+    the first ``MAX_ANSWERS_OFFERED``."""
+    found: list[str] = []
+    for name in names:
+        if is_answer_tool(name) and name not in found:
+            found.append(str(name))
+            if len(found) == MAX_ANSWERS_OFFERED:
+                break
+    return tuple(found)
+
+
+def answers(name: object, answer_tool: str | None = None,
+            offered: Container[str] | None = None) -> bool:
+    """Whether a call of this name is an answer, not work: a final-answer tool's that the
+    request offers (``offered``: ``Request.answers_offered``; None: any of them), or
     ``answer_tool``'s (the request's own: its agent's finish that carries only the answer,
-    its rule pack says, offered so)."""
-    return is_answer_tool(name) or (answer_tool is not None and name == answer_tool)
+    its rule pack says, offered so). A final-answer tool the request does not offer is one
+    the model made up: its call is work, which the agent refuses as unknown."""
+    return (is_answer_tool(name) and (offered is None or name in offered)) or (
+        answer_tool is not None and name == answer_tool)
 
 
 def kept_calls(calls: Sequence[ToolCall], keep: int | None,
-               answer_tool: str | None = None) -> list[ToolCall]:
+               answer_tool: str | None = None,
+               offered: Container[str] | None = None) -> list[ToolCall]:
     """The calls a response may hand over: every answer's (:func:`answers`), and the first
     ``keep`` of the others (all of them when ``keep`` is None)."""
     if keep is None:
@@ -146,7 +166,7 @@ def kept_calls(calls: Sequence[ToolCall], keep: int | None,
     kept: list[ToolCall] = []
     work = 0
     for call in calls:
-        if answers(call.name, answer_tool):
+        if answers(call.name, answer_tool, offered):
             kept.append(call)
         elif work < keep:
             kept.append(call)
@@ -155,20 +175,21 @@ def kept_calls(calls: Sequence[ToolCall], keep: int | None,
 
 
 def answer_of(calls: Iterable[ToolCall], answer_tool: str | None = None,
-              beside: str = "") -> str | None:
+              beside: str = "", offered: Container[str] | None = None) -> str | None:
     """The answer a response gives through final-answer calls only (None: it asks for work,
     or for nothing): the first one's arguments — the text, when they hold only a text; the
     text ``beside`` the calls, when they hold no text at all (a flag: tiny-agents'
     ``task_complete`` ``{"trigger": true}`` ends its task, its answer the text it streamed).
-    ``answer_tool``: one more tool that delivers the answer (the agent's, its pack says)."""
-    answers: list[ToolCall] = []
+    ``answer_tool``: one more tool that delivers the answer (the agent's, its pack says);
+    ``offered``: the final-answer tools the request offers (:func:`answers`)."""
+    found: list[ToolCall] = []
     for call in calls:
-        if not is_answer_tool(call.name) and call.name != answer_tool:
+        if not answers(call.name, answer_tool, offered):
             return None
-        answers.append(call)
-    if not answers:
+        found.append(call)
+    if not found:
         return None
-    arguments = answers[0].arguments
+    arguments = found[0].arguments
     try:
         value = json.loads(arguments)
     except (ValueError, RecursionError):
@@ -184,7 +205,8 @@ def answer_of(calls: Iterable[ToolCall], answer_tool: str | None = None,
 
 
 def closing_call(calls: Sequence[ToolCall], answer_tool: str | None,
-                 beside: str | None = None) -> ToolCall | None:
+                 beside: str | None = None,
+                 offered: Container[str] | None = None) -> ToolCall | None:
     """The answer's call that a response asks for beside work and that ends the agent with
     its answer, no request following, None if none such: ``answer_tool``'s (the agent's
     finish that carries only its answer, its pack says: adk runs each call of a response,
@@ -192,11 +214,12 @@ def closing_call(calls: Sequence[ToolCall], answer_tool: str | None,
     say it ends first (:func:`ends_first`: pydantic-ai's output tool), or its rule pack says
     whether it runs the work beside (``beside``: ``work_beside_answer``). Another's (smolagents
     runs the work, then refuses an answer beside it and goes on) is work's company: the run
-    goes on."""
-    if answer_of(calls, answer_tool) is not None:
+    goes on. ``offered``: the final-answer tools the request offers (:func:`answers`)."""
+    if answer_of(calls, answer_tool, offered=offered) is not None:
         return None
     return next((call for call in calls if call.name == answer_tool or (
-        is_answer_tool(call.name) and (beside is not None or ends_first(call.name)))), None)
+        answers(call.name, None, offered) and (beside is not None or ends_first(call.name)))),
+        None)
 
 
 def runs_beside(closing: ToolCall, beside: str | None = None) -> bool:

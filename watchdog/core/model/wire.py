@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from json.scanner import make_scanner
 from typing import Any, Protocol
@@ -89,6 +89,10 @@ class Request:
     # Responses: the ``instructions`` as the client sent them (None: none), which an answer of
     # the endpoint's own echoes, as the API's do
     given_instructions: object = None
+    # the conventions' final-answer tools it offers (at most MAX_ANSWERS_OFFERED): a call of
+    # one it does not offer (a tool the model made up) is work, not its answer
+    # (:func:`~watchdog.core.model.steer.answers`)
+    answers_offered: tuple[str, ...] = ()
 
     @property
     def structured(self) -> bool:
@@ -108,21 +112,34 @@ def can_call(tools: object, choice: object) -> bool:
         isinstance(choice, dict) and choice.get("type") == "none")
 
 
-def tool_parameters(body: dict[str, Any], name: str) -> frozenset[str] | None:
-    """The names of the parameters a request offers its function tool ``name`` with (Chat
-    Completions' ``function.parameters``, its legacy ``functions``, the Responses API's flat
-    ``parameters``, Messages' ``input_schema``; a schema with no properties: none), or None
-    when it offers no tool of that name."""
+def _tool_specs(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The function tools a request offers, as defined (Chat Completions' ``function``, its
+    legacy ``functions``, the Responses API's and Messages' flat definitions)."""
     for key in ("tools", "functions"):
         listed = body.get(key)
         for tool in listed if isinstance(listed, list) else ():
             function = tool.get("function") if isinstance(tool, dict) else None
             spec = function if isinstance(function, dict) else tool
-            if not isinstance(spec, dict) or spec.get("name") != name:
-                continue
-            schema = spec.get("parameters", spec.get("input_schema"))
-            properties = schema.get("properties") if isinstance(schema, dict) else None
-            return frozenset(properties) if isinstance(properties, dict) else frozenset()
+            if isinstance(spec, dict):
+                yield spec
+
+
+def offered_names(body: dict[str, Any]) -> Iterator[object]:
+    """The names of the function tools a request offers (as sent: not all of them text)."""
+    return (spec.get("name") for spec in _tool_specs(body))
+
+
+def tool_parameters(body: dict[str, Any], name: str) -> frozenset[str] | None:
+    """The names of the parameters a request offers its function tool ``name`` with (Chat
+    Completions' ``function.parameters``, its legacy ``functions``, the Responses API's flat
+    ``parameters``, Messages' ``input_schema``; a schema with no properties: none), or None
+    when it offers no tool of that name."""
+    for spec in _tool_specs(body):
+        if spec.get("name") != name:
+            continue
+        schema = spec.get("parameters", spec.get("input_schema"))
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        return frozenset(properties) if isinstance(properties, dict) else frozenset()
     return None
 
 
@@ -527,9 +544,11 @@ class Wire(Protocol):
 
     # (``answer_tool``: the request's own answer, kept and not counted as ``keep``'s,
     # :func:`~watchdog.core.model.steer.answers`)
-    def trim(self, body: dict[str, Any], keep: int, answer_tool: str | None = None) -> bool: ...
+    def trim(self, body: dict[str, Any], keep: int, answer_tool: str | None = None,
+             offered: Container[str] | None = None) -> bool: ...
 
-    def stream_trimmer(self, keep: int, answer_tool: str | None = None) -> StreamTrimmer: ...
+    def stream_trimmer(self, keep: int, answer_tool: str | None = None,
+                       offered: Container[str] | None = None) -> StreamTrimmer: ...
 
     # (the endpoint's own answer: ``text``, and ``call`` when its agent ends its task by a
     # tool call, its rule pack's ``finish:``)

@@ -556,7 +556,7 @@ class NativeEndpoint:
                                   plan.body, observed, api=plan.api, keep=plan.keep,
                                   answer_tool=plan.answer_tool, watch=observed,
                                   unasked=plan.unasked, ahead=self._ahead(plan), hold=hold,
-                                  echo=plan.echo):
+                                  echo=plan.echo, offered=plan.offered):
             del self.pending[number]  # the client went away meanwhile
             self._finish(plan, 0, "cancelled", None, "", 0.0)
         else:
@@ -621,6 +621,8 @@ class NativeEndpoint:
                 exchange.unasked, exchange.answer_tool = None, None
                 exchange.reserved = reservable(exchange.request, exchange.state, keep)
                 exchange.state.reserved += exchange.reserved
+            if exchange is not None:  # (the relay's trim, which knows no request's tools,
+                exchange.offered = None  # kept any final-answer tool's call: as handed over)
             plan.body = b""  # (the relay's, sent on already: not held here as well)
             self.noted += bool(note)
             self.pending[number] = plan

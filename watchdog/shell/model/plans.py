@@ -95,6 +95,14 @@ class Plan:
         exchange = self.exchange
         return exchange.answer_tool if exchange is not None else None
 
+    @property
+    def offered(self) -> list[str] | None:
+        """The final-answer tools its request offers: a call of another is work (None: every
+        final-answer tool's call passes as an answer, as for a response not judged)."""
+        exchange = self.exchange
+        return list(exchange.offered) if exchange is not None and exchange.offered is not None \
+            else None
+
 
 def refuses_usage(body: bytes, coding: str) -> bool:
     """Whether an upstream's error (400 or 422, read whole: at most ``MAX_REFUSAL_READ``, in
@@ -130,8 +138,8 @@ class Exchange:
     """One request on its way: what the response is read against."""
 
     __slots__ = ("agent", "answer_tool", "answered", "arrived", "broke", "echo", "key",
-                 "request", "reserved", "settled", "started_ns", "state", "turn", "unasked",
-                 "wire")
+                 "offered", "request", "reserved", "settled", "started_ns", "state", "turn",
+                 "unasked", "wire")
 
     def __init__(self, wire: Wire, request: Any, state: EndpointRun, turn: Turn,
                  started_ns: int, agent: str, key: str, unasked: bytes | None = None,
@@ -151,6 +159,11 @@ class Exchange:
         # the tool whose call is its answer, not work (its agent's finish that carries only
         # the answer, offered so: ``EndpointRun.answer_tool``): never trimmed nor counted
         self.answer_tool = state.answer_tool
+        # the final-answer tools it offers (``Request.answers_offered``), as its response's trim
+        # reads them: a call of another is work (a tool the model made up, which the agent
+        # refuses); None: every final-answer tool's call passes as an answer (the compiled
+        # relay's trim of a request it sent on ahead, which knows no request's tools)
+        self.offered: tuple[str, ...] | None = request.answers_offered
         # its stream's last event came: the client had it all, whatever its connection does
         self.answered = False
         self.broke = False  # its response broke off before its end (booked as a failed call)
@@ -163,7 +176,7 @@ class Exchange:
 
     def handed(self, calls: Sequence[ToolCall]) -> list[ToolCall]:
         """The calls of its response that reach the agent (:func:`kept_calls`)."""
-        return kept_calls(calls, self.turn.keep, self.answer_tool)
+        return kept_calls(calls, self.turn.keep, self.answer_tool, self.offered)
 
     @property
     def hide_usage(self) -> bool:

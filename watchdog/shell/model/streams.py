@@ -192,7 +192,7 @@ async def _relay_held(proxy: ModelProxy, request: web.Request, upstream: aiohttp
         wire = exchange.wire
         seen = wire.read_response(body)
         handed = exchange.handed(seen.calls)
-        if keep is not None and wire.trim(body, keep, exchange.answer_tool):
+        if keep is not None and wire.trim(body, keep, exchange.answer_tool, exchange.offered):
             data, changed = dumps(body), True
             proxy.steered(exchange.agent, "trim")
         if exchange.echo is not None and restore_echo(body, exchange.echo):
@@ -237,7 +237,8 @@ async def relay_stream(proxy: ModelProxy, request: web.Request, upstream: aiohtt
     held_size = 0
     taken = Held()  # (held's bytes in the whole responses' budget)
     reader, accumulator = SSEReader(), wire.accumulator()
-    trimmer = wire.stream_trimmer(keep, exchange.answer_tool) if keep is not None else None
+    trimmer = wire.stream_trimmer(keep, exchange.answer_tool, exchange.offered) \
+        if keep is not None else None
     hide = exchange.hide_usage  # the usage-only chunk the client did not ask for: left out
     echo = exchange.echo  # the instructions it sent, for those its response echoes
     evented = trimmer is not None or hide or echo is not None
