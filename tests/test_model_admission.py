@@ -424,30 +424,37 @@ def test_a_rule_pack_budget_bounds_what_goes_on_and_a_new_runs_countdown_goes_wi
         assert native.missed == 0 and native.noted == 2  # (the loop read each as it went)
 
 
-def test_a_made_up_final_answer_call_the_relays_trim_kept_is_booked_as_handed_over(
-        tmp_path: Path, upstream: RawUpstream) -> None:
+@pytest.mark.parametrize("offers", [False, True])
+def test_the_relays_trim_of_a_request_sent_on_ahead_reads_the_final_answer_tools_it_offers(
+        tmp_path: Path, upstream: RawUpstream, offers: bool) -> None:
     """A budget of 5: a new run's first request goes on without the loop with its bound,
-    trimmed by the relay, whose trim there knows no request's tools: a call of a final-answer
-    tool the request does not offer (pydantic-ai's ``final_result``, made up) passes beside
-    the 5 calls left, as an answer would. The run books what its agent got: 6 tool calls
-    running at the agent, the made-up one among them (work, which the agent refuses as
-    unknown), and their 6 results, one an error, go on with the run. Before, the run read the
-    response as its own trim would have cut it: 5 handed over, the made-up call's result not
-    the run's (or, reading the made-up call as the answer the agent ends at, none running)."""
+    trimmed by the relay; the model answers 7 searches and a call of ``final_result``. Where
+    the request offers that tool, the call is the agent's answer: it passes beside the 5
+    calls left. Where it does not (a tool the model made up, which the agent refuses as
+    unknown), the call is work past the budget: trimmed, as the Python relay trims it, and
+    the run books the 5 calls its agent got, their results counted."""
     pack = BUDGET_PACK.format(agent=AGENT, calls=5)
+    answer = {"type": "function", "function": {"name": "final_result", "parameters": {
+        "type": "object", "properties": {"answer": {"type": "string"}}}}}
+    tools = [*SEARCH, answer] if offers else SEARCH
     with sidecar(tmp_path, upstream, pack) as server:
         assert post(server, PATHS["chat"], chat("made-up one"))[0] == 200  # (the loop's)
         with busy(server) as held:
             status, body = post(server, PATHS["chat"], chat(
-                "made-up two", metadata={"calls": "7", "made_up": "final_result"}))
+                "made-up two", metadata={"calls": "7", "made_up": "final_result"},
+                tools=tools))
             assert not held.free.is_set(), "the request waited for the loop"
         assert status == 200
         message = json.loads(body)["choices"][0]["message"]
         handed = message["tool_calls"]
-        assert [call["id"] for call in handed] == [*(f"call_{n}" for n in range(5)),
-                                                   "call_made_up"]
+        assert [call["id"] for call in handed] == [*(f"call_{n}" for n in range(5)), *(
+            ["call_made_up"] if offers else [])]
         native = server.server.native
         assert native is not None
+        if offers:  # (the loop reads what the relay sent on once it is free)
+            wait_until(lambda: native.admitted + native.missed, "the request read")
+            assert (native.admitted, native.missed) == (1, 0)
+            return
 
         def booked() -> dict[str, Any] | None:
             going = [run for run in runs(server) if run["state"] != "ended"]
@@ -457,20 +464,17 @@ def test_a_made_up_final_answer_call_the_relays_trim_kept_is_booked_as_handed_ov
             signals: dict[str, Any] = json.loads(body)["signals"] if status == 200 else {}
             return signals if signals.get("finish_reason") == "tool_calls" else None
         signals = wait_until(booked, lambda: f"the call booked: {runs(server)}")
-        assert native.admitted == 1 and native.missed == 0
-        assert (signals["iterations"], signals["in_flight"]) == (1, 6), signals
-        results = [{"role": "tool", "tool_call_id": call["id"], "content": "found"}
-                   for call in handed[:-1]]
-        results.append({"role": "tool", "tool_call_id": "call_made_up",
-                        "content": "Error: unknown tool final_result"})
-        follow = json.loads(chat("made-up two"))
-        follow["messages"] += [message, *results]
+        assert (native.admitted, native.missed) == (1, 0)
+        assert (signals["iterations"], signals["in_flight"]) == (1, 5), signals
+        follow = json.loads(chat("made-up two", tools=tools))
+        follow["messages"] += [message, *({"role": "tool", "tool_call_id": call["id"],
+                                           "content": "found"} for call in handed)]
         assert post(server, PATHS["chat"], json.dumps(follow).encode())[0] == 200
         run = wait_until(lambda: next((run for run in runs(server)
                                        if run["iterations"] == 2), None), "the run went on")
         assert len(runs(server)) == 2, runs(server)
         assert (run["tool_calls"], run["errors"], run["terminal_state"]) == (
-            6, 1, "tool_limit_reached"), run
+            5, 0, "tool_limit_reached"), run
 
 
 def test_a_request_that_offers_no_tools_gets_no_countdown_and_teaches_nothing(

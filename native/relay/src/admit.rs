@@ -201,6 +201,8 @@ pub struct First {
     /// A Chat Completions request's: whether it offers tools as Python reads it (None: this
     /// cannot be sure, or another API's).
     tools: Option<bool>,
+    /// The names of the function tools it offers ([`offered_names`]).
+    offered: Vec<String>,
 }
 
 impl First {
@@ -234,6 +236,9 @@ pub struct Admitted {
     pub continued: bool,
     /// Its conversation.
     pub digest: Digest,
+    /// The names of the function tools it offers ([`offered_names`]): its trim reads a call
+    /// of a final-answer tool it does not offer as work (one the model made up).
+    pub offered: Vec<String>,
 }
 
 /// What becomes of a new conversation's first request.
@@ -507,6 +512,7 @@ impl Admission {
             named: first.named,
             continued: first.continues.is_some(),
             digest: first.digest,
+            offered: first.offered,
         })
     }
 }
@@ -732,7 +738,29 @@ pub fn read(
         named,
         continues,
         tools,
+        offered: offered_names(&body),
     })
+}
+
+/// The names of the function tools a request offers that are text, as Python's
+/// `wire.offered_names` reads them (any API: `tools` and the legacy `functions`, each tool's
+/// `function` where that is an object, else the tool itself); as many as the body read
+/// ([`MAX_READ`]) holds, each request's own until it is sent on.
+fn offered_names(body: &Map<String, Value>) -> Vec<String> {
+    ["tools", "functions"]
+        .iter()
+        .filter_map(|key| body.get(*key)?.as_array())
+        .flatten()
+        .filter_map(|tool| {
+            let tool = tool.as_object()?;
+            let spec = tool
+                .get("function")
+                .and_then(Value::as_object)
+                .unwrap_or(tool);
+            spec.get("name")?.as_str()
+        })
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A Chat Completions request that continues its conversation, as Python reads it: messages
@@ -1100,6 +1128,21 @@ mod tests {
             &HeaderMap::new(),
             body,
         )
+    }
+
+    #[test]
+    fn the_tools_a_request_offers_are_named_as_python_reads_them() {
+        let offers = br#"{"model":"m","messages":[{"role":"user","content":"q"}],
+            "tools":[{"type":"function","function":{"name":"search"}},{"name":"final_result"},
+                     {"function":{"name":7}},"odd",{"type":"function","function":"flat",
+                      "name":"answer"}],
+            "functions":[{"name":"legacy"}]}"#;
+        let first = read_chat(offers).unwrap();
+        assert_eq!(
+            first.offered,
+            ["search", "final_result", "answer", "legacy"].map(str::to_owned)
+        );
+        assert!(read_chat(&body("")).unwrap().offered.is_empty());
     }
 
     #[test]

@@ -1241,7 +1241,7 @@ async fn handle(
                 hold: false,
                 echo: None,
                 answer: None,
-                offered: None,
+                offered: Some(shared.answers().among(&admitted.offered)),
             }
         }
         (verdict, body, _) => {

@@ -38,6 +38,10 @@ impl Api {
     }
 }
 
+/// The final-answer tools a request is read to offer, at most (Python's
+/// `steer.MAX_ANSWERS_OFFERED`).
+pub const MAX_ANSWERS_OFFERED: usize = 16;
+
 /// The final-answer tools (the conventions' `answer_tools`, `answer_tool_prefixes`): never
 /// trimmed, never counted.
 #[derive(Clone, Default, Debug)]
@@ -71,6 +75,21 @@ impl Answers {
                 prefixes: Vec::new(),
             },
         }
+    }
+
+    /// The final-answer tools among the names a request offers, as Python's
+    /// `steer.answers_offered` reads them: each once, the first [`MAX_ANSWERS_OFFERED`].
+    pub fn among(&self, names: &[String]) -> Vec<String> {
+        let mut found: Vec<String> = Vec::new();
+        for name in names {
+            if self.is_named(name) && !found.contains(name) {
+                found.push(name.clone());
+                if found.len() == MAX_ANSWERS_OFFERED {
+                    break;
+                }
+            }
+        }
+        found
     }
 
     fn is_named(&self, name: &str) -> bool {
@@ -1093,6 +1112,22 @@ fn chat_rewrite(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_final_answer_tools_a_request_offers_are_read_as_python_reads_them() {
+        let all = Answers {
+            names: vec!["final_answer".into()],
+            prefixes: vec!["final_result_".into()],
+        };
+        let mut names: Vec<String> = ["search", "final_answer", "final_answer"]
+            .map(str::to_owned)
+            .into();
+        names.extend((0..20).map(|n| format!("final_result_{n}")));
+        let found = all.among(&names);
+        assert_eq!(found.len(), MAX_ANSWERS_OFFERED);
+        assert_eq!(found[..2], ["final_answer", "final_result_0"]);
+        assert_eq!(found.last().unwrap(), "final_result_14");
+    }
 
     #[test]
     fn a_final_answer_tool_the_request_does_not_offer_is_work() {

@@ -621,8 +621,6 @@ class NativeEndpoint:
                 exchange.unasked, exchange.answer_tool = None, None
                 exchange.reserved = reservable(exchange.request, exchange.state, keep)
                 exchange.state.reserved += exchange.reserved
-            if exchange is not None:  # (the relay's trim, which knows no request's tools,
-                exchange.offered = None  # kept any final-answer tool's call: as handed over)
             plan.body = b""  # (the relay's, sent on already: not held here as well)
             self.noted += bool(note)
             self.pending[number] = plan

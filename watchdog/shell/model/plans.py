@@ -97,11 +97,10 @@ class Plan:
 
     @property
     def offered(self) -> list[str] | None:
-        """The final-answer tools its request offers: a call of another is work (None: every
-        final-answer tool's call passes as an answer, as for a response not judged)."""
+        """The final-answer tools its request offers: a call of another is work (None: its
+        response is not judged, every final-answer tool's call passes as an answer)."""
         exchange = self.exchange
-        return list(exchange.offered) if exchange is not None and exchange.offered is not None \
-            else None
+        return list(exchange.offered) if exchange is not None else None
 
 
 def refuses_usage(body: bytes, coding: str) -> bool:
@@ -159,11 +158,9 @@ class Exchange:
         # the tool whose call is its answer, not work (its agent's finish that carries only
         # the answer, offered so: ``EndpointRun.answer_tool``): never trimmed nor counted
         self.answer_tool = state.answer_tool
-        # the final-answer tools it offers (``Request.answers_offered``), as its response's trim
-        # reads them: a call of another is work (a tool the model made up, which the agent
-        # refuses); None: every final-answer tool's call passes as an answer (the compiled
-        # relay's trim of a request it sent on ahead, which knows no request's tools)
-        self.offered: tuple[str, ...] | None = request.answers_offered
+        # the final-answer tools it offers (``Request.answers_offered``): a call of another is
+        # work (a tool the model made up, which the agent refuses), never its answer
+        self.offered: tuple[str, ...] = request.answers_offered
         # its stream's last event came: the client had it all, whatever its connection does
         self.answered = False
         self.broke = False  # its response broke off before its end (booked as a failed call)

@@ -1023,17 +1023,13 @@ class ModelProxy:
         state = exchange.state
         exchange.release()  # what it handed over is counted from here
         exchange.broke = seen.broke_off
-        # (what the agent makes of the calls handed over: its request's tools say, whichever
-        # trim handed them, the compiled relay's of a request it sent on ahead taking any
-        # final-answer tool's call for an answer, ``Exchange.offered``: a made-up one is work)
-        offered = exchange.request.answers_offered
         if exchange.turn.act is Act.FINAL:
             state.report = seen.text or answer_of(handed, state.answer_tool,
-                                                  offered=offered) or state.report
+                                                  offered=exchange.offered) or state.report
         aside = aside_of(state, exchange.request)
         try:
             ran = [] if seen.broke_off else \
-                self.book.ran_before_answer(state, handed, exchange.started_ns, offered)
+                self.book.ran_before_answer(state, handed, exchange.started_ns, exchange.offered)
             record = self.book.call_record(state, exchange.request, seen, handed,
                                            exchange.started_ns, time.time_ns(), exchange.key)
         except Exception:  # the answer has gone to the agent; the run misses this call
@@ -1044,7 +1040,8 @@ class ModelProxy:
         # action_key; a side request's run has the action it quotes still running)
         # (nor any beside an answer that ends the agent: run and counted, or never run)
         running = len(state.pending) if aside else 0 if seen.broke_off or ran \
-            or closing_call(handed, state.answer_tool, state.work_beside, offered) is not None \
+            or closing_call(handed, state.answer_tool, state.work_beside,
+                            exchange.offered) is not None \
             else len(handed) + (len(record.asked_tools) if record.acted_on else 0)
         for tool in ran:  # (the work its answer came after: run, and counted, before it)
             self._book(Booked(tool, exchange.key, 0), into)
