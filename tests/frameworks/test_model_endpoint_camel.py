@@ -59,6 +59,8 @@ budgets:
     max_tool_calls: 5
   - agents: ["camel-limited"]
     max_iterations: 4
+  - agents: ["camel-limit-compact"]
+    max_iterations: 6
 rules:
   - name: two-calls-then-abort
     agents: ["camel-abort"]
@@ -371,6 +373,25 @@ def test_its_context_summary_unnamed_goes_on_in_the_run_on_its_budget(
     [run] = runs
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         8, 5, "tool_limit_reached"), run
+
+
+def test_its_own_iteration_limit_declared_with_a_context_summary_ends_sooner(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """``max_iteration`` 6 and the pack's ``max_iterations`` 6, its context summarised: the
+    summary request is a model call of the run, not of CAMEL's count, so the run's final
+    request (told 2 calls before it) comes at CAMEL's 5th call, before its own limit, its
+    answer the step's output; one run ``tool_limit_reached``."""
+    before = run_ids(sidecar)
+    said, requests = run_camel(sidecar, llm, "camel-limit-compact", summarizing,
+                               CAMEL_MAX_ITERATION="6", CAMEL_TOKEN_LIMIT="300")
+    assert said == {"ran": ["term 0", "term 1", "term 2", "term 4"], "output": SUMMARY,
+                    "error": ""}, said
+    assert asides(requests) == [3]
+    check_last_model_call_final(requests, 6, answered=False)
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["has_final_answer"], run["final_output"]) == (
+        6, 4, "tool_limit_reached", True, SUMMARY), run
 
 
 def summarizing_each(index: int, body: dict[str, Any]) -> fakellm.Step:
