@@ -1,0 +1,185 @@
+"""Agents' own step limits declared as their rule pack's model-call budget (``max_iterations``),
+on both relays: the OpenAI Agents SDK's ``max_turns``, pydantic-ai's ``request_limit``,
+LangChain's ``recursion_limit`` (``create_agent``, a LangGraph graph) and smolagents'
+``max_steps``, each agent pointed at the sidecar by ``OPENAI_BASE_URL`` alone (its driver
+``drivers/endpoint_*.py``, its limit ``ENDPOINT_OWN_LIMIT``). CAMEL-AI, AgentScope, Strands for
+TypeScript and Eino are tested in their own modules; docs/model-endpoint.md's table of the
+limits (``an-agents-own-step-limit``) is this module's :data:`LIMITS` and theirs, checked here.
+
+* declared as the model calls the limit allows: the request with 2 calls left is told so, the
+  last is the run's final request (tools withdrawn), its answer the agent's output; the agent's
+  own limit never cuts it off; the run ends ``tool_limit_reached`` with the report;
+* a budget a call above an own limit that stops with no request more (known gap): the agent
+  raises its limit's error, and the run is held open for the call it last handed over;
+* smolagents alone: at ``max_steps`` it asks the model for the answer itself (no tools), and
+  that run ends ``completed`` (known gap, as AgentScope's).
+
+What the upstream saw is asserted at each request; nothing waits for a directive.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import drive_command
+from tests.frameworks.steering import check_ended_at_own_limit, check_last_model_call_final
+from tests.frameworks.test_model_endpoint_frameworks import (
+    REPORT,
+    Agent,
+    agent_base_env,
+    agent_env,
+    drive,
+    searching,
+)
+from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
+from tests.harness import RunningServer, endpoint_with_pack
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Limit:
+    """An agent, the setting of its own limit, its value and the model calls it allows."""
+
+    agent: Agent
+    setting: str
+    own: int
+    calls: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.agent.env}-{self.agent.mode}-{self.setting}-{self.own}"
+
+
+OPENAI_AGENTS = Agent("openai_agents", "endpoint_openai_agents", "responses")
+PYDANTIC_AI = Agent("pydantic_ai", "endpoint_pydantic_ai", "run")
+LANGCHAIN = Agent("langchain", "endpoint_langchain", "invoke")
+SMOLAGENTS = Agent("smolagents", "endpoint_smolagents", "run", answer_tool="final_answer")
+LIMITS = [
+    Limit(OPENAI_AGENTS, "max_turns", 4, 4),  # a turn a model call
+    Limit(Agent("openai_agents", "endpoint_openai_agents", "chat"), "max_turns", 4, 4),
+    Limit(PYDANTIC_AI, "request_limit", 4, 4),  # UsageLimits(request_limit=...)
+    Limit(Agent("pydantic_ai", "endpoint_pydantic_ai", "stream"), "request_limit", 4, 4),
+    # LangGraph's supersteps: a model step and a tools step a call, the last call's answer
+    # needing a step more: N calls from 2N (and 2N + 1)
+    Limit(LANGCHAIN, "recursion_limit", 8, 4),
+    Limit(LANGCHAIN, "recursion_limit", 9, 4),
+    Limit(Agent("langchain", "endpoint_langchain", "stream"), "recursion_limit", 7, 3),
+    # its steps, then one call more of its own for the answer (no tools)
+    Limit(SMOLAGENTS, "max_steps", 3, 4),
+]
+PACK = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: own-limits
+budgets:
+  - agents: ["own-limit"]
+    max_iterations: {calls}
+  - agents: ["own-limit-above"]
+    max_iterations: {above}
+"""
+
+
+def run_agent(sidecar: RunningServer, llm: FakeLLM, agent: Agent, name: str, own: int,
+              check: bool = True) -> tuple[dict[str, Any] | str, list[dict[str, Any]]]:
+    """The agent once, named ``name`` by its base URL, its own limit ``own``, its model
+    searching on while it may call tools (the report when not): what it printed (``check``
+    off: the end of its stderr, as it failed) and the upstream's requests."""
+    model = llm.script(f"own-{name}-{agent.env}-{agent.mode}-{own}", searching(agent.tool))
+    extra = {"OPENAI_BASE_URL": f"{sidecar.url('model')}/agent/{name}/v1",
+             "ENDPOINT_OWN_LIMIT": str(own)}
+    if check:
+        return drive(agent, sidecar, model, extra), llm.requests(model)
+    result = drive_command(agent.env, agent.driver, agent.mode, agent_base_env(),
+                           {**agent_env(sidecar, model), **extra}, check=False)
+    assert result.returncode != 0, result.stdout[-2000:]
+    return result.stderr[-3000:], llm.requests(model)
+
+
+@pytest.mark.parametrize("limit", LIMITS, ids=lambda limit: limit.name)
+def test_its_own_limit_declared_as_the_packs_ends_at_its_last_call_with_the_report(
+        llm: FakeLLM, tmp_path: Path, model_relay: str, limit: Limit) -> None:  # noqa: F811
+    with endpoint_with_pack(tmp_path, PACK.format(calls=limit.calls, above=99), llm.base_url,
+                            model_relay) as sidecar:
+        before = run_ids(sidecar)
+        said, requests = run_agent(sidecar, llm, limit.agent, "own-limit", limit.own)
+        run = the_ended_run(sidecar, before)
+    assert said == {"ran": [f"term {index}" for index in range(limit.calls - 1)],
+                    "output": REPORT}, said
+    check_last_model_call_final(requests, limit.calls)
+    check_ended_at_own_limit(run, limit.calls, REPORT)
+
+
+@pytest.mark.parametrize(("agent", "own", "error"), [
+    (OPENAI_AGENTS, 3, "agents.exceptions.MaxTurnsExceeded: Max turns (3) exceeded"),
+    (PYDANTIC_AI, 3, "pydantic_ai.exceptions.UsageLimitExceeded: The next request would "
+                     "exceed the request_limit of 3."),
+    (LANGCHAIN, 6, "langgraph.errors.GraphRecursionError: Recursion limit of 6 reached "
+                   "without hitting a stop condition.")],
+    ids=["max_turns", "request_limit", "recursion_limit"])
+def test_its_own_limit_below_the_packs_leaves_the_run_open_known_gap(
+        llm: FakeLLM, tmp_path: Path, model_relay: str, agent: Agent, own: int,  # noqa: F811
+        error: str) -> None:
+    """Known gap: an own limit of 3 calls under ``max_iterations`` 4 stops the agent after
+    the 3rd call's tool ran, with its error and no request more: nothing tells the endpoint,
+    whose run waits for the call it last handed over (``abandoned`` after
+    ``run_end_timeout``)."""
+    with endpoint_with_pack(tmp_path, PACK.format(calls=99, above=4), llm.base_url,
+                            model_relay) as sidecar:
+        before = run_ids(sidecar)
+        said, requests = run_agent(sidecar, llm, agent, "own-limit-above", own, check=False)
+        assert f"\n{error}" in str(said), said
+        assert len(requests) == 3 and all(fakellm.offers_tools(body) and body.get(
+            "tool_choice") != "none" for body in requests)
+        [run] = new_runs(sidecar, before, lambda runs: runs[0]["iterations"] == 3)
+    assert (run["state"], run["terminal_state"], run["signals"]["in_flight"]) == (
+        "active", None, 1), run
+
+
+def test_smolagents_own_limit_alone_ends_completed_known_gap(
+        llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
+    """Known gap: ``max_steps`` 3 with no model-call budget declared: after its 3rd step
+    smolagents asks the model for the answer itself, offering no tools; nothing in that
+    request says it is a limit, so the run ends ``completed``, not ``tool_limit_reached``."""
+    with endpoint_with_pack(tmp_path, PACK.format(calls=99, above=99), llm.base_url,
+                            model_relay) as sidecar:
+        before = run_ids(sidecar)
+        said, requests = run_agent(sidecar, llm, SMOLAGENTS, "own-smolagents", 3)
+        run = the_ended_run(sidecar, before)
+    assert said == {"ran": ["term 0", "term 1", "term 2"], "output": REPORT}, said
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * 3 + [False]
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["final_output"]) == (4, 3, "completed", REPORT), run
+
+
+# -- docs/model-endpoint.md's table ---------------------------------------------------------
+
+ROW = re.compile(r"^\| (.+?) \| `(\w+)` \| (.+?) \|$")
+
+
+def test_the_docs_table_of_own_limits_is_what_the_tests_show() -> None:
+    """Each row of docs/model-endpoint.md's table (an agent, the setting of its limit, the
+    ``max_iterations`` that matches a limit of N) says what these tests (and the agents' own
+    modules) run: N for a limit that counts model calls, N + 1 for an agent that asks once
+    more for the answer itself, half of N for a graph's steps (a model step and a tools step a
+    call)."""
+    text = (ROOT / "docs" / "model-endpoint.md").read_text()
+    section = text[text.index("### An agent's own step limit"):text.index("### An abort")]
+    rows = {match.group(2): match.group(3) for line in section.splitlines()
+            if (match := ROW.match(line))}
+    assert rows == {"max_iteration": "N", "max_iters": "N + 1", "turns": "N",
+                    "MaxStep": "N ÷ 2, rounded up", "MaxIterations": "N", "max_turns": "N",
+                    "request_limit": "N", "recursion_limit": "N ÷ 2, rounded down",
+                    "max_steps": "N + 1"}, json.dumps(rows, indent=1)
+    calls = {"N": lambda n: n, "N + 1": lambda n: n + 1, "N ÷ 2, rounded up": lambda n: -(-n // 2),
+             "N ÷ 2, rounded down": lambda n: n // 2}
+    for limit in LIMITS:
+        assert limit.calls == calls[rows[limit.setting]](limit.own), limit
