@@ -1,18 +1,22 @@
 """Agents' own step limits declared as their rule pack's model-call budget (``max_iterations``),
 on both relays: the OpenAI Agents SDK's ``max_turns``, pydantic-ai's ``request_limit``,
-LangChain's ``recursion_limit`` (``create_agent``, a LangGraph graph) and smolagents'
-``max_steps``, each agent pointed at the sidecar by ``OPENAI_BASE_URL`` alone (its driver
-``drivers/endpoint_*.py``, its limit ``ENDPOINT_OWN_LIMIT``). CAMEL-AI, AgentScope, Strands for
-TypeScript and Eino are tested in their own modules; docs/model-endpoint.md's table of the
-limits (``an-agents-own-step-limit``) is this module's :data:`LIMITS` and theirs, checked here.
+LangChain's ``recursion_limit`` (``create_agent``, a LangGraph graph), LlamaIndex's
+``max_iterations``, Haystack's ``max_agent_steps``, AutoGen's ``max_tool_iterations``,
+smolagents' ``max_steps``, CrewAI's ``max_iter`` and Semantic Kernel's
+``maximum_auto_invoke_attempts``, each agent pointed at the sidecar by ``OPENAI_BASE_URL``
+alone (its driver ``drivers/endpoint_*.py``, its limit ``ENDPOINT_OWN_LIMIT``). CAMEL-AI,
+AgentScope, Strands for TypeScript and Eino are tested in their own modules;
+docs/model-endpoint.md's table of the limits (``an-agents-own-step-limit``) is this module's
+:data:`LIMITS` and theirs, checked here.
 
 * declared as the model calls the limit allows: the request with 2 calls left is told so, the
   last is the run's final request (tools withdrawn), its answer the agent's output; the agent's
   own limit never cuts it off; the run ends ``tool_limit_reached`` with the report;
 * a budget a call above an own limit that stops with no request more (known gap): the agent
-  raises its limit's error, and the run is held open for the call it last handed over;
-* smolagents alone: at ``max_steps`` it asks the model for the answer itself (no tools), and
-  that run ends ``completed`` (known gap, as AgentScope's).
+  raises its limit's error or returns what it has, and the run is held open for the call it
+  last handed over;
+* an agent that asks the model for the answer itself at its limit (no tools: smolagents,
+  CrewAI, Semantic Kernel), alone: that run ends ``completed`` (known gap, as AgentScope's).
 
 What the upstream saw is asserted at each request; nothing waits for a directive.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +68,14 @@ OPENAI_AGENTS = Agent("openai_agents", "endpoint_openai_agents", "responses")
 PYDANTIC_AI = Agent("pydantic_ai", "endpoint_pydantic_ai", "run")
 LANGCHAIN = Agent("langchain", "endpoint_langchain", "invoke")
 SMOLAGENTS = Agent("smolagents", "endpoint_smolagents", "run", answer_tool="final_answer")
+LLAMAINDEX = Agent("llamaindex", "endpoint_llamaindex", "run")
+HAYSTACK = Agent("haystack", "endpoint_haystack", "run")
+AUTOGEN = Agent("autogen", "endpoint_autogen", "run")
+CREWAI = Agent("crewai", "endpoint_crewai", "kickoff")
+SEMANTIC_KERNEL = Agent("semantic_kernel", "endpoint_semantic_kernel", "invoke",
+                        tool="Files-search")
+SEMANTIC_KERNEL_STREAM = Agent("semantic_kernel", "endpoint_semantic_kernel", "stream",
+                               tool="Files-search")
 LIMITS = [
     Limit(OPENAI_AGENTS, "max_turns", 4, 4),  # a turn a model call
     Limit(Agent("openai_agents", "endpoint_openai_agents", "chat"), "max_turns", 4, 4),
@@ -73,8 +86,19 @@ LIMITS = [
     Limit(LANGCHAIN, "recursion_limit", 8, 4),
     Limit(LANGCHAIN, "recursion_limit", 9, 4),
     Limit(Agent("langchain", "endpoint_langchain", "stream"), "recursion_limit", 7, 3),
+    # model calls, the N-th's answer its error whatever it holds: N - 1 answered
+    Limit(LLAMAINDEX, "max_iterations", 5, 4),
+    Limit(Agent("llamaindex", "endpoint_llamaindex", "stream"), "max_iterations", 5, 4),
+    Limit(HAYSTACK, "max_agent_steps", 4, 4),
+    Limit(Agent("haystack", "endpoint_haystack", "stream"), "max_agent_steps", 4, 4),
+    Limit(AUTOGEN, "max_tool_iterations", 4, 4),
+    Limit(Agent("autogen", "endpoint_autogen", "stream"), "max_tool_iterations", 4, 4),
     # its steps, then one call more of its own for the answer (no tools)
     Limit(SMOLAGENTS, "max_steps", 3, 4),
+    Limit(CREWAI, "max_iter", 3, 4),
+    Limit(SEMANTIC_KERNEL, "maximum_auto_invoke_attempts", 3, 4),
+    # streamed (invoke_stream), it stops with no request more: N
+    Limit(SEMANTIC_KERNEL_STREAM, "maximum_auto_invoke_attempts", 4, 4),
 ]
 PACK = """\
 apiVersion: agent-watchdog/v1
@@ -123,36 +147,64 @@ def test_its_own_limit_declared_as_the_packs_ends_at_its_last_call_with_the_repo
     (PYDANTIC_AI, 3, "pydantic_ai.exceptions.UsageLimitExceeded: The next request would "
                      "exceed the request_limit of 3."),
     (LANGCHAIN, 6, "langgraph.errors.GraphRecursionError: Recursion limit of 6 reached "
-                   "without hitting a stop condition.")],
-    ids=["max_turns", "request_limit", "recursion_limit"])
-def test_its_own_limit_below_the_packs_leaves_the_run_open_known_gap(
+                   "without hitting a stop condition."),
+    (LLAMAINDEX, 3, "workflows.errors.WorkflowRuntimeError: Max iterations of 3 reached!")],
+    ids=["max_turns", "request_limit", "recursion_limit", "max_iterations"])
+def test_its_own_limit_below_the_packs_fails_and_leaves_the_run_open_known_gap(
         llm: FakeLLM, tmp_path: Path, model_relay: str, agent: Agent, own: int,  # noqa: F811
         error: str) -> None:
     """Known gap: an own limit of 3 calls under ``max_iterations`` 4 stops the agent after
-    the 3rd call's tool ran, with its error and no request more: nothing tells the endpoint,
-    whose run waits for the call it last handed over (``abandoned`` after
-    ``run_end_timeout``)."""
+    its 3rd call with its error and no request more: nothing tells the endpoint, whose run
+    waits for the call it last handed over (``abandoned`` after ``run_end_timeout``)."""
     with endpoint_with_pack(tmp_path, PACK.format(calls=99, above=4), llm.base_url,
                             model_relay) as sidecar:
         before = run_ids(sidecar)
         said, requests = run_agent(sidecar, llm, agent, "own-limit-above", own, check=False)
         assert f"\n{error}" in str(said), said
-        assert len(requests) == 3 and all(fakellm.offers_tools(body) and body.get(
-            "tool_choice") != "none" for body in requests)
-        [run] = new_runs(sidecar, before, lambda runs: runs[0]["iterations"] == 3)
+        check_held_open(sidecar, before, requests)
+
+
+@pytest.mark.parametrize(("agent", "output"), [
+    (HAYSTACK, "None"), (AUTOGEN, "search #3: no file matches 'term 2'"),
+    (SEMANTIC_KERNEL_STREAM, "")],
+    ids=["max_agent_steps", "max_tool_iterations", "maximum_auto_invoke_attempts-stream"])
+def test_its_own_limit_below_the_packs_returns_and_leaves_the_run_open_known_gap(
+        llm: FakeLLM, tmp_path: Path, model_relay: str, agent: Agent,  # noqa: F811
+        output: str) -> None:
+    """Known gap: an own limit of 3 calls under ``max_iterations`` 4 ends the agent after its
+    3rd call's tool ran, with no request more, returning what it has (Haystack no message,
+    AutoGen the tool's result, Semantic Kernel streamed nothing): the run waits for the call
+    it last handed over."""
+    with endpoint_with_pack(tmp_path, PACK.format(calls=99, above=4), llm.base_url,
+                            model_relay) as sidecar:
+        before = run_ids(sidecar)
+        said, requests = run_agent(sidecar, llm, agent, "own-limit-above", 3)
+        assert said == {"ran": ["term 0", "term 1", "term 2"], "output": output}, said
+        check_held_open(sidecar, before, requests)
+
+
+def check_held_open(sidecar: RunningServer, before: set[str],
+                    requests: list[dict[str, Any]]) -> None:
+    """3 requests, each offering the tools; the run active, the call it last handed over
+    still awaited."""
+    assert len(requests) == 3 and all(fakellm.offers_tools(body) and body.get(
+        "tool_choice") != "none" for body in requests)
+    [run] = new_runs(sidecar, before, lambda runs: runs[0]["iterations"] == 3)
     assert (run["state"], run["terminal_state"], run["signals"]["in_flight"]) == (
         "active", None, 1), run
 
 
-def test_smolagents_own_limit_alone_ends_completed_known_gap(
-        llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
-    """Known gap: ``max_steps`` 3 with no model-call budget declared: after its 3rd step
-    smolagents asks the model for the answer itself, offering no tools; nothing in that
+@pytest.mark.parametrize("agent", [SMOLAGENTS, CREWAI, SEMANTIC_KERNEL],
+                         ids=["max_steps", "max_iter", "maximum_auto_invoke_attempts"])
+def test_its_own_limit_alone_asks_for_the_answer_and_ends_completed_known_gap(
+        llm: FakeLLM, tmp_path: Path, model_relay: str, agent: Agent) -> None:  # noqa: F811
+    """Known gap: an own limit of 3 with no model-call budget declared: after its 3rd call
+    the agent asks the model for the answer itself, offering no tools; nothing in that
     request says it is a limit, so the run ends ``completed``, not ``tool_limit_reached``."""
     with endpoint_with_pack(tmp_path, PACK.format(calls=99, above=99), llm.base_url,
                             model_relay) as sidecar:
         before = run_ids(sidecar)
-        said, requests = run_agent(sidecar, llm, SMOLAGENTS, "own-smolagents", 3)
+        said, requests = run_agent(sidecar, llm, agent, "own-alone", 3)
         run = the_ended_run(sidecar, before)
     assert said == {"ran": ["term 0", "term 1", "term 2"], "output": REPORT}, said
     assert [fakellm.offers_tools(body) for body in requests] == [True] * 3 + [False]
@@ -169,8 +221,8 @@ def test_the_docs_table_of_own_limits_is_what_the_tests_show() -> None:
     """Each row of docs/model-endpoint.md's table (an agent, the setting of its limit, the
     ``max_iterations`` that matches a limit of N) says what these tests (and the agents' own
     modules) run: N for a limit that counts model calls, N + 1 for an agent that asks once
-    more for the answer itself, half of N for a graph's steps (a model step and a tools step a
-    call)."""
+    more for the answer itself, N − 1 for one whose N-th answer is its error, half of N for a
+    graph's steps (a model step and a tools step a call)."""
     text = (ROOT / "docs" / "model-endpoint.md").read_text()
     section = text[text.index("### An agent's own step limit"):text.index("### An abort")]
     rows = {match.group(2): match.group(3) for line in section.splitlines()
@@ -178,8 +230,14 @@ def test_the_docs_table_of_own_limits_is_what_the_tests_show() -> None:
     assert rows == {"max_iteration": "N", "max_iters": "N + 1", "turns": "N",
                     "MaxStep": "N ÷ 2, rounded up", "MaxIterations": "N", "max_turns": "N",
                     "request_limit": "N", "recursion_limit": "N ÷ 2, rounded down",
-                    "max_steps": "N + 1"}, json.dumps(rows, indent=1)
-    calls = {"N": lambda n: n, "N + 1": lambda n: n + 1, "N ÷ 2, rounded up": lambda n: -(-n // 2),
-             "N ÷ 2, rounded down": lambda n: n // 2}
+                    "max_iterations": "N − 1", "max_agent_steps": "N",
+                    "max_tool_iterations": "N", "max_steps": "N + 1", "max_iter": "N + 1",
+                    "maximum_auto_invoke_attempts": "N + 1; streamed, N"}, json.dumps(
+        rows, indent=1)
+    calls: dict[str, Callable[[int, str], int]] = {
+        "N": lambda n, _mode: n, "N + 1": lambda n, _mode: n + 1,
+        "N − 1": lambda n, _mode: n - 1, "N ÷ 2, rounded up": lambda n, _mode: -(-n // 2),
+        "N ÷ 2, rounded down": lambda n, _mode: n // 2,
+        "N + 1; streamed, N": lambda n, mode: n if mode == "stream" else n + 1}
     for limit in LIMITS:
-        assert limit.calls == calls[rows[limit.setting]](limit.own), limit
+        assert limit.calls == calls[rows[limit.setting]](limit.own, limit.agent.mode), limit
