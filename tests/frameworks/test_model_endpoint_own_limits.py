@@ -3,8 +3,10 @@ on both relays: the OpenAI Agents SDK's ``max_turns``, pydantic-ai's ``request_l
 LangChain's ``recursion_limit`` (``create_agent``, a LangGraph graph), LlamaIndex's
 ``max_iterations``, Haystack's ``max_agent_steps``, AutoGen's ``max_tool_iterations``,
 smolagents' ``max_steps``, CrewAI's ``max_iter`` and Semantic Kernel's
-``maximum_auto_invoke_attempts``, each agent pointed at the sidecar by ``OPENAI_BASE_URL``
-alone (its driver ``drivers/endpoint_*.py``, its limit ``ENDPOINT_OWN_LIMIT``). CAMEL-AI,
+``maximum_auto_invoke_attempts``; in TypeScript, the Vercel AI SDK's ``stepCountIs``, the
+OpenAI Agents SDK for JS' ``maxTurns``, Mastra's and VoltAgent's ``maxSteps``; each agent
+pointed at the sidecar by ``OPENAI_BASE_URL`` alone (its driver ``drivers/endpoint_*.py`` or
+``ts/*.ts``, its limit ``ENDPOINT_OWN_LIMIT``). CAMEL-AI,
 AgentScope, Strands for TypeScript and Eino are tested in their own modules;
 docs/model-endpoint.md's table of the limits (``an-agents-own-step-limit``) is this module's
 :data:`LIMITS` and theirs, checked here.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +36,10 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import drive_command
+from tests.frameworks.harness import DRIVER_TIMEOUT, drive_command
 from tests.frameworks.steering import check_ended_at_own_limit, check_last_model_call_final
 from tests.frameworks.test_model_endpoint_frameworks import (
+    COMMANDS,
     REPORT,
     Agent,
     agent_base_env,
@@ -76,6 +80,10 @@ SEMANTIC_KERNEL = Agent("semantic_kernel", "endpoint_semantic_kernel", "invoke",
                         tool="Files-search")
 SEMANTIC_KERNEL_STREAM = Agent("semantic_kernel", "endpoint_semantic_kernel", "stream",
                                tool="Files-search")
+AI_SDK = Agent("ts", "endpoint_ai_sdk", "chat")
+OPENAI_AGENTS_JS = Agent("ts", "endpoint_openai_agents_js", "responses_stream")
+MASTRA = Agent("ts", "endpoint_mastra", "responses")
+VOLTAGENT = Agent("ts", "endpoint_voltagent", "chat_stream")
 LIMITS = [
     Limit(OPENAI_AGENTS, "max_turns", 4, 4),  # a turn a model call
     Limit(Agent("openai_agents", "endpoint_openai_agents", "chat"), "max_turns", 4, 4),
@@ -99,6 +107,13 @@ LIMITS = [
     Limit(SEMANTIC_KERNEL, "maximum_auto_invoke_attempts", 3, 4),
     # streamed (invoke_stream), it stops with no request more: N
     Limit(SEMANTIC_KERNEL_STREAM, "maximum_auto_invoke_attempts", 4, 4),
+    # TypeScript, under node: a model call a step (a turn)
+    Limit(AI_SDK, "stepCountIs", 4, 4),
+    Limit(Agent("ts", "endpoint_ai_sdk", "agent_stream"), "stepCountIs", 4, 4),
+    Limit(Agent("ts", "endpoint_openai_agents_js", "chat"), "maxTurns", 4, 4),
+    Limit(OPENAI_AGENTS_JS, "maxTurns", 4, 4),
+    Limit(MASTRA, "maxSteps", 4, 4),
+    Limit(VOLTAGENT, "maxSteps", 4, 4),
 ]
 PACK = """\
 apiVersion: agent-watchdog/v1
@@ -116,16 +131,22 @@ def run_agent(sidecar: RunningServer, llm: FakeLLM, agent: Agent, name: str, own
               check: bool = True) -> tuple[dict[str, Any] | str, list[dict[str, Any]]]:
     """The agent once, named ``name`` by its base URL, its own limit ``own``, its model
     searching on while it may call tools (the report when not): what it printed (``check``
-    off: the end of its stderr, as it failed) and the upstream's requests."""
+    off: its stderr, as it failed) and the upstream's requests."""
     model = llm.script(f"own-{name}-{agent.env}-{agent.mode}-{own}", searching(agent.tool))
     extra = {"OPENAI_BASE_URL": f"{sidecar.url('model')}/agent/{name}/v1",
              "ENDPOINT_OWN_LIMIT": str(own)}
     if check:
         return drive(agent, sidecar, model, extra), llm.requests(model)
-    result = drive_command(agent.env, agent.driver, agent.mode, agent_base_env(),
-                           {**agent_env(sidecar, model), **extra}, check=False)
+    env = {**agent_env(sidecar, model), **extra}
+    if agent.env in COMMANDS:
+        command, cwd = COMMANDS[agent.env](agent)
+        result = subprocess.run(command, env=env, capture_output=True, text=True,
+                                timeout=DRIVER_TIMEOUT, cwd=cwd, check=False)
+    else:
+        result = drive_command(agent.env, agent.driver, agent.mode, agent_base_env(), env,
+                               check=False)
     assert result.returncode != 0, result.stdout[-2000:]
-    return result.stderr[-3000:], llm.requests(model)
+    return result.stderr, llm.requests(model)
 
 
 @pytest.mark.parametrize("limit", LIMITS, ids=lambda limit: limit.name)
@@ -148,8 +169,9 @@ def test_its_own_limit_declared_as_the_packs_ends_at_its_last_call_with_the_repo
                      "exceed the request_limit of 3."),
     (LANGCHAIN, 6, "langgraph.errors.GraphRecursionError: Recursion limit of 6 reached "
                    "without hitting a stop condition."),
-    (LLAMAINDEX, 3, "workflows.errors.WorkflowRuntimeError: Max iterations of 3 reached!")],
-    ids=["max_turns", "request_limit", "recursion_limit", "max_iterations"])
+    (LLAMAINDEX, 3, "workflows.errors.WorkflowRuntimeError: Max iterations of 3 reached!"),
+    (OPENAI_AGENTS_JS, 3, "MaxTurnsExceededError: Max turns (3) exceeded")],
+    ids=["max_turns", "request_limit", "recursion_limit", "max_iterations", "maxTurns"])
 def test_its_own_limit_below_the_packs_fails_and_leaves_the_run_open_known_gap(
         llm: FakeLLM, tmp_path: Path, model_relay: str, agent: Agent, own: int,  # noqa: F811
         error: str) -> None:
@@ -160,21 +182,22 @@ def test_its_own_limit_below_the_packs_fails_and_leaves_the_run_open_known_gap(
                             model_relay) as sidecar:
         before = run_ids(sidecar)
         said, requests = run_agent(sidecar, llm, agent, "own-limit-above", own, check=False)
-        assert f"\n{error}" in str(said), said
+        assert error in str(said), str(said)[-3000:]
         check_held_open(sidecar, before, requests)
 
 
 @pytest.mark.parametrize(("agent", "output"), [
     (HAYSTACK, "None"), (AUTOGEN, "search #3: no file matches 'term 2'"),
-    (SEMANTIC_KERNEL_STREAM, "")],
-    ids=["max_agent_steps", "max_tool_iterations", "maximum_auto_invoke_attempts-stream"])
+    (SEMANTIC_KERNEL_STREAM, ""), (AI_SDK, ""), (MASTRA, ""), (VOLTAGENT, "")],
+    ids=["max_agent_steps", "max_tool_iterations", "maximum_auto_invoke_attempts-stream",
+         "stepCountIs", "maxSteps-mastra", "maxSteps-voltagent"])
 def test_its_own_limit_below_the_packs_returns_and_leaves_the_run_open_known_gap(
         llm: FakeLLM, tmp_path: Path, model_relay: str, agent: Agent,  # noqa: F811
         output: str) -> None:
     """Known gap: an own limit of 3 calls under ``max_iterations`` 4 ends the agent after its
     3rd call's tool ran, with no request more, returning what it has (Haystack no message,
-    AutoGen the tool's result, Semantic Kernel streamed nothing): the run waits for the call
-    it last handed over."""
+    AutoGen the tool's result, Semantic Kernel streamed, the AI SDK, Mastra and VoltAgent no
+    text): the run waits for the call it last handed over."""
     with endpoint_with_pack(tmp_path, PACK.format(calls=99, above=4), llm.base_url,
                             model_relay) as sidecar:
         before = run_ids(sidecar)
@@ -225,19 +248,21 @@ def test_the_docs_table_of_own_limits_is_what_the_tests_show() -> None:
     graph's steps (a model step and a tools step a call)."""
     text = (ROOT / "docs" / "model-endpoint.md").read_text()
     section = text[text.index("### An agent's own step limit"):text.index("### An abort")]
-    rows = {match.group(2): match.group(3) for line in section.splitlines()
-            if (match := ROW.match(line))}
-    assert rows == {"max_iteration": "N", "max_iters": "N + 1", "turns": "N",
-                    "MaxStep": "N ÷ 2, rounded up", "MaxIterations": "N", "max_turns": "N",
-                    "request_limit": "N", "recursion_limit": "N ÷ 2, rounded down",
-                    "max_iterations": "N − 1", "max_agent_steps": "N",
-                    "max_tool_iterations": "N", "max_steps": "N + 1", "max_iter": "N + 1",
-                    "maximum_auto_invoke_attempts": "N + 1; streamed, N"}, json.dumps(
-        rows, indent=1)
+    rows = [(match.group(2), match.group(3)) for line in section.splitlines()
+            if (match := ROW.match(line))]
+    assert rows == [
+        ("max_iteration", "N"), ("max_iters", "N + 1"), ("turns", "N"),
+        ("MaxStep", "N ÷ 2, rounded up"), ("MaxIterations", "N"), ("max_turns", "N"),
+        ("request_limit", "N"), ("recursion_limit", "N ÷ 2, rounded down"),
+        ("max_iterations", "N − 1"), ("max_agent_steps", "N"), ("max_tool_iterations", "N"),
+        ("max_steps", "N + 1"), ("max_iter", "N + 1"),
+        ("maximum_auto_invoke_attempts", "N + 1; streamed, N"), ("stepCountIs", "N"),
+        ("maxTurns", "N"), ("maxSteps", "N"), ("maxSteps", "N")], json.dumps(rows, indent=1)
+    counts = dict(rows)
     calls: dict[str, Callable[[int, str], int]] = {
         "N": lambda n, _mode: n, "N + 1": lambda n, _mode: n + 1,
         "N − 1": lambda n, _mode: n - 1, "N ÷ 2, rounded up": lambda n, _mode: -(-n // 2),
         "N ÷ 2, rounded down": lambda n, _mode: n // 2,
         "N + 1; streamed, N": lambda n, mode: n if mode == "stream" else n + 1}
     for limit in LIMITS:
-        assert limit.calls == calls[rows[limit.setting]](limit.own, limit.agent.mode), limit
+        assert limit.calls == calls[counts[limit.setting]](limit.own, limit.agent.mode), limit
