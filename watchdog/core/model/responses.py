@@ -23,6 +23,7 @@ from watchdog.core.model.failure import looks_failed
 from watchdog.core.model.steer import answers, answers_offered
 from watchdog.core.model.wire import (
     CONVERSATION_ANCHOR,
+    FORCED_FORMAT,
     MAX_ANSWERS_SEEN,
     MAX_TOOL_CALLS_SEEN,
     Event,
@@ -37,6 +38,7 @@ from watchdog.core.model.wire import (
     clipped,
     closed_up,
     dumps,
+    forced_function,
     json_data,
     json_format,
     judged_data,
@@ -143,8 +145,10 @@ class ResponsesWire:
             stream=body.get("stream") is True,
             answers_offered=answers_offered(offered_names(body)),
             has_tools=can_call(body.get("tools"), body.get("tool_choice")),
-            answer_format=json_format(answer.get("format"))
-            if isinstance(answer := body.get("text"), dict) else None,
+            answer_format=(json_format(answer.get("format"))
+                           if isinstance(answer := body.get("text"), dict) else None)
+            or (FORCED_FORMAT if (forced := forced_function(body)) else None),
+            forced=forced,
             instructions="\n".join(instructions),
             anchor=anchor,
             anchor_text=anchor_text,
