@@ -1,4 +1,4 @@
-"""instructor and Atomic Agents on the model endpoint: structured output, each request
+"""instructor on the model endpoint: structured output, each request
 forcing one function by ``tool_choice`` (instructor's default ``Mode.TOOLS``) whose call's
 arguments are the answer, parsed into a pydantic model. The ``openai`` client beneath reads
 ``OPENAI_BASE_URL``. Mode (argv[1]):
@@ -9,10 +9,8 @@ arguments are the answer, parsed into a pydantic model. The ``openai`` client be
 * ``loop``: a plan/act loop: at each step the model returns an ``Action`` (a search, or the
   answer), the program runs the search and tells the model its result in a user message, until
   the answer or ``INSTRUCTOR_STEPS`` (10) steps.
-* ``atomic``: Atomic Agents' ``BaseAgent`` on ``instructor.from_openai(OpenAI())``, its output
-  schema a search's parameters or the answer; each ``run()`` one request, the search run by
-  the program and its output added to the agent's memory (``memory.add_message("system",
-  ...)``), as its orchestration example does, until the answer or ``INSTRUCTOR_STEPS``.
+
+Atomic Agents: :mod:`endpoint_atomic`.
 
 Prints ``{"ran": [...], "output": ..., "error": ...}`` (see :mod:`endpoint_common`)."""
 
@@ -73,51 +71,8 @@ def loop() -> str:
     return ""
 
 
-def atomic() -> str:
-    from atomic_agents.agents.base_agent import BaseAgent, BaseAgentConfig
-    from atomic_agents.lib.base.base_io_schema import BaseIOSchema
-    from atomic_agents.lib.components.system_prompt_generator import SystemPromptGenerator
-
-    class Question(BaseIOSchema):
-        """The user's question."""
-
-        chat_message: str = Field(..., description="the question")
-
-    class SearchInput(BaseIOSchema):
-        """A search for a term in the files."""
-
-        q: str = Field(..., description="the term to search for")
-
-    class SearchOutput(BaseIOSchema):
-        """What a search found."""
-
-        result: str = Field(..., description="the search's result")
-
-    class FinalAnswer(BaseIOSchema):
-        """The answer to the user."""
-
-        chat_message: str = Field(..., description="the answer")
-
-    class Step(BaseIOSchema):
-        """The next step: a search's parameters, or the final answer."""
-
-        action: SearchInput | FinalAnswer = Field(..., description="a search, or the answer")
-
-    agent = BaseAgent(BaseAgentConfig(
-        client=instructor.from_openai(OpenAI()), model=model(),
-        system_prompt_generator=SystemPromptGenerator(background=[INSTRUCTIONS]),
-        input_schema=Question, output_schema=Step))
-    step = agent.run(Question(chat_message=TASK))
-    for _ in range(STEPS - 1):
-        if isinstance(step.action, FinalAnswer):
-            return step.action.chat_message
-        agent.memory.add_message("system", SearchOutput(result=search(step.action.q)))
-        step = agent.run()
-    return step.action.chat_message if isinstance(step.action, FinalAnswer) else ""
-
-
 def main(mode: str) -> None:
-    run = {"extract": extract, "loop": loop, "atomic": atomic}[mode]
+    run = {"extract": extract, "loop": loop}[mode]
     output, error = "", ""
     try:
         output = run()
