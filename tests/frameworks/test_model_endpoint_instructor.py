@@ -66,6 +66,13 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
         yield server
 
 
+def pointed(endpoint: str, agent: str) -> dict[str, str]:
+    """What a user sets to point instructor's ``from_openai(OpenAI())`` (and Atomic Agents on
+    it) at the model endpoint ``endpoint``, named ``agent``: its environment. The tests run it
+    so, and docs/agents.md shows it (``instructor-env``, checked in tests/test_docs.py)."""
+    return {"OPENAI_BASE_URL": f"{endpoint}/agent/{agent}/v1"}
+
+
 def run_instructor(sidecar: RunningServer, llm: FakeLLM, agent: str, mode: str,
                    script: fakellm.Script, **extra: str
                    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -77,7 +84,7 @@ def run_instructor(sidecar: RunningServer, llm: FakeLLM, agent: str, mode: str,
     base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1",
             "OTEL_SDK_DISABLED": "true"}
     env = {**base, "OPENAI_API_KEY": KEY, "ENDPOINT_MODEL": model,
-           "OPENAI_BASE_URL": f"{sidecar.url('model')}/agent/{agent}/v1",
+           **pointed(sidecar.url("model"), agent),
            "ENDPOINT_TASK": f"Find the file. (case {case})", **extra}
     venv, driver = ("atomic_agents", "endpoint_atomic") if agent.startswith("atomic") \
         else ("instructor", "endpoint_instructor")

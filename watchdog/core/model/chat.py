@@ -293,11 +293,11 @@ def withdraw_function_tools(body: dict[str, Any], prompt: str,
     one function forced, the report asked for in its shape."""
     offered = [(offer, listed if isinstance(listed := body.get(offer[0]), list) else [])
                for offer in offers]
-    forced = forced_function(body)  # (an answer-shaped request: its answer's shape stays)
-    answer = forced or answer_tool_offered(
+    shaped = forced_function(body)  # (an answer-shaped request: its answer's shape stays)
+    answer = shaped or answer_tool_offered(
         function_name(tool) for _, tools in offered for tool in tools)
     edited = add_note(body, prompt if answer is None else forced_prompt(prompt, answer)
-                      if forced else answer_tool_prompt(prompt, answer))
+                      if shaped else answer_tool_prompt(prompt, answer))
     for (key, choice, forced), tools in offered:
         # (no answer tool: none is forced, not one without a function name, a hosted one)
         only = [tool for tool in tools if function_name(tool) == answer][:1] \
