@@ -88,6 +88,7 @@ class MessagesWire:
                     results.append(ToolResult(str(block.get("tool_use_id") or ""), text, error))
         elif isinstance(last, dict) and last.get("role") == "user":
             said.append(text_of(last.get("content")))
+        forced = forced_function(body)
         return Request(
             model=model if isinstance(model, str) else "",
             stream=body.get("stream") is True,
@@ -103,7 +104,7 @@ class MessagesWire:
             said=said,
             input_hash=request_hash(messages),
             answer_format=json_format(_output_format(body))
-            or (FORCED_FORMAT if (forced := forced_function(body)) else None),
+            or (FORCED_FORMAT if forced else None),
             forced=forced,
             last_answer=answers[-1] if answers else None,
             answers=tuple(answers[-MAX_ANSWERS_SEEN:]))

@@ -140,6 +140,7 @@ class ResponsesWire:
         if kept is not None:  # a conversation the server keeps is named by its id
             anchor = CONVERSATION_ANCHOR + kept
         previous = body.get("previous_response_id")
+        forced = forced_function(body)
         return Request(
             model=model if isinstance(model, str) else "",
             stream=body.get("stream") is True,
@@ -147,7 +148,7 @@ class ResponsesWire:
             has_tools=can_call(body.get("tools"), body.get("tool_choice")),
             answer_format=(json_format(answer.get("format"))
                            if isinstance(answer := body.get("text"), dict) else None)
-            or (FORCED_FORMAT if (forced := forced_function(body)) else None),
+            or (FORCED_FORMAT if forced else None),
             forced=forced,
             instructions="\n".join(instructions),
             anchor=anchor,
