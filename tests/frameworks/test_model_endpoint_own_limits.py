@@ -1,15 +1,14 @@
-"""Agents' own step limits declared as their rule pack's model-call budget (``max_iterations``),
-on both relays: the OpenAI Agents SDK's ``max_turns``, pydantic-ai's ``request_limit``,
-LangChain's ``recursion_limit`` (``create_agent``, a LangGraph graph), LlamaIndex's
-``max_iterations``, Haystack's ``max_agent_steps``, AutoGen's ``max_tool_iterations``,
-smolagents' ``max_steps``, CrewAI's ``max_iter`` and Semantic Kernel's
-``maximum_auto_invoke_attempts``; in TypeScript, the Vercel AI SDK's ``stepCountIs``, the
-OpenAI Agents SDK for JS' ``maxTurns``, Mastra's and VoltAgent's ``maxSteps``; each agent
-pointed at the sidecar by ``OPENAI_BASE_URL`` alone (its driver ``drivers/endpoint_*.py`` or
-``ts/*.ts``, its limit ``ENDPOINT_OWN_LIMIT``). CAMEL-AI,
-AgentScope, Strands for TypeScript and Eino are tested in their own modules;
-docs/model-endpoint.md's table of the limits (``an-agents-own-step-limit``) is this module's
-:data:`LIMITS` and theirs, checked here.
+"""Agents' own step limits declared as their rule pack's model-call budget (``max_iterations``), on
+both relays: the OpenAI Agents SDK's ``max_turns``, pydantic-ai's ``request_limit``, LangChain's
+``recursion_limit`` (``create_agent``, a LangGraph graph), LlamaIndex's ``max_iterations``,
+Haystack's ``max_agent_steps``, AutoGen's ``max_tool_iterations``, smolagents' ``max_steps``,
+CrewAI's ``max_iter``, Semantic Kernel's ``maximum_auto_invoke_attempts`` and google-adk's
+``max_llm_calls``; in TypeScript, the Vercel AI SDK's ``stepCountIs``, the OpenAI Agents SDK for
+JS' ``maxTurns``, Mastra's and VoltAgent's ``maxSteps``; each agent pointed at the sidecar by
+``OPENAI_BASE_URL`` alone (its driver ``drivers/endpoint_*.py`` or ``ts/*.ts``, its limit
+``ENDPOINT_OWN_LIMIT``). CAMEL-AI, AgentScope, Strands for TypeScript and Eino are tested in
+their own modules; docs/model-endpoint.md's table of the limits (``an-agents-own-step-limit``)
+is this module's :data:`LIMITS` and theirs, checked here.
 
 * declared as the model calls the limit allows: the request with 2 calls left is told so, the
   last is the run's final request (tools withdrawn), its answer the agent's output; the agent's
@@ -80,6 +79,7 @@ SEMANTIC_KERNEL = Agent("semantic_kernel", "endpoint_semantic_kernel", "invoke",
                         tool="Files-search")
 SEMANTIC_KERNEL_STREAM = Agent("semantic_kernel", "endpoint_semantic_kernel", "stream",
                                tool="Files-search")
+GOOGLE_ADK = Agent("google_adk", "endpoint_google_adk", "chat")
 AI_SDK = Agent("ts", "endpoint_ai_sdk", "chat")
 OPENAI_AGENTS_JS = Agent("ts", "endpoint_openai_agents_js", "responses_stream")
 MASTRA = Agent("ts", "endpoint_mastra", "responses")
@@ -107,6 +107,8 @@ LIMITS = [
     Limit(SEMANTIC_KERNEL, "maximum_auto_invoke_attempts", 3, 4),
     # streamed (invoke_stream), it stops with no request more: N
     Limit(SEMANTIC_KERNEL_STREAM, "maximum_auto_invoke_attempts", 4, 4),
+    Limit(GOOGLE_ADK, "max_llm_calls", 4, 4),  # RunConfig(max_llm_calls=...)
+    Limit(Agent("google_adk", "endpoint_google_adk", "litellm_stream"), "max_llm_calls", 4, 4),
     # TypeScript, under node: a model call a step (a turn)
     Limit(AI_SDK, "stepCountIs", 4, 4),
     Limit(Agent("ts", "endpoint_ai_sdk", "agent_stream"), "stepCountIs", 4, 4),
@@ -170,8 +172,11 @@ def test_its_own_limit_declared_as_the_packs_ends_at_its_last_call_with_the_repo
     (LANGCHAIN, 6, "langgraph.errors.GraphRecursionError: Recursion limit of 6 reached "
                    "without hitting a stop condition."),
     (LLAMAINDEX, 3, "workflows.errors.WorkflowRuntimeError: Max iterations of 3 reached!"),
+    (GOOGLE_ADK, 3, "google.adk.agents.invocation_context.LlmCallsLimitExceededError: Max "
+                    "number of llm calls limit of `3` exceeded"),
     (OPENAI_AGENTS_JS, 3, "MaxTurnsExceededError: Max turns (3) exceeded")],
-    ids=["max_turns", "request_limit", "recursion_limit", "max_iterations", "maxTurns"])
+    ids=["max_turns", "request_limit", "recursion_limit", "max_iterations", "max_llm_calls",
+         "maxTurns"])
 def test_its_own_limit_below_the_packs_fails_and_leaves_the_run_open_known_gap(
         llm: FakeLLM, tmp_path: Path, model_relay: str, agent: Agent, own: int,  # noqa: F811
         error: str) -> None:
@@ -256,7 +261,8 @@ def test_the_docs_table_of_own_limits_is_what_the_tests_show() -> None:
         ("request_limit", "N"), ("recursion_limit", "N ÷ 2, rounded down"),
         ("max_iterations", "N − 1"), ("max_agent_steps", "N"), ("max_tool_iterations", "N"),
         ("max_steps", "N + 1"), ("max_iter", "N + 1"),
-        ("maximum_auto_invoke_attempts", "N + 1; streamed, N"), ("stepCountIs", "N"),
+        ("maximum_auto_invoke_attempts", "N + 1; streamed, N"), ("max_llm_calls", "N"),
+        ("stepCountIs", "N"),
         ("maxTurns", "N"), ("maxSteps", "N"), ("maxSteps", "N")], json.dumps(rows, indent=1)
     counts = dict(rows)
     calls: dict[str, Callable[[int, str], int]] = {
