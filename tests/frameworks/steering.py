@@ -122,3 +122,47 @@ def ended(sidecar: RunningServer, run_id: str, flush: Callable[[], object]) -> d
         lambda: (d := run_detail(sidecar.api, run_id)) and d["state"] == "ended" and d,
         what=f"run {run_id} to end")
     return detail
+
+
+# -- an agent's own step limit declared as the pack's model-call budget ----------------------------
+
+CALLS_LEFT = re.compile(r"\[budget: (\d+) of (\d+) model calls left")
+
+
+def documented_pack(file: str) -> str:
+    """The text of docs/agents.md's rule pack ``<!-- snippet: rule-pack file=FILE -->`` (also
+    checked by ``watchdog rules check`` in tests/test_docs.py): a test runs it as pasted."""
+    from tests.test_docs import DOCS, parse
+
+    [block] = [block for block in parse(DOCS / "agents.md")
+               if block.kind == "rule-pack" and block.options.get("file") == file]
+    return block.text
+
+
+def check_last_model_call_final(requests: Sequence[dict[str, Any]], limit: int,
+                                answered: bool = True) -> None:
+    """A model-call budget of ``limit`` (``max_iterations``) the agent's own limit: ``limit``
+    requests, the one with 2 calls left told so (``budget-iterations-countdown``, the true
+    count), none before it told anything, and the last the run's final request: tools
+    withdrawn (``tool_choice: none``, or none offered), its instructions saying it is the last.
+    ``answered``: every request but the last offered tools."""
+    assert len(requests) == limit, len(requests)
+    told = [[(int(n), int(m)) for n, m in CALLS_LEFT.findall(instructions(body))]
+            for body in requests]
+    assert told == [[]] * (limit - 2) + [[(2, limit)], []], told
+    assert f"this is the last of {limit}" in instructions(requests[-1])
+    last = requests[-1]
+    assert not offers_tools(last) or last.get("tool_choice") == "none", last.get("tool_choice")
+    if answered:
+        assert all(offers_tools(body) and body.get("tool_choice") != "none"
+                   for body in requests[:-1])
+    for body in requests:
+        assert "[budget" not in user_text(body)
+
+
+def check_ended_at_own_limit(run: dict[str, Any], limit: int, report: str) -> None:
+    """The run the agent's limit bounded: ``limit`` model calls, one tool call each but the
+    last, ended ``tool_limit_reached`` at the budget, the report its answer."""
+    assert (run["state"], run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["terminal_reason"], run["has_final_answer"], run["final_output"]) == (
+        "ended", limit, limit - 1, "tool_limit_reached", "budget", True, report), run

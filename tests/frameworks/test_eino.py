@@ -17,6 +17,10 @@ served by the Go module proxy here): it is read through the endpoint alone.
   Eino's error and makes no request more: the run is held open for the tool call it last
   handed over, and ends ``abandoned`` at ``run_end_timeout``, that call not counted (known
   gap: nothing tells the endpoint);
+* Eino's own limit declared as the pack's ``max_iterations`` (docs/agents.md's pack: the
+  model calls it allows, react's ``MaxStep`` counting a model step and a tools step a call):
+  its last model call is the run's final request, the report the output,
+  ``tool_limit_reached``;
 * a loop wound down by ``tool-cycle``, its final request's report the caller's output;
 * an abort: the stop answer is the agent's final answer, not an error (with ``model_abort:
   error``, the call's error);
@@ -41,11 +45,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import clean_environ, run_go_agent
-from tests.frameworks.steering import GRACE_LEFT, LEFT, instructions, user_text
+from tests.frameworks.steering import (
+    GRACE_LEFT,
+    LEFT,
+    check_ended_at_own_limit,
+    check_last_model_call_final,
+    documented_pack,
+    instructions,
+    user_text,
+)
 from tests.frameworks.test_langchaingo import LOOP_NOTE, STOPPED
 from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
 from tests.harness import RunningServer, endpoint_with_pack
@@ -290,6 +303,32 @@ def test_its_own_limit_leaves_the_run_to_run_end_timeout(
     assert (run["iterations"], run["tool_calls"], run["terminal_state"],
             run["terminal_reason"], run["final_output"]) == (
         2, 1, "abandoned", "run_end_timeout", None), run
+
+
+@pytest.mark.parametrize(("kind", "stream", "steps"), [
+    ("react", False, "2N"), ("react", True, "2N"), ("react", False, "2N-1"),
+    ("adk", False, "N"), ("adk", True, "N")])
+def test_its_own_limit_declared_as_the_packs_ends_at_its_last_model_call_with_the_report(
+        llm: FakeLLM, tmp_path: Path, model_relay: str, kind: str,  # noqa: F811
+        stream: bool, steps: str) -> None:
+    """docs/agents.md's pack (``eino-limit.yaml``, as pasted): ``max_iterations`` the model
+    calls Eino's own limit allows: react's ``MaxStep`` counts graph steps, a model step and a
+    tools step a call (``MaxStep`` 2N or 2N - 1: N calls); adk's ``MaxIterations`` counts
+    model calls. The request with 2 calls left is told so, the last call's is the run's final
+    request, tools withdrawn, its answer the call's output, no error: Eino's limit never cuts
+    the call off, the run ends ``tool_limit_reached`` with the report."""
+    pack = documented_pack("eino-limit.yaml")
+    limit = int(yaml.safe_load(pack)["budgets"][0]["max_iterations"])
+    (tmp_path / "sidecar").mkdir()
+    with endpoint_with_pack(tmp_path / "sidecar", pack, llm.base_url, model_relay) as sidecar:
+        before = run_ids(sidecar)
+        it = invoke(sidecar, llm, "eino", sums, tmp_path, kind=kind, stream=stream,
+                    steps={"2N": 2 * limit, "2N-1": 2 * limit - 1, "N": limit}[steps])
+        run = the_ended_run(sidecar, before)
+    assert it.outcomes == [{"output": REPORT, "error": ""}], it.outcomes
+    assert it.ran == added(limit - 1)
+    check_last_model_call_final(it.requests, limit)
+    check_ended_at_own_limit(run, limit, REPORT)
 
 
 # -- loops and aborts -----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """CAMEL-AI's ``ChatAgent`` (driver ``endpoint_camel``) steered through the model endpoint by
 its model's ``url`` (docs/agents.md's lines), on both relays, beyond what
 test_model_endpoint_frameworks checks of it by ``OPENAI_BASE_URL`` (counts, a budget of 3, a
-loop wound down): a rule's abort, answered or as the API's error; its own iteration limit; its
+loop wound down): a rule's abort, answered or as the API's error; its own iteration limit
+declared as the pack's model-call budget (docs/agents.md's pack), and below it; its
 client's retry of a rate-limited request; its context summary, the run named and not; a
 ``RolePlaying`` society, its user agent instructing its assistant turn by turn; a
 ``Workforce``; traced by the
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
@@ -31,6 +33,11 @@ from tests.frameworks.harness import (
     drive_command,
     recorded_spans,
     replay,
+)
+from tests.frameworks.steering import (
+    check_ended_at_own_limit,
+    check_last_model_call_final,
+    documented_pack,
 )
 from tests.frameworks.test_model_endpoint_frameworks import LEFT, instructions
 from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
@@ -50,6 +57,10 @@ budgets:
     max_tool_calls: 3
   - agents: ["camel-compact*"]
     max_tool_calls: 5
+  - agents: ["camel-limited"]
+    max_iterations: 4
+  - agents: ["camel-limit-compact"]
+    max_iterations: 6
 rules:
   - name: two-calls-then-abort
     agents: ["camel-abort"]
@@ -151,20 +162,39 @@ def test_an_abort_as_the_apis_error_is_the_steps_error(
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
 
 
-def test_its_own_iteration_limit_leaves_its_run_open_known_gap(
+def test_its_own_iteration_limit_declared_as_the_packs_ends_at_its_last_call_with_the_report(
+        llm: FakeLLM, tmp_path: Path, model_relay: str) -> None:  # noqa: F811
+    """docs/agents.md's pack (``camel-limit.yaml``, as pasted): ``max_iterations`` the agent's
+    own ``max_iteration`` (10 model calls). The 9th request is told 2 calls are left, the 10th
+    is the run's final request, tools withdrawn, its answer the step's output: CAMEL's own
+    limit never cuts the step off, the run ends ``tool_limit_reached`` with the report."""
+    pack = documented_pack("camel-limit.yaml")
+    limit = int(yaml.safe_load(pack)["budgets"][0]["max_iterations"])
+    with endpoint_with_pack(tmp_path, pack, llm.base_url, model_relay) as sidecar:
+        before = run_ids(sidecar)
+        said, requests = run_camel(sidecar, llm, "camel", searching,
+                                   CAMEL_MAX_ITERATION=str(limit))
+        run = the_ended_run(sidecar, before)
+    assert said == {"ran": [f"term {index}" for index in range(limit - 1)], "output": REPORT,
+                    "error": ""}, said
+    check_last_model_call_final(requests, limit)
+    check_ended_at_own_limit(run, limit, REPORT)
+
+
+def test_its_own_iteration_limit_below_the_packs_leaves_its_run_open_known_gap(
         sidecar: RunningServer, llm: FakeLLM) -> None:
-    """Known gap (docs/agents.md#camel-ai): ``max_iteration`` ends the step after that many
-    model calls, the last one's tools run and no request more: nothing tells the endpoint,
-    whose run waits for the call it last handed over (``abandoned`` after
-    ``run_end_timeout``). The step's output is empty."""
+    """Known gap (docs/agents.md#camel-ai): ``max_iteration`` (2) below the pack's
+    ``max_iterations`` (4) ends the step after 2 model calls, the last one's tools run and no
+    request more: nothing tells the endpoint, whose run waits for the call it last handed over
+    (``abandoned`` after ``run_end_timeout``). The step's output is empty."""
     before = run_ids(sidecar)
     said, requests = run_camel(sidecar, llm, "camel-limited", searching,
                                CAMEL_MAX_ITERATION="2")
     assert said == {"ran": ["term 0", "term 1"], "output": "", "error": ""}
-    assert len(requests) == 2
+    assert len(requests) == 2 and all(fakellm.offers_tools(body) for body in requests)
     [run] = new_runs(sidecar, before, lambda runs: True)
-    assert (run["state"], run["iterations"], run["signals"]["in_flight"]) == (
-        "active", 2, 1), run
+    assert (run["state"], run["iterations"], run["signals"]["in_flight"],
+            run["signals"]["budget"]["max_iterations"]) == ("active", 2, 1, 4), run
 
 
 def test_a_rate_limited_request_retried_by_its_client_is_one_call_of_the_run(
@@ -343,6 +373,25 @@ def test_its_context_summary_unnamed_goes_on_in_the_run_on_its_budget(
     [run] = runs
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         8, 5, "tool_limit_reached"), run
+
+
+def test_its_own_iteration_limit_declared_with_a_context_summary_ends_sooner(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """``max_iteration`` 6 and the pack's ``max_iterations`` 6, its context summarised: the
+    summary request is a model call of the run, not of CAMEL's count, so the run's final
+    request (told 2 calls before it) comes at CAMEL's 5th call, before its own limit, its
+    answer the step's output; one run ``tool_limit_reached``."""
+    before = run_ids(sidecar)
+    said, requests = run_camel(sidecar, llm, "camel-limit-compact", summarizing,
+                               CAMEL_MAX_ITERATION="6", CAMEL_TOKEN_LIMIT="300")
+    assert said == {"ran": ["term 0", "term 1", "term 2", "term 4"], "output": SUMMARY,
+                    "error": ""}, said
+    assert asides(requests) == [3]
+    check_last_model_call_final(requests, 6, answered=False)
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["has_final_answer"], run["final_output"]) == (
+        6, 4, "tool_limit_reached", True, SUMMARY), run
 
 
 def summarizing_each(index: int, body: dict[str, Any]) -> fakellm.Step:

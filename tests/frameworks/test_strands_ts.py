@@ -17,8 +17,11 @@ It streams every model request (``stream: true``) whether the caller ``invoke()`
 * an agent invoked again keeps its conversation: the next question is a run of its own, with a
   budget of its own; an agent as a tool (``asTool()``) is a run of its own, with a budget of
   its own;
+* its own ``limits.turns`` declared as the pack's ``max_iterations`` (docs/agents.md's pack):
+  its last turn is the run's final request, the report its result, ``tool_limit_reached``;
 * known gaps, Strands': of calls asked together it runs only the last (the run counts all);
-  its ``limits.turns`` ends the invocation with no request more, leaving the run open;
+  its ``limits.turns`` below the pack's (or with none) ends the invocation with no request
+  more, leaving the run open;
 * a ``Swarm``: each node a run with a budget of its own, ended by its structured output (a
   final-answer tool); at the budget the final request offers it alone, forced;
 * a tool that throws: Strands hands the model ``[ERROR] Error: ...``, read as the call's failure;
@@ -39,11 +42,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, RECORDINGS, clean_environ
-from tests.frameworks.steering import LEFT, instructions, user_text
+from tests.frameworks.steering import (
+    LEFT,
+    check_ended_at_own_limit,
+    check_last_model_call_final,
+    documented_pack,
+    instructions,
+    user_text,
+)
 from tests.frameworks.test_eino import (
     REPORT,
     added,
@@ -72,6 +83,8 @@ name: strands-ts
 budgets:
   - agents: ["st-budget"]
     max_tool_calls: 3
+  - agents: ["st-limited"]
+    max_iterations: 4
 rules:
   - name: two-calls-then-abort
     agents: ["st-abort"]
@@ -227,18 +240,40 @@ def test_an_abort_as_the_apis_error_is_the_invocations_error(
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
 
 
-def test_its_own_turn_limit_leaves_the_run_open(
+@pytest.mark.parametrize("stream", [False, True], ids=["invoke", "stream"])
+def test_its_own_turn_limit_declared_as_the_packs_ends_at_its_last_turn_with_the_report(
+        llm: FakeLLM, tmp_path: Path, model_relay: str, stream: bool) -> None:  # noqa: F811
+    """docs/agents.md's pack (``strands-ts-limit.yaml``, as pasted): ``max_iterations`` the
+    invocation's own ``limits: { turns }`` (a turn a model call). The request with 2 calls left
+    is told so, the last turn's is the run's final request, tools withdrawn, its answer the
+    result (``endTurn``): Strands' own limit never cuts the invocation off, the run ends
+    ``tool_limit_reached`` with the report."""
+    pack = documented_pack("strands-ts-limit.yaml")
+    limit = int(yaml.safe_load(pack)["budgets"][0]["max_iterations"])
+    with endpoint_with_pack(tmp_path, pack, llm.base_url, model_relay) as sidecar:
+        before = run_ids(sidecar)
+        it = invoke(sidecar, llm, "strands-ts", sums, tmp_path, stream=stream, by_model=True,
+                    turns=limit)
+        run = the_ended_run(sidecar, before)
+    assert it.outcomes == [{"output": REPORT, "stop": "endTurn", "error": ""}], it.outcomes
+    assert it.ran == added(limit - 1)
+    check_last_model_call_final(it.requests, limit)
+    check_ended_at_own_limit(run, limit, REPORT)
+
+
+def test_its_own_turn_limit_below_the_packs_leaves_the_run_open(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
-    """Known gap (as Eino's ``MaxStep``): ``limits: { turns: 2 }`` ends the invocation after
-    its 2nd model call's tool ran (``stopReason: 'limitTurns'``, no text) with no request more,
-    so the run is held open for the call it last handed over (it ends ``abandoned`` after
-    ``run_end_timeout``)."""
+    """Known gap (as Eino's ``MaxStep``): ``limits: { turns: 2 }`` below the pack's
+    ``max_iterations`` (4) ends the invocation after its 2nd model call's tool ran
+    (``stopReason: 'limitTurns'``, no text) with no request more, so the run is held open for
+    the call it last handed over (it ends ``abandoned`` after ``run_end_timeout``)."""
     before = run_ids(sidecar)
-    it = invoke(sidecar, llm, "st", sums, tmp_path, turns=2)
+    it = invoke(sidecar, llm, "st-limited", sums, tmp_path, turns=2)
     assert it.outcomes == [{"output": "", "stop": "limitTurns", "error": ""}]
     assert it.ran == added(2) and len(it.requests) == 2
     [run] = new_runs(sidecar, before, lambda runs: runs[0]["iterations"] == 2)
-    assert (run["state"], run["terminal_state"]) == ("active", None), run
+    assert (run["state"], run["terminal_state"], run["signals"]["budget"]["max_iterations"]) == (
+        "active", None, 4), run
 
 
 def test_a_chats_next_question_is_the_next_run(

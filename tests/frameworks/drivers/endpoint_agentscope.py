@@ -1,12 +1,13 @@
-"""An AgentScope 2 agent (``agentscope.agent.Agent`` with ``ReActConfig(max_iters=30)``, the
-tool ``search`` a ``FunctionTool`` of its ``Toolkit``) on its ``OpenAIChatModel``, whose
-credential names no ``base_url``: the ``openai.AsyncClient`` beneath reads ``OPENAI_BASE_URL``,
+"""An AgentScope 2 agent (``agentscope.agent.Agent`` with ``ReActConfig(max_iters=30)`` by
+default, the tool ``search`` a ``FunctionTool`` of its ``Toolkit``) on its
+``OpenAIChatModel``, whose credential names no ``base_url``: the ``openai.AsyncClient``
+beneath reads ``OPENAI_BASE_URL``,
 so the base URL alone points it at the sidecar; with ``AS_SETTINGS`` (JSON: the keyword
 arguments of its ``OpenAICredential`` and its ``OpenAIChatModel``, docs/agents.md's) those
 name it instead. Mode (argv[1]): ``run`` (a whole response per
 request), ``stream`` (streamed), ``traced`` and ``traced_stream`` (whole or streamed, and traced
 by AgentScope's own ``TracingMiddleware`` to the sidecar's OTLP receiver:
-``OTEL_EXPORTER_OTLP_*``). See
+``OTEL_EXPORTER_OTLP_*``). ``AS_MAX_ITERS``, if set, is its ``max_iters``. See
 :mod:`endpoint_common`."""
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ async def run(stream: bool, traced: bool) -> str | None:
                               max_retries=1),
         toolkit=Toolkit(tools=[FunctionTool(search, permission=ALLOWED)]),
         middlewares=[TracingMiddleware()] if traced else None,
-        react_config=ReActConfig(max_iters=30))
+        react_config=ReActConfig(max_iters=int(os.environ.get("AS_MAX_ITERS", "30"))))
     reply = await agent.reply(UserMsg(name="user", content=TASK))
     return reply.get_text_content()
 

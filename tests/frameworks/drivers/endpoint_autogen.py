@@ -14,7 +14,7 @@ import sys
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.base import TaskResult
 from autogen_ext.models.openai import OpenAIChatCompletionClient
-from endpoint_common import INSTRUCTIONS, TASK, done, model, search
+from endpoint_common import INSTRUCTIONS, TASK, done, model, own_limit, search
 
 # a model name AutoGen does not know needs its capabilities said
 MODEL_INFO = {"vision": False, "function_calling": True, "json_output": False,
@@ -24,7 +24,7 @@ MODEL_INFO = {"vision": False, "function_calling": True, "json_output": False,
 async def main(mode: str) -> None:
     client = OpenAIChatCompletionClient(model=model(), model_info=MODEL_INFO)
     agent = AssistantAgent("researcher", model_client=client, tools=[search],
-                           system_message=INSTRUCTIONS, max_tool_iterations=30,
+                           system_message=INSTRUCTIONS, max_tool_iterations=own_limit(30),
                            model_client_stream=mode == "stream")
     result: TaskResult | None = None
     if mode == "stream":

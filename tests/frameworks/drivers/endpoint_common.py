@@ -4,7 +4,8 @@ The drivers ``endpoint_*.py`` run a real agent of one framework (or SDK) pointed
 sidecar's model endpoint by base URL alone: ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` in the
 environment (or the framework's own base-URL setting where it reads none), no OpenTelemetry and
 no client SDK. The model to ask is ``ENDPOINT_MODEL``, the task ``ENDPOINT_TASK`` (default
-"Find the file."); what the agent does is the scripted model's business, not the driver's.
+"Find the file."), the agent's own step limit ``ENDPOINT_OWN_LIMIT`` where its driver sets one
+(default the driver's); what the agent does is the scripted model's business, not the driver's.
 Each driver prints one JSON line last: ``{"ran": [the search terms its tool ran with, in
 order], "output": the agent's final output}``.
 """
@@ -21,6 +22,12 @@ RAN: list[str] = []  # every execution of the tool, counted in the tool itself
 
 def model() -> str:
     return os.environ["ENDPOINT_MODEL"]
+
+
+def own_limit(default: int) -> int:
+    """The agent's own step limit (``max_turns``, ``recursion_limit``, ...): ``ENDPOINT_OWN_LIMIT``
+    if set, else the driver's ``default``."""
+    return int(os.environ.get("ENDPOINT_OWN_LIMIT", default))
 
 
 def search(q: str) -> str:

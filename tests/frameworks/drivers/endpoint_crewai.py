@@ -9,7 +9,7 @@ import sys
 
 from crewai import LLM, Agent, Crew, Task
 from crewai.tools import tool
-from endpoint_common import TASK, done, model, search
+from endpoint_common import TASK, done, model, own_limit, search
 
 
 def main(_mode: str) -> None:
@@ -17,7 +17,7 @@ def main(_mode: str) -> None:
     # the endpoint is still OPENAI_BASE_URL
     llm = LLM(model=f"openai/{model()}", custom_openai=True)
     agent = Agent(role="researcher", goal="Find the file.", backstory="You search files.",
-                  tools=[tool("search")(search)], llm=llm, max_iter=30, verbose=False)
+                  tools=[tool("search")(search)], llm=llm, max_iter=own_limit(30), verbose=False)
     task = Task(description=TASK, expected_output="Where the file is.", agent=agent)
     done(Crew(agents=[agent], tasks=[task], verbose=False).kickoff().raw)
 

@@ -20,7 +20,7 @@ import sys
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # (no price list download)
 os.environ.setdefault("LITELLM_TELEMETRY", "False")
 
-from endpoint_common import INSTRUCTIONS, TASK, done, model, search
+from endpoint_common import INSTRUCTIONS, TASK, done, model, own_limit, search
 from google.adk.agents import LlmAgent
 from google.adk.agents.run_config import RunConfig, StreamingMode
 from google.adk.models.base_llm import BaseLlm
@@ -45,7 +45,7 @@ async def run(mode: str) -> str:
     runner = InMemoryRunner(agent=agent, app_name="endpoint")
     session = await runner.session_service.create_session(app_name="endpoint", user_id="user")
     config = RunConfig(streaming_mode=StreamingMode.SSE if mode.endswith("_stream")
-                       else StreamingMode.NONE, max_llm_calls=100)
+                       else StreamingMode.NONE, max_llm_calls=own_limit(100))
     output = ""
     async for event in runner.run_async(
             user_id="user", session_id=session.id, run_config=config,

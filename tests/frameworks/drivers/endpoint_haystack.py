@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from endpoint_common import INSTRUCTIONS, TASK, done, model, search
+from endpoint_common import INSTRUCTIONS, TASK, done, model, own_limit, search
 from haystack.components.agents import Agent
 from haystack.components.generators.chat import OpenAIChatGenerator
 from haystack.dataclasses import ChatMessage
@@ -21,7 +21,7 @@ def main(mode: str) -> None:
     chunks: list[Any] = []
     generator = OpenAIChatGenerator(model=model(), api_base_url=os.environ["OPENAI_BASE_URL"])
     agent = Agent(chat_generator=generator, tools=[tool(search)], system_prompt=INSTRUCTIONS,
-                  max_agent_steps=100,
+                  max_agent_steps=own_limit(100),
                   streaming_callback=chunks.append if mode == "stream" else None)
     result = agent.run(messages=[ChatMessage.from_user(TASK)])
     assert mode != "stream" or chunks, "the stream mode streamed nothing"

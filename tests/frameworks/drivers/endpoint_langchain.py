@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from endpoint_common import INSTRUCTIONS, TASK, done, model, search
+from endpoint_common import INSTRUCTIONS, TASK, done, model, own_limit, search
 from langchain.agents import create_agent
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
@@ -17,7 +17,7 @@ from langchain_openai import ChatOpenAI
 def main(mode: str) -> None:
     agent = create_agent(ChatOpenAI(model=model(), streaming=mode == "stream"),
                          tools=[tool(search)], system_prompt=INSTRUCTIONS)
-    config: dict[str, object] = {"recursion_limit": 100}
+    config: dict[str, object] = {"recursion_limit": own_limit(100)}
     if mode == "langfuse":
         import os
 

@@ -14,7 +14,7 @@ import asyncio
 import os
 import sys
 
-from endpoint_common import INSTRUCTIONS, TASK, done, model, search
+from endpoint_common import INSTRUCTIONS, TASK, done, model, own_limit, search
 from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent
 from llama_index.llms.openai_like import OpenAILike
 
@@ -33,15 +33,15 @@ async def main(mode: str) -> None:
         writer = FunctionAgent(name="writer", description="Writes the findings up.",
                                system_prompt=WRITER, tools=[], llm=llm)
         result = await AgentWorkflow(agents=[agent, writer], root_agent="researcher").run(
-            user_msg=TASK, max_iterations=30)
+            user_msg=TASK, max_iterations=own_limit(30))
     elif mode == "workflow":
         handler = AgentWorkflow(agents=[agent], root_agent="researcher").run(
-            user_msg=TASK, max_iterations=30)
+            user_msg=TASK, max_iterations=own_limit(30))
         async for _event in handler.stream_events():
             pass
         result = await handler
     else:
-        result = await agent.run(user_msg=TASK, max_iterations=30)
+        result = await agent.run(user_msg=TASK, max_iterations=own_limit(30))
     done(str(result.response.content))
 
 

@@ -13,7 +13,7 @@ import asyncio
 import sys
 
 from agents import Agent, Runner, function_tool, set_default_openai_api
-from endpoint_common import INSTRUCTIONS, TASK, done, model, search
+from endpoint_common import INSTRUCTIONS, TASK, done, model, own_limit, search
 
 
 async def main(mode: str) -> None:
@@ -26,7 +26,7 @@ async def main(mode: str) -> None:
                            http_port=9, force_http=True)
     agent = Agent(name="researcher", instructions=INSTRUCTIONS, model=model(),
                   tools=[function_tool(search)])
-    result = await Runner.run(agent, TASK, max_turns=30)
+    result = await Runner.run(agent, TASK, max_turns=own_limit(30))
     done(result.final_output)
 
 

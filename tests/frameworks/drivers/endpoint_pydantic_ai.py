@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from endpoint_common import INSTRUCTIONS, TASK, done, model, search
-from pydantic_ai import Agent
+from endpoint_common import INSTRUCTIONS, TASK, done, model, own_limit, search
+from pydantic_ai import Agent, UsageLimits
 
 
 async def main(mode: str) -> None:
     agent = Agent(f"openai-chat:{model()}", instructions=INSTRUCTIONS, tools=[search])
+    limits = UsageLimits(request_limit=own_limit(50))  # (50: its default)
     if mode == "langfuse":
         import os
 
@@ -30,10 +31,10 @@ async def main(mode: str) -> None:
         with propagate_attributes(session_id="endpoint-session"):
             done((await agent.run(TASK)).output)
     elif mode == "stream":
-        async with agent.run_stream(TASK) as result:
+        async with agent.run_stream(TASK, usage_limits=limits) as result:
             done(await result.get_output())
     else:
-        done((await agent.run(TASK)).output)
+        done((await agent.run(TASK, usage_limits=limits)).output)
 
 
 if __name__ == "__main__":

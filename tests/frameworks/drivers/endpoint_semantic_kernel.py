@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Annotated
 
-from endpoint_common import INSTRUCTIONS, TASK, done, model, search
+from endpoint_common import INSTRUCTIONS, TASK, done, model, own_limit, search
 from openai import AsyncOpenAI
 from semantic_kernel.agents import ChatCompletionAgent
 from semantic_kernel.connectors.ai import FunctionChoiceBehavior
@@ -34,7 +34,7 @@ async def run(mode: str) -> str:
     agent = ChatCompletionAgent(
         service=OpenAIChatCompletion(ai_model_id=model(), async_client=client),
         name="researcher", instructions=INSTRUCTIONS, plugins=[Files()],
-        function_choice_behavior=FunctionChoiceBehavior.Auto(maximum_auto_invoke_attempts=30))
+        function_choice_behavior=FunctionChoiceBehavior.Auto(maximum_auto_invoke_attempts=own_limit(30)))
     if mode == "stream":
         parts = [str(chunk.content) async for chunk in agent.invoke_stream(messages=TASK)]
         return "".join(parts)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from endpoint_common import TASK, done, model, search
+from endpoint_common import TASK, done, model, own_limit, search
 
 
 def main(mode: str) -> None:
@@ -27,7 +27,7 @@ def main(mode: str) -> None:
         model_object = OpenAIServerModel(model())
     from smolagents import ToolCallingAgent, tool
 
-    agent = ToolCallingAgent(tools=[tool(search)], model=model_object, max_steps=30,
+    agent = ToolCallingAgent(tools=[tool(search)], model=model_object, max_steps=own_limit(30),
                              verbosity_level=0)
     done(agent.run(TASK))
 

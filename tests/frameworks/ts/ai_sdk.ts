@@ -8,7 +8,8 @@
 // Completions), `messages` (`anthropic(model)`: Anthropic Messages), each with `generateText`,
 // or with `streamText` as `<mode>_stream`; `agent` is the SDK's ToolLoopAgent on `openai(model)`
 // (generate), `agent_stream` the same streamed. The tool loop is the SDK's own, to
-// `stopWhen: stepCountIs(30)`: it ends when the model answers without a tool call.
+// `stopWhen: stepCountIs(30)` (ENDPOINT_OWN_LIMIT, if set, in place of 30): it ends when the
+// model answers without a tool call.
 // It prints one JSON line last: {"ran": [the search terms its tool ran with], "output": answer}.
 import { createAnthropic } from "@ai-sdk/anthropic";
 import { openai } from "@ai-sdk/openai";
@@ -17,7 +18,7 @@ import { z } from "zod";
 
 const TASK = process.env.ENDPOINT_TASK ?? "Find the file.";
 const INSTRUCTIONS = "You are a careful research agent. Use the search tool, then answer.";
-const MAX_STEPS = 30;
+const MAX_STEPS = Number(process.env.ENDPOINT_OWN_LIMIT ?? 30);
 const ran: string[] = [];
 
 const tools = {

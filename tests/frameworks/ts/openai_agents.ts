@@ -16,7 +16,7 @@ import { z } from "zod";
 const TASK = process.env.ENDPOINT_TASK ?? "Find the file.";
 const INSTRUCTIONS = "You are a careful research agent. Use the search tool, then answer.";
 const FOLLOW_UP = "Now find the other one.";
-const MAX_TURNS = 30;
+const MAX_TURNS = Number(process.env.ENDPOINT_OWN_LIMIT ?? 30); // its own `maxTurns`
 const ran: string[] = [];
 
 const search = tool({
