@@ -1,0 +1,316 @@
+"""Qwen-Agent (``qwen-agent`` 0.0.34: its ``Assistant`` with a ``BaseTool`` of the application's
+own, ``shell``, registered by ``@register_tool``) steered through the model endpoint by its
+model's ``model_server`` alone (``llm_cfg = {'model': ..., 'model_server':
+'http://127.0.0.1:9478/agent/<name>/v1', 'api_key': ...}``: its ``oai`` model, the ``openai``
+client beneath), its commands really run in a temp dir (each appends to ``ran.log``). Every
+request it makes is streamed, by ``agent.run`` (a generator) and ``agent.run_nonstream``
+alike. It acts two ways, each tested:
+
+* by default, its own function-calling template (``fncall_prompt_type`` ``nous``): no request
+  offers ``tools``; the tools are described in the system message, the model calls one by
+  writing ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` in its answer's text,
+  and the result comes back as ``<tool_response>`` in a user message. The rule pack declares
+  it ``actions: text`` with ``action_key: name``: each such JSON object is a call of the tool
+  it names; an answer with none is the run's answer, which ends Qwen-Agent's run (no
+  ``stop_answer``: the stop note is such an answer);
+* ``generate_cfg: {'use_raw_api': True}``: the API's tool calling (``tools``, ``tool_calls``;
+  its tool results carry the call's id as ``id``, not ``tool_call_id``).
+
+Its own limit, ``QWEN_AGENT_MAX_LLM_CALL_PER_RUN`` (20 by default, read at import), ends a run
+after that many model calls, whatever the last one asked for. Qwen-Agent emits no
+OpenTelemetry of its own. Behind the sidecar, the scripted upstream
+(:mod:`tests.frameworks.fakellm`); its recorded request bodies are what the model read.
+Nothing waits for a directive.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import DRIVERS, clean_environ, drive_command
+from tests.frameworks.test_model_endpoint_text_actions import (
+    LEFT,
+    check_loop_wound_down,
+    final_asked,
+    new_runs,
+    run_ids,
+    the_ended_run,
+)
+from tests.harness import RunningServer, endpoint_with_pack
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+
+KEY = "sk-qwen-agent-0123456789abcdefSECRET"
+REPORT = "REPORT: 3 steps done; the rest remains."
+PACK = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: qwen-agent
+budgets:
+  - agents: ["qwen-budget"]
+    max_tool_calls: 3
+    actions: text
+    action_key: name
+  - agents: ["qwen-calls"]
+    max_iterations: 4
+    actions: text
+    action_key: name
+  - agents: ["qwen*"]
+    actions: text
+    action_key: name
+rules:
+  - name: two-actions-then-abort
+    agents: ["qwen-abort"]
+    when: "!run.ended && run.tool_calls >= 2"
+    action: abort
+    message: "Stopped by the test's rule after 2 actions"
+"""
+STOPPED = "The agent-watchdog stopped this run"
+MODES = ("text", "tools")
+_CASES = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+            model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
+    with endpoint_with_pack(tmp_path_factory.mktemp("qwen-agent"), PACK, llm.base_url,
+                            model_relay, loose_run_gap=120.0) as server:
+        yield server
+
+
+def act(command: str, mode: str) -> fakellm.Step:
+    """One action: ``command`` by the ``shell`` tool, in Qwen-Agent's template in the answer's
+    text (after a sentence, as Qwen models write it) or as a tool call."""
+    if mode == "tools":
+        return fakellm.call("shell", command=command)
+    return fakellm.answer("I run the next step.\n<tool_call>\n" + json.dumps(
+        {"name": "shell", "arguments": {"command": command}}) + "\n</tool_call>")
+
+
+def steps_then_answer(count: int, mode: str, obeys: bool = True) -> fakellm.Script:
+    """``count`` commands (step 0, 1, ...: each appends to ran.log), then the answer; a final
+    request's instruction is obeyed (the report, no tool) when ``obeys``."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if obeys and (final_asked(body) or body.get("tool_choice") == "none"):
+            return fakellm.answer(REPORT)
+        if index >= count:
+            return fakellm.answer(f"All {count} steps are done.")
+        return act(f"echo step{index} >> ran.log && echo done {index}", mode)
+    return pick
+
+
+def looping(mode: str) -> fakellm.Script:
+    """The same failing command, whatever the model is told."""
+    return lambda _index, _body: act("echo tried >> ran.log && cat missing.txt", mode)
+
+
+def llm_cfg(model_server: str, model: str, mode: str) -> dict[str, Any]:
+    """Qwen-Agent's ``llm_cfg`` as a user writes it for an OpenAI-compatible server (``mode``
+    ``tools``: the API's tool calling, ``use_raw_api``). docs/agents.md shows it."""
+    cfg: dict[str, Any] = {"model": model, "model_server": model_server, "api_key": KEY}
+    if mode == "tools":
+        cfg["generate_cfg"] = {"use_raw_api": True}
+    return cfg
+
+
+def run_qwen(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
+             tmp_path: Path, mode: str, runner: str = "run", tasks: int = 1,
+             extra: dict[str, str] | None = None
+             ) -> tuple[list[list[dict[str, Any]]], list[str], list[dict[str, Any]]]:
+    """Qwen-Agent's ``Assistant`` once (``runner``: ``run``, streamed, or ``nonstream``), in a
+    temp dir of its own, on a model scripted by ``script``, named ``agent`` by its
+    ``model_server``; ``tasks`` user messages in turn, one conversation. Returns each run's
+    responses (role, content, the call's tool), the commands really run (ran.log) and the
+    requests the upstream got."""
+    case = next(_CASES)
+    model = llm.script(f"qwen-{agent}-{case}", script)
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = llm_cfg(f"{sidecar.url('model')}/agent/{agent}/v1", model, mode)
+    env = {**clean_environ("QWEN_AGENT_", "OPENAI_"), "HOME": str(tmp_path),
+           "PYTHONPATH": str(DRIVERS), "QA_WORKDIR": str(work), "QA_LLM": json.dumps(cfg),
+           "QA_TASKS": json.dumps([f"Count the steps (case {case}, task {n})."
+                                   for n in range(tasks)]),
+           **(extra or {})}
+    result = drive_command("qwen_agent", "endpoint_qwen_agent", runner,
+                           {**clean_environ(), "PYTHONPATH": str(DRIVERS)}, env)
+    runs = json.loads(result.stdout.strip().splitlines()[-1])
+    ran = work / "ran.log"
+    return runs, ran.read_text().splitlines() if ran.exists() else [], llm.requests(model)
+
+
+def instructions(body: dict[str, Any]) -> str:
+    return str(body["messages"][0]["content"])
+
+
+def said(responses: list[dict[str, Any]]) -> str:
+    """The run's answer as Qwen-Agent's caller reads it: its last response's content."""
+    return str(responses[-1]["content"])
+
+
+# -- a run is a run -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("mode", "runner"), [("text", "run"), ("text", "nonstream"),
+                                              ("tools", "run")])
+def test_one_agent_run_is_one_run_each_tool_it_asks_for_a_call(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str, runner: str) -> None:
+    """Each ``<tool_call>`` in an answer's text is a call of the tool it names, as a tool call
+    is: the run's counts are the same either way; the answer with none ends the run at once,
+    ``completed``, with that answer, which is also the agent's last response."""
+    before = run_ids(sidecar)
+    [responses], ran, requests = run_qwen(sidecar, llm, "qwen", steps_then_answer(3, mode),
+                                          tmp_path, mode, runner)
+    assert ran == ["step0", "step1", "step2"]
+    assert said(responses) == "All 3 steps are done."
+    assert len(requests) == 4 and all(body["stream"] for body in requests)
+    # nothing to steer: each request went upstream as it came
+    assert not any("agent-watchdog" in json.dumps(body) or "[budget:" in json.dumps(body)
+                   for body in requests)
+    assert [("tools" in body) for body in requests] == [mode == "tools"] * 4
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "completed"), run
+    assert run["signals"]["tools"] == {"shell": 3}, run["signals"]
+    assert run["final_output"] == "All 3 steps are done."
+
+
+# -- a budget -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_budget_of_three_counts_down_and_its_final_request_asks_for_the_report(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    before = run_ids(sidecar)
+    [responses], ran, requests = run_qwen(sidecar, llm, "qwen-budget",
+                                          steps_then_answer(10, mode), tmp_path, mode)
+    assert ran == ["step0", "step1", "step2"]  # the budget's 3, really run
+    assert said(responses) == REPORT  # the agent's answer: the report
+    assert len(requests) == 4
+    # the true count left at each request (the default pack's countdown: from 3 left)
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert "all 3 tool calls used" in instructions(requests[-1])
+    if mode == "text":  # (its answer's text is read for an action: the finish is asked for)
+        assert [final_asked(body) for body in requests] == [False, False, False, True]
+    else:  # (its tools withdrawn)
+        assert [fakellm.offers_tools(body) for body in requests] == [True] * 3 + [False]
+    for body in requests:  # (never as a user message)
+        assert all("[budget:" not in str(message.get("content"))
+                   for message in body["messages"][1:]), body
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "tool_limit_reached"), run
+    assert run["final_output"] == REPORT
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_tool_past_the_budget_is_stopped(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    """The model does not take the final instruction. In text, its answer holds one more
+    ``<tool_call>``, which Qwen-Agent runs (the endpoint cannot take an action out of text);
+    its next request gets the stop answer, the note with no tool in it, which ends its run as
+    its answer; the upstream gets nothing more. By the API, the call is taken out of the
+    final answer: none runs."""
+    before = run_ids(sidecar)
+    [responses], ran, requests = run_qwen(sidecar, llm, "qwen-budget",
+                                          steps_then_answer(10, mode, obeys=False),
+                                          tmp_path, mode)
+    assert len(requests) == 4
+    answer = said(responses)
+    assert answer.startswith(STOPPED) and "<tool_call>" not in answer, answer
+    if mode == "text":
+        assert final_asked(requests[-1])
+        assert ran == ["step0", "step1", "step2", "step3"]
+        assert "went on after its final request instead of ending (budget-exhausted)" in answer
+    else:
+        assert ran == ["step0", "step1", "step2"]
+        assert "asked for tools again instead of its final report" in answer
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "tool_limit_reached"), run
+
+
+# -- a loop, an abort -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_loop_is_wound_down_then_stopped(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    before = run_ids(sidecar)
+    [responses], ran, requests = run_qwen(sidecar, llm, "qwen", looping(mode), tmp_path, mode)
+    check_loop_wound_down(requests, the_ended_run(sidecar, before))
+    assert len(llm.requests(str(requests[0]["model"]))) == 7  # nothing after the final
+    answer = said(responses)
+    assert answer.startswith(STOPPED) and "6 tool calls" in answer, answer
+    if mode == "text":
+        # the model loops on: its 7th answer's tool runs too, then the stop answer ends it
+        assert ran == ["tried"] * 7
+        assert "went on after its final request instead of ending (tool-cycle)" in answer
+    else:
+        assert ran == ["tried"] * 6
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_abort_is_answered_with_the_stop_note_which_ends_its_run(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    before = run_ids(sidecar)
+    [responses], ran, requests = run_qwen(sidecar, llm, "qwen-abort",
+                                          steps_then_answer(10, mode), tmp_path, mode)
+    assert ran == ["step0", "step1"]
+    assert len(requests) == 2  # the 3rd request got the stop answer, not the upstream
+    assert "Stopped by the test's rule after 2 actions" in said(responses)
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+# -- its own limit ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_its_own_limit_ends_it_with_no_request_more_known_gap(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    """Known gap: Qwen-Agent's own limit (``QWEN_AGENT_MAX_LLM_CALL_PER_RUN``, 3 here) ends its
+    run after its 3rd model call, that call's tool run and no request more: its caller's last
+    response is that tool's result, no answer. Nothing tells the endpoint the agent stopped:
+    the run is held open for the call it last handed over (in flight), and ends later (text:
+    ``completed`` ``loose_run_gap`` after it, the last answer, its ``<tool_call>``, its
+    output; tools: ``abandoned`` after ``run_end_timeout``)."""
+    before = run_ids(sidecar)
+    [responses], ran, requests = run_qwen(
+        sidecar, llm, "qwen", steps_then_answer(10, mode), tmp_path, mode,
+        extra={"QWEN_AGENT_MAX_LLM_CALL_PER_RUN": "3"})
+    assert ran == ["step0", "step1", "step2"] and len(requests) == 3
+    assert responses[-1]["role"] == "function"  # (no answer: the last tool's result)
+    [run] = new_runs(sidecar, before, lambda runs: runs[0]["iterations"] == 3)
+    assert (run["state"], run["tool_calls"], run["signals"]["in_flight"]) == (
+        "active", 2, 1), run
+    if mode == "text":
+        assert "<tool_call>" in run["final_output"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_budget_of_its_own_limits_model_calls_ends_it_with_the_report(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    """The pack's ``max_iterations`` at Qwen-Agent's own limit (4 each): the endpoint makes
+    the 4th call final (the finish asked for in text, no tools offered by the API), the model
+    reports, and Qwen-Agent's run ends with the report as its answer; the run
+    ``tool_limit_reached``, not held open."""
+    before = run_ids(sidecar)
+    [responses], ran, requests = run_qwen(
+        sidecar, llm, "qwen-calls", steps_then_answer(10, mode), tmp_path, mode,
+        extra={"QWEN_AGENT_MAX_LLM_CALL_PER_RUN": "4"})
+    assert ran == ["step0", "step1", "step2"] and len(requests) == 4
+    assert said(responses) == REPORT
+    assert "this is the last of 4" in instructions(requests[-1])
+    if mode == "text":
+        assert [final_asked(body) for body in requests] == [False] * 3 + [True]
+    else:
+        assert [fakellm.offers_tools(body) for body in requests] == [True] * 3 + [False]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "tool_limit_reached"), run
+    assert run["final_output"] == REPORT
