@@ -140,6 +140,33 @@ def test_a_packs_action_key_makes_each_json_object_naming_a_tool_a_call_of_it() 
     assert (record.final_answer, record.acted_on, record.ends_run) == (True, False, True)
 
 
+QWEN_SAID = ('I list the records first: {"name": "a.txt"} is one.\n<tool_call>\n'
+             '{"name": "shell", "arguments": {"command": "ls", "name": "x"}}\n</tool_call>\n'
+             '<tool_call>\n{"name": "shell", "arguments": {"command": "pwd"}}\n</tool_call>')
+
+
+def test_an_action_key_with_an_action_pattern_reads_the_objects_in_what_it_matches() -> None:
+    """An ``action_key`` with an ``action_pattern`` (Qwen-Agent's and Hermes'
+    ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``, the key ``name``): the JSON
+    objects are read in what the pattern matches alone (its groups, else the match), each a
+    call of the tool it names; the prose's objects that have the key are none (without the
+    pattern, a call of ``a.txt``), nor is an answer the pattern does not match, whatever
+    JSON it holds: the run's answer."""
+    state = acting_run()
+    state.action_key = "name"
+    assert [call.name for call in text_action(state, said(QWEN_SAID))] == [
+        "a.txt", "shell", "shell"]
+    state.action_pattern = "(?s)<tool_call>.*</tool_call>"
+    calls = text_action(state, said(QWEN_SAID))
+    assert [(call.name, json.loads(call.arguments)) for call in calls] == [
+        ("shell", {"name": "shell", "arguments": {"command": "ls", "name": "x"}}),
+        ("shell", {"name": "shell", "arguments": {"command": "pwd"}})]
+    assert text_action(state, said('The record: ```json\n{"name": "a.txt"}\n```')) == []
+    state.action_pattern = r"(?s)<tool_call>(.*?)</tool_call>"  # (its group: the first only)
+    [first] = text_action(state, said(QWEN_SAID))
+    assert json.loads(first.arguments)["arguments"]["command"] == "ls"
+
+
 def test_a_regular_expression_over_json_takes_the_wrong_action_out() -> None:
     """Why ``action_key`` and not an ``action_pattern`` for actions as JSON objects: a
     regular expression does not know JSON's nesting nor its strings. A lazy one stops at the

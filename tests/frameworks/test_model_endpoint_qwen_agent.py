@@ -49,7 +49,8 @@ from tests.model_relays import model_relay  # noqa: F401 (each test on both rela
 
 KEY = "sk-qwen-agent-0123456789abcdefSECRET"
 REPORT = "REPORT: 3 steps done; the rest remains."
-PACK = """\
+TOOL_CALL = "'(?s)<tool_call>.*</tool_call>'"
+PACK = f"""\
 apiVersion: agent-watchdog/v1
 kind: RulePack
 name: qwen-agent
@@ -57,13 +58,19 @@ budgets:
   - agents: ["qwen-budget"]
     max_tool_calls: 3
     actions: text
+    action_pattern: {TOOL_CALL}
     action_key: name
   - agents: ["qwen-calls"]
     max_iterations: 4
     actions: text
+    action_pattern: {TOOL_CALL}
+    action_key: name
+  - agents: ["qwen-key-alone"]
+    actions: text
     action_key: name
   - agents: ["qwen*"]
     actions: text
+    action_pattern: {TOOL_CALL}
     action_key: name
 rules:
   - name: two-actions-then-abort
@@ -179,6 +186,85 @@ def test_one_agent_run_is_one_run_each_tool_it_asks_for_a_call(
         4, 3, "completed"), run
     assert run["signals"]["tools"] == {"shell": 3}, run["signals"]
     assert run["final_output"] == "All 3 steps are done."
+
+
+@pytest.mark.parametrize("agent", ["qwen", "qwen-key-alone"])
+def test_json_in_its_answer_is_no_call_outside_a_tool_call_block(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, agent: str) -> None:
+    """Its answer holds a JSON object with a ``name`` (a record it reports), no
+    ``<tool_call>``: Qwen-Agent ends its run with it. With the pack's ``action_pattern``
+    (``<tool_call>`` blocks) beside its ``action_key``, that object is no call: the run ends
+    at once, ``completed``, with the answer. With the key alone, it is read as a call of
+    ``a.txt``: the run is held open for it (in flight) until ``loose_run_gap`` passes."""
+    record = 'The file:\n```json\n{"name": "a.txt", "lines": 2}\n```'
+
+    def pick(index: int, _body: dict[str, Any]) -> fakellm.Step:
+        return act("echo step0 >> ran.log", "text") if index == 0 else fakellm.answer(record)
+
+    before = run_ids(sidecar)
+    [responses], ran, requests = run_qwen(sidecar, llm, agent, pick, tmp_path, "text")
+    assert (said(responses), ran, len(requests)) == (record, ["step0"], 2)
+    if agent == "qwen":
+        run = the_ended_run(sidecar, before)
+        assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+            2, 1, "completed"), run
+        assert run["final_output"] == record
+    else:
+        [run] = new_runs(sidecar, before, lambda runs: runs[0]["iterations"] == 2)
+        # (a call is counted once its result comes: the one in flight is not yet)
+        assert (run["state"], run["tool_calls"], run["signals"]["in_flight"]) == (
+            "active", 1, 1), run
+        assert run["terminal_state"] is None, run
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_two_tool_calls_in_one_answer_are_two_calls_of_the_budget(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    """An answer that asks for two tools at once (two ``<tool_call>`` blocks, or two tool
+    calls): Qwen-Agent runs both, and the endpoint counts both: the next request is told 1
+    of 3 left, and the one after is the final."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if final_asked(body) or (mode == "tools" and not fakellm.offers_tools(body)):
+            return fakellm.answer(REPORT)
+        if index == 0:
+            commands = [f"echo step{n} >> ran.log" for n in (0, 1)]
+            if mode == "tools":
+                return fakellm.Step(tool_calls=tuple(
+                    fakellm.ToolCall("shell", {"command": command}) for command in commands))
+            return fakellm.answer("Two at once:\n" + "\n".join(
+                "<tool_call>\n" + json.dumps({"name": "shell", "arguments": {
+                    "command": command}}) + "\n</tool_call>" for command in commands))
+        return act(f"echo step{index + 1} >> ran.log", mode)
+
+    before = run_ids(sidecar)
+    [responses], ran, requests = run_qwen(sidecar, llm, "qwen-budget", pick, tmp_path, mode)
+    assert ran == ["step0", "step1", "step2"] and said(responses) == REPORT
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("1", "3")], []]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        3, 3, "tool_limit_reached"), run
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_conversation_goes_on_a_run_per_message(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    """Two user messages in turn, the conversation going on (``messages`` with the first
+    run's responses, then the next message): each ``agent.run`` is a run of its own."""
+    def pick(index: int, _body: dict[str, Any]) -> fakellm.Step:
+        if index in (1, 3):
+            return fakellm.answer(f"Done with task {index // 2}.")
+        return act(f"echo step{index} >> ran.log", mode)
+
+    before = run_ids(sidecar)
+    runs, ran, requests = run_qwen(sidecar, llm, "qwen", pick, tmp_path, mode, tasks=2)
+    assert [said(responses) for responses in runs] == ["Done with task 0.", "Done with task 1."]
+    assert ran == ["step0", "step2"] and len(requests) == 4
+    ended = new_runs(sidecar, before, lambda runs: len(runs) == 2
+                     and all(run["state"] == "ended" for run in runs))
+    assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
+                   run["final_output"]) for run in ended) == [
+        (2, 1, "completed", "Done with task 0."), (2, 1, "completed", "Done with task 1.")]
 
 
 # -- a budget -----------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ INSTRUCTIONS = "You run shell commands to do what you are asked."
 @register_tool("shell")
 class Shell(BaseTool):
     description = "Run a shell command in the working directory and see its output."
-    parameters = {"type": "object",
+    parameters = {"type": "object",  # noqa: RUF012 (as Qwen-Agent's own tools write it)
                   "properties": {"command": {"type": "string",
                                              "description": "the shell command"}},
                   "required": ["command"]}
@@ -61,8 +61,8 @@ def main() -> int:
             response = agent.run_nonstream(messages)
         else:
             response = []
-            for response in agent.run(messages):
-                pass
+            for streamed in agent.run(messages):
+                response = streamed  # (each item: the responses so far)
         messages.extend(response)
         runs.append([shown(message) for message in response])
     print(json.dumps(runs))

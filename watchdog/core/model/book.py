@@ -289,6 +289,7 @@ class EndpointRun:
     action_pattern: str | None = None
     # ... the key whose value names the tool a JSON object in its answer asks for (a rule
     # pack's ``action_key``): each such object is an action, an answer with none its answer
+    # (with an ``action_pattern``: the objects in what it matches)
     action_key: str | None = None
     # ... the tools whose action is the agent's answer (a rule pack's ``answer_tools``:
     # Langroid's ``done_tool``): an answer whose actions are all theirs is the run's answer
@@ -1327,7 +1328,10 @@ def text_action(state: EndpointRun, seen: Observation, last: bool = False) -> li
     ReAct agent's ``Action:`` and ``Action Input:``, its ``Thought:`` aside); an answer it does
     not match holds no action (the agent's ``Final Answer:``) — or, when it gives the key
     that names an action's tool (:attr:`EndpointRun.action_key`), a call per JSON object in
-    the answer that has that key (:func:`json_actions`). Its result is what the agent's
+    the answer that has that key (:func:`json_actions`); with a pattern too, per such object
+    in what the pattern matches (its groups, else the match: Qwen-Agent's and Hermes'
+    ``<tool_call>`` blocks, the prose's JSON no action), an answer it does not match holding
+    none. Its result is what the agent's
     next request says after the answer (its output). None for another run, an answer with no
     text or one cut short, and for the run's final request or stop: that answer is its
     last; and, for a run whose agent acts by the code blocks in its answers
@@ -1336,9 +1340,15 @@ def text_action(state: EndpointRun, seen: Observation, last: bool = False) -> li
     if not state.acts_in_text or (not last and (state.final_used or state.stop is not None)) \
             or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
         return []
-    if state.action_key:
-        return json_actions(seen.text[:MAX_ACTION_CHARS], state.action_key)
     search = _action_search(state.action_pattern) if state.action_pattern else None
+    if state.action_key:
+        text = seen.text[:MAX_ACTION_CHARS]
+        if search is not None:  # (the objects are read in what it matches alone)
+            where = search(text)
+            if where is None:
+                return []
+            text = "\n".join([part for part in where[1:] if part] or [where[0] or ""])
+        return json_actions(text, state.action_key)
     if search is not None:
         found = search(seen.text[:MAX_ACTION_CHARS])
         if found is None:
