@@ -10,7 +10,8 @@ alike. It acts two ways, each tested:
   offers ``tools``; the tools are described in the system message, the model calls one by
   writing ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` in its answer's text,
   and the result comes back as ``<tool_response>`` in a user message. The rule pack declares
-  it ``actions: text`` with ``action_key: name``: each such JSON object is a call of the tool
+  it ``actions: text`` with ``action_key: name`` and the ``action_pattern`` of its
+  ``<tool_call>`` blocks (docs/agents.md's): each JSON object in them is a call of the tool
   it names; an answer with none is the run's answer, which ends Qwen-Agent's run (no
   ``stop_answer``: the stop note is such an answer);
 * ``generate_cfg: {'use_raw_api': True}``: the API's tool calling (``tools``, ``tool_calls``;
