@@ -189,6 +189,22 @@ def test_one_agent_run_is_one_run_each_tool_it_asks_for_a_call(
     assert run["final_output"] == "All 3 steps are done."
 
 
+def test_undeclared_each_model_call_is_a_run_of_its_own(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """An agent the pack does not declare (``assistant``): its requests offer no tools, so
+    each answer looks final to the endpoint, its ``<tool_call>`` too: each model call is a run
+    of its own, ``completed``, no tool call counted (a budget could not bind it)."""
+    before = run_ids(sidecar)
+    [responses], ran, requests = run_qwen(sidecar, llm, "assistant",
+                                          steps_then_answer(2, "text"), tmp_path, "text")
+    assert (said(responses), ran, len(requests)) == (
+        "All 2 steps are done.", ["step0", "step1"], 3)
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 3
+                    and all(run["state"] == "ended" for run in runs))
+    assert {(run["iterations"], run["tool_calls"], run["terminal_state"])
+            for run in runs} == {(1, 0, "completed")}, runs
+
+
 @pytest.mark.parametrize("agent", ["qwen", "qwen-key-alone"])
 def test_json_in_its_answer_is_no_call_outside_a_tool_call_block(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, agent: str) -> None:
@@ -290,6 +306,31 @@ def test_a_budget_of_three_counts_down_and_its_final_request_asks_for_the_report
     for body in requests:  # (never as a user message)
         assert all("[budget:" not in str(message.get("content"))
                    for message in body["messages"][1:]), body
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "tool_limit_reached"), run
+    assert run["final_output"] == REPORT
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_reasoning_models_budget_reads_the_same(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    """A reasoning model (a Qwen3 served by vLLM with its reasoning parser): each answer's
+    reasoning streamed first as ``reasoning_content``, which Qwen-Agent keeps and sends back
+    on the assistant messages of its history. Its run reads as without it: the countdown at
+    each request, 3 tools run, the report at the final request, ``tool_limit_reached``."""
+    plain = steps_then_answer(10, mode)
+
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        step = plain(index, body)
+        return fakellm.Step(step.text, step.tool_calls, reasoning=f"Thinking about step {index}.")
+
+    before = run_ids(sidecar)
+    [responses], ran, requests = run_qwen(sidecar, llm, "qwen-budget", pick, tmp_path, mode)
+    assert ran == ["step0", "step1", "step2"] and said(responses) == REPORT
+    assert "Thinking about step 0." in json.dumps(requests[1]["messages"])  # (sent back)
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
     run = the_ended_run(sidecar, before)
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         4, 3, "tool_limit_reached"), run
