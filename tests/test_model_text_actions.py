@@ -420,6 +420,39 @@ def test_a_request_that_begins_as_the_run_did_without_its_latest_answer_is_the_n
     assert book.identify("chat", another, Caller(), "aider", ended) is not state
 
 
+def test_an_answer_its_agent_writes_anew_with_the_same_json_actions_goes_on_in_the_run(
+        ) -> None:
+    """An agent that names its tools by JSON objects and sends each answer back as it parsed
+    it (Qwen-Agent: the call as ``json.dumps`` writes it, the name first, the prose after it
+    dropped): a request whose model answer holds the same actions, in the same order, goes on
+    in the run; one whose answer holds other actions (another invocation's step), or the same
+    with one missing, does not, and starts the next run."""
+    pattern = "(?s)<tool_call>.*</tool_call>"
+    answer = ('Two now:\n<tool_call>{"arguments":{"command":"ls"},"name":"shell"}</tool_call>\n'
+              '<tool_call>{"name":"shell","arguments":{"command":"pwd"}}</tool_call>\nThen I see.')
+
+    def written(*commands: str) -> str:
+        return "Two now:\n" + "\n".join("<tool_call>\n" + json.dumps(
+            {"name": "shell", "arguments": {"command": command}}) + "\n</tool_call>"
+            for command in commands)
+
+    def after(text: str) -> Request:
+        return request({"role": "assistant", "content": text},
+                       {"role": "user", "content": "<tool_response>\nx\n</tool_response>"})
+
+    for anew, goes_on in ((written("ls", "pwd"), True), (written("pwd", "ls"), False),
+                          (written("ls"), False), (written("ls", "pwd", "id"), False)):
+        book = ModelBook()
+        first = request()
+        state = book.identify("chat", first, Caller(), "qwen", not_ended)
+        state.acts_in_text, state.action_key, state.action_pattern = True, "name", pattern
+        record = book.call_record(state, first, said(answer), [], 1, 2)
+        assert record.acted_on and len(state.acted) == 2
+        assert state.quote is not None and state.quote not in " ".join(anew.split())
+        assert (book.identify("chat", after(anew), Caller(), "qwen", not_ended)
+                is state) == goes_on, anew
+
+
 def test_the_tracker_holds_the_run_open_until_the_gap_passes_without_a_call() -> None:
     book, tracker = ModelBook(), RunTracker(loose_run_gap=120.0)
     first = request()

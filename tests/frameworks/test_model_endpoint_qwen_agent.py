@@ -284,6 +284,39 @@ def test_a_conversation_goes_on_a_run_per_message(
         (2, 1, "completed", "Done with task 0."), (2, 1, "completed", "Done with task 1.")]
 
 
+FORMS = {
+    "compact": lambda command: "<tool_call>" + json.dumps(
+        {"name": "shell", "arguments": {"command": command}}, separators=(",", ":"))
+        + "</tool_call>",
+    "arguments first": lambda command: "<tool_call>\n" + json.dumps(
+        {"arguments": {"command": command}, "name": "shell"}) + "\n</tool_call>",
+    "text after": lambda command: "Step:\n<tool_call>\n" + json.dumps(
+        {"name": "shell", "arguments": {"command": command}}) + "\n</tool_call>\nThen I see.",
+}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_its_calls_written_otherwise_read_the_same(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, form: str) -> None:
+    """Qwen-Agent sends each answer back in its history as it re-renders it (its text before
+    the call, then ``<tool_call>`` and the call as ``json.dumps`` writes it, the name first),
+    not as the model wrote it: compact JSON, the arguments first, a sentence after the call.
+    Each is still one run of 3 calls: the request carries an answer with the same actions
+    (``carries_answer``), so it goes on in the run, not as another invocation's."""
+    def pick(index: int, _body: dict[str, Any]) -> fakellm.Step:
+        if index >= 3:
+            return fakellm.answer("All 3 steps are done.")
+        return fakellm.answer(FORMS[form](f"echo step{index} >> ran.log"))
+
+    before = run_ids(sidecar)
+    [responses], ran, requests = run_qwen(sidecar, llm, "qwen", pick, tmp_path, "text")
+    assert (said(responses), ran, len(requests)) == (
+        "All 3 steps are done.", ["step0", "step1", "step2"], 4)
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "completed"), run
+
+
 # -- a budget -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("mode", MODES)

@@ -323,6 +323,10 @@ class EndpointRun:
     # ... the words of its latest answer, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS):
     # a conversation's first request that quotes them is a side request of it (:func:`is_side`)
     quote: str | None = None
+    # ... the arguments of that answer's actions, when its agent names its tools by JSON
+    # objects (``action_key``): a request whose model answer holds the same ones carries it,
+    # written anew by its agent (:func:`carries_answer`); () for none
+    acted: tuple[str, ...] = ()
     # ... the digest of the instructions (system prompt) of the request that answer came to
     # (:func:`_said_digest`): a request with the same instructions is the agent's own next
     # task, which may quote that answer whole (a plan handed on), not a side request of it
@@ -1198,6 +1202,7 @@ class ModelBook:
         if state.acts_in_text and not side and not seen.broke_off:
             words = " ".join(seen.text.split())
             state.quote = words[:MAX_ASIDE_CHARS] if len(words) >= MIN_ASIDE_CHARS else None
+            state.acted = tuple(call.arguments for call in acted) if state.action_key else ()
             state.prompt = _said_digest(request.instructions)
             state.grown = _grown_from(request.anchor_text, words) \
                 if request.last_answer is None and request.anchor_text and words else None
@@ -1340,15 +1345,9 @@ def text_action(state: EndpointRun, seen: Observation, last: bool = False) -> li
     if not state.acts_in_text or (not last and (state.final_used or state.stop is not None)) \
             or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
         return []
-    search = _action_search(state.action_pattern) if state.action_pattern else None
     if state.action_key:
-        text = seen.text[:MAX_ACTION_CHARS]
-        if search is not None:  # (the objects are read in what it matches alone)
-            where = search(text)
-            if where is None:
-                return []
-            text = "\n".join([part for part in where[1:] if part] or [where[0] or ""])
-        return json_actions(text, state.action_key)
+        return key_actions(state, seen.text)
+    search = _action_search(state.action_pattern) if state.action_pattern else None
     if search is not None:
         found = search(seen.text[:MAX_ACTION_CHARS])
         if found is None:
@@ -1366,6 +1365,22 @@ def text_action(state: EndpointRun, seen: Observation, last: bool = False) -> li
     action = " ".join(" ".join(parts).split())
     return [ToolCall(TEXT_ACTION_ID + _random_hex(64), TEXT_ACTION,
                      json.dumps({"action": action[:MAX_ACTION_CHARS]}))]
+
+
+def key_actions(state: EndpointRun, text: str) -> list[ToolCall]:
+    """The actions in an answer's ``text`` for a run whose agent names its tools by JSON
+    objects (:attr:`EndpointRun.action_key`; :func:`json_actions`), read in what its
+    :attr:`EndpointRun.action_pattern` matches alone when it has one (its groups, else the
+    match: Qwen-Agent's ``<tool_call>`` blocks, the prose's objects none), none when that does
+    not match; in the text's first MAX_ACTION_CHARS."""
+    text = text[:MAX_ACTION_CHARS]
+    search = _action_search(state.action_pattern) if state.action_pattern else None
+    if search is not None:
+        where = search(text)
+        if where is None:
+            return []
+        text = "\n".join([part for part in where[1:] if part] or [where[0] or ""])
+    return json_actions(text, state.action_key or "")
 
 
 def json_actions(text: str, key: str) -> list[ToolCall]:
@@ -1549,10 +1564,18 @@ def carries_answer(state: EndpointRun, request: Request) -> bool:
     request that goes on in a run whose agent acts in text does (its conversation sent whole,
     the answer it acted on in it). One that does not is another invocation of the agent that
     begins as its conversation began (Aider's every request begins with the same examples):
-    the next run. True when the run has no such answer, or the server keeps the conversation."""
+    the next run. True when the run has no such answer, or the server keeps the conversation.
+    An agent that names its tools by JSON objects may send that answer back written anew, as it
+    parsed it (Qwen-Agent: its text before the call, then the call as ``json.dumps`` writes
+    it, the prose after it dropped): a model answer that holds the same actions, the same
+    objects in the same order (:attr:`EndpointRun.acted`, keys sorted), carries it too."""
     if state.quote is None or request.kept:
         return True
-    return any(state.quote in " ".join(text_of(content).split()) for content in request.answers)
+    if any(state.quote in " ".join(text_of(content).split()) for content in request.answers):
+        return True
+    return bool(state.acted) and any(
+        tuple(call.arguments for call in key_actions(state, text_of(content))) == state.acted
+        for content in request.answers)
 
 
 def grows_from(state: EndpointRun, request: Request) -> str | None:
