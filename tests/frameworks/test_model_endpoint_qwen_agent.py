@@ -475,3 +475,28 @@ def test_a_budget_of_its_own_limits_model_calls_ends_it_with_the_report(
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         4, 3, "tool_limit_reached"), run
     assert run["final_output"] == REPORT
+
+
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_its_tools_results_are_read(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    """Three commands, each other, that print the same: the endpoint reads each result (the
+    same 3 times: ``repeated_tool_result``), in text from the ``<tool_response>`` after the
+    answer, and by the API from its tool messages, which name their call by ``id``, not
+    ``tool_call_id``: the calls still waiting answered in the order handed over."""
+    def pick(index: int, _body: dict[str, Any]) -> fakellm.Step:
+        if index < 3:
+            return act(f"echo step{index} >> ran.log && echo same", mode)
+        return fakellm.answer("All 3 steps are done.")
+
+    before = run_ids(sidecar)
+    _, ran, requests = run_qwen(sidecar, llm, "qwen", pick, tmp_path, mode)
+    assert len(ran) == 3 and len(requests) == 4
+    if mode == "tools":
+        assert [(message.get("tool_call_id"), bool(message.get("id")))
+                for message in requests[1]["messages"] if message["role"] == "tool"] == [
+            (None, True)]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["signals"]["repeated_tool_result"]) == (3, 3), run

@@ -1025,9 +1025,10 @@ class ModelBook:
     def tool_records(self, state: EndpointRun, request: Request, now_ns: int
                      ) -> list[SpanRecord]:
         """The tool calls handed over before this request: they have run by now. Each with
-        the result this request carries for it, if any; each once (a retried request, or a
-        result that comes later, finds its call counted). None when the agent traces them
-        itself."""
+        the result this request carries for it, if any (a result that names no call, as
+        Qwen-Agent's tool messages name theirs by ``id``, not ``tool_call_id``: the calls
+        still waiting, in the order handed over); each once (a retried request, or a result
+        that comes later, finds its call counted). None when the agent traces them itself."""
         if is_side(state, request):  # (it answers none of the run's calls)
             return []
         records: list[SpanRecord] = []
@@ -1037,6 +1038,9 @@ class ModelBook:
                 or _answered(state.begun, result.call_id)
             if call is not None:
                 answered.append((call, result))
+        for result in request.results:  # (no call id: the calls in the order handed over)
+            if not result.call_id and state.pending:
+                answered.append((state.pending.pop(next(iter(state.pending))), result))
         said = said_of(state, request)
         asked, state.asked = state.asked, _asked(request, said)
         retried: list[ToolCall] = []
