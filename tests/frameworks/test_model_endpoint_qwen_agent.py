@@ -51,6 +51,7 @@ from tests.model_relays import model_relay  # noqa: F401 (each test on both rela
 KEY = "sk-qwen-agent-0123456789abcdefSECRET"
 REPORT = "REPORT: 3 steps done; the rest remains."
 TOOL_CALL = "'(?s)<tool_call>.*</tool_call>'"
+REACT = r"'(?s)Action:\s*(.*?)\s*Action Input:\s*(.*)'"  # (docs/agents.md's react-agents)
 PACK = f"""\
 apiVersion: agent-watchdog/v1
 kind: RulePack
@@ -73,9 +74,18 @@ budgets:
     actions: text
     action_pattern: {TOOL_CALL}
     action_key: name
+  - agents: ["react-budget"]
+    max_tool_calls: 3
+    actions: text
+    action_pattern: {REACT}
+    stop_answer: "Final Answer: ${{note}}"
+  - agents: ["react*"]
+    actions: text
+    action_pattern: {REACT}
+    stop_answer: "Final Answer: ${{note}}"
 rules:
   - name: two-actions-then-abort
-    agents: ["qwen-abort"]
+    agents: ["qwen-abort", "react-abort"]
     when: "!run.ended && run.tool_calls >= 2"
     action: abort
     message: "Stopped by the test's rule after 2 actions"
@@ -500,3 +510,87 @@ def test_its_tools_results_are_read(
             (None, True)]
     run = the_ended_run(sidecar, before)
     assert (run["tool_calls"], run["signals"]["repeated_tool_result"]) == (3, 3), run
+
+
+# -- its ReActChat ------------------------------------------------------------------------------
+
+def react(index: int, body: dict[str, Any], count: int = 10, obeys: bool = True
+          ) -> fakellm.Step:
+    """Its ``ReActChat``'s model: ``count`` steps in ReAct (the ``Thought:`` is its prompt's
+    last words), then its ``Final Answer:``; the report as one at a final request."""
+    if obeys and final_asked(body):
+        return fakellm.answer(f"I now know the final answer\nFinal Answer: {REPORT}")
+    if index >= count:
+        return fakellm.answer(f"I now know the final answer\nFinal Answer: All {count} done.")
+    return fakellm.answer(f"Step {index} next.\nAction: shell\nAction Input: " + json.dumps(
+        {"command": f"echo step{index} >> ran.log && echo done {index}"}))
+
+
+def run_react(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
+              tmp_path: Path) -> tuple[str, list[str], list[dict[str, Any]]]:
+    """Its ``ReActChat`` once: what it answers (its one response: the whole ReAct), the
+    commands it ran, the requests the upstream got."""
+    [responses], ran, requests = run_qwen(sidecar, llm, agent, script, tmp_path, "text",
+                                          extra={"QA_AGENT": "react"})
+    return said(responses), ran, requests
+
+
+def prompt(body: dict[str, Any]) -> str:
+    return str(body["messages"][-1]["content"])
+
+
+def test_react_one_run_its_scratchpad_growing_in_one_prompt(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """Its ``ReActChat`` sends the task and the scratchpad in one user message, grown by each
+    answer and its ``Observation:`` (a conversation's first request each time, to the
+    endpoint): one run of its 3 actions, ended ``completed`` by its ``Final Answer:``."""
+    before = run_ids(sidecar)
+    answer, ran, requests = run_react(sidecar, llm, "react",
+                                      lambda i, body: react(i, body, 3), tmp_path)
+    assert ran == ["step0", "step1", "step2"] and len(requests) == 4
+    assert answer.endswith("Final Answer: All 3 done.")
+    assert [len(body["messages"]) for body in requests] == [2] * 4
+    assert "Observation: exit 0\ndone 2" in prompt(requests[3])
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "completed"), run
+    assert run["signals"]["tools"] == {"text_action": 3}, run["signals"]
+
+
+def test_react_a_budget_of_three_ends_with_its_final_answer(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    before = run_ids(sidecar)
+    answer, ran, requests = run_react(sidecar, llm, "react-budget", react, tmp_path)
+    assert ran == ["step0", "step1", "step2"] and len(requests) == 4
+    assert answer.endswith(f"Final Answer: {REPORT}")
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert [final_asked(body) for body in requests] == [False] * 3 + [True]
+    assert all("[budget:" not in prompt(body) for body in requests)
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "tool_limit_reached"), run
+
+
+def test_react_a_loop_is_wound_down_then_stopped_by_a_final_answer(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    def looping_react(_index: int, _body: dict[str, Any]) -> fakellm.Step:
+        return fakellm.answer("Again.\nAction: shell\nAction Input: " + json.dumps(
+            {"command": "echo tried >> ran.log && cat missing.txt"}))
+
+    before = run_ids(sidecar)
+    answer, ran, requests = run_react(sidecar, llm, "react", looping_react, tmp_path)
+    check_loop_wound_down(requests, the_ended_run(sidecar, before))
+    assert ran == ["tried"] * 7  # (its 7th action runs too, then the stop answer ends it)
+    assert "Final Answer: " + STOPPED in answer and answer.count("Action: shell") == 7
+
+
+def test_react_an_abort_is_its_final_answer(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    before = run_ids(sidecar)
+    answer, ran, requests = run_react(sidecar, llm, "react-abort", react, tmp_path)
+    assert ran == ["step0", "step1"] and len(requests) == 2
+    assert "Final Answer: " + STOPPED in answer
+    assert "Stopped by the test's rule after 2 actions" in answer
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run

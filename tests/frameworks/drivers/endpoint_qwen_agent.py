@@ -8,6 +8,10 @@ as ``<tool_call>{...}</tool_call>`` in its answer's text, their results sent bac
 ``<tool_response>`` in a user message). Its limit of model calls per run is
 ``QWEN_AGENT_MAX_LLM_CALL_PER_RUN`` (read at import: 20 unless set).
 
+With ``QA_AGENT=react``, its ``ReActChat`` in place of the ``Assistant``: ReAct in the
+answer's text (``Action:`` and ``Action Input:``, its end a ``Final Answer:``), the whole
+scratchpad within the one user message, each step's answer and ``Observation:`` appended.
+
 Mode (argv[1]): ``run`` (``agent.run``, a generator: each item the response so far) or
 ``nonstream`` (``agent.run_nonstream``); each message of the JSON list ``QA_TASKS`` is a run in
 turn, the conversation going on (the user's next message after the responses so far). Prints
@@ -21,7 +25,7 @@ import subprocess
 import sys
 from typing import Any
 
-from qwen_agent.agents import Assistant
+from qwen_agent.agents import Assistant, ReActChat
 from qwen_agent.tools.base import BaseTool, register_tool
 
 INSTRUCTIONS = "You run shell commands to do what you are asked."
@@ -51,8 +55,9 @@ def shown(message: Any) -> dict[str, Any]:
 
 def main() -> int:
     os.chdir(os.environ["QA_WORKDIR"])
-    agent = Assistant(llm=json.loads(os.environ["QA_LLM"]), function_list=["shell"],
-                      system_message=INSTRUCTIONS)
+    kind = ReActChat if os.environ.get("QA_AGENT") == "react" else Assistant
+    agent = kind(llm=json.loads(os.environ["QA_LLM"]), function_list=["shell"],
+                 system_message=INSTRUCTIONS)
     messages: list[Any] = []
     runs = []
     for task in json.loads(os.environ["QA_TASKS"]):
