@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,14 @@ import pytest
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
-from tests.frameworks.harness import DRIVERS, clean_environ, drive_command
+from tests.frameworks.harness import (
+    DRIVERS,
+    RECORDINGS,
+    clean_environ,
+    drive_command,
+    recorded_spans,
+    replay,
+)
 from tests.frameworks.test_model_endpoint_text_actions import (
     LEFT,
     check_loop_wound_down,
@@ -140,23 +148,39 @@ def llm_cfg(model_server: str, model: str, mode: str) -> dict[str, Any]:
 
 def run_qwen(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
              tmp_path: Path, mode: str, runner: str = "run", tasks: int = 1,
-             extra: dict[str, str] | None = None
+             extra: dict[str, str] | None = None, traced: str | None = None,
+             direct: bool = False
              ) -> tuple[list[list[dict[str, Any]]], list[str], list[dict[str, Any]]]:
     """Qwen-Agent's ``Assistant`` once (``runner``: ``run``, streamed, or ``nonstream``), in a
     temp dir of its own, on a model scripted by ``script``, named ``agent`` by its
     ``model_server``; ``tasks`` user messages in turn, one conversation. Returns each run's
     responses (role, content, the call's tool), the commands really run (ran.log) and the
-    requests the upstream got."""
+    requests the upstream got. ``traced``: opentelemetry-instrumentation-openai-v2 on, its
+    spans to the sidecar's OTLP receiver (with ``RECORD_SPANS`` set, recorded as
+    ``recordings/endpoint_qwen_agent/TRACED.jsonl``); ``direct``: its model the upstream's,
+    not the sidecar's (watched only)."""
     case = next(_CASES)
     model = llm.script(f"qwen-{agent}-{case}", script)
     work = tmp_path / "work"
     work.mkdir()
-    cfg = llm_cfg(f"{sidecar.url('model')}/agent/{agent}/v1", model, mode)
+    cfg = llm_cfg(llm.base_url if direct else f"{sidecar.url('model')}/agent/{agent}/v1",
+                  model, mode)
     env = {**clean_environ("QWEN_AGENT_", "OPENAI_"), "HOME": str(tmp_path),
            "PYTHONPATH": str(DRIVERS), "QA_WORKDIR": str(work), "QA_LLM": json.dumps(cfg),
            "QA_TASKS": json.dumps([f"Count the steps (case {case}, task {n})."
                                    for n in range(tasks)]),
-           **(extra or {})}
+           "OTEL_SDK_DISABLED": "true", **(extra or {})}
+    if traced is not None:  # (the instrumentation's spans name no agent: the service does)
+        env.update(QA_OTEL="1", OTEL_EXPORTER_OTLP_ENDPOINT=sidecar.otlp_http,
+                   OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_SERVICE_NAME=agent,
+                   OTEL_BSP_SCHEDULE_DELAY="50", OTEL_SDK_DISABLED="false",
+                   OTEL_SEMCONV_STABILITY_OPT_IN="gen_ai_latest_experimental",
+                   OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT="span_only")
+        if os.environ.get("RECORD_SPANS"):
+            recording = RECORDINGS / "endpoint_qwen_agent" / f"{traced}.jsonl"
+            recording.parent.mkdir(exist_ok=True)
+            recording.unlink(missing_ok=True)
+            env["RECORD_SPANS"] = str(recording)
     result = drive_command("qwen_agent", "endpoint_qwen_agent", runner,
                            {**clean_environ(), "PYTHONPATH": str(DRIVERS)}, env)
     runs = json.loads(result.stdout.strip().splitlines()[-1])
@@ -594,3 +618,64 @@ def test_react_an_abort_is_its_final_answer(
     assert "Stopped by the test's rule after 2 actions" in answer
     run = the_ended_run(sidecar, before)
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+# -- traced by the OpenAI client's instrumentation ---------------------------------------------
+# Qwen-Agent emits no OpenTelemetry of its own; a user traces its model calls by instrumenting
+# the openai client beneath it (opentelemetry-instrumentation-openai-v2): a ``chat <model>``
+# span per model call, each a trace of its own, no agent or tool span.
+
+@pytest.mark.parametrize("mode", MODES)
+def test_traced_and_steered_at_once_its_calls_are_counted_once(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    before = run_ids(sidecar)
+    [responses], ran, requests = run_qwen(sidecar, llm, "qwen-traced",
+                                          steps_then_answer(2, mode), tmp_path, mode,
+                                          traced=f"steered-{mode}")
+    assert said(responses) == "All 2 steps are done." and len(ran) == 2
+    run = the_ended_run(sidecar, before)
+    assert (run["agent"], run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["final_output"]) == ("qwen-traced", 3, 2, "completed",
+                                     "All 2 steps are done."), run
+
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_traced_alone_its_calls(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    """Watched only (its model the upstream's, not the endpoint's), by the instrumentation's
+    spans alone: see :func:`watched_alone`."""
+    before = run_ids(sidecar)
+    [responses], ran, _ = run_qwen(sidecar, llm, "qwen-watched", steps_then_answer(2, mode),
+                                   tmp_path, mode, traced=f"watched-{mode}", direct=True)
+    assert said(responses) == "All 2 steps are done." and len(ran) == 2
+    watched_alone(sidecar, before, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_traced_alone_from_its_recording(sidecar: RunningServer, mode: str) -> None:
+    recording = RECORDINGS / "endpoint_qwen_agent" / f"watched-{mode}.jsonl"
+    spans = recorded_spans(recording)
+    assert len(spans) == 3 and all(span["name"].startswith("chat ") for span in spans), spans
+    assert all(not span.get("parentSpanId") for span in spans)  # (each a trace of its own)
+    before = run_ids(sidecar)
+    replay(sidecar, recording)
+    watched_alone(sidecar, before, mode)
+
+
+def watched_alone(sidecar: RunningServer, before: set[str], mode: str) -> None:
+    """What the instrumentation's spans alone tell of 3 model calls (2 tools, then the
+    answer), each a trace of its own: by the API's tool calls, one run of loose calls, ended
+    by the answer, no tool call counted (none traced). In text (known gap): the pack's
+    ``actions: text`` is the endpoint's, never read of spans, so each call, its answer
+    finished ``stop``, is a run of its own, ``completed``, its ``<tool_call>`` its output."""
+    count = 1 if mode == "tools" else 3
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == count
+                    and all(run["state"] == "ended" for run in runs))
+    found = sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
+                    "<tool_call>" in run["final_output"]) for run in runs)
+    if mode == "tools":
+        assert found == [(3, 0, "completed", False)], runs
+        assert runs[0]["final_output"] == "All 2 steps are done."
+    else:
+        assert found == [(1, 0, "completed", False)] + [(1, 0, "completed", True)] * 2, runs

@@ -15,7 +15,9 @@ scratchpad within the one user message, each step's answer and ``Observation:`` 
 Mode (argv[1]): ``run`` (``agent.run``, a generator: each item the response so far) or
 ``nonstream`` (``agent.run_nonstream``); each message of the JSON list ``QA_TASKS`` is a run in
 turn, the conversation going on (the user's next message after the responses so far). Prints
-one JSON line: each run's responses (role, content, the function call's name if any)."""
+one JSON line: each run's responses (role, content, the function call's name if any). With
+``QA_OTEL`` set, traced by opentelemetry-instrumentation-openai-v2 (the ``openai`` client
+beneath it: a ``chat`` span per model call) to the sidecar (``OTEL_EXPORTER_OTLP_*``)."""
 
 from __future__ import annotations
 
@@ -54,6 +56,13 @@ def shown(message: Any) -> dict[str, Any]:
 
 
 def main() -> int:
+    provider = None
+    if os.environ.get("QA_OTEL"):  # traced as a user of the openai client traces it
+        from _otel import setup_tracing
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
+        provider = setup_tracing(os.environ.get("OTEL_SERVICE_NAME", "qwen-agent"))
+        OpenAIInstrumentor().instrument()
     os.chdir(os.environ["QA_WORKDIR"])
     kind = ReActChat if os.environ.get("QA_AGENT") == "react" else Assistant
     agent = kind(llm=json.loads(os.environ["QA_LLM"]), function_list=["shell"],
@@ -70,6 +79,8 @@ def main() -> int:
                 response = streamed  # (each item: the responses so far)
         messages.extend(response)
         runs.append([shown(message) for message in response])
+    if provider is not None:
+        provider.shutdown()
     print(json.dumps(runs))
     return 0
 
