@@ -628,11 +628,16 @@ def test_react_an_abort_is_its_final_answer(
 @pytest.mark.parametrize("mode", MODES)
 def test_traced_and_steered_at_once_its_calls_are_counted_once(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    """Steered through the endpoint and traced at once: its requests carry no
+    ``traceparent``, but each ``chat`` span names the response the endpoint relayed
+    (``gen_ai.response.id``): one run, each model call counted once."""
     before = run_ids(sidecar)
     [responses], ran, requests = run_qwen(sidecar, llm, "qwen-traced",
                                           steps_then_answer(2, mode), tmp_path, mode,
                                           traced=f"steered-{mode}")
     assert said(responses) == "All 2 steps are done." and len(ran) == 2
+    assert len(requests) == 3 and not any(
+        "traceparent" in headers for headers in llm.request_headers(requests[0]["model"]))
     run = the_ended_run(sidecar, before)
     assert (run["agent"], run["iterations"], run["tool_calls"], run["terminal_state"],
             run["final_output"]) == ("qwen-traced", 3, 2, "completed",
