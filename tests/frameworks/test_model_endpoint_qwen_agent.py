@@ -53,7 +53,7 @@ from tests.frameworks.test_model_endpoint_text_actions import (
     run_ids,
     the_ended_run,
 )
-from tests.harness import RunningServer, endpoint_with_pack
+from tests.harness import RunningServer, endpoint_with_pack, running_server, sidecar_config
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
 KEY = "sk-qwen-agent-0123456789abcdefSECRET"
@@ -658,14 +658,19 @@ def test_traced_alone_its_calls(
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_traced_alone_from_its_recording(sidecar: RunningServer, mode: str) -> None:
+def test_traced_alone_from_its_recording(tmp_path: Path, mode: str) -> None:
+    """(A sidecar of its own, with the pack: the recording's response ids are the scripted
+    model's, which another run's calls of this test run may have had.)"""
     recording = RECORDINGS / "endpoint_qwen_agent" / f"watched-{mode}.jsonl"
     spans = recorded_spans(recording)
     assert len(spans) == 3 and all(span["name"].startswith("chat ") for span in spans), spans
     assert all(not span.get("parentSpanId") for span in spans)  # (each a trace of its own)
-    before = run_ids(sidecar)
-    replay(sidecar, recording)
-    watched_alone(sidecar, before, mode)
+    pack = tmp_path / "pack.yaml"
+    pack.write_text(PACK)
+    with running_server(sidecar_config(tmp_path / "state", eval_interval=0.2,
+                                       rules=(str(pack),))) as sidecar:
+        replay(sidecar, recording)
+        watched_alone(sidecar, set(), mode)
 
 
 def watched_alone(sidecar: RunningServer, before: set[str], mode: str) -> None:
