@@ -22,6 +22,7 @@ from watchdog.core.model.book import (
     EndpointRun,
     ModelBook,
     Unbooked,
+    acts_on_answer,
     is_side,
     json_actions,
     no_json,
@@ -33,6 +34,7 @@ from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.steer import TEXT_FINISH, Act, Board, Counts, decide
 from watchdog.core.model.wire import Observation, Request
 from watchdog.core.rules.decision import COUNTDOWN_TOOL_CALLS
+from watchdog.core.rules.pack import load_text
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans import native
@@ -165,6 +167,41 @@ def test_an_action_key_with_an_action_pattern_reads_the_objects_in_what_it_match
     state.action_pattern = r"(?s)<tool_call>(.*?)</tool_call>"  # (its group: the first only)
     [first] = text_action(state, said(QWEN_SAID))
     assert json.loads(first.arguments)["arguments"]["command"] == "ls"
+
+
+def test_a_spans_answer_holds_an_action_as_the_packs_entry_reads_it() -> None:
+    """``acts_on_answer``: what a traced model call answered, read by the agent's budgets
+    entry as the endpoint reads a relayed answer: an action (Qwen-Agent's ``<tool_call>``, a
+    bash block), or none (an answer; the agent's own finishing action)."""
+    ruleset = load_text("""\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: t
+budgets:
+  - agents: ["qwen"]
+    actions: text
+    action_pattern: '(?s)<tool_call>.*</tool_call>'
+    action_key: name
+  - agents: ["langroid"]
+    actions: text
+    action_key: request
+    answer_tools: [done_tool]
+  - agents: ["mini"]
+    actions: text
+  - agents: ["interpreter"]
+    actions: code
+""")
+    qwen, langroid, mini, interpreter = (ruleset.acts_in_text(agent) for agent in (
+        "qwen", "langroid", "mini", "interpreter"))
+    assert qwen is not None and langroid is not None and mini is not None \
+        and interpreter is not None
+    assert acts_on_answer(qwen, QWEN_SAID)
+    assert not acts_on_answer(qwen, 'Done: {"name": "a.txt"}')
+    assert acts_on_answer(langroid, '{"request": "shell", "command": "ls"}')
+    assert not acts_on_answer(langroid, '{"request": "done_tool", "content": "2 files."}')
+    assert acts_on_answer(mini, "Anything at all.")
+    assert acts_on_answer(interpreter, "```python\nprint(1)\n```")
+    assert not acts_on_answer(interpreter, "All done.")
 
 
 def test_a_regular_expression_over_json_takes_the_wrong_action_out() -> None:

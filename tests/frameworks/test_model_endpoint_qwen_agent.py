@@ -675,17 +675,11 @@ def test_traced_alone_from_its_recording(tmp_path: Path, mode: str) -> None:
 
 def watched_alone(sidecar: RunningServer, before: set[str], mode: str) -> None:
     """What the instrumentation's spans alone tell of 3 model calls (2 tools, then the
-    answer), each a trace of its own: by the API's tool calls, one run of loose calls, ended
-    by the answer, no tool call counted (none traced). In text (known gap): the pack's
-    ``actions: text`` is the endpoint's, never read of spans, so each call, its answer
-    finished ``stop``, is a run of its own, ``completed``, its ``<tool_call>`` its output."""
-    count = 1 if mode == "tools" else 3
-    runs = new_runs(sidecar, before, lambda runs: len(runs) == count
+    answer), each a trace of its own: one run of loose calls, ended by the answer, no tool
+    call counted (none traced). In text too: the pack says the agent acts in text, so an
+    answer whose ``<tool_call>`` it reads as an action is no end of the run (the span
+    finished ``stop``), as the endpoint reads it."""
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 1
                     and all(run["state"] == "ended" for run in runs))
-    found = sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
-                    "<tool_call>" in run["final_output"]) for run in runs)
-    if mode == "tools":
-        assert found == [(3, 0, "completed", False)], runs
-        assert runs[0]["final_output"] == "All 2 steps are done."
-    else:
-        assert found == [(1, 0, "completed", False)] + [(1, 0, "completed", True)] * 2, runs
+    assert [(run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"])
+            for run in runs] == [(3, 0, "completed", "All 2 steps are done.")], runs

@@ -93,7 +93,7 @@ from watchdog.core.model.wire import (
     text_of,
 )
 from watchdog.core.redact import brief, mask
-from watchdog.core.rules.model import STOP_NOTE_JSON_MARK, STOP_NOTE_MARK
+from watchdog.core.rules.model import ACTIONS_CODE, STOP_NOTE_JSON_MARK, STOP_NOTE_MARK, Budget
 from watchdog.core.spans.record import (
     ENDPOINT_SCOPE,
     MAX_ASKED_TOOLS,
@@ -1369,6 +1369,21 @@ def text_action(state: EndpointRun, seen: Observation, last: bool = False) -> li
     action = " ".join(" ".join(parts).split())
     return [ToolCall(TEXT_ACTION_ID + _random_hex(64), TEXT_ACTION,
                      json.dumps({"action": action[:MAX_ACTION_CHARS]}))]
+
+
+def acts_on_answer(entry: Budget, text: str) -> bool:
+    """Whether an answer's ``text`` holds an action its agent runs, by its rule pack's budgets
+    entry of an agent that acts in text (``entry``: its ``actions``, ``action_pattern``,
+    ``action_key`` and ``answer_tools``), as :func:`text_action` reads the answers the endpoint
+    relays; an answer that gives the agent's answer by its own finishing action holds none.
+    What a span of the agent's model call says it answered is read so (:meth:`~watchdog.shell.
+    service.Service` marks it ``acted_on``: the run goes on)."""
+    state = EndpointRun("", KeySource.WATCHDOG, "", None, acts_in_text=True,
+                        acts_in_code=entry.actions == ACTIONS_CODE,
+                        action_pattern=entry.action_pattern, action_key=entry.action_key,
+                        answer_tools=entry.answer_tools)
+    acted = text_action(state, Observation(text=text, finish_reason="stop"))
+    return bool(acted) and text_answer(acted, entry.answer_tools, entry.action_key) is None
 
 
 def key_actions(state: EndpointRun, text: str) -> list[ToolCall]:
