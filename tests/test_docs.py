@@ -163,6 +163,10 @@ failing on a changed block. The kinds:
     PraisonAI Agents' environment, ``NAME=VALUE`` lines: exactly what its tests set
     (``tests/frameworks/test_model_endpoint_praisonai.py``'s ``pointed``), the sidecar's
     default model endpoint, the agent ``praisonai``.
+``instructor-env``
+    instructor's and Atomic Agents' environment, ``NAME=VALUE`` lines: exactly what their tests
+    set (``tests/frameworks/test_model_endpoint_instructor.py``'s ``pointed``), the sidecar's
+    default model endpoint, the agent ``instructor``.
 ``agentscope-config``
     AgentScope's model in Python, ``import os``, its imports of ``OpenAICredential`` and
     ``OpenAIChatModel``, then ``credential = OpenAICredential(api_key=os.environ[...], ...)``
@@ -233,6 +237,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "crush-config", "continue-config", "cline-settings", "pi-models",
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
          "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env",
+         "instructor-env",
          "strands-ts-config", "tiny-agents-config", "qwen-agent-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
@@ -885,6 +890,13 @@ def check_praisonai_env(block: Block, stack: Stack, state: DocState) -> None:
     assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "praisonai"), block.where
 
 
+def check_instructor_env(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_instructor import pointed
+
+    shown = dict(line.split("=", 1) for line in block.text.split("\n") if line.strip())
+    assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "instructor"), block.where
+
+
 def check_eino_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_eino import AGENT_DIR, pointed
 
@@ -1132,6 +1144,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "pi-models": check_pi_models,
     "langchaingo-env": check_langchaingo_env,
     "praisonai-env": check_praisonai_env,
+    "instructor-env": check_instructor_env,
     "eino-config": check_eino_config,
     "aider-command": check_aider_command,
     "open-interpreter-settings": check_open_interpreter_settings,
@@ -1261,6 +1274,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "camel-config": (DOCS / "agents.md", "/agent/camel/v1", "/agent/camel/v2"),
     "qwen-agent-config": (DOCS / "agents.md", "/agent/qwen-agent/v1", "/agent/qwen-agent/v2"),
     "praisonai-env": (DOCS / "agents.md", "/agent/praisonai/v1", "/agent/praisonai/v2"),
+    "instructor-env": (DOCS / "agents.md", "/agent/instructor/v1", "/agent/instructor/v2"),
     "strands-ts-config": (DOCS / "agents.md", "/agent/strands-ts/v1", "/agent/strands-ts/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}

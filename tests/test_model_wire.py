@@ -58,6 +58,7 @@ from watchdog.core.model.wire import (
     ToolResult,
     Wire,
     abort_text,
+    forced_function,
     read_stream,
     sse,
     text_of,
@@ -620,6 +621,58 @@ def test_the_final_request_forces_an_offered_answer_tool() -> None:
     # no answer tool offered: tools withdrawn as before
     assert ChatWire().withdraw_tools({"messages": [], "tools": [search]},
                                      prompt)["tool_choice"] == "none"
+
+
+def test_an_answer_shaped_request_forces_the_one_function_it_offers() -> None:
+    """A request whose choice forces the one function it offers (instructor's ``Mode.TOOLS``)
+    is answer-shaped, in each API's shape: its call is its answer, its answer format that
+    function's schema. Forcing one of several, or a choice that names none, is not."""
+    found = {"type": "function", "function": {"name": "Found", "parameters": {}}}
+    search = {"type": "function", "function": {"name": "search", "parameters": {}}}
+    forced = {"type": "function", "function": {"name": "Found"}}
+    chat = ChatWire().read_request({"messages": [{"role": "user", "content": "q"}],
+                                    "tools": [found], "tool_choice": forced})
+    assert (chat.forced, chat.answer_format, chat.has_tools, chat.structured) == (
+        "Found", "json_schema", True, False)
+    assert forced_function({"tools": [found, search], "tool_choice": forced}) is None
+    assert forced_function({"tools": [found], "tool_choice": "required"}) is None
+    assert forced_function({"tools": [search], "tool_choice": forced}) is None
+    assert forced_function({"functions": [{"name": "Found"}],
+                            "function_call": {"name": "Found"}}) == "Found"
+    responses = ResponsesWire().read_request({"input": "q", "tools": [
+        {"type": "function", "name": "Found"}], "tool_choice": {"type": "function",
+                                                                "name": "Found"}})
+    assert (responses.forced, responses.answer_format) == ("Found", "json_schema")
+    claude = MessagesWire().read_request({"messages": [{"role": "user", "content": "q"}],
+                                          "tools": [{"name": "Found", "input_schema": {}}],
+                                          "tool_choice": {"type": "tool", "name": "Found"}})
+    assert (claude.forced, claude.answer_format) == ("Found", "json_schema")
+    plain = ChatWire().read_request({"messages": [], "tools": [found]})
+    assert (plain.forced, plain.answer_format) == (None, None)
+
+
+def test_the_final_request_keeps_an_answer_shaped_requests_function_forced() -> None:
+    """Never ``tool_choice: none`` for a request whose answer is a call of the function it
+    forces (its client parses that call alone): the function stays, forced, and the report
+    is asked in its fields."""
+    prompt = "[agent-watchdog: system instruction] Tools are withdrawn: report."
+    found = {"type": "function", "function": {"name": "Found", "parameters": {}}}
+    forced = {"type": "function", "function": {"name": "Found"}}
+    chat = ChatWire().withdraw_tools({"messages": [{"role": "user", "content": "q"}],
+                                      "tools": [found], "tool_choice": forced}, prompt)
+    assert chat["tools"] == [found] and chat["tool_choice"] == forced
+    system = chat["messages"][0]["content"]
+    assert prompt in system and "as a call of the `Found` function" in system
+    responses = ResponsesWire().withdraw_tools({"input": "q", "tools": [
+        {"type": "function", "name": "Found"}], "tool_choice": {"type": "function",
+                                                                "name": "Found"}}, prompt)
+    assert responses["tool_choice"] == {"type": "function", "name": "Found"}
+    assert "`Found` function" in responses["instructions"]
+    claude = MessagesWire().withdraw_tools({"messages": [], "tools": [{"name": "Found"}],
+                                            "tool_choice": {"type": "tool", "name": "Found"}},
+                                           prompt)
+    assert claude["tool_choice"] == {"type": "tool", "name": "Found"}
+    assert "`Found` function" in claude["system"]
 
 
 def test_a_tool_with_no_function_name_is_not_forced_when_no_answer_tool_is_offered() -> None:

@@ -127,6 +127,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     # agent_framework.openai imports its client at first use: the OpenAI SDK is preloaded here
     # (Aider imports LiteLLM at its first model call: preloaded here)
     "aider": ("aider.main", "aider.coders", *_LITELLM, *_OPENAI),
+    "atomic_agents": ("instructor", "atomic_agents.agents.base_agent", *_OPENAI),
     "ag2": (*_OTEL, "ag2", "ag2.config", "ag2.middleware.builtin", *_OPENAI),
     "agent_framework": (*_OTEL, "agent_framework", "agent_framework.openai", *_OPENAI),
     "agno": (*_OTEL, "openinference.instrumentation.agno", "agno.agent", "agno.models.openai",
@@ -203,6 +204,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "openai_olm": (*_OTEL, *_OPENAI, "opentelemetry.instrumentation.openai",
                    "opentelemetry.instrumentation.openai.v1"),
     "openai_v2": (*_OTEL, *_OPENAI, "opentelemetry.instrumentation.openai_v2"),
+    "instructor": ("instructor", *_OPENAI),
     "praisonai": ("praisonaiagents", "praisonaiagents.agent.agent", *_LITELLM, *_OPENAI),
     "pydantic_ai": (*_OTEL, "pydantic_ai", "pydantic_ai.models.openai", *_OPENAI),
     # (qwen_agent reads its limit of model calls per run from the environment at import: the

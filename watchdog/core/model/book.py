@@ -1214,6 +1214,13 @@ class ModelBook:
                 self._act(state)
         if acted:  # (its text holds the actions the agent runs: tool calls of them)
             work, record.acted_on = acted, True
+        shaped = [call for call in handed if call.name == request.forced] \
+            if request.forced and not side and not state.final_used else []
+        if shaped:
+            # (an answer-shaped request's call: its answer, which the program may act on, as
+            # a plan/act loop does: held open, a tool call of the run once a request goes on
+            # from it; the final request's is the run's answer)
+            work, record.acted_on = shaped, True
         if not seen.broke_off:  # (what it handed over: an agent's span of running one pairs)
             record.asked_tools = tuple((call.name[:200], call.call_id[:200])
                                        for call in work[:MAX_ASKED_TOOLS])

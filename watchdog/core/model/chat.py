@@ -26,8 +26,10 @@ from watchdog.core.model.steer import (
     answer_tool_prompt,
     answers,
     answers_offered,
+    forced_prompt,
 )
 from watchdog.core.model.wire import (
+    FORCED_FORMAT,
     MAX_ANSWERS_SEEN,
     MAX_TOOL_CALLS_SEEN,
     Event,
@@ -39,6 +41,7 @@ from watchdog.core.model.wire import (
     append_text,
     can_call,
     clipped,
+    forced_function,
     json_data,
     json_format,
     judged_data,
@@ -106,6 +109,7 @@ class ChatWire:
                 said.append(text_of(message.get("content")))
         last = messages[-1] if messages else None
         options = body.get("stream_options")
+        forced = forced_function(body)
         return Request(
             model=model if isinstance(model, str) else "",
             stream=body.get("stream") is True,
@@ -121,7 +125,9 @@ class ChatWire:
             said=said,
             include_usage=isinstance(options, dict) and options.get("include_usage") is True,
             input_hash=request_hash(messages),
-            answer_format=json_format(body.get("response_format")),
+            answer_format=json_format(body.get("response_format"))
+            or (FORCED_FORMAT if forced else None),
+            forced=forced,
             last_answer=messages[last_answer].get("content") if last_answer >= 0 else None,
             answers=tuple(messages[index].get("content")
                           for index in answers[-MAX_ANSWERS_SEEN:]),
@@ -282,11 +288,16 @@ def withdraw_function_tools(body: dict[str, Any], prompt: str,
                             offers: Sequence[Offer]) -> dict[str, Any]:
     """The budget's last request, for the OpenAI APIs (Chat Completions, Responses): the report
     instruction, and the tools of each of ``offers`` withdrawn (its choice ``"none"``, the
-    definitions kept) — or, when an answer tool is offered, only that tool left and forced."""
+    definitions kept) — or, when an answer tool is offered, only that tool left and forced;
+    an answer-shaped request (:func:`~watchdog.core.model.wire.forced_function`) keeps its
+    one function forced, the report asked for in its shape."""
     offered = [(offer, listed if isinstance(listed := body.get(offer[0]), list) else [])
                for offer in offers]
-    answer = answer_tool_offered(function_name(tool) for _, tools in offered for tool in tools)
-    edited = add_note(body, prompt if answer is None else answer_tool_prompt(prompt, answer))
+    shaped = forced_function(body)  # (an answer-shaped request: its answer's shape stays)
+    answer = shaped or answer_tool_offered(
+        function_name(tool) for _, tools in offered for tool in tools)
+    edited = add_note(body, prompt if answer is None else forced_prompt(prompt, answer)
+                      if shaped else answer_tool_prompt(prompt, answer))
     for (key, choice, forced), tools in offered:
         # (no answer tool: none is forced, not one without a function name, a hosted one)
         only = [tool for tool in tools if function_name(tool) == answer][:1] \

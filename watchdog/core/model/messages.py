@@ -21,8 +21,10 @@ from watchdog.core.model.steer import (
     answer_tool_prompt,
     answers,
     answers_offered,
+    forced_prompt,
 )
 from watchdog.core.model.wire import (
+    FORCED_FORMAT,
     MAX_ANSWERS_SEEN,
     MAX_TOOL_CALLS_SEEN,
     Event,
@@ -36,6 +38,7 @@ from watchdog.core.model.wire import (
     clipped,
     closed_up,
     dumps,
+    forced_function,
     json_data,
     json_format,
     judged_data,
@@ -85,6 +88,7 @@ class MessagesWire:
                     results.append(ToolResult(str(block.get("tool_use_id") or ""), text, error))
         elif isinstance(last, dict) and last.get("role") == "user":
             said.append(text_of(last.get("content")))
+        forced = forced_function(body)
         return Request(
             model=model if isinstance(model, str) else "",
             stream=body.get("stream") is True,
@@ -99,7 +103,9 @@ class MessagesWire:
             results=results,
             said=said,
             input_hash=request_hash(messages),
-            answer_format=json_format(_output_format(body)),
+            answer_format=json_format(_output_format(body))
+            or (FORCED_FORMAT if forced else None),
+            forced=forced,
             last_answer=answers[-1] if answers else None,
             answers=tuple(answers[-MAX_ANSWERS_SEEN:]))
 
@@ -114,9 +120,12 @@ class MessagesWire:
     def withdraw_tools(self, body: dict[str, Any], prompt: str) -> dict[str, Any]:
         tools = body.get("tools")
         tools = tools if isinstance(tools, list) else []
-        answer = answer_tool_offered(tool.get("name") for tool in tools if isinstance(tool, dict))
+        forced = forced_function(body)  # (an answer-shaped request: its answer's shape stays)
+        answer = forced or answer_tool_offered(
+            tool.get("name") for tool in tools if isinstance(tool, dict))
         if answer is not None:
-            edited = self.add_note(body, answer_tool_prompt(prompt, answer))
+            edited = self.add_note(body, forced_prompt(prompt, answer) if forced
+                                   else answer_tool_prompt(prompt, answer))
             edited["tool_choice"] = {"type": "tool", "name": answer}
         else:
             edited = self.add_note(body, prompt)

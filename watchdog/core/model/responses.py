@@ -23,6 +23,7 @@ from watchdog.core.model.failure import looks_failed
 from watchdog.core.model.steer import answers, answers_offered
 from watchdog.core.model.wire import (
     CONVERSATION_ANCHOR,
+    FORCED_FORMAT,
     MAX_ANSWERS_SEEN,
     MAX_TOOL_CALLS_SEEN,
     Event,
@@ -37,6 +38,7 @@ from watchdog.core.model.wire import (
     clipped,
     closed_up,
     dumps,
+    forced_function,
     json_data,
     json_format,
     judged_data,
@@ -138,13 +140,16 @@ class ResponsesWire:
         if kept is not None:  # a conversation the server keeps is named by its id
             anchor = CONVERSATION_ANCHOR + kept
         previous = body.get("previous_response_id")
+        forced = forced_function(body)
         return Request(
             model=model if isinstance(model, str) else "",
             stream=body.get("stream") is True,
             answers_offered=answers_offered(offered_names(body)),
             has_tools=can_call(body.get("tools"), body.get("tool_choice")),
-            answer_format=json_format(answer.get("format"))
-            if isinstance(answer := body.get("text"), dict) else None,
+            answer_format=(json_format(answer.get("format"))
+                           if isinstance(answer := body.get("text"), dict) else None)
+            or (FORCED_FORMAT if forced else None),
+            forced=forced,
             instructions="\n".join(instructions),
             anchor=anchor,
             anchor_text=anchor_text,

@@ -254,6 +254,16 @@ def answer_tool_offered(names: Iterable[object]) -> str | None:
     return None
 
 
+def forced_prompt(prompt: str, function: str) -> str:
+    """The final-report instruction for an answer-shaped request, which forces ``function``
+    (:func:`~watchdog.core.model.wire.forced_function`): the answer stays a call of it, the
+    report in its arguments."""
+    return (f"{prompt}\n\nThis request requires its answer as a call of the `{function}` "
+            f"function, in its schema: call it, never answer in plain text, and give the "
+            f"report in its arguments' fields — in a text field as the sections above. It is "
+            f"the only function left, and it runs nothing.")
+
+
 def answer_tool_prompt(prompt: str, tool: str) -> str:
     """The final-report instruction for a request forced to answer through ``tool``."""
     return (f"{prompt}\n\nGive the report as the answer argument of the `{tool}` tool: it is "

@@ -93,11 +93,17 @@ class Request:
     # one it does not offer (a tool the model made up) is work, not its answer
     # (:func:`~watchdog.core.model.steer.answers`)
     answers_offered: tuple[str, ...] = ()
+    # the function it forces, the only one it offers (:func:`forced_function`; None: none
+    # such): an answer-shaped request, whose call of it is its answer, its arguments in that
+    # function's schema (instructor's Mode.TOOLS, a structured output by a tool)
+    forced: str | None = None
 
     @property
     def structured(self) -> bool:
-        """Its answer must follow a JSON format."""
-        return self.answer_format is not None
+        """Its answer must follow a JSON format given as its answer's format (an answer-shaped
+        request's is its function's, which its final request is told when the tools are
+        withdrawn: :func:`~watchdog.core.model.steer.forced_prompt`)."""
+        return self.answer_format is not None and self.forced is None
 
 
 # the JSON answer formats (chat ``response_format.type``, Responses ``text.format.type``)
@@ -140,6 +146,39 @@ def tool_parameters(body: dict[str, Any], name: str) -> frozenset[str] | None:
         schema = spec.get("parameters", spec.get("input_schema"))
         properties = schema.get("properties") if isinstance(schema, dict) else None
         return frozenset(properties) if isinstance(properties, dict) else frozenset()
+    return None
+
+
+# the answer format of an answer-shaped request (:func:`forced_function`): its answer is a call
+# of the function it forces, its arguments the JSON that function's schema gives
+FORCED_FORMAT = "json_schema"
+
+
+def forced_function(body: dict[str, Any]) -> str | None:
+    """The function a request forces and offers alone (None: none such): its choice names one
+    function (Chat Completions ``tool_choice`` ``{"type": "function", "function": {"name"}}``,
+    legacy ``function_call`` ``{"name"}``; Responses ``{"type": "function", "name"}``;
+    Messages ``{"type": "tool", "name"}``) and it offers no other. Such a request asks for an
+    answer in that function's shape (a structured output, instructor's default): the call is
+    the answer, its arguments what the program reads, and no result of it comes back as a
+    tool's."""
+    for key, choice_key in (("tools", "tool_choice"), ("functions", "function_call")):
+        choice = body.get(choice_key)
+        if not isinstance(choice, dict):
+            continue
+        if choice_key == "tool_choice" and choice.get("type") not in ("function", "tool"):
+            continue
+        function = choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else choice.get("name")
+        specs = body.get(key)
+        if not isinstance(name, str) or not name or not isinstance(specs, list) \
+                or len(specs) != 1:
+            continue
+        spec = specs[0]
+        inner = spec.get("function") if isinstance(spec, dict) else None
+        spec = inner if isinstance(inner, dict) else spec
+        if isinstance(spec, dict) and spec.get("name") == name:
+            return name
     return None
 
 

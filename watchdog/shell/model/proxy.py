@@ -637,8 +637,10 @@ class ModelProxy:
             state.acts_in_code = acting is not None and acting.actions == ACTIONS_CODE
             state.action_pattern = acting.action_pattern if acting is not None else None
             finish = service.finish_of(run.agent)
-            state.answer_tool = finish.tool if finish is not None and finish.answered_by(
-                tool_parameters(body, finish.tool)) else None
+            # (an answer-shaped request's forced function is its answer, whatever the pack's)
+            state.answer_tool = parsed.forced or (finish.tool if finish is not None and
+                                                  finish.answered_by(tool_parameters(
+                                                      body, finish.tool)) else None)
             state.per_conversation = service.per_conversation(run.agent)
             state.work_beside = service.work_beside_answer(run.agent)
             state.action_key = acting.action_key if acting is not None else None
@@ -1042,7 +1044,8 @@ class ModelProxy:
         running = len(state.pending) if aside else 0 if seen.broke_off or ran \
             or closing_call(handed, state.answer_tool, state.work_beside,
                             exchange.offered) is not None \
-            else len(handed) + (len(record.asked_tools) if record.acted_on else 0)
+            else len(handed) + (len(record.asked_tools) if record.acted_on and not handed
+                                else 0)
         for tool in ran:  # (the work its answer came after: run, and counted, before it)
             self._book(Booked(tool, exchange.key, 0), into)
         self._book(Booked(record, exchange.key, running, exchange.arrived), into)
