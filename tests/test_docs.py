@@ -152,6 +152,13 @@ failing on a changed block. The kinds:
     set (``tests/frameworks/test_model_endpoint_langroid.py``'s ``settings``), the sidecar's
     default model endpoint with ``/agent/langroid/`` in place of the test's, its model
     ``gpt-4.1``.
+``qwen-agent-config``
+    Qwen-Agent's model in Python, ``import os`` and ``from qwen_agent.agents import
+    Assistant``, then ``llm_cfg = {...}`` (its ``api_key`` ``os.environ[...]``, the rest
+    literals) and ``agent = Assistant(llm=llm_cfg, ...)``: ``llm_cfg`` exactly what its tests
+    set in text mode (``tests/frameworks/test_model_endpoint_qwen_agent.py``'s ``llm_cfg``), the
+    sidecar's default model endpoint with ``/agent/qwen-agent/`` in place of the test's, its
+    model ``qwen3-32b``.
 ``praisonai-env``
     PraisonAI Agents' environment, ``NAME=VALUE`` lines: exactly what its tests set
     (``tests/frameworks/test_model_endpoint_praisonai.py``'s ``pointed``), the sidecar's
@@ -231,7 +238,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
          "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env",
          "instructor-env",
-         "strands-ts-config", "tiny-agents-config"}
+         "strands-ts-config", "tiny-agents-config", "qwen-agent-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -1013,6 +1020,29 @@ def check_camel_config(block: Block, stack: Stack, state: DocState) -> None:
                              "gpt-4.1"), block.where
 
 
+def check_qwen_agent_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_qwen_agent import KEY, llm_cfg
+
+    *imports, config, agent = ast.parse(block.text).body
+    assert [ast.unparse(line) for line in imports] == [
+        "import os", "from qwen_agent.agents import Assistant"], block.where
+    assert isinstance(config, ast.Assign) and isinstance(config.value, ast.Dict), block.where
+    assert [ast.unparse(target) for target in config.targets] == ["llm_cfg"], block.where
+    shown = {ast.literal_eval(key): ast.unparse(value) if ast.unparse(key) == "'api_key'"
+             else ast.literal_eval(value)
+             for key, value in zip(config.value.keys, config.value.values, strict=True)
+             if key is not None}
+    assert shown.pop("api_key", None) == "os.environ['OPENAI_API_KEY']", block.where
+    expected = llm_cfg(f"http://{MODEL_ENDPOINT_DEFAULT}/agent/qwen-agent/v1", "qwen3-32b",
+                       "text")
+    assert expected.pop("api_key") == KEY and shown == expected, block.where
+    assert isinstance(agent, ast.Assign) and isinstance(agent.value, ast.Call), block.where
+    assert [ast.unparse(target) for target in agent.targets] == ["agent"], block.where
+    assert ast.unparse(agent.value.func) == "Assistant" and not agent.value.args, block.where
+    assert {keyword.arg: ast.unparse(keyword.value) for keyword in agent.value.keywords
+            if keyword.arg == "llm"} == {"llm": "llm_cfg"}, block.where
+
+
 def check_crush_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_crush import config
 
@@ -1121,6 +1151,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "langroid-config": check_langroid_config,
     "agentscope-config": check_agentscope_config,
     "camel-config": check_camel_config,
+    "qwen-agent-config": check_qwen_agent_config,
     "llamaindex-ts-config": check_llamaindex_ts_config,
     "strands-ts-config": check_strands_ts_config,
     "tiny-agents-config": check_tiny_agents_config,
@@ -1241,6 +1272,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "llamaindex-ts-config": (DOCS / "agents.md", "/agent/llamaindex/v1", "/agent/llamaindex/v2"),
     "tiny-agents-config": (DOCS / "agents.md", '"type": "stdio"', '"type": "sse"'),
     "camel-config": (DOCS / "agents.md", "/agent/camel/v1", "/agent/camel/v2"),
+    "qwen-agent-config": (DOCS / "agents.md", "/agent/qwen-agent/v1", "/agent/qwen-agent/v2"),
     "praisonai-env": (DOCS / "agents.md", "/agent/praisonai/v1", "/agent/praisonai/v2"),
     "instructor-env": (DOCS / "agents.md", "/agent/instructor/v1", "/agent/instructor/v2"),
     "strands-ts-config": (DOCS / "agents.md", "/agent/strands-ts/v1", "/agent/strands-ts/v2"),

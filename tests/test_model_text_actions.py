@@ -22,6 +22,7 @@ from watchdog.core.model.book import (
     EndpointRun,
     ModelBook,
     Unbooked,
+    acts_on_answer,
     is_side,
     json_actions,
     no_json,
@@ -33,6 +34,7 @@ from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.steer import TEXT_FINISH, Act, Board, Counts, decide
 from watchdog.core.model.wire import Observation, Request
 from watchdog.core.rules.decision import COUNTDOWN_TOOL_CALLS
+from watchdog.core.rules.pack import load_text
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans import native
@@ -138,6 +140,68 @@ def test_a_packs_action_key_makes_each_json_object_naming_a_tool_a_call_of_it() 
     assert run.handed == 2
     record = book.call_record(run, first, said("All done: 2 files."), [], 3, 4)
     assert (record.final_answer, record.acted_on, record.ends_run) == (True, False, True)
+
+
+QWEN_SAID = ('I list the records first: {"name": "a.txt"} is one.\n<tool_call>\n'
+             '{"name": "shell", "arguments": {"command": "ls", "name": "x"}}\n</tool_call>\n'
+             '<tool_call>\n{"name": "shell", "arguments": {"command": "pwd"}}\n</tool_call>')
+
+
+def test_an_action_key_with_an_action_pattern_reads_the_objects_in_what_it_matches() -> None:
+    """An ``action_key`` with an ``action_pattern`` (Qwen-Agent's and Hermes'
+    ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``, the key ``name``): the JSON
+    objects are read in what the pattern matches alone (its groups, else the match), each a
+    call of the tool it names; the prose's objects that have the key are none (without the
+    pattern, a call of ``a.txt``), nor is an answer the pattern does not match, whatever
+    JSON it holds: the run's answer."""
+    state = acting_run()
+    state.action_key = "name"
+    assert [call.name for call in text_action(state, said(QWEN_SAID))] == [
+        "a.txt", "shell", "shell"]
+    state.action_pattern = "(?s)<tool_call>.*</tool_call>"
+    calls = text_action(state, said(QWEN_SAID))
+    assert [(call.name, json.loads(call.arguments)) for call in calls] == [
+        ("shell", {"name": "shell", "arguments": {"command": "ls", "name": "x"}}),
+        ("shell", {"name": "shell", "arguments": {"command": "pwd"}})]
+    assert text_action(state, said('The record: ```json\n{"name": "a.txt"}\n```')) == []
+    state.action_pattern = r"(?s)<tool_call>(.*?)</tool_call>"  # (its group: the first only)
+    [first] = text_action(state, said(QWEN_SAID))
+    assert json.loads(first.arguments)["arguments"]["command"] == "ls"
+
+
+def test_a_spans_answer_holds_an_action_as_the_packs_entry_reads_it() -> None:
+    """``acts_on_answer``: what a traced model call answered, read by the agent's budgets
+    entry as the endpoint reads a relayed answer: an action (Qwen-Agent's ``<tool_call>``, a
+    bash block), or none (an answer; the agent's own finishing action)."""
+    ruleset = load_text("""\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: t
+budgets:
+  - agents: ["qwen"]
+    actions: text
+    action_pattern: '(?s)<tool_call>.*</tool_call>'
+    action_key: name
+  - agents: ["langroid"]
+    actions: text
+    action_key: request
+    answer_tools: [done_tool]
+  - agents: ["mini"]
+    actions: text
+  - agents: ["interpreter"]
+    actions: code
+""")
+    qwen, langroid, mini, interpreter = (ruleset.acts_in_text(agent) for agent in (
+        "qwen", "langroid", "mini", "interpreter"))
+    assert qwen is not None and langroid is not None and mini is not None \
+        and interpreter is not None
+    assert acts_on_answer(qwen, QWEN_SAID)
+    assert not acts_on_answer(qwen, 'Done: {"name": "a.txt"}')
+    assert acts_on_answer(langroid, '{"request": "shell", "command": "ls"}')
+    assert not acts_on_answer(langroid, '{"request": "done_tool", "content": "2 files."}')
+    assert acts_on_answer(mini, "Anything at all.")
+    assert acts_on_answer(interpreter, "```python\nprint(1)\n```")
+    assert not acts_on_answer(interpreter, "All done.")
 
 
 def test_a_regular_expression_over_json_takes_the_wrong_action_out() -> None:
@@ -391,6 +455,39 @@ def test_a_request_that_begins_as_the_run_did_without_its_latest_answer_is_the_n
     book.call_record(state, first, said(answer), [], 1, 2)
     assert book.identify("chat", lint, Caller(), "aider", ended) is state
     assert book.identify("chat", another, Caller(), "aider", ended) is not state
+
+
+def test_an_answer_its_agent_writes_anew_with_the_same_json_actions_goes_on_in_the_run(
+        ) -> None:
+    """An agent that names its tools by JSON objects and sends each answer back as it parsed
+    it (Qwen-Agent: the call as ``json.dumps`` writes it, the name first, the prose after it
+    dropped): a request whose model answer holds the same actions, in the same order, goes on
+    in the run; one whose answer holds other actions (another invocation's step), or the same
+    with one missing, does not, and starts the next run."""
+    pattern = "(?s)<tool_call>.*</tool_call>"
+    answer = ('Two now:\n<tool_call>{"arguments":{"command":"ls"},"name":"shell"}</tool_call>\n'
+              '<tool_call>{"name":"shell","arguments":{"command":"pwd"}}</tool_call>\nThen I see.')
+
+    def written(*commands: str) -> str:
+        return "Two now:\n" + "\n".join("<tool_call>\n" + json.dumps(
+            {"name": "shell", "arguments": {"command": command}}) + "\n</tool_call>"
+            for command in commands)
+
+    def after(text: str) -> Request:
+        return request({"role": "assistant", "content": text},
+                       {"role": "user", "content": "<tool_response>\nx\n</tool_response>"})
+
+    for anew, goes_on in ((written("ls", "pwd"), True), (written("pwd", "ls"), False),
+                          (written("ls"), False), (written("ls", "pwd", "id"), False)):
+        book = ModelBook()
+        first = request()
+        state = book.identify("chat", first, Caller(), "qwen", not_ended)
+        state.acts_in_text, state.action_key, state.action_pattern = True, "name", pattern
+        record = book.call_record(state, first, said(answer), [], 1, 2)
+        assert record.acted_on and len(state.acted) == 2
+        assert state.quote is not None and state.quote not in " ".join(anew.split())
+        assert (book.identify("chat", after(anew), Caller(), "qwen", not_ended)
+                is state) == goes_on, anew
 
 
 def test_the_tracker_holds_the_run_open_until_the_gap_passes_without_a_call() -> None:

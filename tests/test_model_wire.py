@@ -1156,6 +1156,30 @@ def test_calls_handed_over_count_at_the_next_request_once() -> None:
     assert state.results == 3 and state.handed == 3
 
 
+def test_tool_messages_that_name_no_call_answer_the_calls_in_order() -> None:
+    """Tool messages with no ``tool_call_id`` (Qwen-Agent's, which name their call by ``id``):
+    each answers the next call still waiting, in the order the calls were handed over; one
+    past them answers none. A result that names its call takes that one first."""
+    book = ModelBook()
+    first = chat_request()
+    state = book.identify("chat", first, Caller(), "a", lambda _key: False)
+    book.call_record(state, first, Observation(finish_reason="tool_calls"), [
+        Call("call_1", "search", '{"q": "a"}'), Call("call_2", "fetch", '{"u": "b"}'),
+        Call("call_3", "read", "{}")], 1, 2)
+    going = chat_request(
+        {"role": "assistant", "tool_calls": [{"id": "call_1"}, {"id": "call_2"},
+                                             {"id": "call_3"}]},
+        {"role": "tool", "id": "call_1", "content": "found a"},
+        {"role": "tool", "tool_call_id": "call_3", "content": "read it"},
+        {"role": "tool", "id": "call_2", "content": "Error: fetch failed"},
+        {"role": "tool", "id": "call_9", "content": "one more"})
+    records = book.tool_records(state, going, 3)
+    assert sorted((r.tool_name, r.result_brief, r.error) for r in records) == [
+        ("fetch", "Error: fetch failed", True), ("read", "read it", False),
+        ("search", "found a", False)]
+    assert state.results == 3 and not state.pending
+
+
 def test_a_request_sent_again_is_a_retry_whose_calls_never_ran() -> None:
     """The request before sent again, nothing of the calls handed over since in it (its client
     could not read the answer): those calls are handed over no more and count nothing; one

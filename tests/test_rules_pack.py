@@ -608,8 +608,9 @@ def test_action_pattern_problems(tmp_path: Path) -> None:
 
 def test_action_key_problems_and_its_entry(tmp_path: Path) -> None:
     """``action_key`` (the key whose value names the tool a JSON object in an answer asks
-    for): for agents that act in text, not with an ``action_pattern``, 1 to 100 characters;
-    kept as written, and shown in the pack's description."""
+    for): for agents that act in text, 1 to 100 characters, with an ``action_pattern`` or
+    not (the objects read in what it matches); kept as written, and shown in the pack's
+    description."""
     path = write(tmp_path / "k.yaml", """\
         budgets:
           - agents: ["a"]
@@ -628,7 +629,6 @@ def test_action_key_problems_and_its_entry(tmp_path: Path) -> None:
     """ % ("x" * 101))
     assert problems(path) == [
         f"{path}:7: budgets: action_key: only for agents that act in text (actions: text)",
-        f"{path}:11: budgets: action_key: an entry gives action_key or action_pattern, not both",
         f"{path}:14: budgets: action_key: 1 to 100 characters",
         f"{path}:17: budgets: action_key: only for agents that act in text (actions: text)"]
     ruleset = load_text(HEADER + """\
@@ -637,9 +637,16 @@ budgets:
     max_tool_calls: 3
     actions: text
     action_key: request
+  - agents: ["qwen*"]
+    actions: text
+    action_pattern: '(?s)<tool_call>.*</tool_call>'
+    action_key: name
 """)
     entry = ruleset.acts_in_text("langroid-agent")
     assert entry is not None and entry.action_key == "request" and entry.action_pattern is None
+    entry = ruleset.acts_in_text("qwen-agent")
+    assert entry is not None and (entry.action_key, entry.action_pattern) == (
+        "name", "(?s)<tool_call>.*</tool_call>")
 
 
 def test_answer_tools_problems_and_its_entry(tmp_path: Path) -> None:

@@ -52,7 +52,9 @@ class Step:
     text: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     finish_reason: str | None = None  # default: "tool_calls" with calls, else "stop"
-    reasoning: str | None = None  # the model's reasoning first (Responses: a reasoning item)
+    # the model's reasoning first (Responses: a reasoning item; Chat Completions: the message's
+    # ``reasoning_content``, streamed first, as vLLM's and DeepSeek's reasoning models give it)
+    reasoning: str | None = None
     tokens: int | None = None  # the total tokens its usage reports (default: an estimate)
     # streamed: each newline a chunk of its own besides each word, as a model's tokens come
     # (an agent that parses code fences as they stream, Open Interpreter's, reads them so)
@@ -256,6 +258,8 @@ def completion(model: str, response_id: str, step: Step, usage: dict[str, int],
         step = _legacy(step)
     call_ids = [f"call_{response_id[-6:]}_{i}" for i in range(len(step.tool_calls))]
     message: dict[str, Any] = {"role": "assistant", "content": step.text}
+    if step.reasoning:
+        message["reasoning_content"] = step.reasoning
     if step.tool_calls and legacy:
         tool = step.tool_calls[0]
         message["function_call"] = {"name": tool.name, "arguments": json.dumps(tool.arguments)}
@@ -284,6 +288,9 @@ def chunks(model: str, response_id: str, step: Step, usage: dict[str, int] | Non
         return made
 
     yield chunk({"role": "assistant", "content": ""})
+    if step.reasoning:
+        for word in step.reasoning.split(" "):
+            yield chunk({"reasoning_content": word + " "})
     if step.text:
         words = step.text.split(" ")
         pieces = [word if i == len(words) - 1 else word + " " for i, word in enumerate(words)]

@@ -207,6 +207,9 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "instructor": ("instructor", *_OPENAI),
     "praisonai": ("praisonaiagents", "praisonaiagents.agent.agent", *_LITELLM, *_OPENAI),
     "pydantic_ai": (*_OTEL, "pydantic_ai", "pydantic_ai.models.openai", *_OPENAI),
+    # (qwen_agent reads its limit of model calls per run from the environment at import: the
+    # driver imports it; what it imports beneath is preloaded)
+    "qwen_agent": ("numpy", "PIL.Image", "tiktoken", "json5", "dashscope", *_OPENAI),
     "pydantic_ai_oi": (*_OTEL, "pydantic_ai", "pydantic_ai.models.openai",
                        "openinference.instrumentation.pydantic_ai", *_OPENAI),
     "semantic_kernel": (*_OTEL, *_OPENAI, *_SEMANTIC_KERNEL),

@@ -365,13 +365,16 @@ def test_watched_and_steered_it_is_one_run_counted_once(
     assert run["total_tokens"] > 0  # (LiteLLM's usage: the upstream streams none)
 
 
-def watched_alone(sidecar: RunningServer, before: set[str], mode: str) -> None:
+def watched_alone(sidecar: RunningServer, before: set[str], mode: str,
+                  declared: bool = True) -> None:
     """What LiteLLM's spans alone tell: its model calls, each a trace of its own with no
     parent; nothing of the code it runs. With tool calls, the calls that ask for one keep the
     agent's run of loose calls open: one run of 4 calls, ended by the answer, no tool call
-    counted (none traced). With code blocks, each answer looks final: a run per model call
-    (known gap: nothing in LiteLLM's spans tells an action from an answer)."""
-    runs_of = 1 if mode == "tools" else 4
+    counted (none traced). With code blocks, the pack's ``actions: code`` (``declared``) says
+    an answer with a code block is an action the agent runs: the same one run; undeclared,
+    each answer looks final: a run per model call (nothing in LiteLLM's spans tells an action
+    from an answer)."""
+    runs_of = 1 if mode == "tools" or declared else 4
 
     def done(runs: list[dict[str, Any]]) -> bool:
         return len(ours := [run for run in runs if run["agent"] == "oi-watched"]) == runs_of \
@@ -386,7 +389,7 @@ def watched_alone(sidecar: RunningServer, before: set[str], mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_watched_alone_each_model_call_is_a_run(
+def test_watched_alone_its_model_calls_are_one_run(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
     before = run_ids(sidecar)
     _, ran, requests = run_oi(sidecar, llm, "oi-watched", steps_then_answer(3, mode), tmp_path,
@@ -400,7 +403,13 @@ def test_watched_alone_from_its_recording(tmp_path: Path, mode: str) -> None:
     recording = RECORDINGS / "endpoint_open_interpreter" / f"watched_{mode}.jsonl"
     names = {span["name"] for span in recorded_spans(recording)}
     assert names == {"litellm_request", "raw_gen_ai_request"}, names
-    # (a sidecar of its own: the live test's runs of the agent would take its calls, late)
-    with running_server(sidecar_config(tmp_path / "state", eval_interval=0.2)) as sidecar:
-        replay(sidecar, recording)
-        watched_alone(sidecar, set(), mode)
+    # (a sidecar of its own: the live test's runs of the agent would take its calls, late;
+    # with the pack, and without: the agent undeclared)
+    pack = tmp_path / "pack.yaml"
+    pack.write_text(PACK)
+    for declared in (True, False):
+        with running_server(sidecar_config(
+                tmp_path / f"state-{declared}", eval_interval=0.2,
+                rules=(str(pack),) if declared else ())) as sidecar:
+            replay(sidecar, recording)
+            watched_alone(sidecar, set(), mode, declared)

@@ -93,7 +93,7 @@ from watchdog.core.model.wire import (
     text_of,
 )
 from watchdog.core.redact import brief, mask
-from watchdog.core.rules.model import STOP_NOTE_JSON_MARK, STOP_NOTE_MARK
+from watchdog.core.rules.model import ACTIONS_CODE, STOP_NOTE_JSON_MARK, STOP_NOTE_MARK, Budget
 from watchdog.core.spans.record import (
     ENDPOINT_SCOPE,
     MAX_ASKED_TOOLS,
@@ -289,6 +289,7 @@ class EndpointRun:
     action_pattern: str | None = None
     # ... the key whose value names the tool a JSON object in its answer asks for (a rule
     # pack's ``action_key``): each such object is an action, an answer with none its answer
+    # (with an ``action_pattern``: the objects in what it matches)
     action_key: str | None = None
     # ... the tools whose action is the agent's answer (a rule pack's ``answer_tools``:
     # Langroid's ``done_tool``): an answer whose actions are all theirs is the run's answer
@@ -322,6 +323,10 @@ class EndpointRun:
     # ... the words of its latest answer, at most MAX_ASIDE_CHARS (at least MIN_ASIDE_CHARS):
     # a conversation's first request that quotes them is a side request of it (:func:`is_side`)
     quote: str | None = None
+    # ... the arguments of that answer's actions, when its agent names its tools by JSON
+    # objects (``action_key``): a request whose model answer holds the same ones carries it,
+    # written anew by its agent (:func:`carries_answer`); () for none
+    acted: tuple[str, ...] = ()
     # ... the digest of the instructions (system prompt) of the request that answer came to
     # (:func:`_said_digest`): a request with the same instructions is the agent's own next
     # task, which may quote that answer whole (a plan handed on), not a side request of it
@@ -1020,9 +1025,10 @@ class ModelBook:
     def tool_records(self, state: EndpointRun, request: Request, now_ns: int
                      ) -> list[SpanRecord]:
         """The tool calls handed over before this request: they have run by now. Each with
-        the result this request carries for it, if any; each once (a retried request, or a
-        result that comes later, finds its call counted). None when the agent traces them
-        itself."""
+        the result this request carries for it, if any (a result that names no call, as
+        Qwen-Agent's tool messages name theirs by ``id``, not ``tool_call_id``: the calls
+        still waiting, in the order handed over); each once (a retried request, or a result
+        that comes later, finds its call counted). None when the agent traces them itself."""
         if is_side(state, request):  # (it answers none of the run's calls)
             return []
         records: list[SpanRecord] = []
@@ -1032,6 +1038,9 @@ class ModelBook:
                 or _answered(state.begun, result.call_id)
             if call is not None:
                 answered.append((call, result))
+        for result in request.results:  # (no call id: the calls in the order handed over)
+            if not result.call_id and state.pending:
+                answered.append((state.pending.pop(next(iter(state.pending))), result))
         said = said_of(state, request)
         asked, state.asked = state.asked, _asked(request, said)
         retried: list[ToolCall] = []
@@ -1197,6 +1206,7 @@ class ModelBook:
         if state.acts_in_text and not side and not seen.broke_off:
             words = " ".join(seen.text.split())
             state.quote = words[:MAX_ASIDE_CHARS] if len(words) >= MIN_ASIDE_CHARS else None
+            state.acted = tuple(call.arguments for call in acted) if state.action_key else ()
             state.prompt = _said_digest(request.instructions)
             state.grown = _grown_from(request.anchor_text, words) \
                 if request.last_answer is None and request.anchor_text and words else None
@@ -1334,7 +1344,10 @@ def text_action(state: EndpointRun, seen: Observation, last: bool = False) -> li
     ReAct agent's ``Action:`` and ``Action Input:``, its ``Thought:`` aside); an answer it does
     not match holds no action (the agent's ``Final Answer:``) — or, when it gives the key
     that names an action's tool (:attr:`EndpointRun.action_key`), a call per JSON object in
-    the answer that has that key (:func:`json_actions`). Its result is what the agent's
+    the answer that has that key (:func:`json_actions`); with a pattern too, per such object
+    in what the pattern matches (its groups, else the match: Qwen-Agent's and Hermes'
+    ``<tool_call>`` blocks, the prose's JSON no action), an answer it does not match holding
+    none. Its result is what the agent's
     next request says after the answer (its output). None for another run, an answer with no
     text or one cut short, and for the run's final request or stop: that answer is its
     last; and, for a run whose agent acts by the code blocks in its answers
@@ -1344,7 +1357,7 @@ def text_action(state: EndpointRun, seen: Observation, last: bool = False) -> li
             or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
         return []
     if state.action_key:
-        return json_actions(seen.text[:MAX_ACTION_CHARS], state.action_key)
+        return key_actions(state, seen.text)
     search = _action_search(state.action_pattern) if state.action_pattern else None
     if search is not None:
         found = search(seen.text[:MAX_ACTION_CHARS])
@@ -1363,6 +1376,37 @@ def text_action(state: EndpointRun, seen: Observation, last: bool = False) -> li
     action = " ".join(" ".join(parts).split())
     return [ToolCall(TEXT_ACTION_ID + _random_hex(64), TEXT_ACTION,
                      json.dumps({"action": action[:MAX_ACTION_CHARS]}))]
+
+
+def acts_on_answer(entry: Budget, text: str) -> bool:
+    """Whether an answer's ``text`` holds an action its agent runs, by its rule pack's budgets
+    entry of an agent that acts in text (``entry``: its ``actions``, ``action_pattern``,
+    ``action_key`` and ``answer_tools``), as :func:`text_action` reads the answers the endpoint
+    relays; an answer that gives the agent's answer by its own finishing action holds none.
+    What a span of the agent's model call says it answered is read so (:meth:`~watchdog.shell.
+    service.Service` marks it ``acted_on``: the run goes on)."""
+    state = EndpointRun("", KeySource.WATCHDOG, "", None, acts_in_text=True,
+                        acts_in_code=entry.actions == ACTIONS_CODE,
+                        action_pattern=entry.action_pattern, action_key=entry.action_key,
+                        answer_tools=entry.answer_tools)
+    acted = text_action(state, Observation(text=text, finish_reason="stop"))
+    return bool(acted) and text_answer(acted, entry.answer_tools, entry.action_key) is None
+
+
+def key_actions(state: EndpointRun, text: str) -> list[ToolCall]:
+    """The actions in an answer's ``text`` for a run whose agent names its tools by JSON
+    objects (:attr:`EndpointRun.action_key`; :func:`json_actions`), read in what its
+    :attr:`EndpointRun.action_pattern` matches alone when it has one (its groups, else the
+    match: Qwen-Agent's ``<tool_call>`` blocks, the prose's objects none), none when that does
+    not match; in the text's first MAX_ACTION_CHARS."""
+    text = text[:MAX_ACTION_CHARS]
+    search = _action_search(state.action_pattern) if state.action_pattern else None
+    if search is not None:
+        where = search(text)
+        if where is None:
+            return []
+        text = "\n".join([part for part in where[1:] if part] or [where[0] or ""])
+    return json_actions(text, state.action_key or "")
 
 
 def json_actions(text: str, key: str) -> list[ToolCall]:
@@ -1546,10 +1590,18 @@ def carries_answer(state: EndpointRun, request: Request) -> bool:
     request that goes on in a run whose agent acts in text does (its conversation sent whole,
     the answer it acted on in it). One that does not is another invocation of the agent that
     begins as its conversation began (Aider's every request begins with the same examples):
-    the next run. True when the run has no such answer, or the server keeps the conversation."""
+    the next run. True when the run has no such answer, or the server keeps the conversation.
+    An agent that names its tools by JSON objects may send that answer back written anew, as it
+    parsed it (Qwen-Agent: its text before the call, then the call as ``json.dumps`` writes
+    it, the prose after it dropped): a model answer that holds the same actions, the same
+    objects in the same order (:attr:`EndpointRun.acted`, keys sorted), carries it too."""
     if state.quote is None or request.kept:
         return True
-    return any(state.quote in " ".join(text_of(content).split()) for content in request.answers)
+    if any(state.quote in " ".join(text_of(content).split()) for content in request.answers):
+        return True
+    return bool(state.acted) and any(
+        tuple(call.arguments for call in key_actions(state, text_of(content))) == state.acted
+        for content in request.answers)
 
 
 def grows_from(state: EndpointRun, request: Request) -> str | None:

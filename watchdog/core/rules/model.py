@@ -198,7 +198,8 @@ class Budget:
     # what the budget covers at the model endpoint (BUDGET_PER)
     budget_per: str = BUDGET_PER_RUN
     # ACTIONS_TEXT: the key whose value names the tool a JSON object in an answer asks for
-    # (each such object an action; an answer with none holds none: the agent's answer)
+    # (each such object an action; an answer with none holds none: the agent's answer; with
+    # an action_pattern, the objects in what it matches alone)
     action_key: str | None = None
     # ACTIONS_TEXT, with an action_key or action_pattern: the tools whose action is the agent's
     # answer, not work (Langroid's done_tool; the tool an action_pattern's first group names):

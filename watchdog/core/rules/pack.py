@@ -445,8 +445,6 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
             ok = False
         elif actions != ACTIONS_TEXT:
             problem = f"only for agents that act in text (actions: {ACTIONS_TEXT})"
-        elif action_pattern is not None:
-            problem = "an entry gives action_key or action_pattern, not both"
         elif not action_key or len(action_key) > MAX_ACTION_KEY_CHARS:
             problem = f"1 to {MAX_ACTION_KEY_CHARS} characters"
         if problem is not None:

@@ -268,7 +268,8 @@ class RunTracker(RunBook):
             if record.run_key != key and record.run_key in self._active:
                 strays.append((record, record.run_key))
             record.run_key = key
-            if record.final_answer:  # the run ends with this call: the next opens another
+            if record.final_answer and not record.acted_on:  # the run ends with this call:
+                # the next opens another (not with an answer its agent acts on: it goes on)
                 del self._loose[group]
                 self._remember_answer(group, record.run_key, record.response_id or "", record.scope,
                                record.start_ns, record.end_ns)
