@@ -344,7 +344,9 @@ class EndpointRun:
     # the first message of its latest request that carried tool results, that request's
     # latest result and the longest text argument of the call it answered (:func:`_action`;
     # "": none), their words (at most MAX_ASIDE_CHARS each), and the hash of that request's
-    # instructions (an aside asks under its own); None until a request of it carries a result
+    # instructions (an aside asks under its own); before a request of it carries a result,
+    # its first calls handed over: its first message and the last call's text argument, no
+    # result ("": :meth:`ModelBook._handed_first`); None before
     history: tuple[str, str, str, int] | None = None
     # ... the hashes of the first messages of its requests aside that quoted it (at most
     # MAX_RECAP_ASIDES): each such request is a model call of the run (:func:`recaps`)
@@ -1075,6 +1077,18 @@ class ModelBook:
             state.history = (task, result, _action(call), hash(request.instructions))
             self._act(state, self._histories)
 
+    def _handed_first(self, state: EndpointRun, request: Request, call: ToolCall) -> None:
+        """``state``'s first calls are handed over (``call`` the last), before any request of
+        it carries a result: its history as far as it goes (:attr:`EndpointRun.history`: its
+        first message and the call's text argument, no result yet), so a request aside that
+        quotes them, sent while the agent runs that call (gptme's title, asked by a thread of
+        its own as its next request goes out), is the run's whichever comes first. Cost: as
+        :meth:`_heard`'s, no result read."""
+        task, action = _words(request.anchor_text), _action(call)
+        if task and action:
+            state.history = (task, "", action, hash(request.instructions))
+            self._act(state, self._histories)
+
     def ran_before_answer(self, state: EndpointRun, handed: list[ToolCall], now_ns: int,
                           offered: Container[str] | None = None) -> list[SpanRecord]:
         """The work a response asks for beside its answer (:func:`closing_call`): the agent
@@ -1263,6 +1277,8 @@ class ModelBook:
         if not broke:  # (its request may be sent again: the same run's, not a twin's)
             state.handed += len(work)
             state.answered += 1
+            if work and state.history is None and not state.traced:
+                self._handed_first(state, request, work[-1])
         state.unread = seen.unreadable
         if not side:  # (an aside's answer, a summary pi asks for after the refusal, keeps it)
             state.refused = frozenset()
@@ -1771,12 +1787,14 @@ def quotes_history(state: EndpointRun, said: str, instructions: int) -> bool:
     tool results (or the answer of the run's latest request aside, the summary its history
     went on from: :attr:`EndpointRun.recapped`), and the latest result it carried or the
     text argument of the call that result answered (the Cline CLI writes its session out
-    without the tools' output), under other instructions than the run's (under the same it
-    is the agent's next task, handed that work)."""
+    without the tools' output; before any result, the text argument of the last call handed
+    over), under other instructions than the run's (under the same it is the agent's next
+    task, handed that work)."""
     history, recapped = state.history, state.recapped
     return history is not None and history[3] != instructions \
         and (history[0] in said or (recapped is not None and recapped in said)) \
-        and (history[1] in said or (bool(history[2]) and history[2] in said))
+        and ((bool(history[1]) and history[1] in said) or (bool(history[2])
+                                                           and history[2] in said))
 
 
 def quotes_answer(state: EndpointRun, request: Request) -> bool:
