@@ -1,6 +1,6 @@
 """gptme (PyPI ``gptme`` 0.35.1, the ``gptme`` CLI), a terminal agent, steered through the model
 endpoint by base URL alone, run as its users run it unattended: ``gptme --non-interactive
---name NAME -m local/<model> "task"`` (its ``local`` provider: an OpenAI-compatible server at
+-m local/<model> "task"`` (its ``local`` provider: an OpenAI-compatible server at
 ``OPENAI_BASE_URL``, Chat Completions, every request streamed, the conversation sent whole),
 in a temp dir and a temp ``HOME``, its ``shell`` tool really run there (each command appends
 to ``ran.log``); ``GPTME_TIKTOKEN_TIMEOUT=0``, as it says for offline use (else each token
@@ -116,14 +116,11 @@ def gptme(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scri
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
     home.mkdir()
-    env = {**clean_environ("GPTME_", "XDG_", "TOOL_FORMAT"),
-           "HOME": str(home),
-           "OPENAI_BASE_URL": f"{sidecar.url('model')}/agent/{agent}/v1",
-           "OPENAI_API_KEY": KEY,
-           "GPTME_TIKTOKEN_TIMEOUT": "0"}
+    pointed, arguments = command(f"{sidecar.url('model')}/agent/{agent}/v1", model)
+    env = {**clean_environ("GPTME_", "XDG_", "TOOL_FORMAT"), **pointed,
+           "HOME": str(home), "OPENAI_API_KEY": KEY}
     result = subprocess.run(
-        [str(VENVS / "gptme" / "bin" / "gptme"), "--non-interactive", "--name", model,
-         "-m", f"local/{model}", *options, "Count the steps."],
+        [str(VENVS / "gptme" / "bin" / "gptme"), *arguments, *options, "Count the steps."],
         cwd=work, env=env, capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
         stdin=subprocess.DEVNULL, check=False)
     ran = work / "ran.log"
@@ -133,6 +130,14 @@ def gptme(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scri
     assert "[budget" not in json.dumps(titles) and "agent-watchdog" not in json.dumps(titles)
     return (result, ran.read_text().splitlines() if ran.exists() else [],
             [body for body in requests if not titling(body)])
+
+
+def command(base_url: str, model: str) -> tuple[dict[str, str], list[str]]:
+    """What points gptme at the sidecar (its environment: ``base_url``, the model endpoint's
+    with the agent's name in it; no wait on tiktoken's download, offline) and its command
+    line but the task, as docs/agents.md shows them."""
+    return {"OPENAI_BASE_URL": base_url, "GPTME_TIKTOKEN_TIMEOUT": "0"}, [
+        "--non-interactive", "-m", f"local/{model}"]
 
 
 def instructions(body: dict[str, Any]) -> str:
@@ -163,7 +168,7 @@ def final(body: dict[str, Any]) -> bool:
     return body.get("tool_choice") == "none" or not fakellm.offers_tools(body)
 
 
-def command(index: int) -> fakellm.Step:
+def shell(index: int) -> fakellm.Step:
     return fakellm.call("shell", command=f"echo step{index} >> ran.log && echo done {index}")
 
 
@@ -175,7 +180,7 @@ def steps_then_complete(count: int) -> fakellm.Script:
             return fakellm.answer(TITLE)
         if final(body):
             return fakellm.answer(REPORT)
-        return command(done(body)) if done(body) < count else fakellm.call("complete")
+        return shell(done(body)) if done(body) < count else fakellm.call("complete")
     return pick
 
 

@@ -351,6 +351,10 @@ class EndpointRun:
     # ... the hashes of the first messages of its requests aside that quoted it (at most
     # MAX_RECAP_ASIDES): each such request is a model call of the run (:func:`recaps`)
     asides: tuple[int, ...] = ()
+    # the hashes of the first messages of its side requests that quoted its latest answer (at
+    # most MAX_RECAP_ASIDES; :meth:`ModelBook._quoted`): each is still its side request when
+    # its answer comes, the run's latest answer another by then (:func:`quotes_answer`)
+    quoted_by: tuple[int, ...] = ()
     # ... the latest one's answer (the summary of its history), as :attr:`grown` keeps one: its
     # first MAX_ASIDE_CHARS words, their length and digest; a conversation that opens with a
     # model message holding it goes on in the run (:meth:`ModelBook._compacted`). None once
@@ -906,6 +910,9 @@ class ModelBook:
         for key in reversed(self._acting.get(agent or "", ())):
             state = self._runs.get(key)
             if state is not None and not ended(key) and quotes_answer(state, request):
+                anchor = hash(request.anchor_text)
+                state.quoted_by = (*(known for known in state.quoted_by if known != anchor),
+                                   anchor)[-MAX_RECAP_ASIDES:]
                 return self._touch(state)
         return None
 
@@ -1802,11 +1809,15 @@ def quotes_answer(state: EndpointRun, request: Request) -> bool:
     conversation's first request (no model answer in it, no tool results) that offers no
     tools and quotes the run's latest answer (:attr:`EndpointRun.quote`), spacing aside,
     under other instructions than the run's (:attr:`EndpointRun.prompt`: one under the same
-    is the agent's next task, which may quote that answer). No request of the run's own
-    conversation is: each carries the model's answers."""
-    return state.quote is not None and not request.has_tools and not request.results \
-        and request.last_answer is None \
-        and _said_digest(request.instructions) != state.prompt \
+    is the agent's next task, which may quote that answer); or one that quoted it when it
+    came (:attr:`EndpointRun.quoted_by`), its own answer read after the run's next one (gptme's
+    title, sent by a thread of its own while the agent's next request is with the model). No
+    request of the run's own conversation is: each carries the model's answers."""
+    if request.has_tools or request.results or request.last_answer is not None:
+        return False
+    if hash(request.anchor_text) in state.quoted_by:  # (it quoted the answer latest then)
+        return True
+    return state.quote is not None and _said_digest(request.instructions) != state.prompt \
         and state.quote in " ".join(" ".join(said_of(state, request)[:MAX_SIDE_SAID]).split())
 
 
