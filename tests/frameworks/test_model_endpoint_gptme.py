@@ -22,9 +22,10 @@ block as its ``stop_answer`` for markdown. Behind the sidecar, the scripted upst
 * a budget of 3 tool calls: the true countdown at each request, 3 commands run, the 4th request
   final (tools withdrawn), its report given as ``complete`` with the report beside it: gptme
   prints it and exits 0; one run, ``tool_limit_reached``; the upstream gets nothing after;
-* undeclared finish: gptme nudges after the report: with ``budget_per: conversation`` the
-  nudges get the report again (the upstream nothing) and gptme exits at its own limit of
-  nudges; one run;
+* undeclared finish: gptme nudges after the report: each nudge a run with a budget of its
+  own, up to the third in a row (a known gap); with ``budget_per: conversation`` the nudges
+  get the report again (the upstream nothing) and gptme exits at its own limit of nudges;
+  one run;
 * the model's own ``complete`` is the run's answer: ``completed``, no tool call counted;
 * loop: the same failing command, wound down, then final, then ``complete``;
 * abort: a rule's abort after 2 commands is answered by ``complete`` with the stop note;
@@ -68,6 +69,8 @@ budgets:
   - agents: ["gptme-budget"]
     max_tool_calls: 3
 {FINISH}
+  - agents: ["gptme-undeclared"]
+    max_tool_calls: 3
   - agents: ["gptme-nudged"]
     max_tool_calls: 3
     budget_per: conversation
@@ -241,6 +244,25 @@ def test_undeclared_its_nudges_after_the_report_get_the_report_not_a_budget_anew
     assert result.stdout.count(NUDGE) >= 2 and result.stdout.count(REPORT) == 3
     run = the_run(sidecar, before)
     assert (run["tool_calls"], run["terminal_state"]) == (3, "tool_limit_reached"), run
+
+
+def test_undeclared_each_nudge_after_the_report_starts_a_run_until_the_third_is_held(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """Known gap, the entry declaring neither ``finish`` nor ``budget_per: conversation``: the
+    nudge after the report (a new user message at once, the report kept in its history) is
+    not told from a new task, so it starts a run with a budget of its own: 3 runs in a row,
+    each of 3 commands and its final request, then the conversation's next nudge is held (the
+    error with the report: gptme exits 1). 9 commands run for a budget of 3."""
+    before = run_ids(sidecar)
+    result, ran, requests = gptme(sidecar, llm, "gptme-undeclared", steps_then_complete(100),
+                                  tmp_path)
+    assert result.returncode == 1 and REPORT in result.stdout + result.stderr
+    assert len(ran) == 9 and [final(body) for body in requests] == [
+        False, False, False, True] * 3
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 3
+                    and all(run["state"] == "ended" for run in runs))
+    assert [(run["tool_calls"], run["terminal_state"]) for run in runs] == [
+        (3, "tool_limit_reached")] * 3, runs
 
 
 def test_its_own_complete_is_the_runs_answer(
