@@ -139,6 +139,15 @@ failing on a changed block. The kinds:
     (``tests/frameworks/test_tiny_agents.py``'s ``agent_json``), its ``endpointUrl`` the
     sidecar's default model endpoint with ``/agent/tiny-agents/``, its model ``gpt-4.1``, its
     MCP filesystem server on ``/home/me/project``.
+``gptme-command``
+    gptme's command line, ``NAME=VALUE`` assignments then ``gptme``, its arguments and the
+    task: exactly what its tests point it at the sidecar with and run it with
+    (``tests/frameworks/test_model_endpoint_gptme.py``'s ``command``), the sidecar's default
+    model endpoint with ``/agent/gptme/`` in place of the test's, its model ``gpt-4.1``.
+``llm-config``
+    The ``llm`` CLI's ``extra-openai-models.yaml``, as YAML: exactly what its tests run it
+    with (``tests/frameworks/test_model_endpoint_llm_cli.py``'s ``models``), the sidecar's
+    default model endpoint with ``/agent/llm/`` in place of the test's, its model ``gpt-4.1``.
 ``open-interpreter-settings``
     Open Interpreter's settings in Python, ``from interpreter import interpreter`` then
     ``interpreter.NAME = VALUE`` lines: exactly what its tests set
@@ -237,8 +246,8 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "crush-config", "continue-config", "cline-settings", "pi-models",
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
          "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env",
-         "instructor-env",
-         "strands-ts-config", "tiny-agents-config", "qwen-agent-config"}
+         "instructor-env", "strands-ts-config", "tiny-agents-config", "qwen-agent-config",
+         "gptme-command", "llm-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -876,6 +885,23 @@ def check_aider_command(block: Block, stack: Stack, state: DocState) -> None:
         block.where
 
 
+def check_gptme_command(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_gptme import command
+
+    words = shlex.split(block.text)
+    at = words.index("gptme") if "gptme" in words else len(words)
+    shown = dict(word.split("=", 1) for word in words[:at])
+    assert (shown, words[at + 1:-1]) == command(
+        f"http://{MODEL_ENDPOINT_DEFAULT}/agent/gptme/v1", "gpt-4.1"), block.where
+
+
+def check_llm_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_llm_cli import models
+
+    assert yaml.safe_load(block.text) == models(
+        f"http://{MODEL_ENDPOINT_DEFAULT}/agent/llm/v1", "gpt-4.1"), block.where
+
+
 def check_langchaingo_env(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_langchaingo import pointed
 
@@ -1147,6 +1173,8 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "instructor-env": check_instructor_env,
     "eino-config": check_eino_config,
     "aider-command": check_aider_command,
+    "gptme-command": check_gptme_command,
+    "llm-config": check_llm_config,
     "open-interpreter-settings": check_open_interpreter_settings,
     "langroid-config": check_langroid_config,
     "agentscope-config": check_agentscope_config,
@@ -1259,6 +1287,8 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "opencode-config": (DOCS / "agents.md", "9478/v1", "9478/v2"),
     "crush-config": (DOCS / "agents.md", '"type": "openai"', '"type": "openai-compat"'),
     "aider-command": (DOCS / "agents.md", "/agent/aider/v1", "/agent/aider/v2"),
+    "gptme-command": (DOCS / "agents.md", "GPTME_TIKTOKEN_TIMEOUT=0", "GPTME_TIKTOKEN_TIMEOUT=1"),
+    "llm-config": (DOCS / "agents.md", "api_key_name: openai", "api_key_name: llm"),
     "continue-config": (DOCS / "agents.md", "provider: openai", "provider: openai-compat"),
     "cline-settings": (DOCS / "agents.md", '"telemetryOptOut": true', '"telemetryOptOut": false'),
     "pi-models": (DOCS / "agents.md", '"api": "anthropic-messages"', '"api": "anthropic"'),

@@ -70,8 +70,8 @@ def test_a_budgets_entry_names_its_agents_finish_call() -> None:
     ("finish: bash", "budgets: finish must be a mapping"),
     ("finish: {tool: bash}", "'arguments' is required"),
     ("finish: {arguments: {a: b}}", "'tool' is required"),
-    ("finish: {tool: bash, arguments: {}}", "expected a mapping of 1 to 16 names to strings"),
-    ("finish: {tool: bash, arguments: {a: 1}}", "expected a mapping of 1 to 16 names"),
+    ("finish: {tool: bash, arguments: {a: 1}}", "expected a mapping of 0 to 16 names to strings"),
+    ("finish: {tool: bash, arguments: [a]}", "got a list"),
     ("finish: {tool: bash, arguments: x}", "got a str"),
     ("finish: {tool: bash, arguments: {a: b}, when: x}", "unknown key 'when'"),
     ("actions: text\n    finish: {tool: bash, arguments: {a: b}}",
@@ -139,6 +139,29 @@ def test_a_final_answer_tool_beside_work_ends_the_agent_as_its_conventions_or_pa
     assert runs_beside(final) and not runs_beside(final, WORK_BESIDE_SKIPPED)
     exit_ = ToolCall("c4", "exit", json.dumps({"final_result": "done"}))
     assert runs_beside(closing_call([work, exit_], "exit") or work)  # (adk's)
+
+
+def test_a_finish_of_no_arguments_is_the_answer_its_text_beside_it() -> None:
+    """A finish tool that takes no arguments (gptme's ``complete``): declared with
+    ``arguments: {}``; the endpoint's call of it carries nothing, the report its text beside
+    it; the model's own call of it, where the request offers it with no parameters, is the
+    run's answer, the text beside it its output (the real agent's test:
+    :mod:`tests.frameworks.test_model_endpoint_gptme`)."""
+    rules = load_text(pack("  - agents: [gptme]\n    finish: {tool: complete, arguments: {}}\n"))
+    complete = rules.finish_of("gptme")
+    assert complete == Finish("complete", ())
+    assert complete.answers and complete.describe() == {"tool": "complete", "arguments": {}}
+    call = finish_call(complete, REPORT)
+    assert (call.name, call.arguments) == ("complete", "{}")
+    offered = {"tools": [{"type": "function", "function": {
+        "name": "complete", "parameters": {"type": "object", "properties": {}}}}]}
+    assert complete.answered_by(tool_parameters(offered, "complete"))
+    taking = {"tools": [{"type": "function", "function": {
+        "name": "complete", "parameters": {"properties": {"summary": {}}}}}]}
+    assert not complete.answered_by(tool_parameters(taking, "complete"))
+    assert not complete.answered_by(None)  # (not offered)
+    said = ToolCall("c1", "complete", "{}")
+    assert answer_of([said], "complete", "REPORT: 3 files") == "REPORT: 3 files"
 
 
 def test_it_is_the_answer_only_where_the_request_offers_it_as_the_finish_takes_it() -> None:

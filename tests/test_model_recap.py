@@ -179,3 +179,27 @@ def test_a_summary_not_taken_up_or_reused_once_the_run_ended_starts_a_run_of_its
     spent, _ = searched(final, "task A")
     spent.final_used = True
     assert final.identify("chat", summariser("task A"), Caller(), "a", going) is not spent
+
+
+def test_an_aside_quoting_the_first_call_handed_over_before_its_result_is_the_runs() -> None:
+    """gptme asks for its conversation's title by a thread of its own as soon as its first
+    answer's call runs: the title request (its own instructions, no tools) quotes the task and
+    that call's text argument, and may come before the run's next request brings the call's
+    result. It is the run's model call all the same (no run of its own), its answer not the
+    run's; a request that quotes the task and another command is not."""
+    book = ModelBook()
+    first = Call("c-1", "search", '{"q": "the file named alpha.txt"}')
+    run, _, _ = ask(book, request({"role": "user", "content": "task A"}), Observation(
+        finish_reason="tool_calls", calls=[first], complete=True), [first])
+    other = request({"role": "user", "content": (
+        "Create a title.\nUser: task A\nAssistant: @search: {\"q\": \"the file named beta\"}")},
+        tools=False, system="Generate concise conversation titles.")
+    assert book.identify("chat", other, Caller(), "a", going, None, 10) is not run
+    title = request({"role": "user", "content": (
+        "Create a title.\nUser: task A\nAssistant: @search: "
+        "{\"q\": \"the file named alpha.txt\"}")},
+        tools=False, system="Generate concise conversation titles.")
+    state, tools, record = ask(book, title, Observation(
+        finish_reason="stop", text="File search", complete=True), [])
+    assert state is run and tools == [] and not record.final_answer
+    assert len(run.pending) == 1 and not run.answered_last  # (its call still out)

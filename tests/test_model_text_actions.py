@@ -410,6 +410,34 @@ def test_a_side_request_quoting_the_latest_answer_is_the_runs_and_goes_as_it_cam
     assert book.identify("chat", commit, Caller(), "aider", ended) is not state
 
 
+def test_a_side_request_whose_answer_comes_after_the_runs_next_answer_is_still_aside() -> None:
+    """gptme asks for its title by a thread of its own, quoting its first answer, while its
+    next request is with the model: that request's answer is booked first, so the run's
+    latest answer is another when the title's answer comes. The title is still the side
+    request it was: a model call of the run, no action, not its answer."""
+    book = ModelBook()
+    first = request()
+    state = book.identify("chat", first, Caller(), "gptme", not_ended)
+    state.acts_in_text = True
+    answer = "Step 0.\n\n```shell\necho step0 >> ran.log\n```"
+    book.call_record(state, first, said(answer), [], 1, 2)
+    title = ChatWire().read_request({"model": "m", "messages": [
+        {"role": "system", "content": "Generate concise conversation titles."},
+        {"role": "user", "content": f"Create a title.\nUser: Count the files.\n"
+                                    f"Assistant: {answer}\n"}]})
+    second = request({"role": "assistant", "content": answer},
+                     {"role": "system", "content": "Ran command: echo step0 >> ran.log"})
+    assert book.identify("chat", second, Caller(), "gptme", not_ended) is state
+    assert book.identify("chat", title, Caller(), "gptme", not_ended) is state
+    book.tool_records(state, second, 3)
+    book.call_record(state, second, said("Step 1.\n\n```shell\necho step1 >> ran.log\n```"),
+                     [], 3, 4)
+    assert is_side(state, title)  # (the run's latest answer is step 1's by now)
+    handed = state.handed
+    record = book.call_record(state, title, said("Counting files"), [], 4, 5)
+    assert (record.acted_on, record.final_answer, state.handed) == (False, False, handed)
+
+
 def test_a_request_that_begins_as_the_run_did_without_its_latest_answer_is_the_next_run(
         ) -> None:
     """An agent whose every request begins with the same messages (Aider's examples): the

@@ -349,11 +349,17 @@ class EndpointRun:
     # the first message of its latest request that carried tool results, that request's
     # latest result and the longest text argument of the call it answered (:func:`_action`;
     # "": none), their words (at most MAX_ASIDE_CHARS each), and the hash of that request's
-    # instructions (an aside asks under its own); None until a request of it carries a result
+    # instructions (an aside asks under its own); before a request of it carries a result,
+    # its first calls handed over: its first message and the last call's text argument, no
+    # result ("": :meth:`ModelBook._handed_first`); None before
     history: tuple[str, str, str, int] | None = None
     # ... the hashes of the first messages of its requests aside that quoted it (at most
     # MAX_RECAP_ASIDES): each such request is a model call of the run (:func:`recaps`)
     asides: tuple[int, ...] = ()
+    # the hashes of the first messages of its side requests that quoted its latest answer (at
+    # most MAX_RECAP_ASIDES; :meth:`ModelBook._quoted`): each is still its side request when
+    # its answer comes, the run's latest answer another by then (:func:`quotes_answer`)
+    quoted_by: tuple[int, ...] = ()
     # ... the latest one's answer (the summary of its history), as :attr:`grown` keeps one: its
     # first MAX_ASIDE_CHARS words, their length and digest; a conversation that opens with a
     # model message holding it goes on in the run (:meth:`ModelBook._compacted`). None once
@@ -909,6 +915,9 @@ class ModelBook:
         for key in reversed(self._acting.get(agent or "", ())):
             state = self._runs.get(key)
             if state is not None and not ended(key) and quotes_answer(state, request):
+                anchor = hash(request.anchor_text)
+                state.quoted_by = (*(known for known in state.quoted_by if known != anchor),
+                                   anchor)[-MAX_RECAP_ASIDES:]
                 return self._touch(state)
         return None
 
@@ -1082,6 +1091,18 @@ class ModelBook:
         result = _words(request.results[-1].content)
         if task and result:
             state.history = (task, result, _action(call), hash(request.instructions))
+            self._act(state, self._histories)
+
+    def _handed_first(self, state: EndpointRun, request: Request, call: ToolCall) -> None:
+        """``state``'s first calls are handed over (``call`` the last), before any request of
+        it carries a result: its history as far as it goes (:attr:`EndpointRun.history`: its
+        first message and the call's text argument, no result yet), so a request aside that
+        quotes them, sent while the agent runs that call (gptme's title, asked by a thread of
+        its own as its next request goes out), is the run's whichever comes first. Cost: as
+        :meth:`_heard`'s, no result read."""
+        task, action = _words(request.anchor_text), _action(call)
+        if task and action:
+            state.history = (task, "", action, hash(request.instructions))
             self._act(state, self._histories)
 
     def ran_before_answer(self, state: EndpointRun, handed: list[ToolCall], now_ns: int,
@@ -1280,6 +1301,8 @@ class ModelBook:
         if not broke:  # (its request may be sent again: the same run's, not a twin's)
             state.handed += len(work)
             state.answered += 1
+            if work and state.history is None and not state.traced:
+                self._handed_first(state, request, work[-1])
         state.unread = seen.unreadable
         if not side:  # (an aside's answer, a summary pi asks for after the refusal, keeps it)
             state.refused = frozenset()
@@ -1830,12 +1853,14 @@ def quotes_history(state: EndpointRun, said: str, instructions: int) -> bool:
     tool results (or the answer of the run's latest request aside, the summary its history
     went on from: :attr:`EndpointRun.recapped`), and the latest result it carried or the
     text argument of the call that result answered (the Cline CLI writes its session out
-    without the tools' output), under other instructions than the run's (under the same it
-    is the agent's next task, handed that work)."""
+    without the tools' output; before any result, the text argument of the last call handed
+    over), under other instructions than the run's (under the same it is the agent's next
+    task, handed that work)."""
     history, recapped = state.history, state.recapped
     return history is not None and history[3] != instructions \
         and (history[0] in said or (recapped is not None and recapped in said)) \
-        and (history[1] in said or (bool(history[2]) and history[2] in said))
+        and ((bool(history[1]) and history[1] in said) or (bool(history[2])
+                                                           and history[2] in said))
 
 
 def quotes_answer(state: EndpointRun, request: Request) -> bool:
@@ -1843,11 +1868,15 @@ def quotes_answer(state: EndpointRun, request: Request) -> bool:
     conversation's first request (no model answer in it, no tool results) that offers no
     tools and quotes the run's latest answer (:attr:`EndpointRun.quote`), spacing aside,
     under other instructions than the run's (:attr:`EndpointRun.prompt`: one under the same
-    is the agent's next task, which may quote that answer). No request of the run's own
-    conversation is: each carries the model's answers."""
-    return state.quote is not None and not request.has_tools and not request.results \
-        and request.last_answer is None \
-        and _said_digest(request.instructions) != state.prompt \
+    is the agent's next task, which may quote that answer); or one that quoted it when it
+    came (:attr:`EndpointRun.quoted_by`), its own answer read after the run's next one (gptme's
+    title, sent by a thread of its own while the agent's next request is with the model). No
+    request of the run's own conversation is: each carries the model's answers."""
+    if request.has_tools or request.results or request.last_answer is not None:
+        return False
+    if hash(request.anchor_text) in state.quoted_by:  # (it quoted the answer latest then)
+        return True
+    return state.quote is not None and _said_digest(request.instructions) != state.prompt \
         and state.quote in " ".join(" ".join(said_of(state, request)[:MAX_SIDE_SAID]).split())
 
 

@@ -547,10 +547,10 @@ def _finish(reader: Reader, node: Node) -> Finish | None:
     value = reader.data(fields["arguments"], None, "budgets: finish: arguments")
     if value is None:
         return None
-    if not isinstance(value, dict) or not value or len(value) > MAX_FINISH_ARGUMENTS \
+    if not isinstance(value, dict) or len(value) > MAX_FINISH_ARGUMENTS \
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         reader.problem(fields["arguments"], None, "budgets: finish: arguments: expected a "
-                       f"mapping of 1 to {MAX_FINISH_ARGUMENTS} names to strings, got "
+                       f"mapping of 0 to {MAX_FINISH_ARGUMENTS} names to strings, got "
                        f"a {type(value).__name__}")
         return None
     if any(len(v) > MAX_STOP_ANSWER_CHARS for v in value.values()):
