@@ -1979,3 +1979,40 @@ def test_a_request_that_shares_a_long_tasks_start_is_no_side_request_of_it() -> 
     assert book.identify("chat", other, caller, "a", lambda _key: False) is not run
     side = wire.read_request(crush_title(f"{preamble}\nFix the first bug in parse.py."))
     assert book.identify("chat", side, caller, "a", lambda _key: False) is run
+
+
+CREWAI_LAST = ("Now it's time you MUST give your absolute best final answer. You'll ignore all "
+               "previous instructions, stop using any tools, and just return your absolute BEST "
+               "Final answer.")
+SMOLAGENTS_SYSTEM = ("An agent tried to answer a user query but it got stuck and failed to do so. "
+                     "You are tasked with providing an answer instead.")
+
+
+def test_a_request_says_the_agents_own_limit_in_its_words() -> None:
+    """The conventions' limit prompts are read in a request's last message (any role, parts
+    joined) and its instructions, in each API's shape: the limit they name is the request's
+    (its answer's run then ends ``tool_limit_reached``, as a span of that call reads); the same
+    words earlier in the conversation, or none, name none."""
+    said = [{"role": "user", "content": "find it"}, {"role": "assistant", "content": "ok"}]
+    chat = ChatWire().read_request
+    assert chat({"messages": [*said, {"role": "user", "content": CREWAI_LAST}]}).limit \
+        == "max_iter"
+    assert chat({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"},
+                                                            {"type": "text",
+                                                             "text": CREWAI_LAST}]}]}).limit \
+        == "max_iter"
+    assert chat({"messages": [{"role": "system", "content": SMOLAGENTS_SYSTEM},
+                              *said]}).limit == "max_steps"
+    assert chat({"messages": [{"role": "user", "content": CREWAI_LAST}, *said]}).limit is None
+    assert chat({"messages": said}).limit is None
+    assert ResponsesWire().read_request({"input": CREWAI_LAST}).limit == "max_iter"
+    assert ResponsesWire().read_request({"input": [*said, {"role": "user", "content": [
+        {"type": "input_text", "text": CREWAI_LAST}]}]}).limit == "max_iter"
+    assert ResponsesWire().read_request({"instructions": SMOLAGENTS_SYSTEM,
+                                         "input": "q"}).limit == "max_steps"
+    assert MessagesWire().read_request({"system": SMOLAGENTS_SYSTEM,
+                                        "messages": said}).limit == "max_steps"
+    assert MessagesWire().read_request({"messages": [
+        *said, {"role": "user", "content": [{"type": "text", "text": CREWAI_LAST}]}]}).limit \
+        == "max_iter"
+    assert MessagesWire().read_request({"messages": said}).limit is None

@@ -115,21 +115,22 @@ def test_traced_at_once_its_spans_and_the_endpoints_calls_are_one_run(
 
 
 
-def test_its_own_iteration_limit_alone_ends_completed_known_gap(
+def test_its_own_iteration_limit_alone_ends_at_the_limit_its_reminder_names(
         sidecar: RunningServer, llm: FakeLLM) -> None:
-    """Known gap (docs/agents.md#agentscope): ``max_iters`` (3) with no model-call budget
-    declared: after its 3rd reasoning-acting iteration AgentScope asks once more itself, tools
-    withdrawn (``tool_choice: none``, a ``<system-reminder>`` user message), and the answer is
-    its reply; nothing in that request tells the endpoint it is a limit, so the run ends
-    ``completed``, not ``tool_limit_reached``."""
+    """``max_iters`` (3) with no model-call budget declared: after its 3rd reasoning-acting
+    iteration AgentScope asks once more itself, tools withdrawn (``tool_choice: none``, a
+    ``<system-reminder>`` user message saying it has reached its maximum: the conventions'
+    ``limit_prompts``), and the answer is its reply: the run ends ``tool_limit_reached``,
+    answered, its reason ``max_iters``."""
     before = run_ids(sidecar)
     said, requests = run_agentscope(sidecar, llm, "agentscope-own", searching, AS_MAX_ITERS="3")
     assert said == {"ran": ["term 0", "term 1", "term 2"], "output": REPORT}
     assert [body.get("tool_choice") for body in requests] == [None] * 3 + ["none"]
     assert "maximum of 3 reasoning-acting iterations" in json.dumps(requests[-1]["messages"][-1])
     run = the_ended_run(sidecar, before)
-    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
-            run["final_output"]) == (4, 3, "completed", REPORT), run
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"], run["terminal_reason"],
+            run["has_final_answer"], run["final_output"]) == (
+        4, 3, "tool_limit_reached", "max_iters", True, REPORT), run
 
 
 @pytest.mark.parametrize("mode", ["run", "stream"])

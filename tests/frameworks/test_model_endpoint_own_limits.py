@@ -17,7 +17,8 @@ is this module's :data:`LIMITS` and theirs, checked here.
   raises its limit's error or returns what it has, and the run is held open for the call it
   last handed over;
 * an agent that asks the model for the answer itself at its limit (no tools: smolagents,
-  CrewAI, Semantic Kernel), alone: that run ends ``completed`` (known gap, as AgentScope's).
+  CrewAI, Semantic Kernel), alone: that run ends ``tool_limit_reached`` where its request says
+  so in the agent's words (smolagents, CrewAI), else ``completed`` (known gap).
 
 What the upstream saw is asserted at each request; nothing waits for a directive.
 """
@@ -222,13 +223,20 @@ def check_held_open(sidecar: RunningServer, before: set[str],
         "active", None, 1), run
 
 
-@pytest.mark.parametrize("agent", [SMOLAGENTS, CREWAI, SEMANTIC_KERNEL],
-                         ids=["max_steps", "max_iter", "maximum_auto_invoke_attempts"])
-def test_its_own_limit_alone_asks_for_the_answer_and_ends_completed_known_gap(
-        llm: FakeLLM, tmp_path: Path, model_relay: str, agent: Agent) -> None:  # noqa: F811
-    """Known gap: an own limit of 3 with no model-call budget declared: after its 3rd call
-    the agent asks the model for the answer itself, offering no tools; nothing in that
-    request says it is a limit, so the run ends ``completed``, not ``tool_limit_reached``."""
+@pytest.mark.parametrize(("agent", "ended"), [
+    (SMOLAGENTS, ("tool_limit_reached", "max_steps")),
+    (CREWAI, ("tool_limit_reached", "max_iter")),
+    (SEMANTIC_KERNEL, ("completed", None))],
+    ids=["max_steps", "max_iter", "maximum_auto_invoke_attempts"])
+def test_its_own_limit_alone_asks_for_the_answer_and_ends_as_its_words_say(
+        llm: FakeLLM, tmp_path: Path, model_relay: str, agent: Agent,  # noqa: F811
+        ended: tuple[str, str | None]) -> None:
+    """An own limit of 3 with no model-call budget declared: after its 3rd call the agent asks
+    the model for the answer itself, offering no tools. smolagents' system prompt and CrewAI's
+    last message say in their own words that it is the limit (the conventions'
+    ``limit_prompts``): the run ends ``tool_limit_reached``, answered, with that limit as its
+    reason; Semantic Kernel's request says nothing of it, so its run ends ``completed``
+    (known gap)."""
     with endpoint_with_pack(tmp_path, PACK.format(calls=99, above=99), llm.base_url,
                             model_relay) as sidecar:
         before = run_ids(sidecar)
@@ -237,7 +245,9 @@ def test_its_own_limit_alone_asks_for_the_answer_and_ends_completed_known_gap(
     assert said == {"ran": ["term 0", "term 1", "term 2"], "output": REPORT}, said
     assert [fakellm.offers_tools(body) for body in requests] == [True] * 3 + [False]
     assert (run["iterations"], run["tool_calls"], run["terminal_state"],
-            run["final_output"]) == (4, 3, "completed", REPORT), run
+            run["final_output"]) == (4, 3, ended[0], REPORT), run
+    if ended[1] is not None:
+        assert (run["terminal_reason"], run["has_final_answer"]) == (ended[1], True), run
 
 
 # -- docs/model-endpoint.md's table ---------------------------------------------------------

@@ -1245,6 +1245,10 @@ class ModelBook:
         if not seen.broke_off:  # (what it handed over: an agent's span of running one pairs)
             record.asked_tools = tuple((call.name[:200], call.call_id[:200])
                                        for call in work[:MAX_ASKED_TOOLS])
+        if request.limit is not None and not work and not side and not seen.broke_off:
+            # (the final request of the agent's own limit, its words saying so: the run met
+            # that limit, as a span of the call whose prompt says it, :func:`prompt_limit`)
+            record.limit_stop = request.limit
         broke = seen.broke_off
         answer = answer_of(handed, state.answer_tool, seen.text, offered) \
             if said is None else said

@@ -38,6 +38,7 @@ from watchdog.core.model.wire import (
     ToolCall,
     ToolResult,
     anchor_of,
+    announced_limit,
     append_text,
     can_call,
     clipped,
@@ -128,6 +129,7 @@ class ChatWire:
             answer_format=json_format(body.get("response_format"))
             or (FORCED_FORMAT if forced else None),
             forced=forced,
+            limit=announced_limit(last, "\n".join(instructions)),
             last_answer=messages[last_answer].get("content") if last_answer >= 0 else None,
             answers=tuple(messages[index].get("content")
                           for index in answers[-MAX_ANSWERS_SEEN:]),

@@ -33,6 +33,7 @@ from watchdog.core.model.wire import (
     ToolCall,
     ToolResult,
     anchor_of,
+    announced_limit,
     append_text,
     can_call,
     clipped,
@@ -106,6 +107,7 @@ class MessagesWire:
             answer_format=json_format(_output_format(body))
             or (FORCED_FORMAT if forced else None),
             forced=forced,
+            limit=announced_limit(last, text_of(body.get("system"))),
             last_answer=answers[-1] if answers else None,
             answers=tuple(answers[-MAX_ANSWERS_SEEN:]))
 

@@ -33,6 +33,7 @@ from watchdog.core.model.wire import (
     ToolResult,
     Unjudged,
     anchor_of,
+    announced_limit,
     append_text,
     can_call,
     clipped,
@@ -150,6 +151,8 @@ class ResponsesWire:
                            if isinstance(answer := body.get("text"), dict) else None)
             or (FORCED_FORMAT if forced else None),
             forced=forced,
+            limit=announced_limit(items[-1] if isinstance(items, list) and items else items,
+                                  "\n".join(instructions)),
             instructions="\n".join(instructions),
             anchor=anchor,
             anchor_text=anchor_text,

@@ -97,6 +97,10 @@ class Request:
     # such): an answer-shaped request, whose call of it is its answer, its arguments in that
     # function's schema (instructor's Mode.TOOLS, a structured output by a tool)
     forced: str | None = None
+    # the limit of its own its agent announces in it (its last message or its instructions say
+    # so in a framework's words: the conventions' ``limit_prompts``; None: none), as its final
+    # request at that limit: :func:`announced_limit`
+    limit: str | None = None
 
     @property
     def structured(self) -> bool:
@@ -180,6 +184,16 @@ def forced_function(body: dict[str, Any]) -> str | None:
         if isinstance(spec, dict) and spec.get("name") == name:
             return name
     return None
+
+
+def announced_limit(last: object, instructions: str) -> str | None:
+    """The limit of its own an agent announces in a request (``last``: its last message or
+    input item): the conventions' words of a framework that asks its model for the answer at
+    its limit (:func:`watchdog.core.spans.outcome.announced_limit`)."""
+    from watchdog.core.spans.outcome import announced_limit as announced
+
+    return announced(text_of(last.get("content")) if isinstance(last, dict) else
+                     last if isinstance(last, str) else "", instructions)
 
 
 def json_format(answer_format: object) -> str | None:

@@ -366,6 +366,12 @@ AGENTSCOPE = Convention(
     # max_iters' last call asked for a tool anyway (it runs): the reply ends with this text of
     # AgentScope's in place of an answer
     limit_answers=(("The maximum reasoning-acting iterations are exceeded.", "max_iters"),),
+    # ... and at max_iters it asks for the answer in its own words (a reminder the request's
+    # last message carries, which its spans leave out: the model endpoint reads it)
+    limit_prompts=(("reasoning-acting iterations. Summarize the work and findings so far",
+                    "max_iters"),
+                   ("You have reached the maximum reasoning-acting iterations, so call",
+                    "max_iters")),
     notes="a tool's exception is only in its result (`state` `error` on a span that ends OK); "
           "`max_iters` asks the model once more with `tool_choice` none and a hint the spans "
           "leave out of the input messages, and the reply's `exceed_max_iters` is on no span: "

@@ -314,6 +314,21 @@ def prompt_limit(text: str) -> str | None:
     return limit
 
 
+def announced_limit(last: str, instructions: str) -> str | None:
+    """The limit a framework announces in a request it sends its model (the model endpoint's
+    twin of :func:`prompt_limit`, on the request's own messages): in its last message (crewai's
+    forced final answer, AgentScope's ``max_iters`` reminder, Agno's refusal of a call past its
+    cap) or in its instructions (smolagents' system prompt at ``max_steps``)."""
+    for needle, limit in LIMIT_PROMPTS:
+        if needle in last:
+            return limit
+    head = instructions[:PROMPT_TAIL_CHARS]
+    for prompt, system_limit in LIMIT_SYSTEM_PROMPTS:
+        if prompt in head:
+            return system_limit
+    return None
+
+
 def _in_last_message(text: str, table: tuple[tuple[str, str], ...]) -> str | None:
     """The limit of the first of ``table``'s texts found in the last message of ``text`` (a
     JSON message list, or a raw request whose messages end near its end)."""
