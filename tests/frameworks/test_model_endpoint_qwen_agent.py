@@ -247,10 +247,29 @@ def test_undeclared_its_template_is_read_by_default(
     assert run["signals"]["tools"] == {"shell": 2}, run["signals"]
 
 
+@pytest.mark.parametrize("admitted", [False, True])
 def test_undeclared_a_budget_of_three_from_an_entry_that_says_no_actions(
-        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, admitted: bool) -> None:
     """The pack gives the agent (``hermes-budget``) a budget of 3 tool calls and says nothing
-    of how it acts: its template read by default, the budget binds as for a declared agent."""
+    of how it acts: its template read by default, the budget binds as for a declared agent.
+    ``admitted``: a request of the agent that offers API tools came first (a run of its own),
+    from which the compiled relay learns what a new run's first request of it gets (the
+    countdown's note, for one that offers tools): the template's first request, which offers
+    none, waits for Python and is told the countdown all the same."""
+    if admitted:
+        import openai
+
+        model = llm.script(f"hermes-admit-{next(_CASES)}", fakellm.steps(
+            fakellm.answer("Nothing to run.")))
+        client = openai.OpenAI(base_url=f"{sidecar.url('model')}/agent/hermes-budget/v1",
+                               api_key=KEY, max_retries=0)
+        before = run_ids(sidecar)
+        client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": f"Admit me ({model})."}],
+            tools=[{"type": "function", "function": {
+                "name": "shell", "parameters": {"type": "object", "properties": {}}}}])
+        assert LEFT.findall(instructions(llm.requests(model)[0])) == [("3", "3")]
+        the_ended_run(sidecar, before)
     before = run_ids(sidecar)
     [responses], ran, requests = run_qwen(sidecar, llm, "hermes-budget",
                                           steps_then_answer(10, "text"), tmp_path, "text")
