@@ -34,7 +34,8 @@ from watchdog.core.model.chat import ChatWire
 from watchdog.core.model.steer import TEXT_FINISH, Act, Board, Counts, decide
 from watchdog.core.model.wire import Observation, Request
 from watchdog.core.rules.decision import COUNTDOWN_TOOL_CALLS
-from watchdog.core.rules.pack import load_text
+from watchdog.core.rules.model import TEXT_TEMPLATES
+from watchdog.core.rules.pack import _action_pattern_problem, load_text
 from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import RunTracker
 from watchdog.core.spans import native
@@ -202,6 +203,76 @@ budgets:
     assert acts_on_answer(mini, "Anything at all.")
     assert acts_on_answer(interpreter, "```python\nprint(1)\n```")
     assert not acts_on_answer(interpreter, "All done.")
+
+
+# Qwen-Agent's system message in the Hermes ("nous") template, as it writes it
+HERMES_SYSTEM = {"role": "system", "content": (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+    '{"type": "function", "function": {"name": "shell", "parameters": {}}}\n</tools>\n\n'
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')}
+TEXT_TEMPLATE_PACK = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: t
+budgets:
+  - agents: ["declared"]
+    actions: text
+    action_key: name
+  - agents: ["said-tools"]
+    max_tool_calls: 3
+    actions: tools
+  - agents: ["budget-only"]
+    max_tool_calls: 3
+"""
+
+
+def test_the_hermes_template_in_the_instructions_is_read_unless_the_pack_says_actions() -> None:
+    """A request whose instructions carry the Hermes template's markers (``<tools>``,
+    ``<tool_call>``) is read as a pack entry declaring it would read it (``actions: text``,
+    the ``<tool_call>`` blocks' ``action_pattern``, ``action_key: name``), for an agent with no
+    entry or one that says nothing of how it acts; the entry that says ``actions:`` wins (text:
+    its own reading; tools: none)."""
+    ruleset = load_text(TEXT_TEMPLATE_PACK)
+    hermes = ChatWire().read_request({"model": "m", "messages": [HERMES_SYSTEM, TASK]})
+    for agent in ("assistant", "budget-only"):
+        reading = ruleset.text_acting(agent, hermes.instructions)
+        assert reading is not None and reading.actions == "text", agent
+        assert (reading.action_pattern, reading.action_key) == (
+            "(?s)<tool_call>.*</tool_call>", "name")
+        assert acts_on_answer(reading, QWEN_SAID)
+        assert not acts_on_answer(reading, 'Done: {"name": "a.txt"}')  # (no <tool_call>)
+    assert ruleset.budget_for("budget-only") == {"max_tool_calls": 3.0}
+    declared = ruleset.text_acting("declared", hermes.instructions)
+    assert declared is not None and (declared.action_key, declared.action_pattern) == (
+        "name", None)
+    assert acts_on_answer(declared, 'Done: {"name": "a.txt"}')  # (its own reading)
+    assert ruleset.text_acting("said-tools", hermes.instructions) is None
+    # one marker alone is no template; an entry declaring text acts so without the markers
+    for content in ("Call tools in <tools>.", "Write <tool_call> blocks.", "Be brief."):
+        plain = ChatWire().read_request({"model": "m", "messages": [
+            {"role": "system", "content": content}, TASK]})
+        assert ruleset.text_acting("assistant", plain.instructions) is None, content
+        assert ruleset.text_acting("declared", plain.instructions) is declared
+    # each template's pattern is one a pack may give (the compiled matcher takes it)
+    for template in TEXT_TEMPLATES:
+        pattern = template.reading.action_pattern
+        assert pattern is not None and _action_pattern_problem(pattern) is None, template
+
+
+def test_a_users_prose_about_the_template_is_no_instruction_of_it() -> None:
+    """The markers in a user's message (a question about the template), not in the system or
+    developer messages the request's instructions are: no template read."""
+    ruleset = load_text(TEXT_TEMPLATE_PACK)
+    asked = ChatWire().read_request({"model": "m", "messages": [SYSTEM, {
+        "role": "user", "content": "What do <tools> and <tool_call> mean in Hermes prompts?"}]})
+    assert "<tool_call>" not in asked.instructions
+    assert ruleset.text_acting("assistant", asked.instructions) is None
+    developer = ChatWire().read_request({"model": "m", "messages": [
+        {"role": "developer", "content": HERMES_SYSTEM["content"]}, TASK]})
+    assert ruleset.text_acting("assistant", developer.instructions) is not None
 
 
 def test_a_regular_expression_over_json_takes_the_wrong_action_out() -> None:

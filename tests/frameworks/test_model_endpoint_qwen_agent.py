@@ -82,6 +82,11 @@ budgets:
     actions: text
     action_pattern: {TOOL_CALL}
     action_key: name
+  - agents: ["hermes-budget"]
+    max_tool_calls: 3
+  - agents: ["hermes-tools"]
+    max_iterations: 20
+    actions: tools
   - agents: ["react-budget"]
     max_tool_calls: 3
     actions: text
@@ -223,13 +228,69 @@ def test_one_agent_run_is_one_run_each_tool_it_asks_for_a_call(
     assert run["final_output"] == "All 3 steps are done."
 
 
-def test_undeclared_each_model_call_is_a_run_of_its_own(
+def test_undeclared_its_template_is_read_by_default(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
-    """An agent the pack does not declare (``assistant``): its requests offer no tools, so
-    each answer looks final to the endpoint, its ``<tool_call>`` too: each model call is a run
-    of its own, ``completed``, no tool call counted (a budget could not bind it)."""
+    """An agent the pack does not declare (``assistant``): its requests offer no API tools and
+    its instructions carry the Hermes template (``<tools>``, ``<tool_call>``), which the
+    endpoint reads by default as the pack's entry would declare it: one run, each
+    ``<tool_call>`` a call of its tool, the answer with none its end."""
     before = run_ids(sidecar)
     [responses], ran, requests = run_qwen(sidecar, llm, "assistant",
+                                          steps_then_answer(2, "text"), tmp_path, "text")
+    assert (said(responses), ran, len(requests)) == (
+        "All 2 steps are done.", ["step0", "step1"], 3)
+    assert all("<tools>" in instructions(body) and "<tool_call>" in instructions(body)
+               and "tools" not in body for body in requests)
+    run = the_ended_run(sidecar, before)
+    assert (run["agent"], run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["final_output"]) == ("assistant", 3, 2, "completed", "All 2 steps are done."), run
+    assert run["signals"]["tools"] == {"shell": 2}, run["signals"]
+
+
+@pytest.mark.parametrize("admitted", [False, True])
+def test_undeclared_a_budget_of_three_from_an_entry_that_says_no_actions(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, admitted: bool) -> None:
+    """The pack gives the agent (``hermes-budget``) a budget of 3 tool calls and says nothing
+    of how it acts: its template read by default, the budget binds as for a declared agent.
+    ``admitted``: a request of the agent that offers API tools came first (a run of its own),
+    from which the compiled relay learns what a new run's first request of it gets (the
+    countdown's note, for one that offers tools): the template's first request, which offers
+    none, waits for Python and is told the countdown all the same."""
+    if admitted:
+        import openai
+
+        model = llm.script(f"hermes-admit-{next(_CASES)}", fakellm.steps(
+            fakellm.answer("Nothing to run.")))
+        client = openai.OpenAI(base_url=f"{sidecar.url('model')}/agent/hermes-budget/v1",
+                               api_key=KEY, max_retries=0)
+        before = run_ids(sidecar)
+        client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": f"Admit me ({model})."}],
+            tools=[{"type": "function", "function": {
+                "name": "shell", "parameters": {"type": "object", "properties": {}}}}])
+        assert LEFT.findall(instructions(llm.requests(model)[0])) == [("3", "3")]
+        the_ended_run(sidecar, before)
+    before = run_ids(sidecar)
+    [responses], ran, requests = run_qwen(sidecar, llm, "hermes-budget",
+                                          steps_then_answer(10, "text"), tmp_path, "text")
+    assert ran == ["step0", "step1", "step2"] and said(responses) == REPORT
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert [final_asked(body) for body in requests] == [False, False, False, True]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "tool_limit_reached"), run
+    assert run["final_output"] == REPORT
+
+
+def test_actions_tools_said_each_model_call_is_a_run_of_its_own(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """The pack says the agent (``hermes-tools``) acts by the API's tool calls: its template is
+    not read; its requests offer no tools, so each answer looks final to the endpoint, its
+    ``<tool_call>`` too: each model call is a run of its own, ``completed``, no tool call
+    counted."""
+    before = run_ids(sidecar)
+    [responses], ran, requests = run_qwen(sidecar, llm, "hermes-tools",
                                           steps_then_answer(2, "text"), tmp_path, "text")
     assert (said(responses), ran, len(requests)) == (
         "All 2 steps are done.", ["step0", "step1"], 3)
@@ -237,6 +298,46 @@ def test_undeclared_each_model_call_is_a_run_of_its_own(
                     and all(run["state"] == "ended" for run in runs))
     assert {(run["iterations"], run["tool_calls"], run["terminal_state"])
             for run in runs} == {(1, 0, "completed")}, runs
+
+
+HERMES_SYSTEM = ("You are provided with function signatures within <tools></tools> XML tags:\n"
+                 '<tools>\n{"type": "function", "function": {"name": "shell"}}\n</tools>\n'
+                 "For each function call, return a json object within <tool_call></tool_call> "
+                 "XML tags.")
+CALL_SAID = 'It is written so:\n<tool_call>\n{"name": "shell", "arguments": {}}\n</tool_call>'
+
+
+@pytest.mark.parametrize("case", ["api-tools", "user-prose"])
+def test_the_markers_with_api_tools_or_in_a_users_prose_are_no_template(
+        sidecar: RunningServer, llm: FakeLLM, case: str) -> None:
+    """An undeclared agent's request (the ``openai`` SDK's) whose instructions carry the
+    template's markers but that offers API tools (``api-tools``: it acts by them), or whose
+    user message asks about the markers, its instructions free of them (``user-prose``): an
+    answer holding a ``<tool_call>`` block is its run's answer, which ends the run at once,
+    ``completed``, no tool call counted (not an action held open for ``loose_run_gap``)."""
+    import openai
+
+    model = llm.script(f"hermes-{case}-{next(_CASES)}", fakellm.steps(fakellm.answer(CALL_SAID)))
+    client = openai.OpenAI(base_url=f"{sidecar.url('model')}/agent/assistant/v1", api_key=KEY,
+                           max_retries=0)
+    messages: list[Any]
+    extra: dict[str, Any] = {}
+    if case == "api-tools":
+        messages = [{"role": "system", "content": HERMES_SYSTEM},
+                    {"role": "user", "content": "Run the shell (tools)."}]
+        extra["tools"] = [{"type": "function", "function": {
+            "name": "shell", "parameters": {"type": "object", "properties": {}}}}]
+    else:
+        messages = [{"role": "system", "content": "You answer questions about prompts."},
+                    {"role": "user", "content": "How is a call written between <tools> and "
+                                                "<tool_call> in Hermes prompts?"}]
+    before = run_ids(sidecar)
+    answer = client.chat.completions.create(model=model, messages=messages, **extra)
+    assert answer.choices[0].message.content == CALL_SAID
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"]) \
+        == (1, 0, "completed", CALL_SAID), run
+    assert run["signals"]["in_flight"] == 0, run
 
 
 @pytest.mark.parametrize("agent", ["qwen", "qwen-key-alone"])

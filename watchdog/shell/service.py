@@ -29,7 +29,7 @@ from watchdog.core.handout import Step
 from watchdog.core.model.book import acts_on_answer
 from watchdog.core.rules.decision import Action, Decided, withdraws
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
-from watchdog.core.rules.model import Budget, Finish
+from watchdog.core.rules.model import Budget, Finish, text_template
 from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import OpenedRun, RunView
 from watchdog.core.sessions import Checkpoint, SessionBook, SessionState, empty_context
@@ -752,6 +752,16 @@ class WatchdogService:
         text (``actions: text``), else None."""
         engine = self.core.engine
         return engine.ruleset.acts_in_text(agent) if engine is not None and agent else None
+
+    def text_acting(self, agent: str | None, instructions: str) -> Budget | None:
+        """How a model request of ``agent`` that offers no API tools acts in its answers'
+        text (:meth:`RuleSet.text_acting <watchdog.core.rules.model.RuleSet.text_acting>`: its
+        budgets entry when that says ``actions:``, else the text templates its
+        ``instructions`` carry), else None."""
+        engine = self.core.engine
+        if engine is not None and agent:
+            return engine.ruleset.text_acting(agent, instructions)
+        return text_template(instructions)
 
     def per_conversation(self, agent: str | None) -> bool:
         """Whether the rule packs' budgets entry of ``agent`` covers its whole conversation

@@ -208,9 +208,46 @@ class Budget:
     # ACTIONS_TOOLS: whether the agent runs the calls asked beside its answer's (WORK_BESIDE;
     # None: as its framework's conventions say)
     work_beside_answer: str | None = None
+    # whether the entry says ``actions:`` (``actions: tools`` said: its agents act by the API's
+    # tool calls, whatever their instructions carry; :data:`TEXT_TEMPLATES` do not apply)
+    actions_said: bool = False
 
     def applies_to(self, agent: str) -> bool:
         return any(fnmatchcase(agent, glob) for glob in self.agents)
+
+
+@dataclass(frozen=True, slots=True)
+class TextTemplate:
+    """A template by which agents call tools in their answers' text, told so in their
+    instructions (a model's chat template rendered by its client): a request that offers no
+    API tools and whose instructions carry every one of ``markers`` is read as the budgets
+    entry ``reading`` (``actions: text``, its ``action_pattern`` and ``action_key``) declares,
+    unless its agent's own entry says ``actions:``."""
+
+    name: str
+    markers: tuple[str, ...]
+    reading: Budget
+
+
+BUILT_IN = "(built in)"  # the file of a TEXT_TEMPLATES reading
+# The templates read by default, first matching first: the Hermes ("nous") template (NousResearch's
+# function calling; Qwen-Agent's default; Qwen, Hermes and other models' chat templates): the
+# tools in ``<tools>...</tools>``, each call ``<tool_call>{"name": ..., "arguments": ...}
+# </tool_call>``
+TEXT_TEMPLATES: tuple[TextTemplate, ...] = (
+    TextTemplate("hermes", ("<tools>", "<tool_call>"),
+                 Budget(("*",), {}, BUILT_IN, 0, ACTIONS_TEXT,
+                        action_pattern="(?s)<tool_call>.*</tool_call>", action_key="name")),
+)
+
+
+def text_template(instructions: str) -> Budget | None:
+    """The reading of the first of :data:`TEXT_TEMPLATES` whose markers ``instructions`` (a
+    request's system / developer / instructions text) all carry, else None."""
+    for template in TEXT_TEMPLATES:
+        if all(marker in instructions for marker in template.markers):
+            return template.reading
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +300,16 @@ class RuleSet:
         ``code`` (read at each model request: remembered per agent, as its budget is)."""
         entry = self._entry(agent)
         return entry if entry is not None and entry.actions in ACTS_IN_TEXT else None
+
+    def text_acting(self, agent: str, instructions: str) -> Budget | None:
+        """How a request of ``agent`` that offers no API tools acts in its answers' text: by
+        its budgets entry (the first matching) when that says ``actions: text`` or ``code``;
+        not at all when it says ``actions: tools``; else by the first of
+        :data:`TEXT_TEMPLATES` its ``instructions`` carry (None: none)."""
+        entry = self._entry(agent)
+        if entry is not None and entry.actions_said:
+            return entry if entry.actions in ACTS_IN_TEXT else None
+        return text_template(instructions)
 
     def per_conversation(self, agent: str) -> bool:
         """Whether ``agent``'s budgets entry (the first matching) says its budget covers the

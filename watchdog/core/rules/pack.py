@@ -227,7 +227,8 @@ def ahead_form(packs: Sequence[_Pack], digest: str) -> dict[str, Any]:
                      **({"budget_per": b.budget_per}
                         if b.budget_per != BUDGET_PER_RUN else {}),
                      **({"work_beside_answer": b.work_beside_answer}
-                        if b.work_beside_answer is not None else {})}
+                        if b.work_beside_answer is not None else {}),
+                     **({"actions_said": True} if b.actions_said else {})}
                     for b in pack.budgets],
         "disable": [[name, line] for name, line in pack.disable],
         "switch_off": [[name, line] for name, line in pack.switch_off]} for pack in packs]}
@@ -255,7 +256,7 @@ def read_ahead(file: str) -> _Pack | None:
                              _ahead_finish(b.get("finish")),
                              str(b.get("budget_per", BUDGET_PER_RUN)),
                              b.get("action_key"), tuple(b.get("answer_tools", ())),
-                             b.get("work_beside_answer"))
+                             b.get("work_beside_answer"), bool(b.get("actions_said")))
                       for b in form["budgets"]],
                      [(str(name), int(line)) for name, line in form["disable"]],
                      [(str(name), int(line)) for name, line in form.get("switch_off", ())])
@@ -513,7 +514,8 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
     if not ok or agents is None:
         return None
     return Budget(agents, limits, reader.file, reader.line(node), actions, stop_answer,
-                  action_pattern, finish, budget_per, action_key, answer_tools, work_beside)
+                  action_pattern, finish, budget_per, action_key, answer_tools, work_beside,
+                  "actions" in fields)
 
 
 def _action_pattern_problem(pattern: str) -> str | None:

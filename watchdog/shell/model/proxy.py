@@ -631,8 +631,11 @@ class ModelProxy:
             state.run_key, state.used = run.key, counts.used
             state.tool_limit = run.budget.get("max_tool_calls")
             # (an agent whose requests offer tools acts by the API's tool calls, whatever a
-            # pack's glob declares for it: its text answer is its answer, not an action)
-            acting = service.acts_in_text(run.agent) if not parsed.has_tools else None
+            # pack's glob declares for it: its text answer is its answer, not an action; one
+            # whose requests offer none, as its pack says, else as the text template its
+            # instructions carry says)
+            acting = service.text_acting(run.agent, parsed.instructions) \
+                if not parsed.has_tools else None
             state.acts_in_text = acting is not None
             state.acts_in_code = acting is not None and acting.actions == ACTIONS_CODE
             state.action_pattern = acting.action_pattern if acting is not None else None
