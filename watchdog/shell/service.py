@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from watchdog.core.directives.model import Directive
 from watchdog.core.fleet import Fleet
 from watchdog.core.handout import Step
-from watchdog.core.model.book import acts_on_answer
 from watchdog.core.rules.decision import Action, Decided, withdraws
 from watchdog.core.rules.engine import FiredRecord, RuleEngine
 from watchdog.core.rules.model import Budget, Finish, text_template
@@ -632,7 +631,13 @@ class WatchdogService:
                     and record.final_answer and record.final_output \
                     and record.scope != ENDPOINT_SCOPE and record.key_source is KeySource.TRACE:
                 entry = self.acts_in_text(record.agent or record.service)
-                if entry is not None and acts_on_answer(entry, record.final_output):
+                if entry is None:
+                    continue
+                # (the model endpoint's reading, loaded with it or with such a pack's first
+                # call: a sidecar that needs neither never loads it)
+                from watchdog.core.model.book import acts_on_answer
+
+                if acts_on_answer(entry, record.final_output):
                     record.acted_on = True
 
     # -- the client's calls ---------------------------------------------------------------------
