@@ -35,10 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVER_TIMEOUT, clean_environ
+from tests.frameworks.steering import documented_pack
 from tests.frameworks.test_eino import pointed
 from tests.frameworks.test_model_endpoint_text_actions import (
     LEFT,
@@ -221,3 +223,11 @@ def test_its_observation_step_is_read_as_the_runs_answer(
         (2, 1, "completed", json.dumps({"finalAnswer": REPORT})),
         (2, 1, "completed", json.dumps({"observation": "100 so far, two sums left.",
                                         "isFinalAnswerReady": False}))], runs
+
+
+def test_the_pack_is_docs_agents_mds() -> None:
+    """The entries these tests run declare KaibanJS as docs/agents.md's pack does."""
+    [documented] = yaml.safe_load(documented_pack("kaibanjs.yaml"))["budgets"]
+    for entry in yaml.safe_load(PACK)["budgets"]:
+        assert {key: entry[key] for key in ("actions", "action_key", "stop_answer")} == {
+            key: documented[key] for key in ("actions", "action_key", "stop_answer")}
