@@ -12,7 +12,7 @@ the tool: "..."``) and ``{"finalAnswer": "..."}`` to end its task, the conversat
 So its pack declares it ``actions: text`` with ``action_key: action`` and ``stop_answer:
 '{"finalAnswer": ${note_json}}'`` (docs/agents.md's pack).
 
-* each ``start()`` is one run;
+* each ``start()`` of a team of one task is one run; a team of two tasks, two runs;
 * a budget of 3: the true count at each request, 3 tools run, the 4th request told to finish,
   its ``finalAnswer`` the team's result, ``tool_limit_reached``;
 * a loop wound down by ``tool-cycle``, then stopped: the stop answer is its result;
@@ -92,11 +92,12 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
 
 
 def start(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
-          tmp: Path, tasks: tuple[str, ...] = (), by_config: bool = False
-          ) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
+          tmp: Path, tasks: tuple[str, ...] = (), by_config: bool = False,
+          one_team: bool = False) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
     """The agent's teams, in turn, one ``start()`` per task, named ``agent`` by the base URL
     (``by_config``: the agent's ``llmConfig.apiBaseUrl``, else ``OPENAI_BASE_URL``): what each
-    returned, what its tool ran, what the upstream read."""
+    returned, what its tool ran, what the upstream read. ``one_team``: the tasks those of one
+    team, each with an agent of its own, started once."""
     assert (AGENT.parent / "node_modules" / "kaibanjs").is_dir(), (
         "run `make tests/frameworks/ts/kaibanjs/node_modules/.installed` (part of make test)")
     case = next(_CASES)
@@ -105,7 +106,7 @@ def start(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scri
     url = pointed(sidecar.url("model"), agent)
     environ = {**clean_environ(), "OPENAI_API_KEY": KEY, "OPENAI_MODEL": model,
                "KAIBAN_TELEMETRY_OPT_OUT": "1", "AGENT_TASKS": json.dumps(tasks),
-               "AGENT_RAN_LOG": str(tmp / "ran.log"),
+               "AGENT_RAN_LOG": str(tmp / "ran.log"), "AGENT_ONE_TEAM": "1" if one_team else "0",
                **({"AGENT_LLM_BASE_URL": url} if by_config else {"OPENAI_BASE_URL": url})}
     result = subprocess.run(["node", "--import", "tsx", str(AGENT)], env=environ, cwd=TS_DIR,
                             capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
@@ -171,6 +172,24 @@ def test_each_start_is_a_run_its_budget_counted_down_to_the_report(
         (4, 3, "tool_limit_reached")] * 2, runs
     # known gap: the run's output is the answer's text, the object, not its finalAnswer
     assert [json.loads(run["final_output"]) for run in runs] == [{"finalAnswer": REPORT}] * 2
+
+
+def test_each_task_of_a_team_is_a_run_with_a_budget_of_its_own(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """One team of two tasks, each its agent's, started once: each task's conversation (a
+    system prompt of its own agent's) is a run with a budget of its own, counted down to its
+    report; the team's result is the last task's."""
+    before = run_ids(sidecar)
+    tasks = ("Add 100 to 0, 1 and 2 (team).", "And to 4, 5, 6 (team).")
+    outputs, ran, requests = start(sidecar, llm, "kb-budget", sums, tmp_path, tasks,
+                                   one_team=True)
+    assert outputs == [{"status": "FINISHED", "result": REPORT}], outputs
+    assert ran == [f'add {{"a":{a},"b":100}}' for a in (0, 1, 2, 4, 5, 6)]
+    assert budget_left(requests) == COUNTDOWN * 2
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
+                    and all(run["state"] == "ended" for run in runs))
+    assert [(run["iterations"], run["tool_calls"], run["terminal_state"]) for run in runs] == [
+        (4, 3, "tool_limit_reached")] * 2, runs
 
 
 def test_a_loop_is_wound_down_then_stopped_by_its_final_answer(
