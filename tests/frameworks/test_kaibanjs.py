@@ -9,18 +9,19 @@ What it sends (recorded): Chat Completions, not streamed, no ``tools``: its ReAc
 model, in its system prompt, for one JSON object per answer, ``{"thought", "action",
 "actionInput"}`` to run a tool (its result the next user message: ``You got this result from
 the tool: "..."``) and ``{"finalAnswer": "..."}`` to end its task, the conversation sent whole.
-So its pack declares it ``actions: text`` with ``action_key: action`` and ``stop_answer:
-'{"finalAnswer": ${note_json}}'`` (docs/agents.md's pack).
+So its pack declares it ``actions: text`` with ``action_key: action``, ``answer_key:
+finalAnswer`` and ``stop_answer: '{"finalAnswer": ${note_json}}'`` (docs/agents.md's pack).
 
 * each ``start()`` of a team of one task is one run; a team of two tasks, two runs;
 * a budget of 3: the true count at each request, 3 tools run, the 4th request told to finish,
   its ``finalAnswer`` the team's result, ``tool_limit_reached``;
 * a loop wound down by ``tool-cycle``, then stopped: the stop answer is its result;
-* an abort answered as its ``finalAnswer``: the team's result, no error.
+* an abort answered as its ``finalAnswer``: the team's result, no error;
+* its observation step a model call of the run, which goes on.
 
-Known gaps (pinned): the run's output is the answer's text, the JSON object, not the
-``finalAnswer`` string the team returns; an answer that is its ``{"observation": ...}`` step (no
-action: KaibanJS asks again) is read as the run's answer.
+Its ``{"finalAnswer"}`` is declared its answer by ``answer_key: finalAnswer`` (the run's
+output its text), and so its ``{"observation": ...}`` step, which holds neither, is a step of
+the run (a model call, no tool call): the run goes on.
 
 Nothing waits for a directive: what the upstream saw at each request is asserted.
 """
@@ -67,10 +68,12 @@ budgets:
     max_tool_calls: 3
     actions: text
     action_key: action
+    answer_key: finalAnswer
     stop_answer: '{"finalAnswer": ${note_json}}'
   - agents: ["kb*"]
     actions: text
     action_key: action
+    answer_key: finalAnswer
     stop_answer: '{"finalAnswer": ${note_json}}'
 rules:
   - name: two-actions-then-abort
@@ -170,8 +173,7 @@ def test_each_start_is_a_run_its_budget_counted_down_to_the_report(
                     and all(run["state"] == "ended" for run in runs))
     assert [(run["iterations"], run["tool_calls"], run["terminal_state"]) for run in runs] == [
         (4, 3, "tool_limit_reached")] * 2, runs
-    # known gap: the run's output is the answer's text, the object, not its finalAnswer
-    assert [json.loads(run["final_output"]) for run in runs] == [{"finalAnswer": REPORT}] * 2
+    assert [run["final_output"] for run in runs] == [REPORT] * 2
 
 
 def test_each_task_of_a_team_is_a_run_with_a_budget_of_its_own(
@@ -221,32 +223,28 @@ def test_an_abort_is_answered_as_its_final_answer(
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
 
 
-def test_its_observation_step_is_read_as_the_runs_answer(
+def test_its_observation_is_a_step_of_the_run(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
-    """Known gap: KaibanJS's ``{"observation": ..., "isFinalAnswerReady": false}`` is a step
-    (it asks the model again), but it holds no action, so the endpoint reads it as the run's
-    answer: the run ends ``completed`` with it, and the requests after it are another run,
-    with a budget of its own (a step the agent takes without a tool, its ``self_question``
-    aside: that one names an action, counted as a tool call)."""
+    """KaibanJS's ``{"observation": ..., "isFinalAnswerReady": false}`` is a step (it asks the
+    model again): it holds no action and no ``finalAnswer``, so, the pack giving its
+    ``answer_key``, the run goes on at its next request, the step a model call and no tool
+    call; the task's ``finalAnswer`` ends the one run with its text."""
     observe = fakellm.answer(json.dumps({"observation": "100 so far, two sums left.",
                                          "isFinalAnswerReady": False}))
     script = fakellm.steps(action(0), observe, action(1), FINAL)
     before = run_ids(sidecar)
-    outputs, ran, requests = start(sidecar, llm, "kb-observe", script, tmp_path)
+    outputs, ran, requests = start(sidecar, llm, "kb-budget", script, tmp_path)
     assert outputs == [{"status": "FINISHED", "result": REPORT}]
     assert len(requests) == 4 and len(ran) == 2
-    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
-                    and all(run["state"] == "ended" for run in runs))
-    assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
-                   run["final_output"]) for run in runs) == [
-        (2, 1, "completed", json.dumps({"finalAnswer": REPORT})),
-        (2, 1, "completed", json.dumps({"observation": "100 so far, two sums left.",
-                                        "isFinalAnswerReady": False}))], runs
+    assert budget_left(requests) == [[("3", "3")], [("2", "3")], [("2", "3")], [("1", "3")]]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["final_output"]) == (4, 2, "completed", REPORT), run
 
 
 def test_the_pack_is_docs_agents_mds() -> None:
     """The entries these tests run declare KaibanJS as docs/agents.md's pack does."""
     [documented] = yaml.safe_load(documented_pack("kaibanjs.yaml"))["budgets"]
+    keys = ("actions", "action_key", "answer_key", "stop_answer")
     for entry in yaml.safe_load(PACK)["budgets"]:
-        assert {key: entry[key] for key in ("actions", "action_key", "stop_answer")} == {
-            key: documented[key] for key in ("actions", "action_key", "stop_answer")}
+        assert {key: entry[key] for key in keys} == {key: documented[key] for key in keys}
