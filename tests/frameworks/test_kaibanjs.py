@@ -23,6 +23,9 @@ Its ``{"finalAnswer"}`` is declared its answer by ``answer_key: finalAnswer`` (t
 output its text), and so its ``{"observation": ...}`` step, which holds neither, is a step of
 the run (a model call, no tool call): the run goes on.
 
+Run with ``KAIBAN_TELEMETRY_OPT_OUT=1``: without it, its usage telemetry's send to
+``nom.telemetrydeck.com`` fails offline and ends the process (an unhandled rejection).
+
 Nothing waits for a directive: what the upstream saw at each request is asserted.
 """
 
