@@ -17,7 +17,9 @@ finalAnswer`` and ``stop_answer: '{"finalAnswer": ${note_json}}'`` (docs/agents.
   its ``finalAnswer`` the team's result, ``tool_limit_reached``;
 * a loop wound down by ``tool-cycle``, then stopped: the stop answer is its result;
 * an abort answered as its ``finalAnswer``: the team's result, no error;
-* its observation step a model call of the run, which goes on.
+* its observation step a model call of the run, which goes on;
+* its own ``maxIterations`` asking for the final answer in its words (2 iterations before it):
+  read as its limit, the answer there ends the run ``tool_limit_reached``.
 
 Its ``{"finalAnswer"}`` is declared its answer by ``answer_key: finalAnswer`` (the run's
 output its text), and so its ``{"observation": ...}`` step, which holds neither, is a step of
@@ -99,11 +101,13 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
 
 def start(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
           tmp: Path, tasks: tuple[str, ...] = (), by_config: bool = False,
-          one_team: bool = False) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
+          one_team: bool = False, max_iterations: int = 0
+          ) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
     """The agent's teams, in turn, one ``start()`` per task, named ``agent`` by the base URL
     (``by_config``: the agent's ``llmConfig.apiBaseUrl``, else ``OPENAI_BASE_URL``): what each
     returned, what its tool ran, what the upstream read. ``one_team``: the tasks those of one
-    team, each with an agent of its own, started once."""
+    team, each with an agent of its own, started once; ``max_iterations``: the agent's own
+    ``maxIterations`` (0: KaibanJS's default)."""
     assert (AGENT.parent / "node_modules" / "kaibanjs").is_dir(), (
         "run `make tests/frameworks/ts/kaibanjs/node_modules/.installed` (part of make test)")
     case = next(_CASES)
@@ -113,6 +117,7 @@ def start(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Scri
     environ = {**clean_environ(), "OPENAI_API_KEY": KEY, "OPENAI_MODEL": model,
                "KAIBAN_TELEMETRY_OPT_OUT": "1", "AGENT_TASKS": json.dumps(tasks),
                "AGENT_RAN_LOG": str(tmp / "ran.log"), "AGENT_ONE_TEAM": "1" if one_team else "0",
+               "AGENT_MAX_ITERATIONS": str(max_iterations),
                **({"AGENT_LLM_BASE_URL": url} if by_config else {"OPENAI_BASE_URL": url})}
     result = subprocess.run(["node", "--import", "tsx", str(AGENT)], env=environ, cwd=TS_DIR,
                             capture_output=True, text=True, timeout=DRIVER_TIMEOUT,
@@ -243,6 +248,34 @@ def test_its_observation_is_a_step_of_the_run(
     run = the_ended_run(sidecar, before)
     assert (run["iterations"], run["tool_calls"], run["terminal_state"],
             run["final_output"]) == (4, 2, "completed", REPORT), run
+
+
+FORCED = "We don't have more time to keep looking for the answer."
+
+
+def obeying(index: int, body: dict[str, Any]) -> fakellm.Step:
+    """An add per request until it is asked for its final answer, in KaibanJS's words or the
+    endpoint's."""
+    return FINAL if final_asked(body) or FORCED in str(body["messages"][-1]["content"]) \
+        else action(index)
+
+
+def test_its_own_limit_asking_for_the_final_answer_ends_the_run_at_it(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """Its own ``maxIterations`` (5) with ``forceFinalAnswer``: 2 iterations before it,
+    KaibanJS asks for the final answer in its own words (the request's last message, in place
+    of the last add's result), read as its limit: the model's ``finalAnswer`` there is the
+    team's result and the run ends ``tool_limit_reached`` with it."""
+    before = run_ids(sidecar)
+    outputs, ran, requests = start(sidecar, llm, "kb-own-limit", obeying, tmp_path,
+                                   max_iterations=5)
+    assert outputs == [{"status": "FINISHED", "result": REPORT}], outputs
+    assert len(requests) == 4 and len(ran) == 3
+    assert [FORCED in str(body["messages"][-1]["content"]) for body in requests] == [
+        False, False, False, True]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["final_output"]) == (4, 3, "tool_limit_reached", REPORT), run
 
 
 def test_the_pack_is_docs_agents_mds() -> None:

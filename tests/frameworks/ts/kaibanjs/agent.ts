@@ -7,7 +7,8 @@
 // `DynamicStructuredTool` of a zod schema, `add` (each call appends a line to AGENT_RAN_LOG). The
 // model is OPENAI_MODEL, the key the Team's `env` (OPENAI_API_KEY). AGENT_TASKS: a JSON list of
 // task descriptions, each the one task of a `Team` started in turn (AGENT_ONE_TEAM=1: all of them
-// tasks of one `Team`, started once, each with an agent of its own, run in turn). It prints one
+// tasks of one `Team`, started once, each with an agent of its own, run in turn).
+// AGENT_MAX_ITERATIONS: the agent's own `maxIterations` (KaibanJS's default, 10). It prints one
 // JSON line per start(): {"status": the workflow's status, "result": its result}.
 import { appendFileSync } from "node:fs";
 
@@ -20,6 +21,7 @@ if (!MODEL) throw new Error("OPENAI_MODEL is not set");
 const TASKS: string[] = JSON.parse(process.env.AGENT_TASKS ?? '["Add 100 to 0."]');
 const RAN = process.env.AGENT_RAN_LOG ?? "ran.log";
 const ONE_TEAM = process.env.AGENT_ONE_TEAM === "1";
+const MAX = Number(process.env.AGENT_MAX_ITERATIONS ?? 0);
 
 const add = new DynamicStructuredTool({
   name: "add",
@@ -35,6 +37,7 @@ function adder(): Agent {
   const agent = new Agent({
     name: "Adder", role: "Calculator", goal: "Do sums with the add tool.",
     background: "Arithmetic", tools: [add],
+    ...(MAX ? { maxIterations: MAX } : {}),
     // (no AGENT_LLM_BASE_URL: no apiBaseUrl, and the OpenAI client reads OPENAI_BASE_URL)
     llmConfig: { provider: "openai", model: MODEL, apiBaseUrl: process.env.AGENT_LLM_BASE_URL },
   });
