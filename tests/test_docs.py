@@ -134,6 +134,12 @@ failing on a changed block. The kinds:
     whitespace aside), its ``baseURL`` read from ``AGENT_LLM_BASE_URL`` there and written out
     here: ``test_strands_ts.py``'s ``pointed`` of the sidecar's default model endpoint, the agent
     ``strands-ts``.
+``kaibanjs-config``
+    What points a KaibanJS agent at the sidecar, in TypeScript: exactly the lines its tests'
+    agent runs (``tests/frameworks/ts/kaibanjs/agent.ts``, whitespace aside), its
+    ``llmConfig.apiBaseUrl`` read from ``AGENT_LLM_BASE_URL`` there and written out here:
+    ``test_kaibanjs.py``'s ``pointed`` of the sidecar's default model endpoint, the agent
+    ``kaibanjs``.
 ``tiny-agents-config``
     A tiny-agents ``agent.json`` (JSON): exactly what its tests write
     (``tests/frameworks/test_tiny_agents.py``'s ``agent_json``), its ``endpointUrl`` the
@@ -247,7 +253,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
          "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env",
          "instructor-env", "strands-ts-config", "tiny-agents-config", "qwen-agent-config",
-         "gptme-command", "llm-config"}
+         "gptme-command", "llm-config", "kaibanjs-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -933,11 +939,11 @@ def check_eino_config(block: Block, stack: Stack, state: DocState) -> None:
     assert shown in agent, block.where
 
 
-def _check_ts_config(block: Block, agent_file: Path, url: str) -> None:
+def _check_ts_config(block: Block, agent_file: Path, url: str, key: str = "baseURL") -> None:
     """A TypeScript agent's config as its tests' agent ``agent_file`` runs it (whitespace
-    aside), its ``baseURL`` ``url`` read from ``AGENT_LLM_BASE_URL`` there."""
+    aside), its base URL ``key`` ``url`` read from ``AGENT_LLM_BASE_URL`` there."""
     url = json.dumps(url)
-    assert f"baseURL: {url} }}" in block.text, block.where
+    assert f"{key}: {url} }}" in block.text, block.where
     agent = " ".join(agent_file.read_text().split())
     for line in block.text.replace(url, "process.env.AGENT_LLM_BASE_URL").splitlines():
         assert " ".join(line.split()) in agent, (block.where, line)
@@ -953,6 +959,13 @@ def check_strands_ts_config(block: Block, stack: Stack, state: DocState) -> None
     from tests.frameworks.test_strands_ts import AGENT, pointed
 
     _check_ts_config(block, AGENT, pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "strands-ts"))
+
+
+def check_kaibanjs_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_kaibanjs import AGENT, pointed
+
+    _check_ts_config(block, AGENT, pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "kaibanjs"),
+                     "apiBaseUrl")
 
 
 def check_tiny_agents_config(block: Block, stack: Stack, state: DocState) -> None:
@@ -1182,6 +1195,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "qwen-agent-config": check_qwen_agent_config,
     "llamaindex-ts-config": check_llamaindex_ts_config,
     "strands-ts-config": check_strands_ts_config,
+    "kaibanjs-config": check_kaibanjs_config,
     "tiny-agents-config": check_tiny_agents_config,
 }
 assert set(CHECKS) == KINDS
@@ -1306,6 +1320,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "praisonai-env": (DOCS / "agents.md", "/agent/praisonai/v1", "/agent/praisonai/v2"),
     "instructor-env": (DOCS / "agents.md", "/agent/instructor/v1", "/agent/instructor/v2"),
     "strands-ts-config": (DOCS / "agents.md", "/agent/strands-ts/v1", "/agent/strands-ts/v2"),
+    "kaibanjs-config": (DOCS / "agents.md", "/agent/kaibanjs/v1", "/agent/kaibanjs/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

@@ -329,6 +329,58 @@ def test_an_answer_tools_action_is_the_runs_answer_not_a_call() -> None:
         True, "2 files.", False)
 
 
+def test_an_answer_key_object_is_the_runs_answer_and_an_answer_of_neither_a_step() -> None:
+    """A pack's ``answer_key`` (KaibanJS's ``finalAnswer``): an answer holding an object with
+    it is the run's answer, its value the output, no tool call, even beside an action (and as
+    its final request's answer); an answer holding neither an action nor one is a step: a model
+    call, no tool call, the run going on (``acted_on``); at its final request, its answer."""
+    final = 'Done.\n```json\n{"finalAnswer": "2 files."}\n```'
+    observe = '{"observation": "one file so far, a second to read.", "isFinalAnswerReady": false}'
+    act = '{"thought": "list", "action": "shell", "actionInput": {"command": "ls"}}'
+    for answer, output, acted_on, asked in (
+            (final, "2 files.", False, ()),
+            (act + " " + final, "2 files.", False, ()),
+            ('{"finalAnswer": {"files": 2}}', '{"files": 2}', False, ()),
+            (observe, observe, True, ()),
+            (act, act, True, ("shell",))):
+        book = ModelBook()
+        first = request()
+        run = book.identify("chat", first, Caller(), "agent", not_ended)
+        run.acts_in_text, run.action_key, run.answer_key = True, "action", "finalAnswer"
+        record = book.call_record(run, first, said(answer), [], 1, 2)
+        assert (record.final_output, record.acted_on, record.ends_run,
+                tuple(name for name, _ in record.asked_tools)) == (
+            output, acted_on, not acted_on, asked), answer
+    run.final_used = True  # (its final request's answer: its last, whatever it holds)
+    record = book.call_record(run, first, said(observe), [], 3, 4)
+    assert (record.final_output, record.acted_on, record.ends_run) == (observe, False, True)
+    # (without it, an answer of no action is the run's answer, the object its text)
+    book = ModelBook()
+    run = book.identify("chat", first, Caller(), "agent", not_ended)
+    run.acts_in_text, run.action_key = True, "action"
+    record = book.call_record(run, first, said(observe), [], 1, 2)
+    assert (record.final_output, record.acted_on, record.ends_run) == (observe, False, True)
+    # (read so on spans: a step is acted on, the answer object is not)
+    ruleset = load_text("""\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: t
+budgets:
+  - agents: ["kaibanjs"]
+    actions: text
+    action_key: action
+    answer_key: finalAnswer
+  - agents: ["other"]
+    actions: text
+    action_key: action
+""")
+    entry, other = ruleset.acts_in_text("kaibanjs"), ruleset.acts_in_text("other")
+    assert entry is not None and other is not None
+    assert [acts_on_answer(entry, text) for text in (final, observe, act)] == [
+        False, True, True]
+    assert not acts_on_answer(other, observe)
+
+
 def test_an_action_key_searches_a_long_answer_in_time_linear_in_it() -> None:
     """A model's answer is outside data: braces that begin no JSON object are tried at most
     MAX_JSON_STARTS times, objects read once each, within the answer's first

@@ -690,6 +690,38 @@ budgets:
     assert entry is not None and entry.answer_tools == ("done_tool", "final_result_tool")
 
 
+def test_answer_key_problems_and_its_entry(tmp_path: Path) -> None:
+    """``answer_key`` (the key of the JSON object that is the agent's answer): with an
+    ``action_key``, 1 to 100 characters, not the action_key; kept, and dumped."""
+    path = write(tmp_path / "t.yaml", """\
+        budgets:
+          - agents: ["a"]
+            actions: text
+            answer_key: finalAnswer
+          - agents: ["a"]
+            actions: text
+            action_key: action
+            answer_key: action
+          - agents: ["a"]
+            actions: text
+            action_key: action
+            answer_key: "%s"
+    """ % ("x" * 101))
+    assert problems(path) == [
+        f"{path}:7: budgets: answer_key: only with an action_key (what names an action's tool)",
+        f"{path}:11: budgets: answer_key: 1 to 100 characters, not the action_key",
+        f"{path}:15: budgets: answer_key: 1 to 100 characters, not the action_key"]
+    ruleset = load_text(HEADER + """\
+budgets:
+  - agents: ["kaibanjs*"]
+    actions: text
+    action_key: action
+    answer_key: finalAnswer
+""")
+    entry = ruleset.acts_in_text("kaibanjs-agent")
+    assert entry is not None and (entry.action_key, entry.answer_key) == ("action", "finalAnswer")
+
+
 def test_an_entry_may_say_its_agents_act_in_text(tmp_path: Path) -> None:
     """``actions: text`` needs no limit; its ``stop_answer`` is kept as written; the first
     matching entry says how an agent acts, as it says its budget."""

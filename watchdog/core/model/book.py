@@ -294,6 +294,10 @@ class EndpointRun:
     # ... the tools whose action is the agent's answer (a rule pack's ``answer_tools``:
     # Langroid's ``done_tool``): an answer whose actions are all theirs is the run's answer
     answer_tools: tuple[str, ...] = ()
+    # ... the key of the JSON object that is its answer (a rule pack's ``answer_key``:
+    # KaibanJS's ``finalAnswer``): an answer holding one is the run's answer, the key's value
+    # its output; one holding neither an action nor one is a step (a model call, the run goes on)
+    answer_key: str | None = None
     # ... whether it runs the calls asked beside its answer's (its rule pack's
     # ``work_beside_answer``; None: as the answer tool's conventions say, :func:`ends_first`)
     work_beside: str | None = None
@@ -1222,6 +1226,10 @@ class ModelBook:
         said = text_answer(acted or (text_action(state, seen, last=True)
                                      if reads and state.answer_tools else []),
                            state.answer_tools, state.action_key)
+        stepped = False
+        if said is None and reads and state.answer_key is not None:
+            said = json_answer(seen.text, state.answer_key)  # (its answer's object: its answer)
+            stepped = said is None and not acted and steps(state, seen)
         if said is not None:  # (its own finishing action: its answer, no work)
             acted = []
         if state.acts_in_text and not side and not seen.broke_off:
@@ -1235,6 +1243,8 @@ class ModelBook:
                 self._act(state)
         if acted:  # (its text holds the actions the agent runs: tool calls of them)
             work, record.acted_on = acted, True
+        elif stepped:  # (a step of its own, no action: the run goes on at its next request)
+            record.acted_on = True
         shaped = [call for call in handed if call.name == request.forced] \
             if request.forced and not side and not state.final_used else []
         if shaped:
@@ -1415,9 +1425,48 @@ def acts_on_answer(entry: Budget, text: str) -> bool:
     state = EndpointRun("", KeySource.WATCHDOG, "", None, acts_in_text=True,
                         acts_in_code=entry.actions == ACTIONS_CODE,
                         action_pattern=entry.action_pattern, action_key=entry.action_key,
-                        answer_tools=entry.answer_tools)
-    acted = text_action(state, Observation(text=text, finish_reason="stop"))
-    return bool(acted) and text_answer(acted, entry.answer_tools, entry.action_key) is None
+                        answer_tools=entry.answer_tools, answer_key=entry.answer_key)
+    seen = Observation(text=text, finish_reason="stop")
+    if entry.answer_key is not None and json_answer(text, entry.answer_key) is not None:
+        return False
+    acted = text_action(state, seen)
+    if not acted:
+        return entry.answer_key is not None and steps(state, seen)
+    return text_answer(acted, entry.answer_tools, entry.action_key) is None
+
+
+def steps(state: EndpointRun, seen: Observation) -> bool:
+    """Whether an answer that holds no action and no answer object (:func:`json_answer`) is a
+    step of the agent's, for a run whose rule pack gives an ``answer_key``
+    (:attr:`EndpointRun.answer_key`: KaibanJS's ``{"observation": ...}``, after which it asks
+    the model again): a model call, no tool call, the run going on at its next request. Not
+    the answer to the run's final request or stop (its last), nor an empty or cut-short one."""
+    return state.answer_key is not None and state.acts_in_text \
+        and not (state.final_used or state.stop is not None) \
+        and bool(seen.text.strip()) and seen.finish_reason not in CUT_SHORT
+
+
+def json_answer(text: str, key: str) -> str | None:
+    """The answer an agent gives by a JSON object in its answer's ``text`` (a rule pack's
+    ``answer_key``: KaibanJS's ``{"finalAnswer": "..."}``): the first top-level object, fenced
+    or not, in the text's first MAX_ACTION_CHARS, that has ``key``: its value, the text when
+    it is one, else as JSON; None: none has it. Strict JSON alone, as :func:`json_actions`
+    reads, in time linear in the text."""
+    text = text[:MAX_ACTION_CHARS]
+    decoder, at, misses = json.JSONDecoder(), 0, 0
+    while misses < MAX_JSON_STARTS:
+        start = text.find("{", at)
+        if start < 0:
+            break
+        try:
+            value, at = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            at, misses = start + 1, misses + 1
+            continue
+        if isinstance(value, dict) and key in value:
+            found = value[key]
+            return found if isinstance(found, str) else json.dumps(found, sort_keys=True)
+    return None
 
 
 def key_actions(state: EndpointRun, text: str) -> list[ToolCall]:

@@ -211,6 +211,11 @@ class Budget:
     # whether the entry says ``actions:`` (``actions: tools`` said: its agents act by the API's
     # tool calls, whatever their instructions carry; :data:`TEXT_TEMPLATES` do not apply)
     actions_said: bool = False
+    # ACTIONS_TEXT, with an action_key: the key of the JSON object that is the agent's answer
+    # (KaibanJS's finalAnswer): an answer holding one ends the run with the key's value; with
+    # it, an answer holding neither an action nor one is a step of the agent's (its
+    # observation): a model call, no tool call, the run going on at its next request
+    answer_key: str | None = None
 
     def applies_to(self, agent: str) -> bool:
         return any(fnmatchcase(agent, glob) for glob in self.agents)

@@ -89,7 +89,7 @@ RULE_KEY_SYNONYMS = {"expr": "when", "expression": "when", "condition": "when", 
 GRACE_KEYS = ("tool_calls", "seconds")
 NO_COUNTDOWN = "none"  # ``countdown: none``: not a countdown (nor one a replaced rule had)
 BUDGET_ENTRY_KEYS = ("agents", *BUDGET_KEYS, "actions", "stop_answer", "action_pattern",
-                     "action_key", "answer_tools", "finish", "budget_per",
+                     "action_key", "answer_tools", "answer_key", "finish", "budget_per",
                      "work_beside_answer")
 INTEGER_BUDGETS = WHOLE_BUDGET_KEYS
 
@@ -223,6 +223,7 @@ def ahead_form(packs: Sequence[_Pack], digest: str) -> dict[str, Any]:
                      **({"action_pattern": b.action_pattern} if b.action_pattern else {}),
                      **({"action_key": b.action_key} if b.action_key else {}),
                      **({"answer_tools": list(b.answer_tools)} if b.answer_tools else {}),
+                     **({"answer_key": b.answer_key} if b.answer_key else {}),
                      "finish": b.finish.describe() if b.finish else None,
                      **({"budget_per": b.budget_per}
                         if b.budget_per != BUDGET_PER_RUN else {}),
@@ -256,7 +257,8 @@ def read_ahead(file: str) -> _Pack | None:
                              _ahead_finish(b.get("finish")),
                              str(b.get("budget_per", BUDGET_PER_RUN)),
                              b.get("action_key"), tuple(b.get("answer_tools", ())),
-                             b.get("work_beside_answer"), bool(b.get("actions_said")))
+                             b.get("work_beside_answer"), bool(b.get("actions_said")),
+                             b.get("answer_key"))
                       for b in form["budgets"]],
                      [(str(name), int(line)) for name, line in form["disable"]],
                      [(str(name), int(line)) for name, line in form.get("switch_off", ())])
@@ -470,6 +472,20 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
         if problem is not None:
             reader.problem(fields["answer_tools"], None, f"budgets: answer_tools: {problem}")
             ok = False
+    answer_key = None
+    if "answer_key" in fields:
+        answer_key = reader.string(fields["answer_key"], None, "budgets: answer_key")
+        problem = None
+        if answer_key is None:
+            ok = False
+        elif action_key is None:
+            problem = "only with an action_key (what names an action's tool)"
+        elif not answer_key or len(answer_key) > MAX_ACTION_KEY_CHARS \
+                or answer_key == action_key:
+            problem = f"1 to {MAX_ACTION_KEY_CHARS} characters, not the action_key"
+        if problem is not None:
+            reader.problem(fields["answer_key"], None, f"budgets: answer_key: {problem}")
+            ok = False
     finish = None
     if "finish" in fields:
         finish = _finish(reader, fields["finish"])
@@ -515,7 +531,7 @@ def _read_budget(reader: Reader, node: Node) -> Budget | None:
         return None
     return Budget(agents, limits, reader.file, reader.line(node), actions, stop_answer,
                   action_pattern, finish, budget_per, action_key, answer_tools, work_beside,
-                  "actions" in fields)
+                  "actions" in fields, answer_key)
 
 
 def _action_pattern_problem(pattern: str) -> str | None:

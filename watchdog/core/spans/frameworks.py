@@ -1054,6 +1054,17 @@ LANGTRACE = Convention(
           "alone, no tool call is seen (a known gap)" + ON_NO_SPAN,
 )
 
+KAIBANJS = Convention(
+    name="KaibanJS",
+    emitted_by="none of its own (npm `kaibanjs`): its words, read by the model endpoint",
+    # maxIterations (10) with forceFinalAnswer (its default): 2 iterations before its limit, it
+    # asks for the final answer in its own words, the request's last message
+    limit_prompts=(("We don't have more time to keep looking for the answer. Please use all "
+                    "the information you have gathered", "maxIterations"),),
+    notes="no spans: its `maxIterations` is read at the model endpoint, from the words it asks "
+          "for its final answer in 2 iterations before it (`forceFinalAnswer`)",
+)
+
 # Order is precedence: the first entry naming a fact wins when a span carries several.
 CONVENTIONS: tuple[Convention, ...] = (
     WATCHDOG, GENAI, GENAI_NEWEST, OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, HERMES, STRANDS,
@@ -1064,5 +1075,5 @@ CONVENTIONS: tuple[Convention, ...] = (
     OPENLIT, ANTHROPIC_SDK, MLFLOW, VERCEL_AI, GENKIT, LOGFIRE, MASTRA, RIG, AGENTSCOPE,
     SPRING_AI, AG2, GRIPTAPE, VOLTAGENT, VOLTAGENT_AGENT, KOOG, CODEX, CODEX_NAMES,
     AGENTOPS, LAMINAR, LANGTRACE, CLAUDE_CODE, QWEN_CODE, GEMINI_CLI,
-    GEMINI_CLI_RECORDS,
+    GEMINI_CLI_RECORDS, KAIBANJS,
 )

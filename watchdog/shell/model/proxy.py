@@ -648,6 +648,7 @@ class ModelProxy:
             state.work_beside = service.work_beside_answer(run.agent)
             state.action_key = acting.action_key if acting is not None else None
             state.answer_tools = acting.answer_tools if acting is not None else ()
+            state.answer_key = acting.answer_key if acting is not None else None
             return state, decide(counts, service.board(run.key), parsed.instructions,
                                  parsed.has_tools, parsed.structured, state.acts_in_text,
                                  aside_of(state, parsed)), \
