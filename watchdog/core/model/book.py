@@ -1255,9 +1255,11 @@ class ModelBook:
         if not seen.broke_off:  # (what it handed over: an agent's span of running one pairs)
             record.asked_tools = tuple((call.name[:200], call.call_id[:200])
                                        for call in work[:MAX_ASKED_TOOLS])
-        if request.limit is not None and not work and not side and not seen.broke_off:
+        if request.limit is not None and not work and not side and not seen.broke_off \
+                and not state.final_used:
             # (the final request of the agent's own limit, its words saying so: the run met
-            # that limit, as a span of the call whose prompt says it, :func:`prompt_limit`)
+            # that limit, as a span of the call whose prompt says it, :func:`prompt_limit`;
+            # when the endpoint made it the run's final request, its budget ended the run)
             record.limit_stop = request.limit
         broke = seen.broke_off
         answer = answer_of(handed, state.answer_tool, seen.text, offered) \
