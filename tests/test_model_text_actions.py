@@ -14,17 +14,19 @@ from typing import Any
 
 import pytest
 
-from watchdog.core.model.book import (
-    MAX_ACTING_PER_AGENT,
+from watchdog.core.model.actions import (
     MAX_PENDING_CALLS,
     TEXT_ACTION,
+    acts_on_answer,
+    json_actions,
+)
+from watchdog.core.model.book import (
+    MAX_ACTING_PER_AGENT,
     Caller,
     EndpointRun,
     ModelBook,
     Unbooked,
-    acts_on_answer,
     is_side,
-    json_actions,
     no_json,
     quotes_answer,
     text_action,

@@ -990,7 +990,7 @@ def test_what_a_run_keeps_of_a_refused_requests_results_is_bounded() -> None:
     MAX_PENDING_CALLS of them, each a digest of a fixed size whatever the call id and text the
     client sent (ids of 100 000 characters), and a rewritten history that carries one of
     them again is still known."""
-    from watchdog.core.model.book import MAX_PENDING_CALLS
+    from watchdog.core.model.actions import MAX_PENDING_CALLS
 
     long_id = "call_" + "x" * 100_000
     call = Call(long_id, "bash", "{}")

@@ -57,7 +57,7 @@ from watchdog.core.runs.terminal import TerminalState
 from watchdog.core.runs.tracker import BatchResult, RunTracker
 from watchdog.core.runs.view import OpenedRun, RunView
 from watchdog.core.sessions import SessionBook
-from watchdog.core.spans.record import KeySource, SpanRecord
+from watchdog.core.spans.record import ENDPOINT_SCOPE, KeySource, SpanKind, SpanRecord
 from watchdog.core.sync import STOP_GRACE, RecentSpans, SpanLedger
 
 RECENT_STEPS = 20  # activity entries of each active run kept in memory, for report prompts
@@ -107,6 +107,7 @@ class Core(CoreReads):
         if self.ledger:  # a synced span's second copy (sync, then OTLP, or the reverse)
             records = self.ledger.admit(records)
         price_calls(records, self.pricer)
+        self._read_text_actions(records)
         rules = self._has_rules()
         before = self._snapshots([*records, *(record for record, _ in late_content)]
                                  if late_content else records) if rules else {}
@@ -253,6 +254,31 @@ class Core(CoreReads):
         for run in result.touched.values():
             if run.ended and run.key not in done and (budget := defaults(run)) is not None:
                 run.ended_at_budget(budget)
+
+    def _read_text_actions(self, records: Sequence[SpanRecord]) -> None:
+        """A model call at the root of a trace of its own (a loose call: a client's
+        instrumentation traced it, no span of the agent's around it) of an agent whose rule
+        pack says it acts in its answers' text, whose answer holds an action
+        (:func:`~watchdog.core.model.actions.acts_on_answer`): its agent runs that action, so
+        the run goes on (``acted_on``), as the model endpoint reads such an answer; it ends
+        with an answer that holds none, or ``loose_run_gap`` after its last call."""
+        engine = self.engine
+        if engine is None or not engine.ruleset.has_text_acting:
+            return
+        for record in records:
+            if record.kind is SpanKind.LLM and record.parent_span_id is None \
+                    and record.final_answer and record.final_output \
+                    and record.scope != ENDPOINT_SCOPE and record.key_source is KeySource.TRACE:
+                agent = record.agent or record.service
+                entry = engine.ruleset.acts_in_text(agent) if agent else None
+                if entry is None:
+                    continue
+                # (loaded with the model endpoint or with such a pack's first call: a sidecar
+                # that needs neither never loads it)
+                from watchdog.core.model.actions import acts_on_answer
+
+                if acts_on_answer(entry, record.final_output):
+                    record.acted_on = True
 
     def _has_rules(self) -> bool:
         return self.engine is not None and bool(self.engine.ruleset.rules)

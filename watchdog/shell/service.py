@@ -36,9 +36,7 @@ from watchdog.core.shown import shown
 from watchdog.core.spans.decode import TraceRequest
 from watchdog.core.spans.record import (
     DUPLICATE_SPAN_ID,
-    ENDPOINT_SCOPE,
     KeySource,
-    SpanKind,
     SpanRecord,
     duplicate_message,
 )
@@ -610,7 +608,6 @@ class WatchdogService:
         came, with that content); returns how many were new (not a synced span's copy)."""
         now = self.clock.now()
         self.observer.spans_received(protocol, decoded, now)
-        self._read_text_actions(decoded.records)
         step = self.core.apply(decoded.records, now, late)
         if step.conflicts:  # another span with an id applied before: the request's rejection
             decoded.rejected[DUPLICATE_SPAN_ID] += len(step.conflicts)
@@ -618,27 +615,6 @@ class WatchdogService:
             self.observer.spans_rejected(DUPLICATE_SPAN_ID, len(step.conflicts))
         self._carry(step)
         return step.applied
-
-    def _read_text_actions(self, records: Sequence[SpanRecord]) -> None:
-        """A model call at the root of a trace of its own (a loose call: a client's
-        instrumentation traced it, no span of the agent's around it) of an agent whose rule
-        pack says it acts in its answers' text, whose answer holds an action
-        (:func:`~watchdog.core.model.book.acts_on_answer`): its agent runs that action, so the
-        run goes on (``acted_on``), as the model endpoint reads such an answer; it ends with
-        an answer that holds none, or ``loose_run_gap`` after its last call."""
-        for record in records:
-            if record.kind is SpanKind.LLM and record.parent_span_id is None \
-                    and record.final_answer and record.final_output \
-                    and record.scope != ENDPOINT_SCOPE and record.key_source is KeySource.TRACE:
-                entry = self.acts_in_text(record.agent or record.service)
-                if entry is None:
-                    continue
-                # (the model endpoint's reading, loaded with it or with such a pack's first
-                # call: a sidecar that needs neither never loads it)
-                from watchdog.core.model.book import acts_on_answer
-
-                if acts_on_answer(entry, record.final_output):
-                    record.acted_on = True
 
     # -- the client's calls ---------------------------------------------------------------------
 

@@ -72,15 +72,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
-from typing import Any, cast
+from functools import cache
+from typing import Any
 
 from watchdog.core.bounds import MAX_STOP_ANSWERS
+from watchdog.core.model.actions import (
+    MAX_ACTION_CHARS,
+    MAX_PENDING_CALLS,
+    json_answer,
+    key_actions,
+    read_actions,
+    text_answer,
+)
 from watchdog.core.model.failure import looks_failed, refusal_of
 from watchdog.core.model.steer import answer_of, answers, closing_call, runs_beside
 from watchdog.core.model.wire import (
@@ -90,10 +97,11 @@ from watchdog.core.model.wire import (
     ToolCall,
     ToolResult,
     answer_digest,
+    random_hex,
     text_of,
 )
 from watchdog.core.redact import brief, mask
-from watchdog.core.rules.model import ACTIONS_CODE, STOP_NOTE_JSON_MARK, STOP_NOTE_MARK, Budget
+from watchdog.core.rules.model import STOP_NOTE_JSON_MARK, STOP_NOTE_MARK
 from watchdog.core.spans.record import (
     ENDPOINT_SCOPE,
     MAX_ASKED_TOOLS,
@@ -108,20 +116,12 @@ MAX_CALLERS = 10_000  # sessions a client names whose callers' runs are remember
 MAX_CALLERS_PER_SESSION = 8  # ... the runs of each (two invocations sharing a session)
 MAX_ACTING_PER_AGENT = 8  # an agent's latest runs acting in text whose answers side requests quote
 MAX_RESPONSE_IDS = 20_000  # response id -> run, for previous_response_id
-MAX_PENDING_CALLS = 128  # tool calls of one response waiting for their results
 MAX_BRIEF_CHARS = 500
 MAX_ASIDE_CHARS = 500  # of an aside's answer, kept to know the request that goes on from it
 # ... and the least it must hold: a summary, not a word a person's next message may repeat
 MIN_ASIDE_CHARS = 40
 MAX_RECAP_ASIDES = 4  # a run's latest requests aside that quote its history (EndpointRun.asides)
-# An answer whose text the agent acts on hands over a call of this tool (text_action): the
-# tool's name in the run's counts and reports, its call ids this prefix and 64 random bits
-TEXT_ACTION = "text_action"
-TEXT_ACTION_ID = "text_action:"
-MAX_ACTION_CHARS = 16_384  # of an action's text, hashed as its arguments
-MAX_JSON_STARTS = 64  # braces of an answer tried that begin no JSON object (an action_key's)
 CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})  # no answer: cut short
-_FENCED = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)  # a fenced block's content
 _FENCED_WHOLE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
 _STOP_MARKS = re.compile(f"{re.escape(STOP_NOTE_JSON_MARK)}|{re.escape(STOP_NOTE_MARK)}")
 _NO_BRACES = str.maketrans("{}", "()")  # (a stop note's steps for an agent acting in text)
@@ -152,16 +152,6 @@ MAX_AT_ONCE_REPLIES = 3
 # or a stop, past which a reply at once is held even when it keeps the answer in its history
 MAX_CHAINED_RUNS = 2
 SCOPE = ENDPOINT_SCOPE  # the records' instrumentation scope: another than any agent's span
-# Ids of the endpoint's runs and records: random, as the OpenTelemetry SDK's own
-# (``getrandbits``, seeded once from the OS), not ``secrets``: each ``os.urandom`` call lets go
-# of the GIL on the event loop, and another thread may then hold it for a switch interval.
-_ids = random.Random()
-
-
-def _random_hex(bits: int) -> str:
-    return f"{_ids.getrandbits(bits):0{bits // 4}x}"
-
-
 # version-trace id-parent id-flags, lower-case hex (W3C Trace Context); a later version may add
 # fields after a "-", version 00 none
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?",
@@ -572,7 +562,7 @@ class ModelBook:
                 state = self._kept_stop(self._stop_of(caller.run, ()), agent, None,
                                         caller.session) \
                     or self._keep(EndpointRun(caller.run, KeySource.WATCHDOG,
-                                              _random_hex(128), None, agent=agent,
+                                              random_hex(128), None, agent=agent,
                                               session=caller.session))
             self._going_on = self._answers_calls_of(state, request)
             return self._touch(state)
@@ -997,7 +987,7 @@ class ModelBook:
         if state is None:
             state = self._keep(EndpointRun(
                 key, KeySource.WATCHDOG, key.removeprefix("model:") if key.startswith(
-                    "model:") and len(key) == 38 else _random_hex(128), None, session=session,
+                    "model:") and len(key) == 38 else random_hex(128), None, session=session,
                 agent=agent, conversation=conversation))
         state.stop = state.stop or note
         state.stop_answers |= frozenset(answers)
@@ -1008,7 +998,7 @@ class ModelBook:
         """A new run of the conversation ``conversation`` (its anchor's digest), in
         ``session``; ``messages``: the length of the request that starts it. The
         conversation's later requests sent whole go to it."""
-        trace_id = _random_hex(128)
+        trace_id = random_hex(128)
         state = self._keep(EndpointRun("model:" + trace_id, KeySource.WATCHDOG, trace_id, None,
                                        session=session, agent=agent, conversation=conversation,
                                        first=messages))
@@ -1137,7 +1127,7 @@ class ModelBook:
         records = []
         for call in state.pending.values():
             record = self._tool_record(state, call, ToolResult(
-                call.call_id, f"\0{_random_hex(64)}", False), now_ns)
+                call.call_id, f"\0{random_hex(64)}", False), now_ns)
             if record.result_hash is None or record.result_hash in seen:
                 return None  # (64 random bits that hash like a result seen: never)
             seen.add(record.result_hash)
@@ -1361,7 +1351,7 @@ class ModelBook:
         loose = not state.traced
         record = SpanRecord(
             run_key=state.key, key_source=state.key_source, trace_id=state.trace_id,
-            span_id=_random_hex(64),
+            span_id=random_hex(64),
             # a loose run's records end it with its answer; a traced one's hang below the
             # agent's span, so its spans say when it ends
             parent_span_id=None if loose else (state.parent_span_id or "0" * 15 + "1"),
@@ -1395,46 +1385,8 @@ def text_action(state: EndpointRun, seen: Observation, last: bool = False) -> li
     if not state.acts_in_text or (not last and (state.final_used or state.stop is not None)) \
             or not seen.text.strip() or seen.finish_reason in CUT_SHORT:
         return []
-    if state.action_key:
-        return key_actions(state, seen.text)
-    search = _action_search(state.action_pattern) if state.action_pattern else None
-    if search is not None:
-        found = search(seen.text[:MAX_ACTION_CHARS])
-        if found is None:
-            return []
-        if len(found) > 1 and found[1] in state.answer_tools:  # (its answer's: its first group)
-            rest = "\n".join(part.strip() for part in found[2:] if part and part.strip())
-            return [ToolCall(TEXT_ACTION_ID + _random_hex(64), found[1],
-                             json.dumps({"answer": rest[:MAX_ACTION_CHARS]}))]
-        parts = [part for part in found[1:] if part] or [found[0] or ""]
-    else:
-        blocks = _FENCED.findall(seen.text)
-        if state.acts_in_code and not blocks:
-            return []
-        parts = blocks or [seen.text]
-    action = " ".join(" ".join(parts).split())
-    return [ToolCall(TEXT_ACTION_ID + _random_hex(64), TEXT_ACTION,
-                     json.dumps({"action": action[:MAX_ACTION_CHARS]}))]
-
-
-def acts_on_answer(entry: Budget, text: str) -> bool:
-    """Whether an answer's ``text`` holds an action its agent runs, by its rule pack's budgets
-    entry of an agent that acts in text (``entry``: its ``actions``, ``action_pattern``,
-    ``action_key`` and ``answer_tools``), as :func:`text_action` reads the answers the endpoint
-    relays; an answer that gives the agent's answer by its own finishing action holds none.
-    What a span of the agent's model call says it answered is read so (:meth:`~watchdog.shell.
-    service.Service` marks it ``acted_on``: the run goes on)."""
-    state = EndpointRun("", KeySource.WATCHDOG, "", None, acts_in_text=True,
-                        acts_in_code=entry.actions == ACTIONS_CODE,
-                        action_pattern=entry.action_pattern, action_key=entry.action_key,
-                        answer_tools=entry.answer_tools, answer_key=entry.answer_key)
-    seen = Observation(text=text, finish_reason="stop")
-    if entry.answer_key is not None and json_answer(text, entry.answer_key) is not None:
-        return False
-    acted = text_action(state, seen)
-    if not acted:
-        return entry.answer_key is not None and steps(state, seen)
-    return text_answer(acted, entry.answer_tools, entry.action_key) is None
+    return read_actions(seen.text, in_code=state.acts_in_code, pattern=state.action_pattern,
+                        key=state.action_key, answer_tools=state.answer_tools)
 
 
 def steps(state: EndpointRun, seen: Observation) -> bool:
@@ -1446,123 +1398,6 @@ def steps(state: EndpointRun, seen: Observation) -> bool:
     return state.answer_key is not None and state.acts_in_text \
         and not (state.final_used or state.stop is not None) \
         and bool(seen.text.strip()) and seen.finish_reason not in CUT_SHORT
-
-
-def json_answer(text: str, key: str) -> str | None:
-    """The answer an agent gives by a JSON object in its answer's ``text`` (a rule pack's
-    ``answer_key``: KaibanJS's ``{"finalAnswer": "..."}``): the first top-level object, fenced
-    or not, in the text's first MAX_ACTION_CHARS, that has ``key``: its value, the text when
-    it is one, else as JSON; None: none has it. Strict JSON alone, as :func:`json_actions`
-    reads, in time linear in the text."""
-    text = text[:MAX_ACTION_CHARS]
-    decoder, at, misses = json.JSONDecoder(), 0, 0
-    while misses < MAX_JSON_STARTS:
-        start = text.find("{", at)
-        if start < 0:
-            break
-        try:
-            value, at = decoder.raw_decode(text, start)
-        except (ValueError, RecursionError):
-            at, misses = start + 1, misses + 1
-            continue
-        if isinstance(value, dict) and key in value:
-            found = value[key]
-            return found if isinstance(found, str) else json.dumps(found, sort_keys=True)
-    return None
-
-
-def key_actions(state: EndpointRun, text: str) -> list[ToolCall]:
-    """The actions in an answer's ``text`` for a run whose agent names its tools by JSON
-    objects (:attr:`EndpointRun.action_key`; :func:`json_actions`), read in what its
-    :attr:`EndpointRun.action_pattern` matches alone when it has one (its groups, else the
-    match: Qwen-Agent's ``<tool_call>`` blocks, the prose's objects none), none when that does
-    not match; in the text's first MAX_ACTION_CHARS."""
-    text = text[:MAX_ACTION_CHARS]
-    search = _action_search(state.action_pattern) if state.action_pattern else None
-    if search is not None:
-        where = search(text)
-        if where is None:
-            return []
-        text = "\n".join([part for part in where[1:] if part] or [where[0] or ""])
-    return json_actions(text, state.action_key or "")
-
-
-def json_actions(text: str, key: str) -> list[ToolCall]:
-    """The actions in ``text`` when an agent asks for its tools by JSON objects in its
-    answers (a rule pack's ``action_key``: Langroid's ``{"request": "<tool>", ...}``): each
-    top-level JSON object in it, fenced or not, whose ``key`` is a string, in order, is a call
-    of the tool it names, its arguments the object (keys sorted: the same object is the same
-    call, the loop rules see it repeat). Strict JSON alone (an object the agent would repair,
-    single quotes or a trailing comma, is none); at most MAX_PENDING_CALLS, and the search
-    tries at most MAX_JSON_STARTS opening braces that begin no JSON object (prose's braces),
-    so a long answer costs time linear in it."""
-    decoder, at, misses = json.JSONDecoder(), 0, 0
-    found: list[ToolCall] = []
-    while len(found) < MAX_PENDING_CALLS and misses < MAX_JSON_STARTS:
-        start = text.find("{", at)
-        if start < 0:
-            break
-        try:
-            value, at = decoder.raw_decode(text, start)
-        except (ValueError, RecursionError):
-            at, misses = start + 1, misses + 1
-            continue
-        name = value.get(key) if isinstance(value, dict) else None
-        if isinstance(name, str) and name:
-            found.append(ToolCall(TEXT_ACTION_ID + _random_hex(64), name[:200],
-                                  json.dumps(value, sort_keys=True)[:MAX_ACTION_CHARS]))
-    return found
-
-
-def text_answer(acted: Sequence[ToolCall], answer_tools: Sequence[str],
-                action_key: str | None) -> str | None:
-    """The answer a text answer gives by the agent's own finishing action (a rule pack's
-    ``answer_tools``: Langroid's ``{"request": "done_tool", "content": "..."}``) among its
-    actions (:func:`text_action`): the first one's content — a JSON object's fields but
-    ``action_key``, the text when they hold only a text (an action_pattern's: its groups
-    after the first) — else None (no such action). The actions beside it are none the
-    agent runs: its task ends at it (Langroid runs none of them)."""
-    found = next((call for call in acted if call.name in answer_tools), None)
-    if found is None:
-        return None
-    try:
-        value = json.loads(found.arguments)
-    except (ValueError, RecursionError):
-        return found.arguments
-    if isinstance(value, dict):
-        value.pop(action_key or "", None)
-        if len(value) == 1:
-            (only,) = value.values()
-            if isinstance(only, str):
-                return only
-        if not value:
-            return ""
-    return json.dumps(value, sort_keys=True)
-
-
-@lru_cache(maxsize=64)
-def _action_search(pattern: str) -> Callable[[str], Sequence[str | None] | None] | None:
-    """A rule pack's ``action_pattern``, compiled: what it finds in a text, the match then
-    each group's (None: nothing found); searched in time linear in the text where the
-    compiled module is built (:func:`~watchdog.core.spans.native.searcher`: a model's answer
-    cannot hold the endpoint up), else by Python's ``re``. None: not a regular expression
-    (the pack's reader refused it)."""
-    from watchdog.core.spans.native import searcher
-
-    try:
-        compiled = searcher(pattern)
-        python = re.compile(pattern) if compiled is None else None
-    except (ValueError, re.error):
-        return None
-    if compiled is not None:
-        return cast(Callable[[str], Sequence[str | None] | None], compiled.search)
-    assert python is not None
-
-    def search(text: str) -> Sequence[str | None] | None:
-        found = python.search(text)
-        return None if found is None else (found.group(0), *found.groups())
-
-    return search
 
 
 def _asked(request: Request, said: Sequence[str]) -> tuple[object, ...]:
@@ -1678,7 +1513,8 @@ def carries_answer(state: EndpointRun, request: Request) -> bool:
     if any(state.quote in " ".join(text_of(content).split()) for content in request.answers):
         return True
     return bool(state.acted) and any(
-        tuple(call.arguments for call in key_actions(state, text_of(content))) == state.acted
+        tuple(call.arguments for call in key_actions(text_of(content), state.action_key or "",
+                                                state.action_pattern)) == state.acted
         for content in request.answers)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import re
 import sys
 from collections.abc import Callable, Container, Iterator
@@ -23,6 +24,14 @@ MAX_ANSWERS_SEEN = 8  # a request's latest model answers kept (Request.answers)
 # after this (no first user message reads so)
 CONVERSATION_ANCHOR = "\0conversation:"
 MAX_TEXT_CHARS = 64 * 1024  # answer text kept of one response (the report, the final output)
+# Ids of the endpoint's runs, records and calls: random, as the OpenTelemetry SDK's own
+# (``getrandbits``, seeded once from the OS), not ``secrets``: each ``os.urandom`` call lets go
+# of the GIL on the event loop, and another thread may then hold it for a switch interval.
+_ids = random.Random()
+
+
+def random_hex(bits: int) -> str:
+    return f"{_ids.getrandbits(bits):0{bits // 4}x}"
 
 
 class WireError(ValueError):

@@ -300,6 +300,11 @@ class RuleSet:
             self._budget_cache[agent] = cached
         return dict(cached)
 
+    @property
+    def has_text_acting(self) -> bool:
+        """Whether a budgets entry says its agents act in their answers' text."""
+        return any(entry.actions in ACTS_IN_TEXT for entry in self.budgets)
+
     def acts_in_text(self, agent: str) -> Budget | None:
         """``agent``'s budgets entry (the first matching) when it says ``actions: text`` or
         ``code`` (read at each model request: remembered per agent, as its budget is)."""

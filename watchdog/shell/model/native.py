@@ -147,7 +147,8 @@ from urllib.parse import unquote
 from multidict import CIMultiDict
 
 from watchdog.core.handout import Step
-from watchdog.core.model.book import MAX_PENDING_CALLS, Caller, EndpointRun, Unbooked
+from watchdog.core.model.actions import MAX_PENDING_CALLS
+from watchdog.core.model.book import Caller, EndpointRun, Unbooked
 from watchdog.core.model.chat import LEGACY_CALL_ID
 from watchdog.core.model.failure import MAX_REFUSAL_READ, refused
 from watchdog.core.model.steer import (
