@@ -305,3 +305,25 @@ def test_its_max_iterations_alone_stops_with_no_request_more_known_gap(
     # (the 3rd action awaited: a tool call counts at the request that answers it)
     assert (run["state"], run["terminal_state"], run["tool_calls"],
             run["signals"]["in_flight"]) == ("active", None, 2, 1), run
+
+
+# -- a failing tool -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_failing_tool_is_a_failed_call(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
+    """The tool fails (its error: "no index for 'fail 0'"); the executor sends the model
+    "The tool return the following error: ..." as its result (in the tool message, or in its
+    ``TOOL RESPONSE`` template's user message), and goes on."""
+    def pick(index: int, _body: dict[str, Any]) -> fakellm.Step:
+        return act("fail 0", mode) if index == 0 else final("It failed.", mode)
+
+    before = run_ids(sidecar)
+    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{mode}", pick, tmp_path, mode)
+    assert said == {"ran": [], "output": "It failed."}, said
+    assert "The tool return the following error: no index for 'fail 0'" in json.dumps(
+        requests[1]["messages"][-1])
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        2, 1, "completed"), run
+    assert run["signals"]["errors"] == 1, run["signals"]

@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! ^\s*(?:error\b|exception\b|\[error\]|traceback \(most recent call last\)|
-//!        [A-Za-z_][\w.]*(?:Error|Exception):|\{\s*"error"\s*:|mcp error -?\d+:)
+//!        [A-Za-z_][\w.]*(?:Error|Exception):|\{\s*"error"\s*:|mcp error -?\d+:|
+//!        (?:the )?tool(?: [a-z]+){0,6} error:)
 //! |^\s*(?-i:E[A-Z]{3,14}: [a-z][a-z ]*, [a-z])
 //! ```
 //!
@@ -35,6 +36,7 @@ pub fn looks_failed(text: &str) -> Option<bool> {
         named(rest),
         keyed(rest),
         mcp(rest),
+        tool_lead(rest),
         Some(errno(rest)),
     ] {
         match found {
@@ -157,6 +159,41 @@ fn mcp(chars: &[char]) -> Option<bool> {
     Some(at > digits && after.get(at) == Some(&':'))
 }
 
+/// `(?:the )?tool(?: [a-z]+){0,6} error:` at the start (a sentence that begins with the tool
+/// and ends "error:": langchain-rust's "The tool return the following error: ..."). Each
+/// `[a-z]+` is followed by a space, so it is a whole run of letters: the words are taken
+/// greedily, " error:" looked for before each. None where it would look at a character that
+/// is not ASCII (Python's `[a-z]` takes letters that match ASCII ones case-insensitively).
+fn tool_lead(chars: &[char]) -> Option<bool> {
+    let rest = literal(chars, "the ")?.unwrap_or(chars);
+    let Some(mut rest) = literal(rest, "tool")? else {
+        return Some(false);
+    };
+    for words in 0..=6 {
+        if literal(rest, " error:")?.is_some() {
+            return Some(true);
+        }
+        if words == 6 || rest.first() != Some(&' ') {
+            return Some(false);
+        }
+        let mut at = 1;
+        while let Some(&c) = rest.get(at) {
+            if !c.is_ascii() {
+                return None;
+            }
+            if !c.is_ascii_alphabetic() {
+                break;
+            }
+            at += 1;
+        }
+        if at == 1 {
+            return Some(false);
+        }
+        rest = &rest[at..];
+    }
+    Some(false)
+}
+
 /// `E[A-Z]{3,14}: [a-z][a-z ]*, [a-z]` at the start, case-sensitively and ASCII only (a
 /// Node.js system error's message: `ENOENT: no such file or directory, open ...`).
 fn errno(chars: &[char]) -> bool {
@@ -218,6 +255,11 @@ mod tests {
             " EISDIR: illegal operation on a directory, read",
             "MCP error -32602: Input validation error",
             "mcp error 5:",
+            "The tool return the following error: no index",
+            "Tool error: x",
+            "TOOL EXECUTION ERROR:",
+            "the tool a b c d e f error:",
+            "tool error error:",
         ] {
             assert_eq!(looks_failed(failed), Some(true), "{failed:?}");
         }
@@ -242,6 +284,13 @@ mod tests {
             "EABCDEFGHIJKLMNO: x, y",
             "MCP error -: x",
             "MCP error 12 x",
+            "the tool a b c d e f g error:",
+            "toolbox error:",
+            "the tools error:",
+            "The tool ran fine",
+            "tool  error:",
+            "tool error",
+            "the error:",
         ] {
             assert_eq!(looks_failed(fine), Some(false), "{fine:?}");
         }
@@ -253,6 +302,8 @@ mod tests {
             "ſError:",
             "é ok",
             "MCP error \u{661}:",
+            "Tool \u{212a}ind error:",
+            "the tool ran \u{17f}o error:",
         ] {
             assert_eq!(looks_failed(unsure), None, "{unsure:?}");
         }

@@ -1910,5 +1910,13 @@ def _said_result(call: ToolCall, said: Sequence[str], calls: int) -> ToolResult 
                 return ToolResult(call.call_id, text, looks_failed(text) or looks_failed(after))
     if calls == 1 and any(text.strip() for text in said):
         text = "\n".join(said)
-        return ToolResult(call.call_id, text, looks_failed(text))
+        return ToolResult(call.call_id, text, looks_failed(text)
+                          or looks_failed(_HEADING.sub("", text, count=1)))
     return None
+
+
+# A heading an agent puts before a result it replays in text: a first line that is a label of
+# at most 40 characters ending in a colon, and any rule of dashes, equals signs or underscores
+# under it (langchain-rust's ConversationalAgent: "TOOL RESPONSE: \n-----\n<result>"); a result
+# is judged after it too
+_HEADING = re.compile(r"\A\s*[^\n:]{1,40}:[ \t]*\n(?:[ \t]*[-=_]{3,}[ \t]*\n)?")

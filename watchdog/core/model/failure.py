@@ -9,12 +9,15 @@ import re
 
 # What frameworks put in the tool message when the tool raised: "Error: ...", "Error executing
 # tool ...", a traceback, "<Exception>: ...", a JSON object whose one key is "error", the text
-# tagged "[ERROR] ..." (Strands for TypeScript's); a Node.js system error's message ("ENOENT: no
-# such file or directory, open ..."), an MCP error's ("MCP error -32602: ...", the MCP SDKs'), as
-# an agent that drops an MCP result's isError sends them.
+# tagged "[ERROR] ..." (Strands for TypeScript's); a sentence of at most 6 words more that begins
+# with the tool and ends "error:" ("Tool error: ...", langchain-rust's "The tool return the
+# following error: ..."); a Node.js system error's message ("ENOENT: no such file or directory,
+# open ..."), an MCP error's ("MCP error -32602: ...", the MCP SDKs'), as an agent that drops an
+# MCP result's isError sends them.
 _FAILED = re.compile(
     r"^\s*(?:error\b|exception\b|\[error\]|traceback \(most recent call last\)|"
-    r"[A-Za-z_][\w.]*(?:Error|Exception):|\{\s*\"error\"\s*:|mcp error -?\d+:)"
+    r"[A-Za-z_][\w.]*(?:Error|Exception):|\{\s*\"error\"\s*:|mcp error -?\d+:|"
+    r"(?:the )?tool(?: [a-z]+){0,6} error:)"
     r"|^\s*(?-i:E[A-Z]{3,14}: [a-z][a-z ]*, [a-z])", re.IGNORECASE)
 
 

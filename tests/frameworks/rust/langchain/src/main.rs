@@ -4,7 +4,8 @@
 //! `OpenAiToolAgent`, the API's tool calls) or `chat` (its `ConversationalAgent`, actions as
 //! JSON in the answer's text); argv[2] the executor's `max_iterations`; ENDPOINT_MODEL the
 //! model, ENDPOINT_TASK the task, ENDPOINT_DIR the directory its tool works in (each call
-//! appends a line to ran.log there). It prints one JSON line last:
+//! appends a line to ran.log there; a term that begins `fail` fails it: "no index for" the
+//! term). It prints one JSON line last:
 //! {"ran": [what its tool ran with], "output": the executor's answer} (or {"error": ...}).
 
 use std::error::Error;
@@ -42,6 +43,9 @@ impl Tool for Search {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
+        if term.starts_with("fail") {
+            return Err(format!("no index for '{term}'").into());
+        }
         let mut log = OpenOptions::new()
             .create(true)
             .append(true)
