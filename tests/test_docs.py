@@ -117,6 +117,11 @@ failing on a changed block. The kinds:
     What points LangChainGo at the sidecar, ``NAME=VALUE`` lines: exactly what its tests set
     (``tests/frameworks/test_langchaingo.py``'s ``pointed``), the sidecar's default model
     endpoint in place of the test's, the agent ``langchaingo``.
+``langchain-rust-env``
+    What points langchain-rust's ``OpenAI::default()`` at the sidecar, ``NAME=VALUE`` lines:
+    exactly what its tests set (``tests/frameworks/test_model_endpoint_langchain_rust.py``'s
+    ``pointed``), the sidecar's default model endpoint in place of the test's, the agent
+    ``langchain-rust``.
 ``eino-config``
     What points Eino's OpenAI ``ChatModel`` (eino-ext's) at the sidecar, in Go: exactly the
     lines its tests' agent runs (``tests/frameworks/go/eino/main.go``, whitespace aside), its
@@ -253,7 +258,8 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
          "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env",
          "instructor-env", "strands-ts-config", "tiny-agents-config", "qwen-agent-config",
-         "gptme-command", "llm-config", "kaibanjs-config"}
+         "gptme-command", "llm-config", "kaibanjs-config",
+         "langchain-rust-env"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -915,6 +921,13 @@ def check_langchaingo_env(block: Block, stack: Stack, state: DocState) -> None:
     assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "langchaingo"), block.where
 
 
+def check_langchain_rust_env(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_langchain_rust import pointed
+
+    shown = dict(line.split("=", 1) for line in block.text.split("\n") if line.strip())
+    assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "langchain-rust"), block.where
+
+
 def check_praisonai_env(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_praisonai import pointed
 
@@ -1196,6 +1209,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "llamaindex-ts-config": check_llamaindex_ts_config,
     "strands-ts-config": check_strands_ts_config,
     "kaibanjs-config": check_kaibanjs_config,
+    "langchain-rust-env": check_langchain_rust_env,
     "tiny-agents-config": check_tiny_agents_config,
 }
 assert set(CHECKS) == KINDS
@@ -1321,6 +1335,8 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "instructor-env": (DOCS / "agents.md", "/agent/instructor/v1", "/agent/instructor/v2"),
     "strands-ts-config": (DOCS / "agents.md", "/agent/strands-ts/v1", "/agent/strands-ts/v2"),
     "kaibanjs-config": (DOCS / "agents.md", "/agent/kaibanjs/v1", "/agent/kaibanjs/v2"),
+    "langchain-rust-env": (DOCS / "agents.md", "/agent/langchain-rust/v1",
+                           "/agent/langchain-rust/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

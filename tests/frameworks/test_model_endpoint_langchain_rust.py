@@ -137,6 +137,12 @@ def steps_then_answer(count: int, mode: str, obeys: bool = True) -> fakellm.Scri
     return pick
 
 
+def pointed(endpoint: str, agent: str) -> dict[str, str]:
+    """What points langchain-rust's ``OpenAI::default()`` at the sidecar's model endpoint
+    ``endpoint`` and names the agent (docs/agents.md's ``langchain-rust-env``)."""
+    return {"OPENAI_BASE_URL": f"{endpoint}/agent/{agent}/v1"}
+
+
 def run_agent(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
               tmp_path: Path, mode: str, max_iterations: int = 10
               ) -> tuple[dict[str, Any], list[str], list[dict[str, Any]]]:
@@ -148,7 +154,7 @@ def run_agent(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.
     work = tmp_path / "work"
     work.mkdir()
     env = {**clean_environ(), "HOME": str(tmp_path), "OPENAI_API_KEY": KEY,
-           "OPENAI_BASE_URL": f"{sidecar.url('model')}/agent/{agent}/v1",
+           **pointed(sidecar.url("model"), agent),
            "ENDPOINT_MODEL": model, "ENDPOINT_DIR": str(work),
            "ENDPOINT_TASK": f"Search for the terms (case {case})."}
     result = subprocess.run([str(agent_binary()), mode, str(max_iterations)], env=env,
@@ -282,6 +288,7 @@ def test_its_max_iterations_declared_as_model_calls_ends_with_the_report(
                                     steps_then_answer(10, mode), tmp_path, mode,
                                     max_iterations=3)
     assert said == {"ran": ["term 0", "term 1"], "output": REPORT}, said
+    assert ran == ["term 0", "term 1"]
     check_last_model_call_final(requests, 3, answered=mode == "tools")
     if mode == "chat":
         assert [final_asked(body) for body in requests] == [False, False, True]
@@ -300,6 +307,7 @@ def test_its_max_iterations_alone_stops_with_no_request_more_known_gap(
                                     tmp_path, mode, max_iterations=3)
     assert said == {"ran": ["term 0", "term 1", "term 2"],
                     "output": "Max iterations reached"}, said
+    assert ran == ["term 0", "term 1", "term 2"]
     assert len(requests) == 3
     [run] = new_runs(sidecar, before, lambda runs: runs[0]["iterations"] == 3)
     # (the 3rd action awaited: a tool call counts at the request that answers it)
@@ -321,6 +329,7 @@ def test_a_failing_tool_is_a_failed_call(
     before = run_ids(sidecar)
     said, ran, requests = run_agent(sidecar, llm, f"lcrs-{mode}", pick, tmp_path, mode)
     assert said == {"ran": [], "output": "It failed."}, said
+    assert ran == []
     assert "The tool return the following error: no index for 'fail 0'" in json.dumps(
         requests[1]["messages"][-1])
     run = the_ended_run(sidecar, before)

@@ -273,7 +273,8 @@ def test_the_docs_table_of_own_limits_is_what_the_tests_show() -> None:
         ("max_steps", "N + 1"), ("max_iter", "N + 1"),
         ("maximum_auto_invoke_attempts", "N + 1; streamed, N"), ("max_llm_calls", "N"),
         ("stepCountIs", "N"),
-        ("maxTurns", "N"), ("maxSteps", "N"), ("maxSteps", "N")], json.dumps(rows, indent=1)
+        ("maxTurns", "N"), ("maxSteps", "N"), ("maxSteps", "N"),
+        ("with_max_iterations", "N")], json.dumps(rows, indent=1)
     counts = dict(rows)
     calls: dict[str, Callable[[int, str], int]] = {
         "N": lambda n, _mode: n, "N + 1": lambda n, _mode: n + 1,
