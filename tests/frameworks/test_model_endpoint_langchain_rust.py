@@ -81,8 +81,13 @@ rules:
     message: "Stopped by the test's rule after 2 actions"
 """
 STOPPED = "The agent-watchdog stopped this run"
-MODES = ("tools", "chat")
+MODES = ("tools", "chat", "tools_stream", "chat_stream")  # (_stream: by stream_events)
 _CASES = itertools.count(1)
+
+
+def kind(mode: str) -> str:
+    """The agent a mode runs: ``tools`` (the OpenAiToolAgent) or ``chat``."""
+    return mode.removesuffix("_stream")
 
 
 def agent_binary() -> Path:
@@ -107,7 +112,7 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
 
 def act(term: str, mode: str) -> fakellm.Step:
     """One search: a tool call, or the ConversationalAgent's fenced JSON in the text."""
-    if mode == "tools":
+    if kind(mode) == "tools":
         return fakellm.call("search", input=term)
     return fakellm.answer("```json\n" + json.dumps(
         {"action": "search", "action_input": term}) + "\n```")
@@ -115,14 +120,14 @@ def act(term: str, mode: str) -> fakellm.Step:
 
 def final(text: str, mode: str) -> fakellm.Step:
     """The agent's answer: plain text, or the ConversationalAgent's ``Final Answer``."""
-    if mode == "tools":
+    if kind(mode) == "tools":
         return fakellm.answer(text)
     return fakellm.answer("```json\n" + json.dumps(
         {"action": "Final Answer", "action_input": text}) + "\n```")
 
 
 def told_to_answer(body: dict[str, Any], mode: str) -> bool:
-    return body.get("tool_choice") == "none" if mode == "tools" else final_asked(body)
+    return body.get("tool_choice") == "none" if kind(mode) == "tools" else final_asked(body)
 
 
 def steps_then_answer(count: int, mode: str, obeys: bool = True) -> fakellm.Script:
@@ -178,7 +183,7 @@ def test_one_invoke_is_one_run_each_action_a_tool_call(
     ``search``, ``completed`` with the executor's output (the ``Final Answer``'s
     ``action_input``, not its JSON)."""
     before = run_ids(sidecar)
-    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{mode}", steps_then_answer(3, mode),
+    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{kind(mode)}", steps_then_answer(3, mode),
                                     tmp_path, mode)
     assert said == {"ran": ["term 0", "term 1", "term 2"],
                     "output": "All 3 searches are done."}, said
@@ -186,12 +191,29 @@ def test_one_invoke_is_one_run_each_action_a_tool_call(
     assert len(requests) == 4
     assert not any("agent-watchdog" in json.dumps(body) or "[budget:" in json.dumps(body)
                    for body in requests)
-    assert [fakellm.offers_tools(body) for body in requests] == [mode == "tools"] * 4
+    assert [fakellm.offers_tools(body) for body in requests] == [kind(mode) == "tools"] * 4
+    # (stream_events streams the OpenAiToolAgent's requests; the ConversationalAgent's plan
+    # does not stream)
+    assert [bool(body.get("stream")) for body in requests] == [mode == "tools_stream"] * 4
     run = the_ended_run(sidecar, before)
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         4, 3, "completed"), run
     assert run["signals"]["tools"] == {"search": 3}, run["signals"]
     assert run["final_output"] == "All 3 searches are done."
+
+
+def test_undeclared_its_text_agent_makes_a_run_of_each_step(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """The ConversationalAgent with no ``actions: text`` entry: its requests offer no tools,
+    so each answer reads as final, and each step is a run of its own (4 runs, no tool call)
+    — what its pack entry is for."""
+    before = run_ids(sidecar)
+    said, ran, requests = run_agent(sidecar, llm, "langchain-rust-plain",
+                                    steps_then_answer(3, "chat"), tmp_path, "chat")
+    assert said["output"] == "All 3 searches are done." and len(ran) == 3
+    assert len(requests) == 4
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 4)
+    assert sorted((run["iterations"], run["tool_calls"]) for run in runs) == [(1, 0)] * 4, runs
 
 
 # -- a budget -------------------------------------------------------------------------------
@@ -200,7 +222,7 @@ def test_one_invoke_is_one_run_each_action_a_tool_call(
 def test_a_budget_of_three_counts_down_and_its_final_request_gets_the_report(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
     before = run_ids(sidecar)
-    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{mode}-budget",
+    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{kind(mode)}-budget",
                                     steps_then_answer(10, mode), tmp_path, mode)
     assert ran == ["term 0", "term 1", "term 2"]  # the budget's 3, really run
     assert said == {"ran": ran, "output": REPORT}, said  # the report: invoke's answer
@@ -226,12 +248,12 @@ def test_an_action_past_the_budget_is_stopped(
     (the endpoint cannot take it out of text); its next request gets the stop answer, a
     ``Final Answer`` with the note, which ends it. The upstream gets nothing more."""
     before = run_ids(sidecar)
-    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{mode}-budget",
+    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{kind(mode)}-budget",
                                     steps_then_answer(10, mode, obeys=False), tmp_path, mode)
     assert len(requests) == 4 and told_to_answer(requests[-1], mode)
     output = said["output"]
     assert output.startswith(STOPPED) and '"action"' not in output, said
-    if mode == "tools":
+    if kind(mode) == "tools":
         assert ran == ["term 0", "term 1", "term 2"]
     else:
         assert ran == ["term 0", "term 1", "term 2", "term 3"]
@@ -247,13 +269,13 @@ def test_an_action_past_the_budget_is_stopped(
 def test_a_loop_is_wound_down_then_stopped(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
     before = run_ids(sidecar)
-    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{mode}", looping(mode), tmp_path,
+    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{kind(mode)}", looping(mode), tmp_path,
                                     mode)
     check_loop_wound_down(requests, the_ended_run(sidecar, before))
     assert len(llm.requests(str(requests[0]["model"]))) == 7  # nothing after the final
     output = said["output"]
     assert output.startswith(STOPPED) and "6 tool calls" in output, said
-    if mode == "chat":  # its 7th action runs too; the stop answer ends it, saying why
+    if kind(mode) == "chat":  # its 7th action runs too; the stop answer ends it, saying why
         assert ran == ["missing"] * 7
         assert "went on after its final request instead of ending (tool-cycle)" in output
     else:  # the call past the grace is taken out of the final answer
@@ -264,7 +286,7 @@ def test_a_loop_is_wound_down_then_stopped(
 def test_an_abort_is_answered_as_its_final_answer(
         sidecar: RunningServer, llm: FakeLLM, tmp_path: Path, mode: str) -> None:
     before = run_ids(sidecar)
-    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{mode}-abort",
+    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{kind(mode)}-abort",
                                     steps_then_answer(10, mode), tmp_path, mode)
     assert ran == ["term 0", "term 1"]
     assert len(requests) == 2  # the 3rd request got the stop answer, not the upstream
@@ -284,13 +306,13 @@ def test_its_max_iterations_declared_as_model_calls_ends_with_the_report(
     ``max_iterations: 3``: the 3rd call is the run's final request and its answer the
     executor's output, before the executor's own limit cuts the run off."""
     before = run_ids(sidecar)
-    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{mode}-calls",
+    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{kind(mode)}-calls",
                                     steps_then_answer(10, mode), tmp_path, mode,
                                     max_iterations=3)
     assert said == {"ran": ["term 0", "term 1"], "output": REPORT}, said
     assert ran == ["term 0", "term 1"]
-    check_last_model_call_final(requests, 3, answered=mode == "tools")
-    if mode == "chat":
+    check_last_model_call_final(requests, 3, answered=kind(mode) == "tools")
+    if kind(mode) == "chat":
         assert [final_asked(body) for body in requests] == [False, False, True]
     check_ended_at_own_limit(the_ended_run(sidecar, before), 3, REPORT)
 
@@ -303,7 +325,7 @@ def test_its_max_iterations_alone_stops_with_no_request_more_known_gap(
     whose run waits for the action it last handed over (``abandoned`` after
     ``run_end_timeout``)."""
     before = run_ids(sidecar)
-    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{mode}", steps_then_answer(10, mode),
+    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{kind(mode)}", steps_then_answer(10, mode),
                                     tmp_path, mode, max_iterations=3)
     assert said == {"ran": ["term 0", "term 1", "term 2"],
                     "output": "Max iterations reached"}, said
@@ -327,7 +349,7 @@ def test_a_failing_tool_is_a_failed_call(
         return act("fail 0", mode) if index == 0 else final("It failed.", mode)
 
     before = run_ids(sidecar)
-    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{mode}", pick, tmp_path, mode)
+    said, ran, requests = run_agent(sidecar, llm, f"lcrs-{kind(mode)}", pick, tmp_path, mode)
     assert said == {"ran": [], "output": "It failed."}, said
     assert ran == []
     assert "The tool return the following error: no index for 'fail 0'" in json.dumps(

@@ -2,7 +2,8 @@
 //! by OPENAI_BASE_URL alone: `OpenAI::default()` is async-openai's `OpenAIConfig::default()`,
 //! which reads OPENAI_BASE_URL and OPENAI_API_KEY. argv[1] is the agent: `tools` (its
 //! `OpenAiToolAgent`, the API's tool calls) or `chat` (its `ConversationalAgent`, actions as
-//! JSON in the answer's text); argv[2] the executor's `max_iterations`; ENDPOINT_MODEL the
+//! JSON in the answer's text), each run by `invoke`, or `tools_stream` / `chat_stream`, run by
+//! `stream_events` (its requests streamed); argv[2] the executor's `max_iterations`; ENDPOINT_MODEL the
 //! model, ENDPOINT_TASK the task, ENDPOINT_DIR the directory its tool works in (each call
 //! appends a line to ran.log there; a term that begins `fail` fails it: "no index for" the
 //! term). It prints one JSON line last:
@@ -15,8 +16,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use langchain_rust::agent::{AgentExecutor, ConversationalAgentBuilder, OpenAiToolAgentBuilder};
-use langchain_rust::chain::Chain;
+use futures::StreamExt;
+use langchain_rust::agent::{
+    Agent, AgentExecutor, AgentStreamEvent, ConversationalAgentBuilder, OpenAiToolAgentBuilder,
+};
+use langchain_rust::chain::{Chain, ChainError};
+use langchain_rust::prompt::PromptArgs;
 use langchain_rust::llm::openai::OpenAI;
 use langchain_rust::prompt_args;
 use langchain_rust::tools::Tool;
@@ -57,6 +62,24 @@ impl Tool for Search {
     }
 }
 
+/// One run of the executor: `invoke`, or `stream_events` to its `Finish` when `stream`.
+async fn run<A: Agent + Send + Sync>(
+    executor: AgentExecutor<A>,
+    input: PromptArgs,
+    stream: bool,
+) -> Result<String, ChainError> {
+    if !stream {
+        return executor.invoke(input).await;
+    }
+    let mut events = executor.stream_events(input);
+    while let Some(event) = events.next().await {
+        if let AgentStreamEvent::Finish { output } = event? {
+            return Ok(output);
+        }
+    }
+    Err(ChainError::OtherError("the stream ended with no Finish".into()))
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -69,26 +92,23 @@ async fn main() {
     let tool: Arc<dyn Tool> = Arc::new(Search { dir, ran: ran.clone() });
     let llm = OpenAI::default().with_model(model);
     let input = prompt_args! {"input" => task};
-    let result = match mode {
+    let stream = mode.ends_with("_stream");
+    let result = match mode.trim_end_matches("_stream") {
         "chat" => {
             let agent = ConversationalAgentBuilder::new()
                 .tools(&[tool])
                 .build(llm)
                 .expect("the agent");
-            AgentExecutor::from_agent(agent)
-                .with_max_iterations(max_iterations)
-                .invoke(input)
-                .await
+            let executor = AgentExecutor::from_agent(agent).with_max_iterations(max_iterations);
+            run(executor, input, stream).await
         }
         _ => {
             let agent = OpenAiToolAgentBuilder::new()
                 .tools(&[tool])
                 .build(llm)
                 .expect("the agent");
-            AgentExecutor::from_agent(agent)
-                .with_max_iterations(max_iterations)
-                .invoke(input)
-                .await
+            let executor = AgentExecutor::from_agent(agent).with_max_iterations(max_iterations);
+            run(executor, input, stream).await
         }
     };
     let ran = ran.lock().unwrap().clone();
