@@ -5,7 +5,9 @@ the answer's text: a fenced ``{"action": "<tool>", "action_input": ...}``, its e
 alone: ``OpenAI::default()`` is async-openai's ``OpenAIConfig::default()``, which reads
 ``OPENAI_BASE_URL``. The agent is tests/frameworks/rust/langchain (``make
 langchain-rust-agent``); its one tool, ``search``, really runs, appending its term to
-``ran.log`` in a temp dir. One ``invoke`` is one run. Its own step limit,
+``ran.log`` in a temp dir (a term that begins ``fail`` fails it). Each agent is run by
+``invoke`` and by ``stream_events`` (which streams the OpenAiToolAgent's requests; the
+ConversationalAgent's plan does not stream); one invocation is one run. Its own step limit,
 ``with_max_iterations(N)``, counts the actions it ran and stops after the N-th with no request
 more ("Max iterations reached").
 
@@ -13,6 +15,15 @@ The sidecar's rule pack declares the ``ConversationalAgent`` ``actions: text`` w
 ``action_key: action`` and ``answer_tools: ["Final Answer"]``, its ``stop_answer`` that form
 (``${note_json}``). Behind the sidecar, the scripted upstream (:mod:`tests.frameworks.fakellm`);
 its recorded request bodies are what the model read. Nothing waits for a directive.
+
+* an invocation is one run, each action one tool call, ``completed`` with its answer;
+  undeclared, the ConversationalAgent's steps are each a run;
+* a budget of 3 tool calls counted down at each request, 3 searches run, the 4th request
+  final (tools withdrawn, or told to answer), the report the executor's output,
+  ``tool_limit_reached``; a model that goes on is stopped;
+* a loop wound down, then stopped; an abort answered as the final answer;
+* its ``max_iterations`` declared as model calls; alone, a known gap (the run held open);
+* a failing tool is a failed call (its "The tool return the following error:").
 """
 
 from __future__ import annotations
