@@ -1,0 +1,77 @@
+"""magentic on the model endpoint: its OpenAI backend's client reads
+``MAGENTIC_OPENAI_BASE_URL`` (and ``MAGENTIC_OPENAI_MODEL``, ``MAGENTIC_OPENAI_API_KEY``, as
+its docs set them). Mode (argv[1]):
+
+* ``chain``: one ``@prompt_chain`` call with ``functions=[search]``: magentic runs each
+  ``FunctionCall`` the model makes and asks again until the model answers (its loop);
+* ``loop``: the loop its docs write by hand (its ``Chat``, as a ``@chatprompt`` is made of):
+  ``Chat(messages, functions=[search], output_types=[FunctionCall[str], str])``, submitted,
+  each ``FunctionCall`` run by the program (``chat.exec_function_call()``, its result appended
+  as a ``FunctionResultMessage``), submitted again, until a ``str``;
+* ``structured``: a ``@prompt`` whose return type is a pydantic model (its one function
+  forced), a plan/act loop: the program runs the search an ``Action`` asks for and tells the
+  model its result, until the ``Action`` is the answer.
+
+Prints ``{"ran": [...], "output": ..., "error": ...}`` (see :mod:`endpoint_common`). No
+``from __future__ import annotations``: magentic reads the return annotations as types."""
+
+
+import json
+import sys
+from typing import Literal
+
+from endpoint_common import INSTRUCTIONS, RAN, TASK, search
+from magentic import Chat, FunctionCall, SystemMessage, UserMessage, prompt, prompt_chain
+from pydantic import BaseModel, Field
+
+STEPS = 10
+
+
+@prompt_chain(INSTRUCTIONS + "\n\n{task}", functions=[search])
+def chain(task: str) -> str: ...
+
+
+class Action(BaseModel):
+    """The next step: search for a term, or answer."""
+
+    kind: Literal["search", "answer"]
+    q: str | None = Field(default=None, description="the term to search for")
+    answer: str | None = Field(default=None, description="the final answer")
+
+
+@prompt(INSTRUCTIONS + "\n\n{task}\n\nWhat you did so far:\n{done}")
+def plan(task: str, done: str) -> Action: ...
+
+
+def loop() -> str:
+    chat = Chat(messages=[SystemMessage(INSTRUCTIONS), UserMessage(TASK)], functions=[search],
+                output_types=[FunctionCall[str], str]).submit()
+    for _ in range(STEPS):
+        if not isinstance(chat.last_message.content, FunctionCall):
+            return str(chat.last_message.content)
+        chat = chat.exec_function_call().submit()
+    return ""
+
+
+def structured() -> str:
+    done: list[str] = []
+    for _ in range(STEPS):
+        action = plan(TASK, "\n".join(done) or "nothing")
+        if action.kind == "answer":
+            return action.answer or ""
+        done.append(f"searched {action.q!r}: {search(action.q or '')}")
+    return ""
+
+
+def main(mode: str) -> None:
+    run = {"chain": lambda: chain(TASK), "loop": loop, "structured": structured}[mode]
+    output, error = "", ""
+    try:
+        output = run()
+    except Exception as exc:  # (what the program's caller gets: the tests read it)
+        error = f"{type(exc).__name__}: {exc}"[:2000]
+    print(json.dumps({"ran": RAN, "output": output, "error": error}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

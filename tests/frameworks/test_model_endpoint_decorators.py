@@ -1,0 +1,190 @@
+"""Two LLM libraries whose user writes the agent loop with the library's decorators, steered
+through the model endpoint by base URL alone, on both relays:
+
+* magentic (``magentic`` 0.41.1, driver ``endpoint_magentic``): its OpenAI backend's client
+  reads ``MAGENTIC_OPENAI_BASE_URL``; ``@prompt_chain`` runs the functions the model calls
+  and asks again until it answers (the loop inside the library), ``@chatprompt`` returning
+  ``FunctionCall[str] | str`` in the loop its docs write by hand, and a pydantic return type
+  (structured output: its one function forced, an answer-shaped request). magentic always
+  streams.
+* Mirascope v1 (``mirascope`` 1.25.7, driver ``endpoint_mirascope``):
+  ``@llm.call(provider="openai", model=..., tools=[search], client=OpenAI())``, the client
+  reading ``OPENAI_BASE_URL``, in the agent loop its docs write (call, run
+  ``response.tools``, append ``response.tool_message_params``, call again), called and
+  streamed.
+
+Each invocation of the driver is one run. A rule pack gives the ``*-budget`` agents 3 tool
+calls; the default pack's tool-cycle winds a looping agent down; a rule aborts the ``*-abort``
+agents after 2 tool calls. What the upstream (:mod:`tests.frameworks.fakellm`) saw at each
+request is asserted; nothing waits for a directive.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import DRIVERS, clean_environ, drive_command
+from tests.frameworks.test_model_endpoint_frameworks import LEFT, forced_tool, instructions
+from tests.frameworks.test_model_endpoint_text_actions import LOOP_NOTE, run_ids, the_ended_run
+from tests.harness import RunningServer, endpoint_with_pack
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+
+KEY = "sk-decorators-0123456789abcdefSECRET"
+ANSWER = "The file is /srv/a.txt."
+REPORT = "Report: searched 3 times, the file is not found yet."
+STOP = "Stopped by the tests rule after 2 tool calls"
+FINAL = "Tools are withdrawn"  # the final-report instruction's
+STOPPED = f"The agent-watchdog stopped this run: {STOP}"
+PACK = f"""\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: decorators
+budgets:
+  - agents: ["*-budget"]
+    max_tool_calls: 3
+rules:
+  - name: two-calls-then-abort
+    agents: ["*-abort"]
+    when: "!run.ended && run.tool_calls >= 2"
+    action: abort
+    message: "{STOP}"
+"""
+# (library, mode): magentic's prompt_chain and hand-written loop; Mirascope's loop, called
+# and streamed
+TOOL_LOOPS = [("magentic", "chain"), ("magentic", "loop"), ("mirascope", "loop"),
+              ("mirascope", "stream")]
+_CASES = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+            model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
+    with endpoint_with_pack(tmp_path_factory.mktemp("decorators"), PACK, llm.base_url,
+                            model_relay, loose_run_gap=120.0) as server:
+        yield server
+
+
+def pointed(library: str, endpoint: str, agent: str, model: str) -> dict[str, str]:
+    """What a user sets to point ``library`` at the model endpoint ``endpoint``, named
+    ``agent``, asking ``model``: its environment (Mirascope's model is the decorator's). The
+    tests run it so, and docs/agents.md shows it (``magentic-env``, ``mirascope-env``, checked
+    in tests/test_docs.py)."""
+    url = f"{endpoint}/agent/{agent}/v1"
+    if library == "magentic":
+        return {"MAGENTIC_OPENAI_BASE_URL": url, "MAGENTIC_OPENAI_MODEL": model}
+    return {"OPENAI_BASE_URL": url}
+
+
+def run_agent(sidecar: RunningServer, llm: FakeLLM, library: str, mode: str, agent: str,
+              script: fakellm.Script) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One invocation of ``library``'s driver in ``mode``, named ``agent``: what it printed
+    and the upstream's requests."""
+    case = next(_CASES)
+    model = llm.script(f"{library}-{mode}-{agent}-{case}", script)
+    base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1",
+            "OTEL_SDK_DISABLED": "true"}
+    env = {**base, "OPENAI_API_KEY": KEY, "MAGENTIC_OPENAI_API_KEY": KEY,
+           "ENDPOINT_MODEL": model, **pointed(library, sidecar.url("model"), agent, model),
+           "ENDPOINT_TASK": f"Find the file. (case {case})"}
+    result = drive_command(library, f"endpoint_{library}", mode, base, env)
+    return json.loads(result.stdout.strip().splitlines()[-1]), llm.requests(model)
+
+
+def searching(calls: int | None = None, same: bool = False) -> fakellm.Script:
+    """A search at each request (``same``: the same term each time) until ``calls`` searches,
+    then the answer; the report once the report is asked for (no tool offered)."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if FINAL in instructions(body) or body.get("tool_choice") == "none":
+            return fakellm.answer(REPORT)
+        if calls is not None and index >= calls:
+            return fakellm.answer(ANSWER)
+        return fakellm.call("search", q="same" if same else f"term {index}")
+    return pick
+
+
+def offered(body: dict[str, Any]) -> bool:
+    """Whether a request offers the model a tool it may call."""
+    return bool(body.get("tools")) and body.get("tool_choice") != "none"
+
+
+# -- counts ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("library", "mode"), TOOL_LOOPS)
+def test_one_invocation_is_one_run_with_its_counts(
+        sidecar: RunningServer, llm: FakeLLM, library: str, mode: str) -> None:
+    before = run_ids(sidecar)
+    said, requests = run_agent(sidecar, llm, library, mode, f"{library}-{mode}",
+                               searching(calls=2))
+    assert said == {"ran": ["term 0", "term 1"], "output": ANSWER, "error": ""}, said
+    assert len(requests) == 3 and all(offered(body) for body in requests)
+    assert not any("[budget:" in json.dumps(body) for body in requests)
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        3, 2, "completed"), run
+    assert run["signals"]["tools"] == {"search": 2}, run["signals"]
+    assert run["final_output"] == ANSWER
+
+
+# -- a budget -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("library", "mode"), TOOL_LOOPS)
+def test_a_budget_of_three_counts_down_and_the_last_request_offers_no_tool(
+        sidecar: RunningServer, llm: FakeLLM, library: str, mode: str) -> None:
+    before = run_ids(sidecar)
+    said, requests = run_agent(sidecar, llm, library, mode, f"{library}-{mode}-budget",
+                               searching())
+    assert said == {"ran": ["term 0", "term 1", "term 2"], "output": REPORT, "error": ""}, said
+    assert len(requests) == 4
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert FINAL in instructions(requests[-1])
+    assert [offered(body) for body in requests] == [True] * 3 + [False]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "tool_limit_reached"), run
+    assert run["final_output"] == REPORT
+
+
+# -- a loop ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("library", "mode"), TOOL_LOOPS)
+def test_a_loop_is_wound_down_then_answered(
+        sidecar: RunningServer, llm: FakeLLM, library: str, mode: str) -> None:
+    """The same search again and again: tool-cycle fires at the 4th, its grace of 2 counts
+    down, the 7th request offers no tool and its answer is the agent's; nothing more goes
+    upstream."""
+    before = run_ids(sidecar)
+    said, requests = run_agent(sidecar, llm, library, mode, f"{library}-{mode}-looping",
+                               searching(same=True))
+    assert said == {"ran": ["same"] * 6, "output": REPORT, "error": ""}, said
+    assert len(requests) == 7
+    assert [LOOP_NOTE in instructions(body) for body in requests[:6]] == [False] * 4 + [True] * 2
+    grace = [re.findall(r"\[grace: (\d+) tool calls? left", instructions(body))
+             for body in requests]
+    assert grace == [[]] * 4 + [["2"], ["1"], []], grace
+    assert [offered(body) for body in requests] == [True] * 6 + [False]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (6, "loop_detected"), run
+    assert run["final_output"] == REPORT
+
+
+# -- an abort -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("library", "mode"), TOOL_LOOPS)
+def test_an_abort_is_answered_as_the_final_answer(
+        sidecar: RunningServer, llm: FakeLLM, library: str, mode: str) -> None:
+    before = run_ids(sidecar)
+    said, requests = run_agent(sidecar, llm, library, mode, f"{library}-{mode}-abort",
+                               searching())
+    assert said["ran"] == ["term 0", "term 1"] and said["error"] == "", said
+    assert STOPPED in said["output"], said
+    assert len(requests) == 2
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
