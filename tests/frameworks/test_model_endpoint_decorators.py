@@ -32,7 +32,12 @@ from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVERS, clean_environ, drive_command
 from tests.frameworks.test_model_endpoint_frameworks import LEFT, forced_tool, instructions
-from tests.frameworks.test_model_endpoint_text_actions import LOOP_NOTE, run_ids, the_ended_run
+from tests.frameworks.test_model_endpoint_text_actions import (
+    LOOP_NOTE,
+    new_runs,
+    run_ids,
+    the_ended_run,
+)
 from tests.harness import RunningServer, endpoint_with_pack
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
@@ -188,3 +193,91 @@ def test_an_abort_is_answered_as_the_final_answer(
     assert len(requests) == 2
     run = the_ended_run(sidecar, before)
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+# -- magentic's structured output: a pydantic return type, its one function forced ------------
+
+ACTION = "return_action"  # the function magentic names after the return type
+
+
+def planning(same: bool = False) -> fakellm.Script:
+    """The plan/act loop's model: an ``Action`` search at each request (``same``: the same
+    term each time), the report as its answer once the report is asked for."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if FINAL in instructions(body):
+            return fakellm.call(ACTION, kind="answer", answer=REPORT)
+        return fakellm.call(ACTION, kind="search", q="same" if same else f"term {index}")
+    return pick
+
+
+def test_a_structured_plan_act_loop_is_counted_down_to_its_report_in_its_shape(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """Each ``@prompt`` returning an ``Action`` forces the one function ``Action`` (an
+    answer-shaped request); the program runs the search it asks for and tells the model the
+    result in the next prompt's text: each such step is a tool call of the one run. The 4th
+    request is final, ``Action`` still forced (magentic cannot read a text answer for a
+    pydantic return type), and the report in its fields is the loop's answer."""
+    before = run_ids(sidecar)
+    said, requests = run_agent(sidecar, llm, "magentic", "structured_chat",
+                               "magentic-structured-budget", planning())
+    assert said == {"ran": ["term 0", "term 1", "term 2"], "output": REPORT, "error": ""}, said
+    assert len(requests) == 4
+    for body in requests:
+        assert forced_tool(body) == ACTION, body.get("tool_choice")
+        assert [tool["function"]["name"] for tool in body["tools"]] == [ACTION]
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert FINAL in instructions(requests[-1])
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        4, 3, "tool_limit_reached"), run
+    assert json.loads(run["final_output"]) == {"kind": "answer", "answer": REPORT}, run
+
+
+def test_a_structured_loop_of_the_same_action_is_wound_down_then_answered(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    before = run_ids(sidecar)
+    said, requests = run_agent(sidecar, llm, "magentic", "structured_chat",
+                               "magentic-structured-looping", planning(same=True))
+    assert said == {"ran": ["same"] * 6, "output": REPORT, "error": ""}, said
+    assert len(requests) == 7
+    assert [LOOP_NOTE in instructions(body) for body in requests[:6]] == [False] * 4 + [True] * 2
+    assert FINAL in instructions(requests[-1]) and forced_tool(requests[-1]) == ACTION
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (6, "loop_detected"), run
+
+
+def test_a_structured_abort_is_the_apis_error_which_magentic_raises(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """No call of ``Action`` honestly carries a stop note: the 3rd request gets the API's
+    error, HTTP 400 ``watchdog_aborted``, the note (and the run's report) its message, which
+    magentic raises (``BadRequestError``) to the program; the upstream got 2 requests."""
+    before = run_ids(sidecar)
+    said, requests = run_agent(sidecar, llm, "magentic", "structured_chat",
+                               "magentic-structured-abort", planning())
+    assert said["ran"] == ["term 0", "term 1"] and said["output"] == "", said
+    assert said["error"].startswith(f"BadRequestError: Error code: 400 - {STOPPED}"), said
+    assert len(requests) == 2
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+def test_known_gap_a_loop_of_stateless_prompts_is_a_run_a_step(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """Known gap: a plan/act loop whose program prompts afresh at each step (a ``@prompt``
+    with its record of what it did written in the prompt, not a conversation going on) sends
+    each step as a conversation's first request, with nothing in it the endpoint can tie to
+    the step before (no answer of the model's in it, the action written in the program's own
+    words). Each step is a run of its own, held open on its answer-shaped call: the budget of
+    3 never counts down (3 of 3 left at every request), and the loop runs to its own limit of
+    10 steps. The loop kept in one conversation (``structured_chat``, above) is read right;
+    docs/agents.md tells the user so."""
+    before = run_ids(sidecar)
+    said, requests = run_agent(sidecar, llm, "magentic", "structured",
+                               "magentic-stateless-budget", planning())
+    assert said == {"ran": [f"term {index}" for index in range(10)], "output": "",
+                    "error": ""}, said
+    assert [LEFT.findall(instructions(body)) for body in requests] == [[("3", "3")]] * 10
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 10)
+    assert {(run["iterations"], run["tool_calls"], run["state"]) for run in runs} == {
+        (1, 0, "active")}, runs

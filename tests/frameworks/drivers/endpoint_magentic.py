@@ -9,8 +9,12 @@ its docs set them). Mode (argv[1]):
   each ``FunctionCall`` run by the program (``chat.exec_function_call()``, its result appended
   as a ``FunctionResultMessage``), submitted again, until a ``str``;
 * ``structured``: a ``@prompt`` whose return type is a pydantic model (its one function
-  forced), a plan/act loop: the program runs the search an ``Action`` asks for and tells the
-  model its result, until the ``Action`` is the answer.
+  forced), a plan/act loop: the program runs the search an ``Action`` asks for and prompts
+  again, what it did so far written in the prompt (each step a conversation of its own),
+  until the ``Action`` is the answer;
+* ``structured_chat``: the same loop in one conversation: a ``Chat`` whose output type is
+  ``Action``, the search's result added as a user message (``chat.add_user_message``) before
+  the next ``submit()``.
 
 Prints ``{"ran": [...], "output": ..., "error": ...}`` (see :mod:`endpoint_common`). No
 ``from __future__ import annotations``: magentic reads the return annotations as types."""
@@ -63,8 +67,21 @@ def structured() -> str:
     return ""
 
 
+def structured_chat() -> str:
+    chat = Chat(messages=[SystemMessage(INSTRUCTIONS), UserMessage(TASK)],
+                output_types=[Action])
+    for _ in range(STEPS):
+        chat = chat.submit()
+        action = chat.last_message.content
+        if action.kind == "answer":
+            return action.answer or ""
+        chat = chat.add_user_message(f"Result: {search(action.q or '')}")
+    return ""
+
+
 def main(mode: str) -> None:
-    run = {"chain": lambda: chain(TASK), "loop": loop, "structured": structured}[mode]
+    run = {"chain": lambda: chain(TASK), "loop": loop, "structured": structured,
+           "structured_chat": structured_chat}[mode]
     output, error = "", ""
     try:
         output = run()
