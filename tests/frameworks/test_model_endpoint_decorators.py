@@ -281,3 +281,33 @@ def test_known_gap_a_loop_of_stateless_prompts_is_a_run_a_step(
     runs = new_runs(sidecar, before, lambda runs: len(runs) == 10)
     assert {(run["iterations"], run["tool_calls"], run["state"]) for run in runs} == {
         (1, 0, "active")}, runs
+
+
+# -- magentic's ParallelFunctionCall: several calls in one answer -------------------------------
+
+def two_at_a_time(index: int, body: dict[str, Any]) -> fakellm.Step:
+    """Two searches in each answer; the report once no tool is offered."""
+    if not offered(body):
+        return fakellm.answer(REPORT)
+    return fakellm.Step(tool_calls=(fakellm.ToolCall("search", {"q": f"term {index}a"}),
+                                    fakellm.ToolCall("search", {"q": f"term {index}b"})))
+
+
+def test_parallel_calls_count_down_each_and_the_budget_trims_the_answer_past_it(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """``ParallelFunctionCall[str] | str``: the model calls ``search`` twice an answer. Both
+    of the 1st answer's run (3 of 3 left, then 1); of the 2nd answer's two calls only the one
+    the budget has left is handed to magentic (it runs 3 in all), and the 3rd request offers
+    no tool: its answer is the output, ``tool_limit_reached``."""
+    before = run_ids(sidecar)
+    said, requests = run_agent(sidecar, llm, "magentic", "parallel", "magentic-parallel-budget",
+                               two_at_a_time)
+    assert said == {"ran": ["term 0a", "term 0b", "term 1a"], "output": REPORT, "error": ""}, \
+        said
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("1", "3")], []]
+    assert [offered(body) for body in requests] == [True, True, False]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        3, 3, "tool_limit_reached"), run
+    assert run["final_output"] == REPORT

@@ -8,6 +8,8 @@ its docs set them). Mode (argv[1]):
   ``Chat(messages, functions=[search], output_types=[FunctionCall[str], str])``, submitted,
   each ``FunctionCall`` run by the program (``chat.exec_function_call()``, its result appended
   as a ``FunctionResultMessage``), submitted again, until a ``str``;
+* ``parallel``: the same loop with ``output_types=[ParallelFunctionCall[str], str]``: the
+  model may call ``search`` several times in one answer, all run;
 * ``structured``: a ``@prompt`` whose return type is a pydantic model (its one function
   forced), a plan/act loop: the program runs the search an ``Action`` asks for and prompts
   again, what it did so far written in the prompt (each step a conversation of its own),
@@ -25,7 +27,15 @@ import sys
 from typing import Literal
 
 from endpoint_common import INSTRUCTIONS, RAN, TASK, search
-from magentic import Chat, FunctionCall, SystemMessage, UserMessage, prompt, prompt_chain
+from magentic import (
+    Chat,
+    FunctionCall,
+    ParallelFunctionCall,
+    SystemMessage,
+    UserMessage,
+    prompt,
+    prompt_chain,
+)
 from pydantic import BaseModel, Field
 
 STEPS = 10
@@ -47,11 +57,11 @@ class Action(BaseModel):
 def plan(task: str, done: str) -> Action: ...
 
 
-def loop() -> str:
+def loop(call: type = FunctionCall) -> str:
     chat = Chat(messages=[SystemMessage(INSTRUCTIONS), UserMessage(TASK)], functions=[search],
-                output_types=[FunctionCall[str], str]).submit()
+                output_types=[call[str], str]).submit()
     for _ in range(STEPS):
-        if not isinstance(chat.last_message.content, FunctionCall):
+        if not isinstance(chat.last_message.content, call):
             return str(chat.last_message.content)
         chat = chat.exec_function_call().submit()
     return ""
@@ -80,7 +90,8 @@ def structured_chat() -> str:
 
 
 def main(mode: str) -> None:
-    run = {"chain": lambda: chain(TASK), "loop": loop, "structured": structured,
+    run = {"chain": lambda: chain(TASK), "loop": loop,
+           "parallel": lambda: loop(ParallelFunctionCall), "structured": structured,
            "structured_chat": structured_chat}[mode]
     output, error = "", ""
     try:
