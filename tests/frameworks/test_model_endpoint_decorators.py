@@ -3,9 +3,11 @@ through the model endpoint by base URL alone, on both relays:
 
 * magentic (``magentic`` 0.41.1, driver ``endpoint_magentic``): its OpenAI backend's client
   reads ``MAGENTIC_OPENAI_BASE_URL``; ``@prompt_chain`` runs the functions the model calls
-  and asks again until it answers (the loop inside the library), ``@chatprompt`` returning
-  ``FunctionCall[str] | str`` in the loop its docs write by hand, and a pydantic return type
-  (structured output: its one function forced, an answer-shaped request). magentic always
+  and asks again until it answers (the loop inside the library), its ``Chat`` (what a
+  ``@chatprompt`` is made of) with ``output_types=[FunctionCall[str], str]`` (or
+  ``ParallelFunctionCall[str]``) in the loop its docs write by hand, and a pydantic return
+  type (structured output: its one function forced, an answer-shaped request), in one
+  conversation and, a known gap, as a ``@prompt`` called afresh at each step. magentic always
   streams.
 * Mirascope v1 (``mirascope`` 1.25.7, driver ``endpoint_mirascope``):
   ``@llm.call(provider="openai", model=..., tools=[search], client=OpenAI())``, the client
@@ -15,8 +17,11 @@ through the model endpoint by base URL alone, on both relays:
 
 Each invocation of the driver is one run. A rule pack gives the ``*-budget`` agents 3 tool
 calls; the default pack's tool-cycle winds a looping agent down; a rule aborts the ``*-abort``
-agents after 2 tool calls. What the upstream (:mod:`tests.frameworks.fakellm`) saw at each
-request is asserted; nothing waits for a directive.
+agents after 2 tool calls: the stop answered as the final answer (``model_abort: answer``,
+the default), or the API's error (``model_abort: error``; and always for a forced function's
+answer, which no stop note fits), which both libraries raise. What the upstream
+(:mod:`tests.frameworks.fakellm`) saw at each request is asserted; nothing waits for a
+directive.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import itertools
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -194,6 +200,24 @@ def test_an_abort_is_answered_as_the_final_answer(
     run = the_ended_run(sidecar, before)
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
 
+
+
+@pytest.mark.parametrize(("library", "mode"), [("magentic", "chain"), ("mirascope", "loop")])
+def test_with_model_abort_error_the_library_raises_the_apis_error(
+        llm: FakeLLM, tmp_path: Path, model_relay: str, library: str,  # noqa: F811
+        mode: str) -> None:
+    """With ``model_abort: error`` the 3rd request is answered HTTP 400 ``watchdog_aborted``;
+    neither library retries it: the program gets ``BadRequestError``, the note its message."""
+    with endpoint_with_pack(tmp_path, PACK, llm.base_url, model_relay,
+                            model_abort="error") as server:
+        before = run_ids(server)
+        said, requests = run_agent(server, llm, library, mode, f"{library}-{mode}-abort",
+                                   searching())
+        run = the_ended_run(server, before)
+    assert said["ran"] == ["term 0", "term 1"] and said["output"] == "", said
+    assert said["error"].startswith("BadRequestError: Error code: 400"), said
+    assert STOPPED in said["error"] and len(requests) == 2, said
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
 
 # -- magentic's structured output: a pydantic return type, its one function forced ------------
 
