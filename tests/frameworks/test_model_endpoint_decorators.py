@@ -7,8 +7,7 @@ through the model endpoint by base URL alone, on both relays:
   ``@chatprompt`` is made of) with ``output_types=[FunctionCall[str], str]`` (or
   ``ParallelFunctionCall[str]``) in the loop its docs write by hand, and a pydantic return
   type (structured output: its one function forced, an answer-shaped request), in one
-  conversation and, a known gap, as a ``@prompt`` called afresh at each step. magentic always
-  streams.
+  conversation and as a ``@prompt`` called afresh at each step. magentic always streams.
 * Mirascope v1 (``mirascope`` 1.25.7, driver ``endpoint_mirascope``):
   ``@llm.call(provider="openai", model=..., tools=[search], client=OpenAI())``, the client
   reading ``OPENAI_BASE_URL``, in the agent loop its docs write (call, run
@@ -94,7 +93,7 @@ def pointed(library: str, endpoint: str, agent: str, model: str) -> dict[str, st
 
 
 def run_agent(sidecar: RunningServer, llm: FakeLLM, library: str, mode: str, agent: str,
-              script: fakellm.Script, traced: bool = False
+              script: fakellm.Script, traced: bool = False, **extra: str
               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One invocation of ``library``'s driver in ``mode``, named ``agent``: what it printed
     and the upstream's requests. ``traced`` (Mirascope): its OpenTelemetry integration on,
@@ -106,7 +105,7 @@ def run_agent(sidecar: RunningServer, llm: FakeLLM, library: str, mode: str, age
             "OTEL_SDK_DISABLED": "true"}
     env = {**base, "OPENAI_API_KEY": KEY, "MAGENTIC_OPENAI_API_KEY": KEY,
            "ENDPOINT_MODEL": model, **pointed(library, sidecar.url("model"), agent, model),
-           "ENDPOINT_TASK": f"Find the file. (case {case})"}
+           "ENDPOINT_TASK": f"Find the file. (case {case})", **extra}
     if traced:
         env.update(MIRASCOPE_OTEL="1", OTEL_SDK_DISABLED="false", OTEL_SERVICE_NAME=agent,
                    OTEL_EXPORTER_OTLP_ENDPOINT=sidecar.otlp_http,
@@ -241,16 +240,20 @@ def planning(same: bool = False) -> fakellm.Script:
     return pick
 
 
+@pytest.mark.parametrize("mode", ["structured_chat", "structured"])
 def test_a_structured_plan_act_loop_is_counted_down_to_its_report_in_its_shape(
-        sidecar: RunningServer, llm: FakeLLM) -> None:
-    """Each ``@prompt`` returning an ``Action`` forces the one function ``Action`` (an
-    answer-shaped request); the program runs the search it asks for and tells the model the
-    result in the next prompt's text: each such step is a tool call of the one run. The 4th
-    request is final, ``Action`` still forced (magentic cannot read a text answer for a
-    pydantic return type), and the report in its fields is the loop's answer."""
+        sidecar: RunningServer, llm: FakeLLM, mode: str) -> None:
+    """Each step forces the one function ``return_action`` (an answer-shaped request); the
+    program runs the search it asks for and tells the model the result: in one conversation
+    (``structured_chat``: a user message) or in a prompt of its own at each step
+    (``structured``: a ``@prompt`` called afresh, its record of what it did, the search's
+    term and result, in the prompt's last lines). Either way each step is a tool call of the
+    one run. The 4th request is final, the function still forced (magentic cannot read a
+    text answer for a pydantic return type), and the report in its fields is the loop's
+    answer."""
     before = run_ids(sidecar)
-    said, requests = run_agent(sidecar, llm, "magentic", "structured_chat",
-                               "magentic-structured-budget", planning())
+    said, requests = run_agent(sidecar, llm, "magentic", mode, f"magentic-{mode}-budget",
+                               planning())
     assert said == {"ran": ["term 0", "term 1", "term 2"], "output": REPORT, "error": ""}, said
     assert len(requests) == 4
     for body in requests:
@@ -262,14 +265,16 @@ def test_a_structured_plan_act_loop_is_counted_down_to_its_report_in_its_shape(
     run = the_ended_run(sidecar, before)
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         4, 3, "tool_limit_reached"), run
+    assert run["signals"]["tools"] == {ACTION: 3}, run["signals"]
     assert json.loads(run["final_output"]) == {"kind": "answer", "answer": REPORT}, run
 
 
+@pytest.mark.parametrize("mode", ["structured_chat", "structured"])
 def test_a_structured_loop_of_the_same_action_is_wound_down_then_answered(
-        sidecar: RunningServer, llm: FakeLLM) -> None:
+        sidecar: RunningServer, llm: FakeLLM, mode: str) -> None:
     before = run_ids(sidecar)
-    said, requests = run_agent(sidecar, llm, "magentic", "structured_chat",
-                               "magentic-structured-looping", planning(same=True))
+    said, requests = run_agent(sidecar, llm, "magentic", mode, f"magentic-{mode}-looping",
+                               planning(same=True))
     assert said == {"ran": ["same"] * 6, "output": REPORT, "error": ""}, said
     assert len(requests) == 7
     assert [LOOP_NOTE in instructions(body) for body in requests[:6]] == [False] * 4 + [True] * 2
@@ -278,14 +283,15 @@ def test_a_structured_loop_of_the_same_action_is_wound_down_then_answered(
     assert (run["tool_calls"], run["terminal_state"]) == (6, "loop_detected"), run
 
 
+@pytest.mark.parametrize("mode", ["structured_chat", "structured"])
 def test_a_structured_abort_is_the_apis_error_which_magentic_raises(
-        sidecar: RunningServer, llm: FakeLLM) -> None:
+        sidecar: RunningServer, llm: FakeLLM, mode: str) -> None:
     """No call of ``Action`` honestly carries a stop note: the 3rd request gets the API's
     error, HTTP 400 ``watchdog_aborted``, the note (and the run's report) its message, which
     magentic raises (``BadRequestError``) to the program; the upstream got 2 requests."""
     before = run_ids(sidecar)
-    said, requests = run_agent(sidecar, llm, "magentic", "structured_chat",
-                               "magentic-structured-abort", planning())
+    said, requests = run_agent(sidecar, llm, "magentic", mode, f"magentic-{mode}-abort",
+                               planning())
     assert said["ran"] == ["term 0", "term 1"] and said["output"] == "", said
     assert said["error"].startswith(f"BadRequestError: Error code: 400 - {STOPPED}"), said
     assert len(requests) == 2
@@ -293,19 +299,15 @@ def test_a_structured_abort_is_the_apis_error_which_magentic_raises(
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
 
 
-def test_known_gap_a_loop_of_stateless_prompts_is_a_run_a_step(
+def test_stateless_prompts_that_quote_no_answer_are_runs_of_their_own(
         sidecar: RunningServer, llm: FakeLLM) -> None:
-    """Known gap: a plan/act loop whose program prompts afresh at each step (a ``@prompt``
-    with its record of what it did written in the prompt, not a conversation going on) sends
-    each step as a conversation's first request, with nothing in it the endpoint can tie to
-    the step before (no answer of the model's in it, the action written in the program's own
-    words). Each step is a run of its own, held open on its answer-shaped call: the budget of
-    3 never counts down (3 of 3 left at every request), and the loop runs to its own limit of
-    10 steps. The loop kept in one conversation (``structured_chat``, above) is read right;
-    docs/agents.md tells the user so."""
+    """The same ``@prompt`` called for one task after another (a batch: each prompt its own,
+    the program acting on no answer, ``structured`` with ``MAGENTIC_FORGET``: its record of
+    what it did never written): each is a run of its own, held open on its answer-shaped
+    call, the budget of 3 whole at each (nothing in a prompt quotes the answer before it)."""
     before = run_ids(sidecar)
     said, requests = run_agent(sidecar, llm, "magentic", "structured",
-                               "magentic-stateless-budget", planning())
+                               "magentic-batch-budget", planning(), MAGENTIC_FORGET="1")
     assert said == {"ran": [f"term {index}" for index in range(10)], "output": "",
                     "error": ""}, said
     assert [LEFT.findall(instructions(body)) for body in requests] == [[("3", "3")]] * 10

@@ -13,7 +13,8 @@ its docs set them). Mode (argv[1]):
 * ``structured``: a ``@prompt`` whose return type is a pydantic model (its one function
   forced), a plan/act loop: the program runs the search an ``Action`` asks for and prompts
   again, what it did so far written in the prompt (each step a conversation of its own),
-  until the ``Action`` is the answer;
+  until the ``Action`` is the answer (``MAGENTIC_FORGET`` set: nothing written, a batch of
+  the same prompt);
 * ``structured_chat``: the same loop in one conversation: a ``Chat`` whose output type is
   ``Action``, the search's result added as a user message (``chat.add_user_message``) before
   the next ``submit()``.
@@ -23,6 +24,7 @@ Prints ``{"ran": [...], "output": ..., "error": ...}`` (see :mod:`endpoint_commo
 
 
 import json
+import os
 import sys
 from typing import Literal
 
@@ -39,6 +41,7 @@ from magentic import (
 from pydantic import BaseModel, Field
 
 STEPS = 10
+FORGET = bool(os.environ.get("MAGENTIC_FORGET"))
 
 
 @prompt_chain(INSTRUCTIONS + "\n\n{task}", functions=[search])
@@ -73,7 +76,9 @@ def structured() -> str:
         action = plan(TASK, "\n".join(done) or "nothing")
         if action.kind == "answer":
             return action.answer or ""
-        done.append(f"searched {action.q!r}: {search(action.q or '')}")
+        result = search(action.q or "")
+        if not FORGET:  # (a batch: the next prompt holds nothing of this one)
+            done.append(f"searched {action.q!r}: {result}")
     return ""
 
 
