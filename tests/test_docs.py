@@ -187,6 +187,10 @@ failing on a changed block. The kinds:
     instructor's and Atomic Agents' environment, ``NAME=VALUE`` lines: exactly what their tests
     set (``tests/frameworks/test_model_endpoint_instructor.py``'s ``pointed``), the sidecar's
     default model endpoint, the agent ``instructor``.
+``magentic-env``, ``mirascope-env``
+    magentic's and Mirascope's environment, ``NAME=VALUE`` lines: exactly what their tests set
+    (``tests/frameworks/test_model_endpoint_decorators.py``'s ``pointed``), the sidecar's
+    default model endpoint, the agent ``magentic`` (its model ``gpt-4.1``) or ``mirascope``.
 ``agentscope-config``
     AgentScope's model in Python, ``import os``, its imports of ``OpenAICredential`` and
     ``OpenAIChatModel``, then ``credential = OpenAICredential(api_key=os.environ[...], ...)``
@@ -259,7 +263,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env",
          "instructor-env", "strands-ts-config", "tiny-agents-config", "qwen-agent-config",
          "gptme-command", "llm-config", "kaibanjs-config",
-         "langchain-rust-env"}
+         "langchain-rust-env", "magentic-env", "mirascope-env"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -942,6 +946,16 @@ def check_instructor_env(block: Block, stack: Stack, state: DocState) -> None:
     assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "instructor"), block.where
 
 
+def check_decorators_env(library: str) -> Callable[[Block, Stack, DocState], None]:
+    def check(block: Block, stack: Stack, state: DocState) -> None:
+        from tests.frameworks.test_model_endpoint_decorators import pointed
+
+        shown = dict(line.split("=", 1) for line in block.text.split("\n") if line.strip())
+        assert shown == pointed(library, f"http://{MODEL_ENDPOINT_DEFAULT}", library,
+                                "gpt-4.1"), block.where
+    return check
+
+
 def check_eino_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_eino import AGENT_DIR, pointed
 
@@ -1197,6 +1211,8 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "langchaingo-env": check_langchaingo_env,
     "praisonai-env": check_praisonai_env,
     "instructor-env": check_instructor_env,
+    "magentic-env": check_decorators_env("magentic"),
+    "mirascope-env": check_decorators_env("mirascope"),
     "eino-config": check_eino_config,
     "aider-command": check_aider_command,
     "gptme-command": check_gptme_command,
@@ -1333,6 +1349,8 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "qwen-agent-config": (DOCS / "agents.md", "/agent/qwen-agent/v1", "/agent/qwen-agent/v2"),
     "praisonai-env": (DOCS / "agents.md", "/agent/praisonai/v1", "/agent/praisonai/v2"),
     "instructor-env": (DOCS / "agents.md", "/agent/instructor/v1", "/agent/instructor/v2"),
+    "magentic-env": (DOCS / "agents.md", "/agent/magentic/v1", "/agent/magentic/v2"),
+    "mirascope-env": (DOCS / "agents.md", "/agent/mirascope/v1", "/agent/mirascope/v2"),
     "strands-ts-config": (DOCS / "agents.md", "/agent/strands-ts/v1", "/agent/strands-ts/v2"),
     "kaibanjs-config": (DOCS / "agents.md", "/agent/kaibanjs/v1", "/agent/kaibanjs/v2"),
     "langchain-rust-env": (DOCS / "agents.md", "/agent/langchain-rust/v1",

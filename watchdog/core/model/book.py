@@ -120,6 +120,9 @@ MAX_BRIEF_CHARS = 500
 MAX_ASIDE_CHARS = 500  # of an aside's answer, kept to know the request that goes on from it
 # ... and the least it must hold: a summary, not a word a person's next message may repeat
 MIN_ASIDE_CHARS = 40
+# an answer-shaped call's argument a stateless prompt quotes to go on from it
+# (:func:`_shaped_value`): shorter ones are words any prompt may hold
+MIN_SHAPED_VALUE_CHARS = 4
 MAX_RECAP_ASIDES = 4  # a run's latest requests aside that quote its history (EndpointRun.asides)
 CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})  # no answer: cut short
 _FENCED_WHOLE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
@@ -1242,6 +1245,14 @@ class ModelBook:
             # a plan/act loop does: held open, a tool call of the run once a request goes on
             # from it; the final request's is the run's answer)
             work, record.acted_on = shaped, True
+            value = _shaped_value(shaped[-1]) if request.last_answer is None \
+                and not request.results and request.anchor_text else None
+            if value is not None:
+                # (a prompt of its own, no model answer in it: a loop of stateless prompts
+                # goes on by the next one, its record of this step in the prompt: the run's
+                # if it quotes the call's argument, :func:`grows_from`)
+                state.grown = _grown_from(request.anchor_text, value)
+                self._act(state)
         if not seen.broke_off:  # (what it handed over: an agent's span of running one pairs)
             record.asked_tools = tuple((call.name[:200], call.call_id[:200])
                                        for call in work[:MAX_ASKED_TOOLS])
@@ -1561,6 +1572,25 @@ def _grown_from(prompt: str, words: str) -> tuple[int, str, str, int, str]:
     size = size if size > 0 else len(prompt)
     return (size, _prompt_digest(prompt[:size]), words[:MAX_ASIDE_CHARS], len(words),
             _prompt_digest(words))
+
+
+def _shaped_value(call: ToolCall) -> str | None:
+    """What a program that acts on an answer-shaped call would write of it in its next
+    prompt: the longest of its arguments' string values (the latest of the longest), spacing
+    aside, at least :data:`MIN_SHAPED_VALUE_CHARS` long, at most MAX_ASIDE_CHARS kept; None
+    when it has none so long."""
+    try:
+        arguments = json.loads(call.arguments[:MAX_ACTION_CHARS])
+    except ValueError:
+        return None
+    if not isinstance(arguments, dict):
+        return None
+    best = ""
+    for value in arguments.values():
+        words = " ".join(value.split())[:MAX_ASIDE_CHARS] if isinstance(value, str) else ""
+        if len(words) >= max(len(best), MIN_SHAPED_VALUE_CHARS):
+            best = words
+    return best or None
 
 
 def _prompt_digest(text: str) -> str:
