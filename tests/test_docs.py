@@ -145,6 +145,11 @@ failing on a changed block. The kinds:
     ``llmConfig.apiBaseUrl`` read from ``AGENT_LLM_BASE_URL`` there and written out here:
     ``test_kaibanjs.py``'s ``pointed`` of the sidecar's default model endpoint, the agent
     ``kaibanjs``.
+``agentkit-config``
+    What points an Inngest AgentKit model at the sidecar, in TypeScript: exactly the lines its
+    tests' agent runs (``tests/frameworks/ts/agentkit/agent.ts``, whitespace aside), its
+    ``baseUrl`` read from ``AGENT_LLM_BASE_URL`` there and written out here: ``pointed`` of the
+    sidecar's default model endpoint, the agent ``agentkit``.
 ``tiny-agents-config``
     A tiny-agents ``agent.json`` (JSON): exactly what its tests write
     (``tests/frameworks/test_tiny_agents.py``'s ``agent_json``), its ``endpointUrl`` the
@@ -263,7 +268,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env",
          "instructor-env", "strands-ts-config", "tiny-agents-config", "qwen-agent-config",
          "gptme-command", "llm-config", "kaibanjs-config",
-         "langchain-rust-env", "magentic-env", "mirascope-env"}
+         "langchain-rust-env", "magentic-env", "mirascope-env", "agentkit-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -995,6 +1000,14 @@ def check_kaibanjs_config(block: Block, stack: Stack, state: DocState) -> None:
                      "apiBaseUrl")
 
 
+def check_agentkit_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_eino import pointed
+    from tests.frameworks.test_model_endpoint_agentkit import AGENT
+
+    _check_ts_config(block, AGENT, pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "agentkit"),
+                     "baseUrl")
+
+
 def check_tiny_agents_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_eino import pointed
     from tests.frameworks.test_tiny_agents import agent_json
@@ -1226,6 +1239,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "strands-ts-config": check_strands_ts_config,
     "kaibanjs-config": check_kaibanjs_config,
     "langchain-rust-env": check_langchain_rust_env,
+    "agentkit-config": check_agentkit_config,
     "tiny-agents-config": check_tiny_agents_config,
 }
 assert set(CHECKS) == KINDS
@@ -1355,6 +1369,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "kaibanjs-config": (DOCS / "agents.md", "/agent/kaibanjs/v1", "/agent/kaibanjs/v2"),
     "langchain-rust-env": (DOCS / "agents.md", "/agent/langchain-rust/v1",
                            "/agent/langchain-rust/v2"),
+    "agentkit-config": (DOCS / "agents.md", "/agent/agentkit/v1", "/agent/agentkit/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 

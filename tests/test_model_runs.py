@@ -1210,3 +1210,26 @@ def test_two_invocations_whose_first_message_holds_the_first_ones_answer_are_two
         assert said.choices[0].message.content == quote_
         wait_until(lambda: ended_runs(sidecar, "pod-agent"), "the answer ends the run")
     assert _iterations_then_runs(sidecar, "pod-agent", 2) == [(1, 0), (1, 0)]
+
+
+def test_a_loop_that_sends_its_latest_call_back_without_its_result_counts_each_call(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """An agent that sends back, at each request, its task and only the model's latest answer,
+    its tool calls, without their results (Inngest AgentKit's own loop): from the 3rd request
+    on each is as long as the one before, but it ends with another call, the one it goes on
+    from, so it is not that request sent again: each call handed over counts, one run."""
+    model = llm.script("latest-call-only", steps(*(call("search", q=f"q{i}") for i in range(4)),
+                                                 answer("done")))
+    client = chat(sidecar, **{"x-watchdog-agent": "latest-call-only"})
+    task: list[Any] = [{"role": "user", "content": "a task"}]
+    history: list[Any] = []
+    for _ in range(5):
+        message = client.chat.completions.create(model=model, messages=task + history,
+                                                 tools=TOOLS).choices[0].message
+        if not message.tool_calls:
+            break
+        history = [message.model_dump(exclude_none=True)]
+    assert message.content == "done"
+    runs = wait_until(lambda: len(r := ended_runs(sidecar, "latest-call-only")) == 1 and r,
+                      "one run")
+    assert [(run["iterations"], run["tool_calls"]) for run in runs] == [(5, 4)]

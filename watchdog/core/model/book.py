@@ -1414,12 +1414,13 @@ def steps(state: EndpointRun, seen: Observation) -> bool:
 def _asked(request: Request, said: Sequence[str]) -> tuple[object, ...]:
     """What a request carries past the model's last answer, as far as it tells one request
     sent again from the next: its length, the response it continues, the calls its results
-    answer and what else it says there; and its first user message (an agent that sends its
-    history within one prompt grows it at each step, the same output after the same action
-    again and again: :func:`grows_from`)."""
+    answer and what else it says there, the calls it ends with when it sends them back
+    without their results (:attr:`Request.last_calls`); and its first user message (an agent
+    that sends its history within one prompt grows it at each step, the same output after the
+    same action again and again: :func:`grows_from`)."""
     return (request.messages, request.previous_response_id,
             tuple(result.call_id for result in request.results), hash(tuple(said)),
-            hash(request.anchor))
+            hash(request.anchor), request.last_calls)
 
 
 def _sent_again(state: EndpointRun, request: Request) -> bool:

@@ -68,6 +68,17 @@ def function_call_id(name: str) -> str:
     return LEGACY_CALL_ID + name
 
 
+def _last_calls(last: object) -> tuple[str, ...]:
+    """The ids of the tool calls of ``last``, the conversation's last message, when it is the
+    model's answer (:attr:`Request.last_calls`)."""
+    calls = last.get("tool_calls") if isinstance(last, dict) \
+        and last.get("role") == "assistant" else None
+    if not isinstance(calls, list):
+        return ()
+    return tuple(str(call.get("id") or "") for call in calls[:MAX_TOOL_CALLS_SEEN]
+                 if isinstance(call, dict))
+
+
 class ChatWire:
     api = "chat"
 
@@ -133,7 +144,8 @@ class ChatWire:
             last_answer=messages[last_answer].get("content") if last_answer >= 0 else None,
             answers=tuple(messages[index].get("content")
                           for index in answers[-MAX_ANSWERS_SEEN:]),
-            opening=opening)
+            opening=opening,
+            last_calls=_last_calls(last))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         messages = body.get("messages")

@@ -61,6 +61,17 @@ def _is_result_message(message: object) -> bool:
         isinstance(block, dict) and block.get("type") == "tool_result" for block in content)
 
 
+def _last_calls(last: object) -> tuple[str, ...]:
+    """The ids of the ``tool_use`` blocks of ``last``, the conversation's last message, when it
+    is the model's answer (:attr:`Request.last_calls`)."""
+    content = last.get("content") if isinstance(last, dict) \
+        and last.get("role") == "assistant" else None
+    if not isinstance(content, list):
+        return ()
+    return tuple(str(block.get("id") or "") for block in content[:MAX_TOOL_CALLS_SEEN]
+                 if isinstance(block, dict) and block.get("type") == "tool_use")
+
+
 class MessagesWire:
     api = "messages"
 
@@ -109,7 +120,8 @@ class MessagesWire:
             forced=forced,
             limit=announced_limit(last, text_of(body.get("system"))),
             last_answer=answers[-1] if answers else None,
-            answers=tuple(answers[-MAX_ANSWERS_SEEN:]))
+            answers=tuple(answers[-MAX_ANSWERS_SEEN:]),
+            last_calls=_last_calls(last))
 
     def add_note(self, body: dict[str, Any], note: str) -> dict[str, Any]:
         system = body.get("system")

@@ -110,6 +110,11 @@ class Request:
     # so in a framework's words: the conventions' ``limit_prompts``; None: none), as its final
     # request at that limit: :func:`announced_limit`
     limit: str | None = None
+    # the ids of the tool calls its last message holds when that is the model's answer, with
+    # no results after it (at most MAX_TOOL_CALLS_SEEN): an agent that sends its latest calls
+    # back without their results (Inngest AgentKit's own loop): the call it goes on from, so
+    # its next request, the same length, is not the request before sent again
+    last_calls: tuple[str, ...] = ()
 
     @property
     def structured(self) -> bool:
