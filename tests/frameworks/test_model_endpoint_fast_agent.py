@@ -39,7 +39,7 @@ from tests.frameworks.test_model_endpoint_frameworks import (
     repeating,
     searching,
 )
-from tests.frameworks.test_model_endpoint_text_actions import run_ids, the_ended_run
+from tests.frameworks.test_model_endpoint_text_actions import new_runs, run_ids, the_ended_run
 from tests.harness import RunningServer, endpoint_with_pack
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
 
@@ -96,9 +96,11 @@ mcp:
 
 def run_fast_agent(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
                    tmp_path: Path, provider: str = "openai", by_env: bool = False,
-                   own_limit: int | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One ``send`` of fast-agent in a working directory of its own under ``tmp_path`` (its
-    config, its MCP server's ``ran.log``), on a model scripted by ``script``, named ``agent``;
+                   own_limit: int | None = None, mode: str = "send"
+                   ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One ``send`` of fast-agent (``mode``: the driver's) in a working directory of its own
+    under ``tmp_path`` (its config, its MCP server's ``ran.log``), on a model scripted by
+    ``script``, named ``agent``;
     ``by_env``: the base URL by the provider's environment variable, not the config;
     ``own_limit``: its ``max_iterations``. Returns what the driver printed and the upstream's
     requests."""
@@ -120,7 +122,7 @@ def run_fast_agent(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fak
     (work / "fastagent.config.yaml").write_text(text)
     if own_limit is not None:
         env["ENDPOINT_OWN_LIMIT"] = str(own_limit)
-    result = subprocess.run([python, str(DRIVERS / "endpoint_fast_agent.py"), "send"],
+    result = subprocess.run([python, str(DRIVERS / "endpoint_fast_agent.py"), mode],
                             cwd=work, env=env, capture_output=True, text=True,
                             timeout=DRIVER_TIMEOUT, check=False)
     if result.returncode != 0:
@@ -260,3 +262,53 @@ def test_its_own_max_iterations_declared_as_the_runs_model_call_budget(
     assert (run["iterations"], run["tool_calls"], run["terminal_state"],
             run["has_final_answer"], run["final_output"]) == (
         3, 2, "tool_limit_reached", True, REPORT), run
+
+
+
+def test_two_sends_on_one_agent_are_two_runs_each_on_its_budget(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """Two ``send`` calls on one agent (its history kept): the second's conversation goes on
+    from the first's answer with a new user message, a run of its own, counted down from 3
+    again; each ends ``tool_limit_reached`` with the report."""
+    before = run_ids(sidecar)
+    said, requests = run_fast_agent(sidecar, llm, "fast-agent-budget-twice", searching(),
+                                    tmp_path, mode="twice")
+    assert said["ran"] == ["term 0", "term 1", "term 2", "term 4", "term 5", "term 6"]
+    assert said["output"].endswith("\n" + REPORT)
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []] * 2
+    assert [fakellm.offers_tools(body) for body in requests] == [True, True, True, False] * 2
+    assert requests[4]["messages"][-1]["role"] == "user"
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2 and all(
+        run["state"] == "ended" for run in runs))
+    assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
+                   run["final_output"]) for run in runs) == [
+        (4, 3, "tool_limit_reached", REPORT)] * 2, runs
+
+
+def test_a_chain_is_a_run_per_agent(sidecar: RunningServer, llm: FakeLLM,
+                                    tmp_path: Path) -> None:
+    """A ``@fast.chain`` of the researcher (the search tool) and a writer (none): the
+    researcher's run ends at its budget with the report; the writer's conversation (the
+    researcher's output its user message, no tools offered, so no countdown) is a run of its
+    own, ``completed`` with the chain's output."""
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if "write the report" in instructions(body):
+            return fakellm.answer(ANSWER)
+        return searching()(index, body)
+
+    before = run_ids(sidecar)
+    said, requests = run_fast_agent(sidecar, llm, "fast-agent-budget-chain", pick, tmp_path,
+                                    mode="chain")
+    assert said == {"ran": ["term 0", "term 1", "term 2"], "output": ANSWER}
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], [], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * 3 + [False] * 2
+    # the writer's task: the researcher's whole output, its tool results and the report
+    assert [part["text"] for part in requests[-1]["messages"][-1]["content"]] == [
+        *output_of(["term 0", "term 1", "term 2"], REPORT).split("\n", 3)[:3], REPORT]
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2 and all(
+        run["state"] == "ended" for run in runs))
+    assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
+                   run["final_output"]) for run in runs) == [
+        (1, 0, "completed", ANSWER), (4, 3, "tool_limit_reached", REPORT)], runs

@@ -4,7 +4,10 @@
 working directory whose ``fastagent.config.yaml`` the test wrote: its model
 (``default_model``: ``openai.<model>`` or ``anthropic.<model>``), where that provider is
 (``openai.base_url`` / ``anthropic.base_url``, or none: the provider's client reads
-``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL``) and its MCP server. Mode (argv[1]): ``send``.
+``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL``) and its MCP server. Mode (argv[1]): ``send``;
+``twice``: two ``send`` calls on the same agent (its history kept: one conversation), the
+second ``TASK2``; ``chain``: a ``@fast.chain`` of the researcher then a writer with no tools,
+sent the task.
 ``ENDPOINT_OWN_LIMIT``: its ``RequestParams(max_iterations=...)`` (default fast-agent's, 20).
 Prints ``{"ran": [the terms the server's tool ran with], "output": what send returned}``
 (see :mod:`endpoint_common`)."""
@@ -28,14 +31,21 @@ _params = (RequestParams(max_iterations=int(os.environ["ENDPOINT_OWN_LIMIT"]))
 
 @fast.agent(name="researcher", instruction=INSTRUCTIONS, servers=["files"],
             request_params=_params)
-async def main() -> None:
+@fast.agent(name="writer", instruction="You write the report of what was found.")
+@fast.chain(name="pipeline", sequence=["researcher", "writer"])
+async def main(mode: str) -> None:
     async with fast.run() as agent:
-        output = await agent.researcher.send(TASK)
+        if mode == "chain":
+            output = await agent.pipeline.send(TASK)
+        else:
+            output = await agent.researcher.send(TASK)
+        if mode == "twice":
+            output = await agent.researcher.send(os.environ.get("TASK2", "Summarise."))
     log = Path("ran.log")
     ran = log.read_text().splitlines() if log.exists() else []
     print(json.dumps({"ran": ran, "output": output}), flush=True)
 
 
 if __name__ == "__main__":
-    assert sys.argv[1:] == ["send"], sys.argv
-    asyncio.run(main())
+    assert sys.argv[1] in ("send", "twice", "chain"), sys.argv
+    asyncio.run(main(sys.argv[1]))
