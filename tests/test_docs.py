@@ -134,6 +134,11 @@ failing on a changed block. The kinds:
     whitespace aside), its ``baseURL`` read from ``AGENT_LLM_BASE_URL`` there and written out
     here: ``test_strands_ts.py``'s ``pointed`` of the sidecar's default model endpoint, the agent
     ``strands-ts``.
+``fast-agent-config``
+    fast-agent's ``fastagent.config.yaml``: exactly what its tests write
+    (``tests/frameworks/test_model_endpoint_fast_agent.py``'s ``config``) for its OpenAI
+    provider, the sidecar's default model endpoint, the agent ``fast-agent``, the model
+    ``gpt-4.1-mini``, its MCP server ``python files_server.py``.
 ``kaibanjs-config``
     What points a KaibanJS agent at the sidecar, in TypeScript: exactly the lines its tests'
     agent runs (``tests/frameworks/ts/kaibanjs/agent.ts``, whitespace aside), its
@@ -253,7 +258,8 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
          "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env",
          "instructor-env", "strands-ts-config", "tiny-agents-config", "qwen-agent-config",
-         "gptme-command", "llm-config", "kaibanjs-config"}
+         "gptme-command", "llm-config", "kaibanjs-config",
+         "fast-agent-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -961,6 +967,14 @@ def check_strands_ts_config(block: Block, stack: Stack, state: DocState) -> None
     _check_ts_config(block, AGENT, pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "strands-ts"))
 
 
+def check_fast_agent_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_fast_agent import config
+
+    assert block.text.strip() == config(f"http://{MODEL_ENDPOINT_DEFAULT}", "fast-agent",
+                                        "openai", "gpt-4.1-mini", "files_server.py",
+                                        "python").strip(), block.where
+
+
 def check_kaibanjs_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_kaibanjs import AGENT, pointed
 
@@ -1196,6 +1210,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "llamaindex-ts-config": check_llamaindex_ts_config,
     "strands-ts-config": check_strands_ts_config,
     "kaibanjs-config": check_kaibanjs_config,
+    "fast-agent-config": check_fast_agent_config,
     "tiny-agents-config": check_tiny_agents_config,
 }
 assert set(CHECKS) == KINDS
@@ -1321,6 +1336,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "instructor-env": (DOCS / "agents.md", "/agent/instructor/v1", "/agent/instructor/v2"),
     "strands-ts-config": (DOCS / "agents.md", "/agent/strands-ts/v1", "/agent/strands-ts/v2"),
     "kaibanjs-config": (DOCS / "agents.md", "/agent/kaibanjs/v1", "/agent/kaibanjs/v2"),
+    "fast-agent-config": (DOCS / "agents.md", "/agent/fast-agent/v1", "/agent/fast-agent/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 
