@@ -10,6 +10,12 @@ streams Messages. On both relays: one run per ``send`` with its counts, a budget
 down truly at each request then the report as the output, a loop wound down then stopped, a
 rule's abort answered, its own ``max_iterations``. What the upstream saw is asserted at each
 request; nothing waits for a directive.
+
+mcp-agent (lastmile-ai's ``mcp-agent`` 0.2.6, driver ``endpoint_mcp_agent``, venv
+``mcp_agent``: its package is ``mcp_agent`` too, so it cannot share fast-agent's): an
+``MCPApp``'s ``Agent`` on the same stdio MCP server, its ``OpenAIAugmentedLLM`` (Chat
+Completions, not streamed) asked by ``generate_str``, pointed by its ``mcp_agent.config.yaml``'s
+``openai.base_url``: counts, budget, loop, abort, its own ``max_iterations``, on both relays.
 """
 
 from __future__ import annotations
@@ -50,13 +56,13 @@ apiVersion: agent-watchdog/v1
 kind: RulePack
 name: fast-agent
 budgets:
-  - agents: ["fast-agent-budget*"]
+  - agents: ["fast-agent-budget*", "mcp-agent-budget*"]
     max_tool_calls: 3
-  - agents: ["fast-agent-limit*"]
+  - agents: ["fast-agent-limit*", "mcp-agent-limit*"]
     max_iterations: 3
 rules:
   - name: two-calls-then-abort
-    agents: ["fast-agent-abort*"]
+    agents: ["fast-agent-abort*", "mcp-agent-abort*"]
     when: "!run.ended && run.tool_calls >= 2"
     action: abort
     message: "Stopped by the test's rule after 2 tool calls"
@@ -312,3 +318,130 @@ def test_a_chain_is_a_run_per_agent(sidecar: RunningServer, llm: FakeLLM,
     assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
                    run["final_output"]) for run in runs) == [
         (1, 0, "completed", ANSWER), (4, 3, "tool_limit_reached", REPORT)], runs
+
+
+# -- mcp-agent (lastmile-ai) --------------------------------------------------------------------
+
+def mcp_agent_config(endpoint: str, agent: str, model: str, server: str, python: str) -> str:
+    """What a user writes in ``mcp_agent.config.yaml`` to point mcp-agent's OpenAI LLM at the
+    model endpoint ``endpoint``, named ``agent``, its tools from the stdio MCP server
+    ``server`` (run by ``python``)."""
+    return f"""\
+execution_engine: asyncio
+mcp:
+  servers:
+    files:
+      command: {python}
+      args: ["{server}"]
+openai:
+  base_url: {endpoint}/agent/{agent}/v1
+  default_model: {model}
+"""
+
+
+def run_mcp_agent(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
+                  tmp_path: Path, own_limit: int | None = None
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One ``generate_str`` of mcp-agent in a working directory of its own (its config, the MCP
+    server's ``ran.log``), on a model scripted by ``script``, named ``agent``; ``own_limit``:
+    its ``max_iterations``. Returns what the driver printed and the upstream's requests."""
+    case = next(_CASES)
+    model = llm.script(f"mcp-agent-{agent}-{case}", script)
+    work = tmp_path / f"work{case}"
+    work.mkdir()
+    python = str(venv_python("mcp_agent"))
+    (work / "mcp_agent.config.yaml").write_text(mcp_agent_config(
+        sidecar.url("model"), agent, model, str(DRIVERS / "fast_agent_files_server.py"), python))
+    env = {**clean_environ("ANTHROPIC_"), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1",
+           "OTEL_SDK_DISABLED": "true", "HOME": str(tmp_path), "OPENAI_API_KEY": KEY,
+           "ENDPOINT_TASK": f"Find the file. (case {case})"}
+    if own_limit is not None:
+        env["ENDPOINT_OWN_LIMIT"] = str(own_limit)
+    result = subprocess.run([python, str(DRIVERS / "endpoint_mcp_agent.py"), "generate"],
+                            cwd=work, env=env, capture_output=True, text=True,
+                            timeout=DRIVER_TIMEOUT, check=False)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-6000:])
+        raise AssertionError(f"mcp-agent exited {result.returncode}:\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    lines = [line for line in result.stdout.splitlines() if line.startswith("OUTCOME ")]
+    assert lines, f"mcp-agent printed no outcome:\n{result.stdout[-3000:]}"
+    return json.loads(lines[-1].removeprefix("OUTCOME ")), llm.requests(model)
+
+
+def test_mcp_agent_one_run_with_its_counts(sidecar: RunningServer, llm: FakeLLM,
+                                           tmp_path: Path) -> None:
+    before = run_ids(sidecar)
+    said, requests = run_mcp_agent(sidecar, llm, "mcp-agent", counting(AGENT), tmp_path)
+    assert said["ran"] == ["alpha", "beta"]
+    assert len(requests) == 3 and not any(body.get("stream") for body in requests)
+    assert not any("agent-watchdog" in json.dumps(body) for body in requests)
+    run = the_ended_run(sidecar, before)
+    assert (run["agent"], run["iterations"], run["tool_calls"], run["errors"],
+            run["terminal_state"], run["final_output"]) == (
+        "mcp-agent", 3, 2, 0, "completed", ANSWER), run
+    assert said["output"] == ANSWER
+
+
+def test_mcp_agent_budget_counts_down_then_the_report_is_the_output(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    before = run_ids(sidecar)
+    said, requests = run_mcp_agent(sidecar, llm, "mcp-agent-budget", searching(), tmp_path)
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True, True, True, False]
+    assert said["ran"] == ["term 0", "term 1", "term 2"]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["final_output"]) == (4, 3, "tool_limit_reached", REPORT), run
+    assert said["output"] == REPORT
+
+
+def test_mcp_agent_loop_wound_down_then_stopped_with_an_answer(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    before = run_ids(sidecar)
+    said, requests = run_mcp_agent(sidecar, llm, "mcp-agent-loop", repeating(), tmp_path)
+    assert said == {"ran": ["the file"] * 6, "output": REPORT}
+    assert [GRACE_LEFT.findall(instructions(body)) for body in requests] == [
+        []] * 4 + [["2"], ["1"], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * 6 + [False]
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"], run["final_output"]) == (
+        6, "loop_detected", REPORT), run
+    assert len(llm.requests(requests[0]["model"])) == 7
+
+
+def test_mcp_agent_abort_answered_with_the_stop_note(sidecar: RunningServer, llm: FakeLLM,
+                                                     tmp_path: Path) -> None:
+    before = run_ids(sidecar)
+    said, requests = run_mcp_agent(sidecar, llm, "mcp-agent-abort", searching(), tmp_path)
+    assert said["ran"] == ["term 0", "term 1"] and len(requests) == 2
+    assert said["output"].startswith(
+        f"{STOPPED}: Stopped by the test's rule after 2 tool calls"), said
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+def test_mcp_agent_own_max_iterations_unseen_then_declared(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """``RequestParams(max_iterations=3)``: mcp-agent makes at most 3 requests, runs the 3rd
+    answer's tools and returns an empty string, no request more: undeclared, the run waits
+    for the call it last handed over; declared (``max_iterations: 3`` in the pack), the 3rd
+    request is the final one, tools withdrawn, and the report is its output."""
+    before = run_ids(sidecar)
+    said, requests = run_mcp_agent(sidecar, llm, "mcp-agent-own-limit", searching(), tmp_path,
+                                   own_limit=3)
+    assert said == {"ran": ["term 0", "term 1", "term 2"], "output": ""}
+    assert [fakellm.offers_tools(body) for body in requests] == [True] * 3
+    runs = [run for run in sidecar.get_json("/v1/runs?limit=1000")["runs"]
+            if run["id"] not in before]
+    assert [(run["state"], run["iterations"], run["tool_calls"]) for run in runs] == [
+        ("active", 3, 2)], runs
+    before = run_ids(sidecar)
+    said, requests = run_mcp_agent(sidecar, llm, "mcp-agent-limit", searching(), tmp_path,
+                                   own_limit=3)
+    assert said == {"ran": ["term 0", "term 1"], "output": REPORT}
+    assert [fakellm.offers_tools(body) for body in requests] == [True, True, False]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["has_final_answer"]) == (3, 2, "tool_limit_reached", True), run
