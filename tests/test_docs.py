@@ -139,6 +139,11 @@ failing on a changed block. The kinds:
     (``tests/frameworks/test_model_endpoint_fast_agent.py``'s ``config``) for its OpenAI
     provider, the sidecar's default model endpoint, the agent ``fast-agent``, the model
     ``gpt-4.1-mini``, its MCP server ``python files_server.py``.
+``mcp-agent-config``
+    mcp-agent's ``mcp_agent.config.yaml``: exactly what its tests write
+    (``tests/frameworks/test_model_endpoint_fast_agent.py``'s ``mcp_agent_config``), the
+    sidecar's default model endpoint, the agent ``mcp-agent``, the model ``gpt-4.1-mini``, its
+    MCP server ``python files_server.py``.
 ``kaibanjs-config``
     What points a KaibanJS agent at the sidecar, in TypeScript: exactly the lines its tests'
     agent runs (``tests/frameworks/ts/kaibanjs/agent.ts``, whitespace aside), its
@@ -259,7 +264,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env",
          "instructor-env", "strands-ts-config", "tiny-agents-config", "qwen-agent-config",
          "gptme-command", "llm-config", "kaibanjs-config",
-         "fast-agent-config"}
+         "fast-agent-config", "mcp-agent-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -975,6 +980,14 @@ def check_fast_agent_config(block: Block, stack: Stack, state: DocState) -> None
                                         "python").strip(), block.where
 
 
+def check_mcp_agent_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_fast_agent import mcp_agent_config
+
+    assert block.text.strip() == mcp_agent_config(
+        f"http://{MODEL_ENDPOINT_DEFAULT}", "mcp-agent", "gpt-4.1-mini", "files_server.py",
+        "python").strip(), block.where
+
+
 def check_kaibanjs_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_kaibanjs import AGENT, pointed
 
@@ -1211,6 +1224,7 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "strands-ts-config": check_strands_ts_config,
     "kaibanjs-config": check_kaibanjs_config,
     "fast-agent-config": check_fast_agent_config,
+    "mcp-agent-config": check_mcp_agent_config,
     "tiny-agents-config": check_tiny_agents_config,
 }
 assert set(CHECKS) == KINDS
@@ -1337,6 +1351,7 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "strands-ts-config": (DOCS / "agents.md", "/agent/strands-ts/v1", "/agent/strands-ts/v2"),
     "kaibanjs-config": (DOCS / "agents.md", "/agent/kaibanjs/v1", "/agent/kaibanjs/v2"),
     "fast-agent-config": (DOCS / "agents.md", "/agent/fast-agent/v1", "/agent/fast-agent/v2"),
+    "mcp-agent-config": (DOCS / "agents.md", "/agent/mcp-agent/v1", "/agent/mcp-agent/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 
