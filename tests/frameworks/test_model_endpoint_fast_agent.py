@@ -102,13 +102,14 @@ mcp:
 
 def run_fast_agent(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
                    tmp_path: Path, provider: str = "openai", by_env: bool = False,
-                   own_limit: int | None = None, mode: str = "send"
+                   own_limit: int | None = None, mode: str = "send", otlp: str | None = None
                    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One ``send`` of fast-agent (``mode``: the driver's) in a working directory of its own
     under ``tmp_path`` (its config, its MCP server's ``ran.log``), on a model scripted by
     ``script``, named ``agent``;
     ``by_env``: the base URL by the provider's environment variable, not the config;
-    ``own_limit``: its ``max_iterations``. Returns what the driver printed and the upstream's
+    ``own_limit``: its ``max_iterations``; ``otlp``: its OpenTelemetry on (``otel.enabled``),
+    sent to that OTLP/HTTP traces URL. Returns what the driver printed and the upstream's
     requests."""
     case = next(_CASES)
     model = llm.script(f"fast-agent-{agent}-{case}", script)
@@ -125,6 +126,9 @@ def run_fast_agent(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fak
         base_line = next(line for line in text.splitlines() if "base_url" in line)
         text = text.replace(base_line + "\n", "")
         env[f"{provider.upper()}_BASE_URL"] = base_line.split(": ", 1)[1]
+    if otlp is not None:
+        text += f"otel:\n  enabled: true\n  otlp_endpoint: {otlp}\n"
+        del env["OTEL_SDK_DISABLED"]
     (work / "fastagent.config.yaml").write_text(text)
     if own_limit is not None:
         env["ENDPOINT_OWN_LIMIT"] = str(own_limit)
@@ -318,6 +322,29 @@ def test_a_chain_is_a_run_per_agent(sidecar: RunningServer, llm: FakeLLM,
     assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
                    run["final_output"]) for run in runs) == [
         (1, 0, "completed", ANSWER), (4, 3, "tool_limit_reached", REPORT)], runs
+
+
+
+def test_known_gap_its_own_opentelemetry_to_the_sidecar_reads_no_tool_calls(
+        sidecar: RunningServer, llm: FakeLLM, tmp_path: Path) -> None:
+    """Known gap: with its OpenTelemetry on and sent to the sidecar (``otel.enabled``,
+    ``otlp_endpoint`` the sidecar's OTLP/HTTP), the steering holds (the countdown true at
+    each request, 3 tools, the final request without tools, the report its answer), but the
+    run is keyed by fast-agent's trace and read from its spans: 4 model calls, no tool call
+    (its MCP tool spans are not read as tool calls), its budget not spent, ``completed``
+    where it is ``tool_limit_reached``."""
+    before = run_ids(sidecar)
+    said, requests = run_fast_agent(sidecar, llm, "fast-agent-budget-otel", searching(),
+                                    tmp_path, otlp=f"{sidecar.otlp_http}/v1/traces")
+    ran = ["term 0", "term 1", "term 2"]
+    assert said == {"ran": ran, "output": output_of(ran, REPORT)}
+    assert [LEFT.findall(instructions(body)) for body in requests] == [
+        [("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True, True, True, False]
+    run = the_ended_run(sidecar, before)
+    assert run["id"].startswith("trace:"), run
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"], run["final_output"],
+            run["budget"]["remaining_tool_calls"]) == (4, 0, "completed", REPORT, 3), run
 
 
 # -- mcp-agent (lastmile-ai) --------------------------------------------------------------------
