@@ -330,9 +330,12 @@ def test_known_gap_its_own_opentelemetry_to_the_sidecar_reads_no_tool_calls(
     """Known gap: with its OpenTelemetry on and sent to the sidecar (``otel.enabled``,
     ``otlp_endpoint`` the sidecar's OTLP/HTTP), the steering holds (the countdown true at
     each request, 3 tools, the final request without tools, the report its answer), but the
-    run is keyed by fast-agent's trace and read from its spans: 4 model calls, no tool call
-    (its MCP tool spans are not read as tool calls), its budget not spent, ``completed``
-    where it is ``tool_limit_reached``."""
+    run is keyed by fast-agent's trace and read from its spans: 4 model calls, no tool call,
+    its budget not spent, ``completed`` where it is ``tool_limit_reached``. Its spans: an
+    ``endpoint`` root, ``Agent: 'researcher' generate``, an ``openai.chat`` per model call
+    (OpenLLMetry's, read), and each tool call only as fast-agent's own ``MCP Tool:
+    files/search``, a name no convention reads and no attribute (OpenLLMetry's MCP
+    instrumentation, installed, emits no tool span for its MCP client)."""
     before = run_ids(sidecar)
     said, requests = run_fast_agent(sidecar, llm, "fast-agent-budget-otel", searching(),
                                     tmp_path, otlp=f"{sidecar.otlp_http}/v1/traces")
