@@ -139,6 +139,16 @@ failing on a changed block. The kinds:
     whitespace aside), its ``baseURL`` read from ``AGENT_LLM_BASE_URL`` there and written out
     here: ``test_strands_ts.py``'s ``pointed`` of the sidecar's default model endpoint, the agent
     ``strands-ts``.
+``fast-agent-config``
+    fast-agent's ``fastagent.config.yaml``: exactly what its tests write
+    (``tests/frameworks/test_model_endpoint_fast_agent.py``'s ``config``) for its OpenAI
+    provider, the sidecar's default model endpoint, the agent ``fast-agent``, the model
+    ``gpt-4.1-mini``, its MCP server ``python files_server.py``.
+``mcp-agent-config``
+    mcp-agent's ``mcp_agent.config.yaml``: exactly what its tests write
+    (``tests/frameworks/test_model_endpoint_fast_agent.py``'s ``mcp_agent_config``), the
+    sidecar's default model endpoint, the agent ``mcp-agent``, the model ``gpt-4.1-mini``, its
+    MCP server ``python files_server.py``.
 ``kaibanjs-config``
     What points a KaibanJS agent at the sidecar, in TypeScript: exactly the lines its tests'
     agent runs (``tests/frameworks/ts/kaibanjs/agent.ts``, whitespace aside), its
@@ -268,7 +278,8 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env",
          "instructor-env", "strands-ts-config", "tiny-agents-config", "qwen-agent-config",
          "gptme-command", "llm-config", "kaibanjs-config",
-         "langchain-rust-env", "magentic-env", "mirascope-env", "agentkit-config"}
+         "langchain-rust-env", "magentic-env", "mirascope-env", "agentkit-config",
+         "fast-agent-config", "mcp-agent-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -993,6 +1004,22 @@ def check_strands_ts_config(block: Block, stack: Stack, state: DocState) -> None
     _check_ts_config(block, AGENT, pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "strands-ts"))
 
 
+def check_fast_agent_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_fast_agent import config
+
+    assert block.text.strip() == config(f"http://{MODEL_ENDPOINT_DEFAULT}", "fast-agent",
+                                        "openai", "gpt-4.1-mini", "files_server.py",
+                                        "python").strip(), block.where
+
+
+def check_mcp_agent_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_fast_agent import mcp_agent_config
+
+    assert block.text.strip() == mcp_agent_config(
+        f"http://{MODEL_ENDPOINT_DEFAULT}", "mcp-agent", "gpt-4.1-mini", "files_server.py",
+        "python").strip(), block.where
+
+
 def check_kaibanjs_config(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_kaibanjs import AGENT, pointed
 
@@ -1240,6 +1267,8 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "kaibanjs-config": check_kaibanjs_config,
     "langchain-rust-env": check_langchain_rust_env,
     "agentkit-config": check_agentkit_config,
+    "fast-agent-config": check_fast_agent_config,
+    "mcp-agent-config": check_mcp_agent_config,
     "tiny-agents-config": check_tiny_agents_config,
 }
 assert set(CHECKS) == KINDS
@@ -1370,6 +1399,8 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "langchain-rust-env": (DOCS / "agents.md", "/agent/langchain-rust/v1",
                            "/agent/langchain-rust/v2"),
     "agentkit-config": (DOCS / "agents.md", "/agent/agentkit/v1", "/agent/agentkit/v2"),
+    "fast-agent-config": (DOCS / "agents.md", "/agent/fast-agent/v1", "/agent/fast-agent/v2"),
+    "mcp-agent-config": (DOCS / "agents.md", "/agent/mcp-agent/v1", "/agent/mcp-agent/v2"),
 }
 BUILT_ON = {"rule-pack", "sidecar-chart"}
 
