@@ -217,13 +217,19 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "smolagents": (*_OTEL, "smolagents", "openinference.instrumentation.smolagents", *_OPENAI),
     "steering_langchain": (*_LANGCHAIN, "openinference.instrumentation.langchain"),
     "strands": (*_OTEL, *_OPENAI),
+    # (swarms starts a loguru writer thread when imported: the driver imports it)
+    "swarms": (*_LITELLM, *_OPENAI),
+    "aisuite": ("aisuite", *_OPENAI),
 }
 # what the drivers set before importing those: no price list download or telemetry from
 # LiteLLM, DSPy's cache out of the home directory, no CrewAI telemetry
 PRELOAD_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
                "DSPY_CACHEDIR": str(Path(tempfile.gettempdir()) / "dspy-cache-tests"),
                "CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_DISABLE_TRACKING": "true",
-               "CREWAI_TRACING_ENABLED": "false"}
+               "CREWAI_TRACING_ENABLED": "false",
+               # swarms' telemetry is on unless switched off; its workspace (logs, state)
+               "SWARMS_TELEMETRY_ON": "false",
+               "WORKSPACE_DIR": str(Path(tempfile.gettempdir()) / "swarms-workspace-tests")}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,209 @@
+"""swarms (``swarms`` 16.0.3, driver ``endpoint_swarms``) steered through the model endpoint by
+``OPENAI_BASE_URL`` alone (its ``Agent`` on ``openai/<model>``, LiteLLM's OpenAI provider), on
+both relays. Its ``Agent`` with an integer ``max_loops`` makes exactly that many model calls
+in a run, whatever each answers (an answer does not end its loop: the next call goes on from
+it, no user message between), running the tools of each. What the upstream saw is asserted
+at each request; nothing waits for a directive."""
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.frameworks import fakellm
+from tests.frameworks.fakellm import FakeLLM
+from tests.frameworks.harness import DRIVERS, clean_environ, drive_command
+from tests.frameworks.test_model_endpoint_frameworks import instructions
+from tests.frameworks.test_model_endpoint_frameworks import GRACE_LEFT, LOOP_NOTE
+from tests.frameworks.test_model_endpoint_text_actions import LEFT, new_runs, run_ids, the_ended_run
+from tests.harness import RunningServer, endpoint_with_pack
+from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
+
+KEY = "sk-swarms-0123456789abcdefSECRET"
+ANSWER = "The file is /srv/a.txt."
+REPORT = "REPORT: searched 3 times; the rest remains."
+STOPPED = "The agent-watchdog stopped this run"
+PACK = """\
+apiVersion: agent-watchdog/v1
+kind: RulePack
+name: swarms
+budgets:
+  - agents: ["swarms-budget*"]
+    max_tool_calls: 3
+  - agents: ["swarms-limited"]
+    max_iterations: 4
+rules:
+  - name: two-calls-then-abort
+    agents: ["swarms-abort"]
+    when: "!run.ended && run.tool_calls >= 2"
+    action: abort
+    message: "Stopped by the test's rule after 2 tool calls"
+"""
+_CASES = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
+            model_relay: str) -> Iterator[RunningServer]:  # noqa: F811 (a sidecar per relay)
+    with endpoint_with_pack(tmp_path_factory.mktemp("swarms"), PACK, llm.base_url,
+                            model_relay) as server:
+        yield server
+
+
+def run_swarms(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
+               mode: str = "run", max_loops: int = 6) -> tuple[dict[str, Any],
+                                                              list[dict[str, Any]]]:
+    case = next(_CASES)
+    model = llm.script(f"swarms-{agent}-{case}", script)
+    base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1"}
+    env = {**base, "OPENAI_API_KEY": KEY, "ENDPOINT_MODEL": model,
+           "OPENAI_BASE_URL": f"{sidecar.url('model')}/agent/{agent}/v1",
+           "ENDPOINT_TASK": f"Find the file. (case {case})",
+           "ENDPOINT_OWN_LIMIT": str(max_loops)}
+    result = drive_command("swarms", "endpoint_swarms", mode, base, env)
+    return json.loads(result.stdout.strip().splitlines()[-1]), llm.requests(model)
+
+
+def searching(answer: str = ANSWER, report: str = REPORT) -> fakellm.Script:
+    def pick(index: int, body: dict[str, Any]) -> fakellm.Step:
+        if not fakellm.offers_tools(body) or body.get("tool_choice") == "none":
+            return fakellm.answer(report if "[budget" in instructions(body)
+                                  or "agent-watchdog" in instructions(body) else answer)
+        return fakellm.call("search", q=f"term {_results(body)}")
+    return pick
+
+
+def _results(body: dict[str, Any]) -> int:
+    return sum(message.get("role") == "tool" for message in body["messages"])
+
+
+def counted(body: dict[str, Any]) -> list[tuple[str, str]]:
+    return LEFT.findall(instructions(body))
+
+
+def test_one_run_of_its_max_loops_calls_with_its_counts(sidecar: RunningServer,
+                                                        llm: FakeLLM) -> None:
+    """``max_loops=3``: two searches then the answer, three model calls; one run, completed,
+    the answer its output. Its tools are offered as API tools (and listed again as text in an
+    assistant message of its own ahead of the task)."""
+    before = run_ids(sidecar)
+    said, requests = run_swarms(sidecar, llm, "swarms", fakellm.steps(
+        fakellm.call("search", q="alpha"), fakellm.call("search", q="beta"),
+        fakellm.answer(ANSWER)), max_loops=3)
+    assert said == {"ran": ["alpha", "beta"], "output": ANSWER}
+    assert len(requests) == 3 and all(fakellm.offers_tools(body) for body in requests)
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["final_output"]) == (3, 2, "completed", ANSWER), run
+
+
+def test_its_calls_after_an_answer_go_on_in_the_run(sidecar: RunningServer,
+                                                    llm: FakeLLM) -> None:
+    """``max_loops=5``: the answer at the 3rd call does not end its loop; the 4th and 5th go on
+    from it (the answer last, no user message): one run of 5 model calls, its last answer the
+    output."""
+    before = run_ids(sidecar)
+    said, requests = run_swarms(sidecar, llm, "swarms", fakellm.steps(
+        fakellm.call("search", q="alpha"), fakellm.call("search", q="beta"),
+        fakellm.answer(ANSWER), fakellm.answer("again"), fakellm.answer(REPORT)), max_loops=5)
+    assert said == {"ran": ["alpha", "beta"], "output": REPORT}
+    assert [body["messages"][-1]["role"] for body in requests] == [
+        "user", "tool", "tool", "assistant", "assistant"]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["final_output"]) == (5, 2, "completed", REPORT), run
+
+
+def test_a_budget_counts_down_and_the_report_is_its_output(sidecar: RunningServer,
+                                                           llm: FakeLLM) -> None:
+    """A budget of 3 tool calls under ``max_loops=6``: counted down truly at each request, 3
+    searches, the 4th request withdraws the tools (``tool_choice: none``) and its answer, the
+    report, ends the run ``tool_limit_reached``. Its 5th and 6th calls go on from the report:
+    each gets the report again from the endpoint, never the upstream; the report is the
+    output."""
+    before = run_ids(sidecar)
+    said, requests = run_swarms(sidecar, llm, "swarms-budget", searching())
+    assert said == {"ran": ["term 0", "term 1", "term 2"], "output": REPORT}
+    assert [counted(body) for body in requests] == [[("3", "3")], [("2", "3")], [("1", "3")], []]
+    assert [fakellm.offers_tools(body) for body in requests] == [True, True, True, False]
+    assert requests[-1]["tool_choice"] == "none"
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"], run["final_output"]) == (
+        3, "tool_limit_reached", REPORT), run
+
+
+def test_a_looping_agent_is_wound_down_then_stopped_with_an_answer(sidecar: RunningServer,
+                                                                   llm: FakeLLM) -> None:
+    """The same call on and on under ``max_loops=10``: tool-cycle fires at the 4th, its grace
+    of 2 counts down, the 7th request withdraws the tools and its answer is the output; the
+    upstream gets nothing after it (its 8th to 10th calls get the report again)."""
+    before = run_ids(sidecar)
+    said, requests = run_swarms(sidecar, llm, "swarms", fakellm.looping(
+        "search", lambda _i: {"q": "the file"}, REPORT), max_loops=10)
+    assert said == {"ran": ["the file"] * 6, "output": REPORT}
+    notes = [LOOP_NOTE in instructions(body) for body in requests]
+    assert len(requests) == 7 and notes[:6] == [False] * 4 + [True] * 2, notes
+    assert [GRACE_LEFT.findall(instructions(body)) for body in requests] == [
+        []] * 4 + [["2"], ["1"], []]
+    assert not fakellm.offers_tools(requests[-1])
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"], run["has_final_answer"]) == (
+        6, "loop_detected", True), run
+
+
+def test_an_abort_is_answered_with_the_stop_note(sidecar: RunningServer,
+                                                 llm: FakeLLM) -> None:
+    """The abort rule at 2 searches: the 3rd request gets the stop note as the model's answer,
+    the upstream nothing; the output is the stop note."""
+    before = run_ids(sidecar)
+    said, requests = run_swarms(sidecar, llm, "swarms-abort", searching(), max_loops=3)
+    assert said["ran"] == ["term 0", "term 1"]
+    assert len(requests) == 2
+    assert said["output"].startswith(f"{STOPPED}: Stopped by the test's rule after 2 tool calls")
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+
+
+def test_its_own_max_loops_declared_as_max_iterations_ends_with_the_report(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """``max_loops=4`` declared as ``max_iterations: 4``: the model is told 2 calls before the
+    end, the 4th (its last) withdraws the tools and its answer, the report, is the output:
+    3 searches, ``tool_limit_reached``."""
+    before = run_ids(sidecar)
+    said, requests = run_swarms(sidecar, llm, "swarms-limited", searching(), max_loops=4)
+    assert said == {"ran": ["term 0", "term 1", "term 2"], "output": REPORT}
+    assert [fakellm.offers_tools(body) for body in requests] == [True, True, True, False]
+    run = the_ended_run(sidecar, before)
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
+            run["has_final_answer"]) == (4, 3, "tool_limit_reached", True), run
+
+
+def test_a_sequential_workflow_is_a_run_per_agent(sidecar: RunningServer,
+                                                  llm: FakeLLM) -> None:
+    """A ``SequentialWorkflow`` of a researcher (``search``) and a writer (no tools), each
+    ``max_loops=2``: the researcher searches then answers, a run; the writer, given the
+    researcher's answer in its task, answers twice (its 2nd call goes on from its 1st), a run
+    of its own; the writer's last answer is the output."""
+    def pick(_index: int, body: dict[str, Any]) -> fakellm.Step:
+        if "You write the report." in instructions(body):
+            return fakellm.answer(REPORT)
+        if _results(body):
+            return fakellm.answer(ANSWER)
+        return fakellm.call("search", q="alpha")
+
+    before = run_ids(sidecar)
+    said, requests = run_swarms(sidecar, llm, "swarms-budget-team", pick, "sequential",
+                                max_loops=2)
+    assert said == {"ran": ["alpha"], "output": REPORT}
+    assert len(requests) == 4
+    # (the writer, offered no tools, is told no countdown)
+    assert [counted(body) for body in requests] == [[("3", "3")], [("2", "3")], [], []]
+    assert ANSWER in json.dumps(requests[2]["messages"])
+    runs = new_runs(sidecar, before, lambda runs: len(runs) == 2
+                    and all(run["state"] == "ended" for run in runs))
+    assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
+                   run["final_output"]) for run in runs) == [
+        (2, 0, "completed", REPORT), (2, 1, "completed", ANSWER)], runs
