@@ -178,6 +178,15 @@ failing on a changed block. The kinds:
     PraisonAI Agents' environment, ``NAME=VALUE`` lines: exactly what its tests set
     (``tests/frameworks/test_model_endpoint_praisonai.py``'s ``pointed``), the sidecar's
     default model endpoint, the agent ``praisonai``.
+``swarms-env``
+    swarms' environment, ``NAME=VALUE`` lines: exactly what its tests set
+    (``tests/frameworks/test_model_endpoint_swarms.py``'s ``pointed``), the sidecar's default
+    model endpoint, the agent ``swarms``.
+``aisuite-config``
+    aisuite's client in Python, ``import aisuite as ai`` then ``client = ai.Client(<provider
+    configs>)``: the configs exactly what its tests give (``tests/frameworks/
+    test_model_endpoint_aisuite.py``'s ``provider_configs``), the sidecar's default model
+    endpoint, the agent ``aisuite``.
 ``instructor-env``
     instructor's and Atomic Agents' environment, ``NAME=VALUE`` lines: exactly what their tests
     set (``tests/frameworks/test_model_endpoint_instructor.py``'s ``pointed``), the sidecar's
@@ -253,7 +262,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "langchaingo-env", "eino-config", "open-interpreter-settings", "langroid-config",
          "agentscope-config", "llamaindex-ts-config", "camel-config", "praisonai-env",
          "instructor-env", "strands-ts-config", "tiny-agents-config", "qwen-agent-config",
-         "gptme-command", "llm-config", "kaibanjs-config"}
+         "gptme-command", "llm-config", "kaibanjs-config", "swarms-env", "aisuite-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -922,6 +931,27 @@ def check_praisonai_env(block: Block, stack: Stack, state: DocState) -> None:
     assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "praisonai"), block.where
 
 
+def check_swarms_env(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_swarms import pointed
+
+    shown = dict(line.split("=", 1) for line in block.text.split("\n") if line.strip())
+    assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "swarms"), block.where
+
+
+def check_aisuite_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_aisuite import provider_configs
+
+    *imports, line = ast.parse(block.text).body
+    assert [ast.unparse(statement) for statement in imports] == ["import aisuite as ai"], \
+        block.where
+    assert isinstance(line, ast.Assign) and isinstance(line.value, ast.Call), block.where
+    assert [ast.unparse(target) for target in line.targets] == ["client"], block.where
+    assert ast.unparse(line.value.func) == "ai.Client" and not line.value.keywords, block.where
+    [configs] = line.value.args
+    assert ast.literal_eval(configs) == provider_configs(
+        f"http://{MODEL_ENDPOINT_DEFAULT}/agent/aisuite/v1"), block.where
+
+
 def check_instructor_env(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_instructor import pointed
 
@@ -1183,6 +1213,8 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "pi-models": check_pi_models,
     "langchaingo-env": check_langchaingo_env,
     "praisonai-env": check_praisonai_env,
+    "swarms-env": check_swarms_env,
+    "aisuite-config": check_aisuite_config,
     "instructor-env": check_instructor_env,
     "eino-config": check_eino_config,
     "aider-command": check_aider_command,
@@ -1318,6 +1350,8 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "camel-config": (DOCS / "agents.md", "/agent/camel/v1", "/agent/camel/v2"),
     "qwen-agent-config": (DOCS / "agents.md", "/agent/qwen-agent/v1", "/agent/qwen-agent/v2"),
     "praisonai-env": (DOCS / "agents.md", "/agent/praisonai/v1", "/agent/praisonai/v2"),
+    "swarms-env": (DOCS / "agents.md", "SWARMS_TELEMETRY_ON=false", "SWARMS_TELEMETRY_ON=true"),
+    "aisuite-config": (DOCS / "agents.md", "/agent/aisuite/v1", "/agent/aisuite/v2"),
     "instructor-env": (DOCS / "agents.md", "/agent/instructor/v1", "/agent/instructor/v2"),
     "strands-ts-config": (DOCS / "agents.md", "/agent/strands-ts/v1", "/agent/strands-ts/v2"),
     "kaibanjs-config": (DOCS / "agents.md", "/agent/kaibanjs/v1", "/agent/kaibanjs/v2"),

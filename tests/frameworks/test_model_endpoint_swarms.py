@@ -3,7 +3,8 @@
 both relays. Its ``Agent`` with an integer ``max_loops`` makes exactly that many model calls
 in a run, whatever each answers (an answer does not end its loop: the next call goes on from
 it, no user message between), running the tools of each. What the upstream saw is asserted
-at each request; nothing waits for a directive."""
+at each request; nothing waits for a directive. Its ``max_loops`` declared as the run's
+``max_iterations``: test_model_endpoint_own_limits."""
 from __future__ import annotations
 
 import itertools
@@ -16,8 +17,7 @@ import pytest
 from tests.frameworks import fakellm
 from tests.frameworks.fakellm import FakeLLM
 from tests.frameworks.harness import DRIVERS, clean_environ, drive_command
-from tests.frameworks.test_model_endpoint_frameworks import instructions
-from tests.frameworks.test_model_endpoint_frameworks import GRACE_LEFT, LOOP_NOTE
+from tests.frameworks.test_model_endpoint_frameworks import GRACE_LEFT, LOOP_NOTE, instructions
 from tests.frameworks.test_model_endpoint_text_actions import LEFT, new_runs, run_ids, the_ended_run
 from tests.harness import RunningServer, endpoint_with_pack
 from tests.model_relays import model_relay  # noqa: F401 (each test on both relays)
@@ -33,8 +33,6 @@ name: swarms
 budgets:
   - agents: ["swarms-budget*"]
     max_tool_calls: 3
-  - agents: ["swarms-limited"]
-    max_iterations: 4
 rules:
   - name: two-calls-then-abort
     agents: ["swarms-abort"]
@@ -53,6 +51,14 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM,
         yield server
 
 
+def pointed(endpoint: str, agent: str) -> dict[str, str]:
+    """What a user sets to point swarms' ``Agent`` (``model_name="openai/<model>"``, LiteLLM's
+    OpenAI provider) at the model endpoint ``endpoint``, named ``agent``, its telemetry off:
+    its environment. The tests run it so, and docs/agents.md shows it (``swarms-env``, checked
+    in tests/test_docs.py)."""
+    return {"OPENAI_BASE_URL": f"{endpoint}/agent/{agent}/v1", "SWARMS_TELEMETRY_ON": "false"}
+
+
 def run_swarms(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm.Script,
                mode: str = "run", max_loops: int = 6) -> tuple[dict[str, Any],
                                                               list[dict[str, Any]]]:
@@ -60,7 +66,7 @@ def run_swarms(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm
     model = llm.script(f"swarms-{agent}-{case}", script)
     base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1"}
     env = {**base, "OPENAI_API_KEY": KEY, "ENDPOINT_MODEL": model,
-           "OPENAI_BASE_URL": f"{sidecar.url('model')}/agent/{agent}/v1",
+           **pointed(sidecar.url("model"), agent),
            "ENDPOINT_TASK": f"Find the file. (case {case})",
            "ENDPOINT_OWN_LIMIT": str(max_loops)}
     result = drive_command("swarms", "endpoint_swarms", mode, base, env)
@@ -165,20 +171,6 @@ def test_an_abort_is_answered_with_the_stop_note(sidecar: RunningServer,
     assert said["output"].startswith(f"{STOPPED}: Stopped by the test's rule after 2 tool calls")
     run = the_ended_run(sidecar, before)
     assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
-
-
-def test_its_own_max_loops_declared_as_max_iterations_ends_with_the_report(
-        sidecar: RunningServer, llm: FakeLLM) -> None:
-    """``max_loops=4`` declared as ``max_iterations: 4``: the model is told 2 calls before the
-    end, the 4th (its last) withdraws the tools and its answer, the report, is the output:
-    3 searches, ``tool_limit_reached``."""
-    before = run_ids(sidecar)
-    said, requests = run_swarms(sidecar, llm, "swarms-limited", searching(), max_loops=4)
-    assert said == {"ran": ["term 0", "term 1", "term 2"], "output": REPORT}
-    assert [fakellm.offers_tools(body) for body in requests] == [True, True, True, False]
-    run = the_ended_run(sidecar, before)
-    assert (run["iterations"], run["tool_calls"], run["terminal_state"],
-            run["has_final_answer"]) == (4, 3, "tool_limit_reached", True), run
 
 
 def test_a_sequential_workflow_is_a_run_per_agent(sidecar: RunningServer,

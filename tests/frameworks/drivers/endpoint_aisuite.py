@@ -2,13 +2,14 @@
 function: ``client.chat.completions.create(model="openai:<model>", messages, tools=[search],
 max_turns=ENDPOINT_OWN_LIMIT (default 10))``, its tool loop inside the call. Its OpenAI
 provider is the ``openai`` client, given ``base_url`` by the provider config
-(``Client(provider_configs={"openai": {"base_url": ...}})``, ``AISUITE_BASE_URL`` here); with
-none it reads ``OPENAI_BASE_URL`` as the client does. Mode (argv[1]): ``create``.
+(``Client({"openai": {"base_url": ...}})``: ``AISUITE_CONFIGS``, JSON, here); with none it
+reads ``OPENAI_BASE_URL`` as the client does. Mode (argv[1]): ``create``.
 
 See :mod:`endpoint_common`."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -18,8 +19,7 @@ from endpoint_common import INSTRUCTIONS, TASK, done, model, own_limit, search
 
 def main(mode: str) -> None:
     assert mode == "create", mode
-    base_url = os.environ.get("AISUITE_BASE_URL")
-    client = ai.Client({"openai": {"base_url": base_url}} if base_url else {})
+    client = ai.Client(json.loads(os.environ.get("AISUITE_CONFIGS") or "{}"))
     response = client.chat.completions.create(
         model=f"openai:{model()}", tools=[search], max_turns=own_limit(10),
         messages=[{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": TASK}])
