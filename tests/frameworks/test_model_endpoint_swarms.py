@@ -162,15 +162,17 @@ def test_a_looping_agent_is_wound_down_then_stopped_with_an_answer(sidecar: Runn
 
 def test_an_abort_is_answered_with_the_stop_note(sidecar: RunningServer,
                                                  llm: FakeLLM) -> None:
-    """The abort rule at 2 searches: the 3rd request gets the stop note as the model's answer,
-    the upstream nothing; the output is the stop note."""
+    """The abort rule at 2 searches under ``max_loops=6``: the 3rd request gets the stop note as
+    the model's answer, the upstream nothing; its 4th to 6th calls go on from the note and get
+    it again; the output is the stop note, the run ``aborted`` with its 2 model calls."""
     before = run_ids(sidecar)
-    said, requests = run_swarms(sidecar, llm, "swarms-abort", searching(), max_loops=3)
+    said, requests = run_swarms(sidecar, llm, "swarms-abort", searching())
     assert said["ran"] == ["term 0", "term 1"]
     assert len(requests) == 2
     assert said["output"].startswith(f"{STOPPED}: Stopped by the test's rule after 2 tool calls")
     run = the_ended_run(sidecar, before)
-    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
+    assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
+        2, 2, "aborted"), run
 
 
 def test_a_sequential_workflow_is_a_run_per_agent(sidecar: RunningServer,
@@ -199,3 +201,4 @@ def test_a_sequential_workflow_is_a_run_per_agent(sidecar: RunningServer,
     assert sorted((run["iterations"], run["tool_calls"], run["terminal_state"],
                    run["final_output"]) for run in runs) == [
         (2, 0, "completed", REPORT), (2, 1, "completed", ANSWER)], runs
+
