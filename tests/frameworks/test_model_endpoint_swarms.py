@@ -123,16 +123,18 @@ def test_its_calls_after_an_answer_go_on_in_the_run(sidecar: RunningServer,
             run["final_output"]) == (5, 2, "completed", REPORT), run
 
 
+@pytest.mark.parametrize("mode", ["run", "stream"])
 def test_a_budget_counts_down_and_the_report_is_its_output(sidecar: RunningServer,
-                                                           llm: FakeLLM) -> None:
+                                                           llm: FakeLLM, mode: str) -> None:
     """A budget of 3 tool calls under ``max_loops=6``: counted down truly at each request, 3
     searches, the 4th request withdraws the tools (``tool_choice: none``) and its answer, the
     report, ends the run ``tool_limit_reached``. Its 5th and 6th calls go on from the report:
     each gets the report again from the endpoint, never the upstream; the report is the
     output."""
     before = run_ids(sidecar)
-    said, requests = run_swarms(sidecar, llm, "swarms-budget", searching())
+    said, requests = run_swarms(sidecar, llm, "swarms-budget", searching(), mode)
     assert said == {"ran": ["term 0", "term 1", "term 2"], "output": REPORT}
+    assert all(bool(body.get("stream")) == (mode == "stream") for body in requests)
     assert [counted(body) for body in requests] == [[("3", "3")], [("2", "3")], [("1", "3")], []]
     assert [fakellm.offers_tools(body) for body in requests] == [True, True, True, False]
     assert requests[-1]["tool_choice"] == "none"
@@ -173,6 +175,25 @@ def test_an_abort_is_answered_with_the_stop_note(sidecar: RunningServer,
     run = the_ended_run(sidecar, before)
     assert (run["iterations"], run["tool_calls"], run["terminal_state"]) == (
         2, 2, "aborted"), run
+
+
+def test_past_three_stop_answers_it_gets_the_error_and_fails_with_the_note(
+        sidecar: RunningServer, llm: FakeLLM) -> None:
+    """Under ``max_loops=7`` the abort's stop answer is given again 3 times; its 7th call gets
+    the error, whose message is the stop note: swarms raises its ``AgentLLMError`` with it."""
+    case = next(_CASES)
+    model = llm.script(f"swarms-abort-past-{case}", searching())
+    base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1"}
+    env = {**base, "OPENAI_API_KEY": KEY, "ENDPOINT_MODEL": model,
+           **pointed(sidecar.url("model"), "swarms-abort"),
+           "ENDPOINT_TASK": f"Find the file. (case {case})", "ENDPOINT_OWN_LIMIT": "7"}
+    before = run_ids(sidecar)
+    result = drive_command("swarms", "endpoint_swarms", "run", base, env, check=False)
+    assert result.returncode != 0
+    assert "AgentLLMError" in result.stderr and STOPPED in result.stderr, result.stderr[-2000:]
+    assert len(llm.requests(model)) == 2
+    run = the_ended_run(sidecar, before)
+    assert (run["tool_calls"], run["terminal_state"]) == (2, "aborted"), run
 
 
 def test_a_sequential_workflow_is_a_run_per_agent(sidecar: RunningServer,
