@@ -226,10 +226,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
 PRELOAD_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
                "DSPY_CACHEDIR": str(Path(tempfile.gettempdir()) / "dspy-cache-tests"),
                "CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_DISABLE_TRACKING": "true",
-               "CREWAI_TRACING_ENABLED": "false",
-               # swarms' telemetry is on unless switched off; its workspace (logs, state)
-               "SWARMS_TELEMETRY_ON": "false",
-               "WORKSPACE_DIR": str(Path(tempfile.gettempdir()) / "swarms-workspace-tests")}
+               "CREWAI_TRACING_ENABLED": "false"}
 
 
 @dataclass(frozen=True)

@@ -307,6 +307,9 @@ def agent_base_env() -> dict[str, str]:
         "CREWAI_DISABLE_TRACKING": "true",
         "CREWAI_TRACING_ENABLED": "false",
         "CREWAI_STORAGE_DIR": "/tmp/crewai-endpoint-tests",
+        # swarms' telemetry (on by default) and its workspace (else ./agent_workspace)
+        "SWARMS_TELEMETRY_ON": "false",
+        "WORKSPACE_DIR": "/tmp/swarms-endpoint-tests",
     })
     return env
 

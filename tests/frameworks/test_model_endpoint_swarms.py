@@ -41,6 +41,7 @@ rules:
     message: "Stopped by the test's rule after 2 tool calls"
 """
 _CASES = itertools.count(1)
+WORKSPACE = "/tmp/swarms-endpoint-tests"  # its workspace (logs, state), else ./agent_workspace
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,8 @@ def run_swarms(sidecar: RunningServer, llm: FakeLLM, agent: str, script: fakellm
                                                               list[dict[str, Any]]]:
     case = next(_CASES)
     model = llm.script(f"swarms-{agent}-{case}", script)
-    base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1"}
+    base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1",
+            "WORKSPACE_DIR": WORKSPACE}
     env = {**base, "OPENAI_API_KEY": KEY, "ENDPOINT_MODEL": model,
            **pointed(sidecar.url("model"), agent),
            "ENDPOINT_TASK": f"Find the file. (case {case})",
@@ -183,7 +185,8 @@ def test_past_three_stop_answers_it_gets_the_error_and_fails_with_the_note(
     the error, whose message is the stop note: swarms raises its ``AgentLLMError`` with it."""
     case = next(_CASES)
     model = llm.script(f"swarms-abort-past-{case}", searching())
-    base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1"}
+    base = {**clean_environ(), "PYTHONPATH": str(DRIVERS), "PYTHONUNBUFFERED": "1",
+            "WORKSPACE_DIR": WORKSPACE}
     env = {**base, "OPENAI_API_KEY": KEY, "ENDPOINT_MODEL": model,
            **pointed(sidecar.url("model"), "swarms-abort"),
            "ENDPOINT_TASK": f"Find the file. (case {case})", "ENDPOINT_OWN_LIMIT": "7"}
