@@ -198,6 +198,15 @@ failing on a changed block. The kinds:
     PraisonAI Agents' environment, ``NAME=VALUE`` lines: exactly what its tests set
     (``tests/frameworks/test_model_endpoint_praisonai.py``'s ``pointed``), the sidecar's
     default model endpoint, the agent ``praisonai``.
+``swarms-env``
+    swarms' environment, ``NAME=VALUE`` lines: exactly what its tests set
+    (``tests/frameworks/test_model_endpoint_swarms.py``'s ``pointed``), the sidecar's default
+    model endpoint, the agent ``swarms``.
+``aisuite-config``
+    aisuite's client in Python, ``import aisuite as ai`` then ``client = ai.Client(<provider
+    configs>)``: the configs exactly what its tests give (``tests/frameworks/
+    test_model_endpoint_aisuite.py``'s ``provider_configs``), the sidecar's default model
+    endpoint, the agent ``aisuite``.
 ``instructor-env``
     instructor's and Atomic Agents' environment, ``NAME=VALUE`` lines: exactly what their tests
     set (``tests/frameworks/test_model_endpoint_instructor.py``'s ``pointed``), the sidecar's
@@ -279,7 +288,7 @@ KINDS = {"sh", "python", "output", "pip", "rule-pack", "rule-test", "config", "h
          "instructor-env", "strands-ts-config", "tiny-agents-config", "qwen-agent-config",
          "gptme-command", "llm-config", "kaibanjs-config",
          "langchain-rust-env", "magentic-env", "mirascope-env", "agentkit-config",
-         "fast-agent-config", "mcp-agent-config"}
+         "fast-agent-config", "mcp-agent-config", "swarms-env", "aisuite-config"}
 RUNNABLE = {"sh", "python"}
 SHELLS = {"sh", "bash", "shell", "console"}
 
@@ -955,6 +964,27 @@ def check_praisonai_env(block: Block, stack: Stack, state: DocState) -> None:
     assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "praisonai"), block.where
 
 
+def check_swarms_env(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_swarms import pointed
+
+    shown = dict(line.split("=", 1) for line in block.text.split("\n") if line.strip())
+    assert shown == pointed(f"http://{MODEL_ENDPOINT_DEFAULT}", "swarms"), block.where
+
+
+def check_aisuite_config(block: Block, stack: Stack, state: DocState) -> None:
+    from tests.frameworks.test_model_endpoint_aisuite import provider_configs
+
+    *imports, line = ast.parse(block.text).body
+    assert [ast.unparse(statement) for statement in imports] == ["import aisuite as ai"], \
+        block.where
+    assert isinstance(line, ast.Assign) and isinstance(line.value, ast.Call), block.where
+    assert [ast.unparse(target) for target in line.targets] == ["client"], block.where
+    assert ast.unparse(line.value.func) == "ai.Client" and not line.value.keywords, block.where
+    [configs] = line.value.args
+    assert ast.literal_eval(configs) == provider_configs(
+        f"http://{MODEL_ENDPOINT_DEFAULT}/agent/aisuite/v1"), block.where
+
+
 def check_instructor_env(block: Block, stack: Stack, state: DocState) -> None:
     from tests.frameworks.test_model_endpoint_instructor import pointed
 
@@ -1250,6 +1280,8 @@ CHECKS: dict[str, Callable[[Block, Stack, DocState], None]] = {
     "pi-models": check_pi_models,
     "langchaingo-env": check_langchaingo_env,
     "praisonai-env": check_praisonai_env,
+    "swarms-env": check_swarms_env,
+    "aisuite-config": check_aisuite_config,
     "instructor-env": check_instructor_env,
     "magentic-env": check_decorators_env("magentic"),
     "mirascope-env": check_decorators_env("mirascope"),
@@ -1391,6 +1423,8 @@ CHANGES: dict[str, tuple[Path, str, str]] = {
     "camel-config": (DOCS / "agents.md", "/agent/camel/v1", "/agent/camel/v2"),
     "qwen-agent-config": (DOCS / "agents.md", "/agent/qwen-agent/v1", "/agent/qwen-agent/v2"),
     "praisonai-env": (DOCS / "agents.md", "/agent/praisonai/v1", "/agent/praisonai/v2"),
+    "swarms-env": (DOCS / "agents.md", "SWARMS_TELEMETRY_ON=false", "SWARMS_TELEMETRY_ON=true"),
+    "aisuite-config": (DOCS / "agents.md", "/agent/aisuite/v1", "/agent/aisuite/v2"),
     "instructor-env": (DOCS / "agents.md", "/agent/instructor/v1", "/agent/instructor/v2"),
     "magentic-env": (DOCS / "agents.md", "/agent/magentic/v1", "/agent/magentic/v2"),
     "mirascope-env": (DOCS / "agents.md", "/agent/mirascope/v1", "/agent/mirascope/v2"),

@@ -229,6 +229,14 @@ class FakeLLM:
         return f"chatcmpl-fake{next(self._ids)}"
 
 
+# what the OpenAI API's Chat Completions usage holds besides the counts (clients read them
+# unchecked: swarms streamed)
+USAGE_DETAILS = {"prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+                 "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                               "accepted_prediction_tokens": 0,
+                                               "rejected_prediction_tokens": 0}}
+
+
 def _usage(body: dict[str, Any], step: Step) -> dict[str, int]:
     prompt = sum(len(json.dumps(m)) for m in body.get("messages", [])) // 4 + 1
     completion = len(step.text or "") // 4 + 8 * len(step.tool_calls) + 1
@@ -251,7 +259,7 @@ def _legacy(step: Step) -> Step:
     return Step(step.text, step.tool_calls[:1], step.finish_reason or "function_call")
 
 
-def completion(model: str, response_id: str, step: Step, usage: dict[str, int],
+def completion(model: str, response_id: str, step: Step, usage: dict[str, Any],
                legacy: bool = False) -> dict[str, Any]:
     """A chat completion; ``legacy``: its call as ``message.function_call``."""
     if legacy:
@@ -271,7 +279,7 @@ def completion(model: str, response_id: str, step: Step, usage: dict[str, int],
             "usage": usage}
 
 
-def chunks(model: str, response_id: str, step: Step, usage: dict[str, int] | None,
+def chunks(model: str, response_id: str, step: Step, usage: dict[str, Any] | None,
            legacy: bool = False) -> Iterator[dict[str, Any]]:
     """The ``chat.completion.chunk`` objects of a streamed response; with ``usage`` (asked
     for: ``stream_options.include_usage``), each says ``"usage": null`` and a usage-only chunk
@@ -613,6 +621,7 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
             response_id = llm.next_id()
             usage = _usage(body, step)
             name = str(body.get("model"))
+            chat_usage = {**usage, **USAGE_DETAILS}
             if anthropic:
                 message = anthropic_message(name, response_id, step, body)
                 if body.get("stream"):
@@ -633,7 +642,7 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
             legacy = legacy_functions(body)
             answers = _answers(body)
             if not body.get("stream"):
-                self._send_json(200, _several(completion(name, response_id, step, usage,
+                self._send_json(200, _several(completion(name, response_id, step, chat_usage,
                                                          legacy), answers))
                 return
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -643,7 +652,8 @@ def _handler_for(llm: FakeLLM) -> type[BaseHTTPRequestHandler]:
             self.send_header("Connection", "close")
             self.end_headers()
             for index, piece in enumerate(_interleaved(
-                    chunks(name, response_id, step, usage if include_usage else None, legacy),
+                    chunks(name, response_id, step, chat_usage if include_usage else None,
+                           legacy),
                     answers)):
                 if index and model.chunk_delay:
                     time.sleep(model.chunk_delay)

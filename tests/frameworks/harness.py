@@ -217,6 +217,9 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     "smolagents": (*_OTEL, "smolagents", "openinference.instrumentation.smolagents", *_OPENAI),
     "steering_langchain": (*_LANGCHAIN, "openinference.instrumentation.langchain"),
     "strands": (*_OTEL, *_OPENAI),
+    # (swarms starts a loguru writer thread when imported: the driver imports it)
+    "swarms": (*_LITELLM, *_OPENAI),
+    "aisuite": ("aisuite", *_OPENAI),
 }
 # what the drivers set before importing those: no price list download or telemetry from
 # LiteLLM, DSPy's cache out of the home directory, no CrewAI telemetry

@@ -203,6 +203,8 @@ AGENTS = [
     # PraisonAI Agents' Agent on its default client (the openai client; streamed, it runs one
     # round of tools only: test_model_endpoint_praisonai)
     Agent("praisonai", "endpoint_praisonai", "start"),
+    # aisuite's client: create(..., tools=[search], max_turns=N), the loop inside the call
+    Agent("aisuite", "endpoint_aisuite", "create"),
 ]
 # the loop scenario once per framework and API (its stream variants steer the same way)
 LOOPING = [agent for agent in AGENTS if not agent.mode.endswith("stream")]
@@ -305,6 +307,9 @@ def agent_base_env() -> dict[str, str]:
         "CREWAI_DISABLE_TRACKING": "true",
         "CREWAI_TRACING_ENABLED": "false",
         "CREWAI_STORAGE_DIR": "/tmp/crewai-endpoint-tests",
+        # swarms' telemetry (on by default) and its workspace (else ./agent_workspace)
+        "SWARMS_TELEMETRY_ON": "false",
+        "WORKSPACE_DIR": "/tmp/swarms-endpoint-tests",
     })
     return env
 

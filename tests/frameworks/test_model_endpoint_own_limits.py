@@ -1,7 +1,8 @@
 """Agents' own step limits declared as their rule pack's model-call budget (``max_iterations``), on
 both relays: the OpenAI Agents SDK's ``max_turns``, pydantic-ai's ``request_limit``, LangChain's
 ``recursion_limit`` (``create_agent``, a LangGraph graph), LlamaIndex's ``max_iterations``,
-Haystack's ``max_agent_steps``, AutoGen's ``max_tool_iterations``, smolagents' ``max_steps``,
+Haystack's ``max_agent_steps``, AutoGen's ``max_tool_iterations``, aisuite's ``max_turns``,
+swarms' ``max_loops``, smolagents' ``max_steps``,
 CrewAI's ``max_iter``, Semantic Kernel's ``maximum_auto_invoke_attempts`` and google-adk's
 ``max_llm_calls``; in TypeScript, the Vercel AI SDK's ``stepCountIs``, the OpenAI Agents SDK for
 JS' ``maxTurns``, Mastra's and VoltAgent's ``maxSteps``; each agent pointed at the sidecar by
@@ -85,6 +86,8 @@ AI_SDK = Agent("ts", "endpoint_ai_sdk", "chat")
 OPENAI_AGENTS_JS = Agent("ts", "endpoint_openai_agents_js", "responses_stream")
 MASTRA = Agent("ts", "endpoint_mastra", "responses")
 VOLTAGENT = Agent("ts", "endpoint_voltagent", "chat_stream")
+AISUITE = Agent("aisuite", "endpoint_aisuite", "create")
+SWARMS = Agent("swarms", "endpoint_swarms", "run")
 LIMITS = [
     Limit(OPENAI_AGENTS, "max_turns", 4, 4),  # a turn a model call
     Limit(Agent("openai_agents", "endpoint_openai_agents", "chat"), "max_turns", 4, 4),
@@ -117,6 +120,10 @@ LIMITS = [
     Limit(OPENAI_AGENTS_JS, "maxTurns", 4, 4),
     Limit(MASTRA, "maxSteps", 4, 4),
     Limit(VOLTAGENT, "maxSteps", 4, 4),
+    # aisuite's create(..., max_turns=N): N model calls, the last answer returned as it is
+    Limit(AISUITE, "max_turns", 4, 4),
+    # swarms' Agent(max_loops=N): N model calls, whatever each answers
+    Limit(SWARMS, "max_loops", 4, 4),
 ]
 PACK = """\
 apiVersion: agent-watchdog/v1
@@ -194,15 +201,19 @@ def test_its_own_limit_below_the_packs_fails_and_leaves_the_run_open_known_gap(
 
 @pytest.mark.parametrize(("agent", "output"), [
     (HAYSTACK, "None"), (AUTOGEN, "search #3: no file matches 'term 2'"),
-    (SEMANTIC_KERNEL_STREAM, ""), (AI_SDK, ""), (MASTRA, ""), (VOLTAGENT, "")],
+    (SEMANTIC_KERNEL_STREAM, ""), (AI_SDK, ""), (MASTRA, ""), (VOLTAGENT, ""),
+    (AISUITE, "None"),
+    (SWARMS, "Function 'search' result:\nsearch #3: no file matches 'term 2'")],
     ids=["max_agent_steps", "max_tool_iterations", "maximum_auto_invoke_attempts-stream",
-         "stepCountIs", "maxSteps-mastra", "maxSteps-voltagent"])
+         "stepCountIs", "maxSteps-mastra", "maxSteps-voltagent", "max_turns-aisuite",
+         "max_loops-swarms"])
 def test_its_own_limit_below_the_packs_returns_and_leaves_the_run_open_known_gap(
         llm: FakeLLM, tmp_path: Path, model_relay: str, agent: Agent,  # noqa: F811
         output: str) -> None:
     """Known gap: an own limit of 3 calls under ``max_iterations`` 4 ends the agent after its
     3rd call's tool ran, with no request more, returning what it has (Haystack no message,
-    AutoGen the tool's result, Semantic Kernel streamed, the AI SDK, Mastra and VoltAgent no
+    AutoGen the tool's result, aisuite the 3rd answer's content, None; swarms its last
+    message, the tool's result, Semantic Kernel streamed, the AI SDK, Mastra and VoltAgent no
     text): the run waits for the call it last handed over."""
     with endpoint_with_pack(tmp_path, PACK.format(calls=99, above=4), llm.base_url,
                             model_relay) as sidecar:
@@ -274,8 +285,11 @@ def test_the_docs_table_of_own_limits_is_what_the_tests_show() -> None:
         ("maximum_auto_invoke_attempts", "N + 1; streamed, N"), ("max_llm_calls", "N"),
         ("stepCountIs", "N"),
         ("maxTurns", "N"), ("maxSteps", "N"), ("maxSteps", "N"),
-        ("with_max_iterations", "N")], json.dumps(rows, indent=1)
-    counts = dict(rows)
+        ("with_max_iterations", "N"), ("max_iterations", "N"), ("max_iterations", "N"),
+        ("max_turns", "N"), ("max_loops", "N")], json.dumps(rows, indent=1)
+    counts: dict[str, str] = {}
+    for setting, count in rows:  # (a setting's later rows: agents of modules of their own)
+        counts.setdefault(setting, count)
     calls: dict[str, Callable[[int, str], int]] = {
         "N": lambda n, _mode: n, "N + 1": lambda n, _mode: n + 1,
         "N − 1": lambda n, _mode: n - 1, "N ÷ 2, rounded up": lambda n, _mode: -(-n // 2),

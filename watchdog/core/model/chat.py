@@ -254,7 +254,7 @@ class ChatWire:
                     "index": 0, "message": message,
                     "finish_reason": "stop" if call is None else "tool_calls",
                     "logprobs": None}],
-                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+                "usage": _no_usage()}
 
     def answer_stream(self, model: str, text: str, request: Request, now: float,
                       call: ToolCall | None = None) -> bytes:
@@ -273,14 +273,24 @@ class ChatWire:
         if request.include_usage:
             parts.append(sse({"id": answer_id, "object": "chat.completion.chunk",
                               "created": created, "model": model, "choices": [],
-                              "usage": {"prompt_tokens": 0, "completion_tokens": 0,
-                                        "total_tokens": 0}}))
+                              "usage": _no_usage()}))
         parts.append(sse("[DONE]"))
         return b"".join(parts)
 
     def error(self, status: int, code: str, message: str) -> dict[str, Any]:
         kind = "invalid_request_error" if status < 500 else "api_error"
         return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def _no_usage() -> dict[str, Any]:
+    """The usage of an answer the endpoint gives itself: no tokens, in the shape the API's
+    usage has, its details included (clients read them unchecked: swarms' streamed
+    ``usage.prompt_tokens_details.audio_tokens``)."""
+    return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                          "accepted_prediction_tokens": 0,
+                                          "rejected_prediction_tokens": 0}}
 
 
 def _call_of(call: ToolCall) -> dict[str, Any]:
