@@ -129,97 +129,52 @@ frameworks: $(VENV)/.created
 ## LangChain.js instrumentation, the OpenTelemetry Node SDK and tsx), exactly as locked, from
 ## the npm registry
 TS_AGENT := tests/frameworks/ts/node_modules/.installed
-$(TS_AGENT): tests/frameworks/ts/package.json tests/frameworks/ts/package-lock.json
-	cd tests/frameworks/ts && npm ci --no-audit --no-fund --loglevel=error
-	touch $@
 ## ... and Genkit's agent (tests/frameworks/ts/genkit: Genkit pins OpenTelemetry JS 1.x), without
 ## its optional Firebase and Google Cloud plugins; it takes tsx from the one above
 TS_GENKIT := tests/frameworks/ts/genkit/node_modules/.installed
-$(TS_GENKIT): tests/frameworks/ts/genkit/package.json tests/frameworks/ts/genkit/package-lock.json
-	cd tests/frameworks/ts/genkit && npm ci --omit=optional --no-audit --no-fund --loglevel=error
-	touch $@
 ## ... and Mastra's agent (tests/frameworks/ts/mastra: Mastra brings its own OpenTelemetry JS and
 ## AI SDK versions), its traces exported by @mastra/otel-exporter; it takes tsx from the first
 TS_MASTRA := tests/frameworks/ts/mastra/node_modules/.installed
-$(TS_MASTRA): tests/frameworks/ts/mastra/package.json tests/frameworks/ts/mastra/package-lock.json
-	cd tests/frameworks/ts/mastra && npm ci --omit=optional --no-audit --no-fund --loglevel=error
-	touch $@
 ## ... and the LangGraph.js agent traced by OpenLLMetry's Node SDK (tests/frameworks/ts/traceloop:
 ## @traceloop/node-server-sdk brings its own OpenTelemetry JS and instrumentations); it takes
 ## tsx from the first
 TS_TRACELOOP := tests/frameworks/ts/traceloop/node_modules/.installed
-$(TS_TRACELOOP): tests/frameworks/ts/traceloop/package.json \
-		tests/frameworks/ts/traceloop/package-lock.json
-	cd tests/frameworks/ts/traceloop && npm ci --omit=optional --no-audit --no-fund \
-		--loglevel=error
-	touch $@
 ## ... and VoltAgent's agents (tests/frameworks/ts/voltagent: @voltagent/core brings its own
 ## OpenTelemetry JS and AI SDK versions), traced by its own VoltAgentObservability; they take
 ## tsx from the first. Cold npm cache: about 45 s
 TS_VOLTAGENT := tests/frameworks/ts/voltagent/node_modules/.installed
-$(TS_VOLTAGENT): tests/frameworks/ts/voltagent/package.json \
-		tests/frameworks/ts/voltagent/package-lock.json
-	cd tests/frameworks/ts/voltagent && npm ci --omit=optional --no-audit --no-fund \
-		--loglevel=error
-	touch $@
 
 ## ... and LlamaIndex.TS's agents (tests/frameworks/ts/llamaindex: npm llamaindex, its
 ## @llamaindex/workflow and @llamaindex/openai, one copy of @llamaindex/core by the lock's
 ## overrides; OpenLLMetry's @traceloop/instrumentation-llamaindex); they take tsx and the OTLP
 ## exporter from the first. Cold npm cache: about 9 s, a 40 MB download, 89 MB on disk
 TS_LLAMAINDEX := tests/frameworks/ts/llamaindex/node_modules/.installed
-$(TS_LLAMAINDEX): tests/frameworks/ts/llamaindex/package.json \
-		tests/frameworks/ts/llamaindex/package-lock.json
-	cd tests/frameworks/ts/llamaindex && npm ci --omit=optional --no-audit --no-fund \
-		--loglevel=error
-	touch $@
 
 ## ... and Strands Agents for TypeScript (tests/frameworks/ts/strands: @strands-agents/sdk, which asks
 ## for openai 6.x and the OpenTelemetry JS 0.219.x OTLP exporters as peers); it takes tsx from the
 ## first. Cold npm cache: about 20 s, a 50 MB download, 126 MB on disk
 TS_STRANDS := tests/frameworks/ts/strands/node_modules/.installed
-$(TS_STRANDS): tests/frameworks/ts/strands/package.json tests/frameworks/ts/strands/package-lock.json
-	cd tests/frameworks/ts/strands && npm ci --omit=optional --no-audit --no-fund --loglevel=error
-	touch $@
 
 ## ... and Google ADK for TypeScript's agent (tests/frameworks/ts/adk: @google/adk brings its own
 ## OpenTelemetry JS 2.x and @google/genai), its spans ADK's own tracer's, exported by ../recording.ts;
 ## it takes tsx from the first. Cold npm cache: about 30 s, a 48 MB download, 154 MB on disk
 TS_ADK := tests/frameworks/ts/adk/node_modules/.installed
-$(TS_ADK): tests/frameworks/ts/adk/package.json tests/frameworks/ts/adk/package-lock.json
-	cd tests/frameworks/ts/adk && npm ci --omit=optional --no-audit --no-fund --loglevel=error
-	touch $@
 
 ## ... and Hugging Face tiny-agents (tests/frameworks/ts/tiny_agents: @huggingface/tiny-agents, its
 ## CLI `tiny-agents run`, and the MCP filesystem server it starts as its tools' stdio server,
 ## @modelcontextprotocol/server-filesystem). Cold npm cache: 7-18 s, a 28 MB download, 60 MB on
 ## disk
 TS_TINY_AGENTS := tests/frameworks/ts/tiny_agents/node_modules/.installed
-$(TS_TINY_AGENTS): tests/frameworks/ts/tiny_agents/package.json \
-		tests/frameworks/ts/tiny_agents/package-lock.json
-	cd tests/frameworks/ts/tiny_agents && npm ci --omit=optional --no-audit --no-fund \
-		--loglevel=error
-	touch $@
 
 ## ... and KaibanJS (tests/frameworks/ts/kaibanjs: kaibanjs, its bundle carrying LangChain JS and
 ## the OpenAI client, and @langchain/core for its tools); it takes tsx from the first. Cold npm
 ## cache: about 45 s, 244 MB on disk
 TS_KAIBANJS := tests/frameworks/ts/kaibanjs/node_modules/.installed
-$(TS_KAIBANJS): tests/frameworks/ts/kaibanjs/package.json \
-		tests/frameworks/ts/kaibanjs/package-lock.json
-	cd tests/frameworks/ts/kaibanjs && npm ci --omit=optional --no-audit --no-fund \
-		--loglevel=error
-	touch $@
 
 ## ... and Inngest AgentKit (tests/frameworks/ts/agentkit: @inngest/agent-kit, its peers inngest and
 ## zod, run standalone: no Inngest server); it takes tsx from the first. Cold npm cache: about 35 s,
 ## 319 MB on disk
 TS_AGENTKIT := tests/frameworks/ts/agentkit/node_modules/.installed
-$(TS_AGENTKIT): tests/frameworks/ts/agentkit/package.json \
-		tests/frameworks/ts/agentkit/package-lock.json
-	cd tests/frameworks/ts/agentkit && npm ci --omit=optional --no-audit --no-fund \
-		--loglevel=error
-	touch $@
 
 ## ... and Claude Code (tests/frameworks/ts/claude_code: @anthropic-ai/claude-code, its launcher
 ## and, as an optional dependency of the same version, its prebuilt binary for this platform,
@@ -227,10 +182,6 @@ $(TS_AGENTKIT): tests/frameworks/ts/agentkit/package.json \
 ## for node >= 22 but only links the binary, which runs on any). Cold npm cache: about 20 s, a
 ## 179 MB download, 384 MB installed
 TS_CLAUDE_CODE := tests/frameworks/ts/claude_code/node_modules/.installed
-$(TS_CLAUDE_CODE): tests/frameworks/ts/claude_code/package.json \
-		tests/frameworks/ts/claude_code/package-lock.json
-	cd tests/frameworks/ts/claude_code && npm ci --no-audit --no-fund --loglevel=error
-	touch $@
 
 ## Qwen Code (tests/frameworks/qwen_code: @qwen-code/qwen-code, a TypeScript coding agent bundled
 ## on npm with no required dependency), exactly as locked, from the npm registry, without its
@@ -238,29 +189,18 @@ $(TS_CLAUDE_CODE): tests/frameworks/ts/claude_code/package.json \
 ## platform packages the registry answers 404 for are overridden by a local stand-in, else no lock
 ## is in sync). Cold npm cache: about 8 s, a 32 MB download, 123 MB on disk
 QWEN_CODE_AGENT := tests/frameworks/qwen_code/node_modules/.installed
-$(QWEN_CODE_AGENT): tests/frameworks/qwen_code/package.json \
-		tests/frameworks/qwen_code/package-lock.json
-	cd tests/frameworks/qwen_code && npm ci --omit=optional --no-audit --no-fund --loglevel=error
-	touch $@
 
 ## Gemini CLI (tests/frameworks/gemini_cli: @google/gemini-cli, Google's TypeScript coding agent
 ## bundled on npm with no required dependency), exactly as locked, from the npm registry, without
 ## its optional native packages (a pseudo-terminal and the keychain: gemini -p with an API key
 ## uses neither). Cold npm cache: about 4 s, a 21 MB download, 96 MB on disk
 GEMINI_CLI_AGENT := tests/frameworks/gemini_cli/node_modules/.installed
-$(GEMINI_CLI_AGENT): tests/frameworks/gemini_cli/package.json \
-		tests/frameworks/gemini_cli/package-lock.json
-	cd tests/frameworks/gemini_cli && npm ci --omit=optional --no-audit --no-fund --loglevel=error
-	touch $@
 
 ## the OpenAI Codex CLI (tests/frameworks/codex: @openai/codex, a Rust agent shipped on npm, its
 ## platform binary an optional dependency npm picks for this machine: no --omit=optional, no
 ## download at its first run), exactly as locked, from the npm registry. Cold npm cache: about
 ## 10 s, 420 MB on disk (the binary is 300 MB)
 CODEX_AGENT := tests/frameworks/codex/node_modules/.installed
-$(CODEX_AGENT): tests/frameworks/codex/package.json tests/frameworks/codex/package-lock.json
-	cd tests/frameworks/codex && npm ci --no-audit --no-fund --loglevel=error
-	touch $@
 
 ## opencode (tests/frameworks/opencode: opencode-ai, a TypeScript coding agent on Bun shipped on npm,
 ## its platform binary an optional dependency npm picks for this machine: no --omit=optional; the
@@ -270,19 +210,12 @@ $(CODEX_AGENT): tests/frameworks/codex/package.json tests/frameworks/codex/packa
 ## locked, from the npm registry. Cold npm cache: about 15 s, a 141 MB download, 417 MB on disk
 ## (the binary, 177 MB, and its AVX2-less "baseline" twin)
 OPENCODE_AGENT := tests/frameworks/opencode/node_modules/.installed
-$(OPENCODE_AGENT): tests/frameworks/opencode/package.json tests/frameworks/opencode/package-lock.json
-	cd tests/frameworks/opencode && npm ci --no-audit --no-fund --loglevel=error
-	touch $@
 
 ## the Continue CLI (tests/frameworks/continue_cli: @continuedev/cli, `cn`, a TypeScript coding
 ## agent bundled on npm), exactly as locked, from the npm registry, without its optional native
 ## packages (sharp's image builds: cn -p reads no image). Cold npm cache: about 4 s, a 19 MB
 ## download, 65 MB on disk
 CONTINUE_CLI_AGENT := tests/frameworks/continue_cli/node_modules/.installed
-$(CONTINUE_CLI_AGENT): tests/frameworks/continue_cli/package.json \
-		tests/frameworks/continue_cli/package-lock.json
-	cd tests/frameworks/continue_cli && npm ci --omit=optional --no-audit --no-fund --loglevel=error
-	touch $@
 
 ## the Cline CLI (tests/frameworks/cline: cline, a TypeScript coding agent compiled with Bun into a
 ## platform binary, its @cline/cli-linux-x64 an optional dependency npm picks for this machine: no
@@ -291,9 +224,6 @@ $(CONTINUE_CLI_AGENT): tests/frameworks/continue_cli/package.json \
 ## registry; its postinstall only links the binary (nothing is downloaded at install or first run).
 ## Cold npm cache: about 60 s, a 150 MB download, 434 MB on disk (the binary is 152 MB)
 CLINE_AGENT := tests/frameworks/cline/node_modules/.installed
-$(CLINE_AGENT): tests/frameworks/cline/package.json tests/frameworks/cline/package-lock.json
-	cd tests/frameworks/cline && npm ci --no-audit --no-fund --loglevel=error
-	touch $@
 
 ## pi (tests/frameworks/pi: @mariozechner/pi-coding-agent, a TypeScript coding agent on its own
 ## @mariozechner/pi-ai model library), exactly as locked, from the npm registry, without its
@@ -301,8 +231,17 @@ $(CLINE_AGENT): tests/frameworks/cline/package.json tests/frameworks/cline/packa
 ## run. Cold npm cache: about 20 s, a 76 MB download, 174 MB on disk (the SDKs of pi-ai's
 ## providers: Google's, Mistral's, AWS Bedrock's, OpenAI's, Anthropic's)
 PI_AGENT := tests/frameworks/pi/node_modules/.installed
-$(PI_AGENT): tests/frameworks/pi/package.json tests/frameworks/pi/package-lock.json
-	cd tests/frameworks/pi && npm ci --omit=optional --no-audit --no-fund --loglevel=error
+
+## every npm install above: exactly as its lock says, from the npm registry (`npm ci`); without
+## optional packages but where an agent's platform binary is one (ALL_OPTIONAL_NPM)
+LEAN_NPM := $(TS_GENKIT) $(TS_MASTRA) $(TS_TRACELOOP) $(TS_VOLTAGENT) $(TS_LLAMAINDEX) \
+	$(TS_STRANDS) $(TS_ADK) $(TS_TINY_AGENTS) $(TS_KAIBANJS) $(TS_AGENTKIT) $(QWEN_CODE_AGENT) \
+	$(GEMINI_CLI_AGENT) $(CONTINUE_CLI_AGENT) $(PI_AGENT)
+ALL_OPTIONAL_NPM := $(TS_AGENT) $(TS_CLAUDE_CODE) $(CODEX_AGENT) $(OPENCODE_AGENT) \
+	$(CLINE_AGENT)
+$(LEAN_NPM) $(ALL_OPTIONAL_NPM): %/node_modules/.installed: %/package.json %/package-lock.json
+	cd $* && npm ci $(if $(filter $@,$(LEAN_NPM)),--omit=optional) --no-audit --no-fund \
+		--loglevel=error
 	touch $@
 
 ## the Go agents of the model endpoint's tests (tests/frameworks/go: openai-go and

@@ -126,6 +126,11 @@ MIN_SHAPED_VALUE_CHARS = 4
 MAX_RECAP_ASIDES = 4  # a run's latest requests aside that quote its history (EndpointRun.asides)
 CUT_SHORT = frozenset({"length", "max_tokens", "content_filter"})  # no answer: cut short
 _FENCED_WHOLE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)
+# A heading an agent puts before a result it replays in text: a first line that is a label of
+# at most 40 characters ending in a colon, and any rule of dashes, equals signs or underscores
+# under it (langchain-rust's ConversationalAgent: "TOOL RESPONSE: \n-----\n<result>"); a result
+# is judged after it too
+_HEADING = re.compile(r"\A\s*[^\n:]{1,40}:[ \t]*\n(?:[ \t]*[-=_]{3,}[ \t]*\n)?")
 _STOP_MARKS = re.compile(f"{re.escape(STOP_NOTE_JSON_MARK)}|{re.escape(STOP_NOTE_MARK)}")
 _NO_BRACES = str.maketrans("{}", "()")  # (a stop note's steps for an agent acting in text)
 MAX_ERROR_TYPE_CHARS = 200  # an error type the model API gave
@@ -1945,9 +1950,3 @@ def _said_result(call: ToolCall, said: Sequence[str], calls: int) -> ToolResult 
                           or looks_failed(_HEADING.sub("", text, count=1)))
     return None
 
-
-# A heading an agent puts before a result it replays in text: a first line that is a label of
-# at most 40 characters ending in a colon, and any rule of dashes, equals signs or underscores
-# under it (langchain-rust's ConversationalAgent: "TOOL RESPONSE: \n-----\n<result>"); a result
-# is judged after it too
-_HEADING = re.compile(r"\A\s*[^\n:]{1,40}:[ \t]*\n(?:[ \t]*[-=_]{3,}[ \t]*\n)?")
